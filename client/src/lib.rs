@@ -1,0 +1,2 @@
+//! rollcall client.
+#![forbid(unsafe_code)]

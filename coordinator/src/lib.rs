@@ -1,0 +1,9 @@
+//! rollcall's group coordinator.
+//!
+//! - [`core`]: the deterministic, sans-IO state machine (groups, members, clocks,
+//!   rebalances, offsets).
+//! - `server`: the tokio shell that serves the core over TCP.
+
+#![forbid(unsafe_code)]
+
+pub mod core;

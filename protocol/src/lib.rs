@@ -1,0 +1,337 @@
+//! rollcall's wire protocol.
+//!
+//! A connection carries length-prefixed frames in both directions. Every frame has a
+//! nine-byte header (kind, API key, API version, correlation id) and a body whose layout
+//! depends on the header. The client sends requests; the coordinator answers each with a
+//! response carrying the same correlation id, and sends pushes (assignment changes,
+//! revocations, expulsions) whenever it decides them. `docs/PROTOCOL.md` gives the byte
+//! layout of everything here.
+//!
+//! This crate knows nothing of groups: it turns bytes into [`Frame`]s and back. Decoding
+//! is total: any input yields a frame or a typed error, never a panic, and never an
+//! allocation larger than the frame's declared (capped) size.
+
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod codec;
+mod error;
+mod messages;
+mod wire;
+
+pub use codec::{Codec, DEFAULT_MAX_FRAME_SIZE};
+pub use error::{ClientAction, DecodeError, EncodeError, ErrorCode, FrameError};
+pub use messages::*;
+
+use bytes::{BufMut, BytesMut};
+
+/// Size of the length prefix.
+pub const LENGTH_PREFIX_SIZE: usize = 4;
+/// Size of the header that follows the length prefix.
+pub const HEADER_SIZE: usize = 9;
+
+/// What a frame is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FrameKind {
+    /// Client to coordinator; answered by a response with the same correlation id.
+    Request,
+    /// Coordinator to client, answering a request.
+    Response,
+    /// Coordinator to client, unprompted. Correlation id is 0.
+    Push,
+}
+
+impl FrameKind {
+    /// Wire value.
+    pub fn to_u8(self) -> u8 {
+        match self {
+            Self::Request => 0,
+            Self::Response => 1,
+            Self::Push => 2,
+        }
+    }
+
+    /// From wire value.
+    pub fn from_u8(v: u8) -> Option<Self> {
+        Some(match v {
+            0 => Self::Request,
+            1 => Self::Response,
+            2 => Self::Push,
+            _ => return None,
+        })
+    }
+}
+
+/// Request APIs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u16)]
+pub enum ApiKey {
+    /// Version handshake; must be the first request on a connection.
+    ApiVersions = 0,
+    /// Join a group.
+    Join = 1,
+    /// Heartbeat.
+    Heartbeat = 2,
+    /// Leave a group.
+    Leave = 3,
+    /// Commit offsets.
+    CommitOffsets = 4,
+    /// Fetch offsets.
+    FetchOffsets = 5,
+    /// List groups.
+    ListGroups = 6,
+    /// Describe a group.
+    DescribeGroup = 7,
+}
+
+impl ApiKey {
+    /// Every request API.
+    pub const ALL: [Self; 8] = [
+        Self::ApiVersions,
+        Self::Join,
+        Self::Heartbeat,
+        Self::Leave,
+        Self::CommitOffsets,
+        Self::FetchOffsets,
+        Self::ListGroups,
+        Self::DescribeGroup,
+    ];
+
+    /// From wire value.
+    pub fn from_u16(v: u16) -> Option<Self> {
+        Self::ALL.get(usize::from(v)).copied()
+    }
+
+    /// Snake-case name, used in logs and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ApiVersions => "api_versions",
+            Self::Join => "join",
+            Self::Heartbeat => "heartbeat",
+            Self::Leave => "leave",
+            Self::CommitOffsets => "commit_offsets",
+            Self::FetchOffsets => "fetch_offsets",
+            Self::ListGroups => "list_groups",
+            Self::DescribeGroup => "describe_group",
+        }
+    }
+}
+
+/// Push kinds; their keys share the API key space with requests, from 64 up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u16)]
+pub enum PushKey {
+    /// A member's full assignment.
+    Assignment = 64,
+    /// Partitions a member must release.
+    Revoke = 65,
+    /// A member was expelled.
+    Expelled = 66,
+    /// The coordinator is going away.
+    Shutdown = 67,
+}
+
+impl PushKey {
+    /// Every push.
+    pub const ALL: [Self; 4] = [
+        Self::Assignment,
+        Self::Revoke,
+        Self::Expelled,
+        Self::Shutdown,
+    ];
+
+    /// From wire value.
+    pub fn from_u16(v: u16) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| *k as u16 == v)
+    }
+}
+
+/// The one version of every API this build speaks.
+pub const CURRENT_VERSION: u16 = 0;
+
+/// What this build supports: every request API and every push at version 0.
+pub fn supported_versions() -> Vec<ApiVersionRange> {
+    ApiKey::ALL
+        .iter()
+        .map(|k| *k as u16)
+        .chain(PushKey::ALL.iter().map(|k| *k as u16))
+        .map(|api_key| ApiVersionRange {
+            api_key,
+            min_version: CURRENT_VERSION,
+            max_version: CURRENT_VERSION,
+        })
+        .collect()
+}
+
+/// A frame header as it appears on the wire after the length prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    /// Request, response or push.
+    pub kind: FrameKind,
+    /// The API (or push) key.
+    pub api_key: u16,
+    /// The API version the body is encoded in.
+    pub api_version: u16,
+    /// Pairs a response with its request; 0 for pushes.
+    pub correlation_id: u32,
+}
+
+/// A decoded frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    /// Pairs a response with its request; 0 for pushes.
+    pub correlation_id: u32,
+    /// What the frame carries.
+    pub body: Body,
+}
+
+/// What a frame carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Body {
+    /// A request.
+    Request(Request),
+    /// A response.
+    Response(Response),
+    /// A push.
+    Push(Push),
+    /// A well-framed frame whose API key or version this build does not know. Its body
+    /// was skipped; the connection stays usable. A coordinator answers it with
+    /// `UnsupportedVersion` or `UnknownApi`, listing what it supports.
+    Unsupported(Header),
+}
+
+impl Frame {
+    /// A request frame.
+    pub fn request(correlation_id: u32, request: Request) -> Self {
+        Self {
+            correlation_id,
+            body: Body::Request(request),
+        }
+    }
+
+    /// A response frame.
+    pub fn response(correlation_id: u32, response: Response) -> Self {
+        Self {
+            correlation_id,
+            body: Body::Response(response),
+        }
+    }
+
+    /// A push frame.
+    pub fn push(push: Push) -> Self {
+        Self {
+            correlation_id: 0,
+            body: Body::Push(push),
+        }
+    }
+
+    /// The header this frame is encoded with.
+    pub fn header(&self) -> Header {
+        let (kind, api_key, api_version) = match &self.body {
+            Body::Request(r) => (FrameKind::Request, r.api_key() as u16, CURRENT_VERSION),
+            Body::Response(r) => (FrameKind::Response, r.api_key(), CURRENT_VERSION),
+            Body::Push(p) => (FrameKind::Push, p.key() as u16, CURRENT_VERSION),
+            Body::Unsupported(h) => (h.kind, h.api_key, h.api_version),
+        };
+        Header {
+            kind,
+            api_key,
+            api_version,
+            correlation_id: self.correlation_id,
+        }
+    }
+
+    /// Appends the frame, length prefix included, to `buf`. Fails without writing
+    /// anything if a field is too long or the frame would exceed `max_frame_size`.
+    pub fn encode(&self, buf: &mut BytesMut, max_frame_size: usize) -> Result<(), EncodeError> {
+        let start = buf.len();
+        let header = self.header();
+        buf.put_u32(0); // patched below
+        buf.put_u8(header.kind.to_u8());
+        buf.put_u16(header.api_key);
+        buf.put_u16(header.api_version);
+        buf.put_u32(header.correlation_id);
+        let result = match &self.body {
+            Body::Request(r) => r.encode(buf),
+            Body::Response(r) => r.encode(buf),
+            Body::Push(p) => p.encode(buf),
+            Body::Unsupported(_) => Ok(()),
+        };
+        let len = buf.len() - start - LENGTH_PREFIX_SIZE;
+        let result = result.and_then(|()| {
+            if len > max_frame_size {
+                Err(EncodeError::FrameTooLarge {
+                    len,
+                    max: max_frame_size,
+                })
+            } else {
+                Ok(())
+            }
+        });
+        match result {
+            Ok(()) => {
+                // `len <= max_frame_size`, which the codec bounds far below u32::MAX.
+                let len = u32::try_from(len).unwrap_or(u32::MAX);
+                buf[start..start + LENGTH_PREFIX_SIZE].copy_from_slice(&len.to_be_bytes());
+                Ok(())
+            }
+            Err(e) => {
+                buf.truncate(start);
+                Err(e)
+            }
+        }
+    }
+
+    /// Decodes one frame's header and body (`bytes` excludes the length prefix).
+    pub fn decode(bytes: &[u8]) -> Result<Self, FrameError> {
+        let mut r = wire::Reader::new(bytes);
+        let malformed = |header, source| FrameError::Malformed { header, source };
+        let header = (|| {
+            let kind = r.u8("frame kind")?;
+            let kind = FrameKind::from_u8(kind).ok_or(DecodeError::Invalid {
+                what: "frame kind",
+                reason: "must be 0 (request), 1 (response) or 2 (push)",
+            })?;
+            Ok(Header {
+                kind,
+                api_key: r.u16("api key")?,
+                api_version: r.u16("api version")?,
+                correlation_id: r.u32("correlation id")?,
+            })
+        })()
+        .map_err(|e| malformed(None, e))?;
+
+        let unsupported = Frame {
+            correlation_id: header.correlation_id,
+            body: Body::Unsupported(header),
+        };
+        if header.api_version != CURRENT_VERSION {
+            return Ok(unsupported);
+        }
+        let body = match header.kind {
+            FrameKind::Request | FrameKind::Response => {
+                let Some(key) = ApiKey::from_u16(header.api_key) else {
+                    return Ok(unsupported);
+                };
+                if header.kind == FrameKind::Request {
+                    Request::decode(key, &mut r).map(Body::Request)
+                } else {
+                    Response::decode(key, &mut r).map(Body::Response)
+                }
+            }
+            FrameKind::Push => {
+                let Some(key) = PushKey::from_u16(header.api_key) else {
+                    return Ok(unsupported);
+                };
+                Push::decode(key, &mut r).map(Body::Push)
+            }
+        };
+        let body = body
+            .and_then(|b| r.finish().map(|()| b))
+            .map_err(|e| malformed(Some(header), e))?;
+        Ok(Self {
+            correlation_id: header.correlation_id,
+            body,
+        })
+    }
+}

@@ -1,0 +1,2 @@
+//! End-to-end test helpers.
+#![forbid(unsafe_code)]
