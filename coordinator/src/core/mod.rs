@@ -260,6 +260,12 @@ impl Coordinator {
         todo!()
     }
 
+    /// Forgets the committed offsets of `group` if it has no members (retention).
+    pub fn remove_offsets(&mut self, group: &str) {
+        let _ = group;
+        todo!()
+    }
+
     /// Counts for gauges at `now`.
     pub fn stats(&self, now: Instant) -> CoreStats {
         let _ = now;
