@@ -58,8 +58,15 @@ impl Decoder for Codec {
         }
         let total = LENGTH_PREFIX_SIZE + declared;
         if src.len() < total {
-            // Bounded by the check above: at most max_frame_size more bytes.
-            src.reserve(total - src.len());
+            // Make room for the rest of the frame, bounded by the check above. Growing
+            // with `reserve` would let the buffer's amortized doubling allocate up to
+            // twice the frame, so a buffer too small is replaced by one of exactly the
+            // frame's size.
+            if src.capacity() < total {
+                let mut grown = BytesMut::with_capacity(total);
+                grown.extend_from_slice(src);
+                *src = grown;
+            }
             return Ok(None);
         }
         let frame = Frame::decode(&src[LENGTH_PREFIX_SIZE..total]);

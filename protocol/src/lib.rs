@@ -196,7 +196,9 @@ pub enum Body {
     Push(Push),
     /// A well-framed frame whose API key or version this build does not know. Its body
     /// was skipped; the connection stays usable. A coordinator answers it with
-    /// `UnsupportedVersion` or `UnknownApi`, listing what it supports.
+    /// `UnsupportedVersion` or `UnknownApi`, listing what it supports. (A response with
+    /// an unknown key or version whose body is an error decodes as
+    /// [`Response::Error`] instead: error bodies have one layout for every API.)
     Unsupported(Header),
 }
 
@@ -258,21 +260,17 @@ impl Frame {
             Body::Unsupported(_) => Ok(()),
         };
         let len = buf.len() - start - LENGTH_PREFIX_SIZE;
-        let result = result.and_then(|()| {
-            if len > max_frame_size {
-                Err(EncodeError::FrameTooLarge {
-                    len,
-                    max: max_frame_size,
-                })
-            } else {
-                Ok(())
-            }
+        let result = result.and_then(|()| match u32::try_from(len) {
+            // The length prefix is a u32 whatever the configured maximum.
+            Ok(prefix) if len <= max_frame_size => Ok(prefix),
+            _ => Err(EncodeError::FrameTooLarge {
+                len,
+                max: max_frame_size,
+            }),
         });
         match result {
-            Ok(()) => {
-                // `len <= max_frame_size`, which the codec bounds far below u32::MAX.
-                let len = u32::try_from(len).unwrap_or(u32::MAX);
-                buf[start..start + LENGTH_PREFIX_SIZE].copy_from_slice(&len.to_be_bytes());
+            Ok(prefix) => {
+                buf[start..start + LENGTH_PREFIX_SIZE].copy_from_slice(&prefix.to_be_bytes());
                 Ok(())
             }
             Err(e) => {
@@ -301,17 +299,27 @@ impl Frame {
         })()
         .map_err(|e| malformed(None, e))?;
 
-        let unsupported = Frame {
-            correlation_id: header.correlation_id,
-            body: Body::Unsupported(header),
+        let unsupported = |r: &mut wire::Reader<'_>| {
+            // An error answer has the same layout whatever the API and version, so it
+            // stays readable even when the rest of the API is not (the answer to a
+            // request with a key or version the peer does not support).
+            let body = match header.kind {
+                FrameKind::Response => Response::decode_foreign_error(header.api_key, r)
+                    .map_or(Body::Unsupported(header), Body::Response),
+                FrameKind::Request | FrameKind::Push => Body::Unsupported(header),
+            };
+            Self {
+                correlation_id: header.correlation_id,
+                body,
+            }
         };
         if header.api_version != CURRENT_VERSION {
-            return Ok(unsupported);
+            return Ok(unsupported(&mut r));
         }
         let body = match header.kind {
             FrameKind::Request | FrameKind::Response => {
                 let Some(key) = ApiKey::from_u16(header.api_key) else {
-                    return Ok(unsupported);
+                    return Ok(unsupported(&mut r));
                 };
                 if header.kind == FrameKind::Request {
                     Request::decode(key, &mut r).map(Body::Request)
@@ -321,7 +329,7 @@ impl Frame {
             }
             FrameKind::Push => {
                 let Some(key) = PushKey::from_u16(header.api_key) else {
-                    return Ok(unsupported);
+                    return Ok(unsupported(&mut r));
                 };
                 Push::decode(key, &mut r).map(Body::Push)
             }

@@ -708,12 +708,7 @@ impl Response {
             reason: "unknown error code",
         })?;
         if code != ErrorCode::None {
-            return Ok(Self::Error(ErrorResponse {
-                api_key: key as u16,
-                code,
-                message: r.string("error message")?,
-                supported: decode_versions(r)?,
-            }));
+            return Self::decode_error_tail(key as u16, code, r);
         }
         let resp = match key {
             ApiKey::ApiVersions => Self::ApiVersions(ApiVersionsResponse {
@@ -792,6 +787,36 @@ impl Response {
             }),
         };
         Ok(resp)
+    }
+}
+
+impl Response {
+    fn decode_error_tail(
+        api_key: u16,
+        code: ErrorCode,
+        r: &mut Reader<'_>,
+    ) -> Result<Self, DecodeError> {
+        Ok(Self::Error(ErrorResponse {
+            api_key,
+            code,
+            message: r.string("error message")?,
+            supported: decode_versions(r)?,
+        }))
+    }
+
+    /// Decodes the body of a response whose API key or version this build does not know,
+    /// if it is an error. An error body has the same layout for every API and version,
+    /// so the answer to a request this build sent with a key or version the peer does
+    /// not support (`UnknownApi`, `UnsupportedVersion`) stays readable. `None` when the
+    /// body is anything else, including a success body; the caller then skips it.
+    pub(crate) fn decode_foreign_error(api_key: u16, r: &mut Reader<'_>) -> Option<Self> {
+        let code = ErrorCode::from_u16(r.u16("error code").ok()?)?;
+        if code == ErrorCode::None {
+            return None;
+        }
+        let response = Self::decode_error_tail(api_key, code, r).ok()?;
+        r.finish().ok()?;
+        Some(response)
     }
 }
 

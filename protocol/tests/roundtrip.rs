@@ -1,0 +1,596 @@
+//! Property tests: every message survives an encode/decode round trip, however the bytes
+//! are split on the way, and no input whatsoever panics the decoder or makes it reserve
+//! more than one maximum-size frame.
+
+use bytes::BytesMut;
+use proptest::prelude::*;
+use rollcall_protocol::{
+    ApiKey, ApiVersionRange, ApiVersionsRequest, ApiVersionsResponse, AssignmentPush, Body, Codec,
+    CommitOffsetsRequest, CommitOffsetsResponse, CommittedOffset, DescribeGroupRequest,
+    DescribeGroupResponse, ErrorCode, ErrorResponse, ExpelReason, ExpelledPush,
+    FetchOffsetsRequest, FetchOffsetsResponse, Frame, FrameError, FrameKind, GroupListing,
+    GroupState, Header, HeartbeatRequest, HeartbeatResponse, JoinRequest, JoinResponse,
+    LeaveRequest, ListGroupsResponse, Liveness, MemberDescription, OffsetCommit, PartitionResult,
+    Push, PushKey, Request, Response, RevokePush, ShutdownPush, TopicPartitions, TopicSubscription,
+    CURRENT_VERSION, LENGTH_PREFIX_SIZE,
+};
+use tokio_util::codec::{Decoder, Encoder};
+
+/// A small frame limit for the robustness properties, so random lengths often land
+/// on both sides of it.
+const SMALL_MAX: usize = 512;
+
+// ---------------------------------------------------------------------------------------------
+// Strategies
+// ---------------------------------------------------------------------------------------------
+
+/// Short strings drawn from all of Unicode, so multi-byte UTF-8 is exercised.
+fn text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        1 => Just(String::new()),
+        4 => "[a-z0-9._-]{1,12}",
+        2 => prop::collection::vec(any::<char>(), 1..8).prop_map(String::from_iter),
+    ]
+}
+
+fn opt_text() -> impl Strategy<Value = Option<String>> {
+    prop::option::of(text())
+}
+
+fn small_vec<T: std::fmt::Debug>(
+    element: impl Strategy<Value = T>,
+) -> impl Strategy<Value = Vec<T>> {
+    prop::collection::vec(element, 0..4)
+}
+
+fn topic_partitions() -> impl Strategy<Value = TopicPartitions> {
+    (text(), small_vec(any::<u32>()))
+        .prop_map(|(topic, partitions)| TopicPartitions { topic, partitions })
+}
+
+fn version_range() -> impl Strategy<Value = ApiVersionRange> {
+    (any::<u16>(), any::<u16>(), any::<u16>()).prop_map(|(api_key, min_version, max_version)| {
+        ApiVersionRange {
+            api_key,
+            min_version,
+            max_version,
+        }
+    })
+}
+
+fn error_code() -> impl Strategy<Value = ErrorCode> {
+    prop::sample::select(ErrorCode::ALL)
+}
+
+fn failure_code() -> impl Strategy<Value = ErrorCode> {
+    error_code().prop_filter("an error, not success", |c| *c != ErrorCode::None)
+}
+
+fn group_state() -> impl Strategy<Value = GroupState> {
+    prop_oneof![
+        Just(GroupState::Empty),
+        Just(GroupState::Reconciling),
+        Just(GroupState::Stable),
+    ]
+}
+
+fn liveness() -> impl Strategy<Value = Liveness> {
+    prop_oneof![Just(Liveness::Alive), Just(Liveness::Suspect)]
+}
+
+fn expel_reason() -> impl Strategy<Value = ExpelReason> {
+    prop_oneof![
+        Just(ExpelReason::SessionExpired),
+        Just(ExpelReason::ProgressExpired),
+        Just(ExpelReason::RebalanceTimeout),
+        Just(ExpelReason::Fenced),
+        Just(ExpelReason::Left),
+    ]
+}
+
+fn request() -> impl Strategy<Value = Request> {
+    let api_versions =
+        (text(), small_vec(version_range())).prop_map(|(client_software, versions)| {
+            Request::ApiVersions(ApiVersionsRequest {
+                client_software,
+                versions,
+            })
+        });
+    let join = (
+        (text(), opt_text(), opt_text(), text(), any::<u64>()),
+        small_vec((text(), any::<u32>())),
+        (any::<u32>(), any::<u32>(), any::<u32>()),
+    )
+        .prop_map(
+            |(
+                (group, member_id, instance_id, client_id, join_token),
+                subscription,
+                (session_timeout_ms, progress_timeout_ms, rebalance_timeout_ms),
+            )| {
+                Request::Join(JoinRequest {
+                    group,
+                    member_id,
+                    instance_id,
+                    client_id,
+                    join_token,
+                    subscription: subscription
+                        .into_iter()
+                        .map(|(topic, partitions)| TopicSubscription { topic, partitions })
+                        .collect(),
+                    session_timeout_ms,
+                    progress_timeout_ms,
+                    rebalance_timeout_ms,
+                })
+            },
+        );
+    let heartbeat = (
+        text(),
+        text(),
+        any::<u32>(),
+        any::<u64>(),
+        any::<u64>(),
+        small_vec(topic_partitions()),
+    )
+        .prop_map(
+            |(group, member_id, generation, sequence, progress, acked_revocations)| {
+                Request::Heartbeat(HeartbeatRequest {
+                    group,
+                    member_id,
+                    generation,
+                    sequence,
+                    progress,
+                    acked_revocations,
+                })
+            },
+        );
+    let leave = (text(), text())
+        .prop_map(|(group, member_id)| Request::Leave(LeaveRequest { group, member_id }));
+    let offset_commit = (text(), any::<u32>(), any::<i64>(), text()).prop_map(
+        |(topic, partition, offset, metadata)| OffsetCommit {
+            topic,
+            partition,
+            offset,
+            metadata,
+        },
+    );
+    let commit = (text(), opt_text(), any::<u32>(), small_vec(offset_commit)).prop_map(
+        |(group, member_id, generation, offsets)| {
+            Request::CommitOffsets(CommitOffsetsRequest {
+                group,
+                member_id,
+                generation,
+                offsets,
+            })
+        },
+    );
+    let fetch = (text(), small_vec(text()))
+        .prop_map(|(group, topics)| Request::FetchOffsets(FetchOffsetsRequest { group, topics }));
+    let describe = text().prop_map(|group| Request::DescribeGroup(DescribeGroupRequest { group }));
+    prop_oneof![
+        api_versions,
+        join,
+        heartbeat,
+        leave,
+        commit,
+        fetch,
+        Just(Request::ListGroups),
+        describe,
+    ]
+}
+
+fn member_description() -> impl Strategy<Value = MemberDescription> {
+    (
+        (
+            text(),
+            opt_text(),
+            text(),
+            liveness(),
+            any::<u64>(),
+            any::<u64>(),
+        ),
+        small_vec(topic_partitions()),
+        small_vec(topic_partitions()),
+        small_vec(topic_partitions()),
+    )
+        .prop_map(
+            |(
+                (
+                    member_id,
+                    instance_id,
+                    client_id,
+                    liveness,
+                    since_heartbeat_ms,
+                    since_progress_ms,
+                ),
+                owned,
+                pending_revoke,
+                pending_grant,
+            )| MemberDescription {
+                member_id,
+                instance_id,
+                client_id,
+                liveness,
+                since_heartbeat_ms,
+                since_progress_ms,
+                owned,
+                pending_revoke,
+                pending_grant,
+            },
+        )
+}
+
+fn response() -> impl Strategy<Value = Response> {
+    let api_versions =
+        (small_vec(version_range()), any::<u32>()).prop_map(|(versions, max_frame_size)| {
+            Response::ApiVersions(ApiVersionsResponse {
+                versions,
+                max_frame_size,
+            })
+        });
+    let join = (text(), any::<u32>(), any::<u32>()).prop_map(
+        |(member_id, generation, heartbeat_interval_ms)| {
+            Response::Join(JoinResponse {
+                member_id,
+                generation,
+                heartbeat_interval_ms,
+            })
+        },
+    );
+    let heartbeat = (any::<u32>(), any::<u32>()).prop_map(|(generation, session_timeout_ms)| {
+        Response::Heartbeat(HeartbeatResponse {
+            generation,
+            session_timeout_ms,
+        })
+    });
+    let partition_result =
+        (text(), any::<u32>(), error_code()).prop_map(|(topic, partition, error)| {
+            PartitionResult {
+                topic,
+                partition,
+                error,
+            }
+        });
+    let commit = small_vec(partition_result)
+        .prop_map(|results| Response::CommitOffsets(CommitOffsetsResponse { results }));
+    let committed = (text(), any::<u32>(), any::<i64>(), text()).prop_map(
+        |(topic, partition, offset, metadata)| CommittedOffset {
+            topic,
+            partition,
+            offset,
+            metadata,
+        },
+    );
+    let fetch = small_vec(committed)
+        .prop_map(|offsets| Response::FetchOffsets(FetchOffsetsResponse { offsets }));
+    let listing = (text(), group_state(), any::<u32>(), any::<u32>()).prop_map(
+        |(group, state, generation, members)| GroupListing {
+            group,
+            state,
+            generation,
+            members,
+        },
+    );
+    let list =
+        small_vec(listing).prop_map(|groups| Response::ListGroups(ListGroupsResponse { groups }));
+    let describe = (
+        text(),
+        group_state(),
+        any::<u32>(),
+        text(),
+        prop::collection::vec(member_description(), 0..3),
+    )
+        .prop_map(|(group, state, generation, assignor, members)| {
+            Response::DescribeGroup(DescribeGroupResponse {
+                group,
+                state,
+                generation,
+                assignor,
+                members,
+            })
+        });
+    prop_oneof![
+        api_versions,
+        join,
+        heartbeat,
+        Just(Response::Leave),
+        commit,
+        fetch,
+        list,
+        describe,
+        error_response(),
+    ]
+}
+
+/// Error answers, for known API keys and for keys this build does not know (the answer
+/// to an unknown request), which must decode all the same.
+fn error_response() -> impl Strategy<Value = Response> {
+    let api_key = prop_oneof![
+        3 => prop::sample::select(&ApiKey::ALL[..]).prop_map(|k| k as u16),
+        1 => any::<u16>(),
+    ];
+    (api_key, failure_code(), text(), small_vec(version_range())).prop_map(
+        |(api_key, code, message, supported)| {
+            Response::Error(ErrorResponse {
+                api_key,
+                code,
+                message,
+                supported,
+            })
+        },
+    )
+}
+
+fn push() -> impl Strategy<Value = Push> {
+    let assignment = (text(), text(), any::<u32>(), small_vec(topic_partitions())).prop_map(
+        |(group, member_id, generation, partitions)| {
+            Push::Assignment(AssignmentPush {
+                group,
+                member_id,
+                generation,
+                partitions,
+            })
+        },
+    );
+    let revoke = (text(), text(), any::<u32>(), small_vec(topic_partitions())).prop_map(
+        |(group, member_id, generation, partitions)| {
+            Push::Revoke(RevokePush {
+                group,
+                member_id,
+                generation,
+                partitions,
+            })
+        },
+    );
+    let expelled =
+        (text(), text(), expel_reason(), text()).prop_map(|(group, member_id, reason, message)| {
+            Push::Expelled(ExpelledPush {
+                group,
+                member_id,
+                reason,
+                message,
+            })
+        });
+    let shutdown = text().prop_map(|message| Push::Shutdown(ShutdownPush { message }));
+    prop_oneof![assignment, revoke, expelled, shutdown]
+}
+
+/// A header this build does not decode: a known kind with an unknown key or version.
+/// Its frame carries an empty body, which is never a readable error answer.
+fn unsupported_header() -> impl Strategy<Value = Header> {
+    let kind = prop_oneof![
+        Just(FrameKind::Request),
+        Just(FrameKind::Response),
+        Just(FrameKind::Push),
+    ];
+    (kind, any::<u16>(), any::<u16>(), any::<u32>()).prop_filter_map(
+        "a key and version this build knows",
+        |(kind, api_key, api_version, correlation_id)| {
+            let known_key = match kind {
+                FrameKind::Request | FrameKind::Response => ApiKey::from_u16(api_key).is_some(),
+                FrameKind::Push => PushKey::from_u16(api_key).is_some(),
+            };
+            (!known_key || api_version != CURRENT_VERSION).then_some(Header {
+                kind,
+                api_key,
+                api_version,
+                correlation_id,
+            })
+        },
+    )
+}
+
+fn frame() -> impl Strategy<Value = Frame> {
+    prop_oneof![
+        4 => (any::<u32>(), request()).prop_map(|(id, r)| Frame::request(id, r)),
+        4 => (any::<u32>(), response()).prop_map(|(id, r)| Frame::response(id, r)),
+        2 => push().prop_map(Frame::push),
+        1 => unsupported_header().prop_map(|h| Frame {
+            correlation_id: h.correlation_id,
+            body: Body::Unsupported(h),
+        }),
+    ]
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------------------------
+
+fn encode(frame: &Frame) -> BytesMut {
+    let mut buf = BytesMut::new();
+    frame
+        .encode(&mut buf, usize::MAX)
+        .expect("generated frames fit");
+    buf
+}
+
+/// Feeds `bytes` to a codec in chunks of the given sizes (cycled), decoding after each
+/// chunk as a transport would. Returns the frames, the first error, and the bytes left.
+fn feed(
+    codec: &mut Codec,
+    bytes: &[u8],
+    chunks: &[usize],
+) -> (Vec<Frame>, Option<FrameError>, BytesMut) {
+    let mut buf = BytesMut::new();
+    let mut frames = Vec::new();
+    let mut sizes = chunks.iter().copied().cycle();
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let n = sizes.next().unwrap_or(rest.len()).clamp(1, rest.len());
+        buf.extend_from_slice(&rest[..n]);
+        rest = &rest[n..];
+        loop {
+            let cap_before = buf.capacity();
+            match codec.decode(&mut buf) {
+                Ok(Some(frame)) => frames.push(frame),
+                Ok(None) => {
+                    assert_capacity_bounded(&buf, cap_before, codec.max_frame_size());
+                    break;
+                }
+                Err(e) => return (frames, Some(e), buf),
+            }
+        }
+    }
+    (frames, None, buf)
+}
+
+/// Waiting for more bytes, the decoder grows the buffer to one whole frame at most.
+fn assert_capacity_bounded(buf: &BytesMut, cap_before: usize, max_frame_size: usize) {
+    let bound = cap_before.max(max_frame_size.saturating_add(LENGTH_PREFIX_SIZE));
+    assert!(
+        buf.capacity() <= bound,
+        "capacity {} exceeds {bound}",
+        buf.capacity()
+    );
+}
+
+/// Decodes everything the codec will take from `bytes` (all at once), checking that each
+/// decoded frame re-encodes to bytes that decode to the same frame.
+fn decode_all_checked(max_frame_size: usize, bytes: &[u8]) {
+    let mut codec = Codec::new(max_frame_size);
+    let mut buf = BytesMut::from(bytes);
+    loop {
+        let cap_before = buf.capacity();
+        match codec.decode(&mut buf) {
+            Ok(Some(frame)) => assert_reencodes(&frame),
+            Ok(None) => {
+                assert_capacity_bounded(&buf, cap_before, max_frame_size);
+                break;
+            }
+            Err(_) => break,
+        }
+    }
+    // Frame::decode over the whole input, as if it were one frame's bytes.
+    if let Ok(frame) = Frame::decode(bytes) {
+        assert_reencodes(&frame);
+    }
+}
+
+fn assert_reencodes(frame: &Frame) {
+    let bytes = encode(frame);
+    let again = Frame::decode(&bytes[LENGTH_PREFIX_SIZE..]).expect("re-encoded frame decodes");
+    assert_eq!(&again, frame);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Properties
+// ---------------------------------------------------------------------------------------------
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(5000))]
+
+    #[test]
+    fn frame_encode_then_decode_is_identity(frame in frame()) {
+        let bytes = encode(&frame);
+        let declared = u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize;
+        prop_assert_eq!(declared, bytes.len() - LENGTH_PREFIX_SIZE);
+        let decoded = Frame::decode(&bytes[LENGTH_PREFIX_SIZE..]);
+        prop_assert_eq!(decoded.ok(), Some(frame.clone()));
+
+        // Exactly at the limit it encodes; one byte under, it does not.
+        let mut buf = BytesMut::from(&b"prior"[..]);
+        prop_assert!(frame.encode(&mut buf, declared).is_ok());
+        prop_assert_eq!(&buf[5..], &bytes[..]);
+        let mut buf = BytesMut::from(&b"prior"[..]);
+        prop_assert!(frame.encode(&mut buf, declared - 1).is_err());
+        prop_assert_eq!(&buf[..], b"prior");
+    }
+
+    #[test]
+    fn codec_round_trips_frames_fed_in_chunks(
+        frames in prop::collection::vec(frame(), 1..5),
+        chunks in prop::collection::vec(1usize..64, 1..8),
+    ) {
+        let mut codec = Codec::default();
+        let mut wire = BytesMut::new();
+        for frame in &frames {
+            codec.encode(frame, &mut wire).expect("encodes");
+        }
+        let (decoded, error, rest) = feed(&mut codec, &wire, &chunks);
+        prop_assert!(error.is_none(), "unexpected error {:?}", error);
+        prop_assert_eq!(decoded, frames);
+        prop_assert!(rest.is_empty());
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..128)) {
+        decode_all_checked(SMALL_MAX, &bytes);
+        decode_all_checked(usize::MAX, &bytes);
+    }
+
+    #[test]
+    fn truncated_frames_never_panic(frame in frame(), cut in any::<prop::sample::Index>()) {
+        let bytes = encode(&frame);
+        let cut = cut.index(bytes.len());
+        // With the original prefix the codec waits for the rest of the frame...
+        let mut codec = Codec::default();
+        let mut buf = BytesMut::from(&bytes[..cut]);
+        prop_assert!(matches!(codec.decode(&mut buf), Ok(None)));
+        // ...and a prefix patched to the shorter length is an error or a different frame.
+        if cut >= LENGTH_PREFIX_SIZE {
+            let mut patched = bytes[..cut].to_vec();
+            let len = (cut - LENGTH_PREFIX_SIZE) as u32;
+            patched[..LENGTH_PREFIX_SIZE].copy_from_slice(&len.to_be_bytes());
+            decode_all_checked(DEFAULT_MAX, &patched);
+            decode_all_checked(SMALL_MAX, &patched);
+        }
+    }
+
+    #[test]
+    fn mutated_frames_never_panic(
+        frames in prop::collection::vec(frame(), 1..3),
+        mutations in prop::collection::vec((any::<prop::sample::Index>(), 1u8..=255), 1..4),
+        chunks in prop::collection::vec(1usize..32, 1..4),
+    ) {
+        let mut wire = Vec::new();
+        for frame in &frames {
+            wire.extend_from_slice(&encode(frame));
+        }
+        for (at, flip) in mutations {
+            let i = at.index(wire.len());
+            wire[i] ^= flip;
+        }
+        decode_all_checked(DEFAULT_MAX, &wire);
+        decode_all_checked(SMALL_MAX, &wire);
+        let (frames, _, _) = feed(&mut Codec::new(SMALL_MAX), &wire, &chunks);
+        for frame in &frames {
+            assert_reencodes(frame);
+        }
+    }
+
+    #[test]
+    fn oversized_length_prefixes_are_refused_without_reserving(
+        excess in 1u32..=u32::MAX - SMALL_MAX as u32,
+        tail in prop::collection::vec(any::<u8>(), 0..32),
+    ) {
+        let declared = SMALL_MAX as u32 + excess;
+        let mut buf = BytesMut::new();
+        buf.extend_from_slice(&declared.to_be_bytes());
+        buf.extend_from_slice(&tail);
+        let cap_before = buf.capacity();
+        let result = Codec::new(SMALL_MAX).decode(&mut buf);
+        let refused = matches!(
+            result,
+            Err(FrameError::TooLarge { declared: d, max: SMALL_MAX }) if d == declared as usize
+        );
+        prop_assert!(refused);
+        prop_assert_eq!(buf.capacity(), cap_before);
+    }
+
+    #[test]
+    fn a_partial_frame_reserves_at_most_one_frame(
+        declared in 9u32..=SMALL_MAX as u32,
+        have in 0usize..SMALL_MAX,
+    ) {
+        let total = LENGTH_PREFIX_SIZE + declared as usize;
+        let have = have % total;
+        let mut bytes = vec![0u8; have.max(LENGTH_PREFIX_SIZE)];
+        bytes[..LENGTH_PREFIX_SIZE].copy_from_slice(&declared.to_be_bytes());
+        bytes.truncate(have);
+        let mut buf = BytesMut::from(&bytes[..]);
+        prop_assert!(matches!(Codec::new(SMALL_MAX).decode(&mut buf), Ok(None)));
+        prop_assert!(buf.capacity() <= total.max(have));
+        prop_assert_eq!(&buf[..], &bytes[..]);
+    }
+}
+
+const DEFAULT_MAX: usize = rollcall_protocol::DEFAULT_MAX_FRAME_SIZE;
