@@ -6,12 +6,26 @@
 //! does I/O and never spawns; `tests/architecture.rs` enforces that.
 
 pub mod assignor;
+mod group;
 pub mod liveness;
 pub mod records;
+mod timers;
+#[cfg(test)]
+mod tests;
 
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rollcall_protocol::{ExpelReason, Push, Request, Response};
+use rollcall_protocol::{
+    ApiKey, CommitOffsetsRequest, CommitOffsetsResponse, CommittedOffset, DescribeGroupResponse,
+    ErrorCode, ExpelReason, FetchOffsetsRequest, FetchOffsetsResponse, GroupListing,
+    HeartbeatRequest, HeartbeatResponse, JoinRequest, JoinResponse, LeaveRequest,
+    ListGroupsResponse, PartitionResult, Push, Request, Response,
+};
+
+use group::{duration_ms, Ctx, Group};
+use timers::{TimerKey, Timers};
 
 pub use assignor::{Assignor, AssignorKind, TopicPartition};
 pub use liveness::{FixedTimeout, LivenessPolicy};
@@ -203,12 +217,34 @@ pub struct CoreStats {
 #[derive(Debug)]
 pub struct Coordinator {
     config: CoreConfig,
+    assignor: Box<dyn Assignor>,
+    groups: HashMap<Arc<str>, Group>,
+    timers: Timers,
+    outputs: VecDeque<Output>,
+    records: Vec<Record>,
+    next_member: u64,
+}
+
+/// Longest group, topic, member, instance and client id accepted, in bytes.
+pub const MAX_NAME_BYTES: usize = 255;
+
+fn refuse(key: ApiKey, code: ErrorCode, message: impl Into<String>) -> Response {
+    Response::error(key as u16, code, message)
 }
 
 impl Coordinator {
     /// An empty coordinator.
     pub fn new(config: CoreConfig) -> Self {
-        Self { config }
+        let assignor = config.assignor.build();
+        Self {
+            config,
+            assignor,
+            groups: HashMap::new(),
+            timers: Timers::default(),
+            outputs: VecDeque::new(),
+            records: Vec::new(),
+            next_member: 0,
+        }
     }
 
     /// The configuration.
@@ -216,59 +252,707 @@ impl Coordinator {
         &self.config
     }
 
+    /// Splits `self` into the group table and the context group methods need.
+    fn parts(&mut self, now: Instant) -> (&mut HashMap<Arc<str>, Group>, Ctx<'_>) {
+        let Self {
+            config,
+            assignor,
+            groups,
+            timers,
+            outputs,
+            records,
+            ..
+        } = self;
+        (
+            groups,
+            Ctx {
+                now,
+                config,
+                assignor: &**assignor,
+                timers,
+                outputs,
+                records,
+            },
+        )
+    }
+
     /// Restores groups and offsets loaded from the store. Every member gets fresh
-    /// session and progress deadlines counted from `now`.
+    /// session and progress deadlines counted from `now`: a restart is no one's fault.
     pub fn restore(&mut self, now: Instant, state: RestoredState) {
-        let _ = (now, state);
-        todo!()
+        let (groups, mut ctx) = self.parts(now);
+        for snapshot in state.groups {
+            let group = Group::restore(&mut ctx, snapshot);
+            groups.insert(group.name.clone(), group);
+        }
+        for o in state.offsets {
+            let group = groups
+                .entry(Arc::from(o.group.as_str()))
+                .or_insert_with_key(|name| Group::new(name.clone()));
+            group.offsets.insert((o.topic, o.partition), (o.offset, o.metadata));
+        }
     }
 
     /// Handles one request from connection `conn` and returns its response.
     ///
-    /// `ApiVersions` is the shell's business and is answered with an error here.
+    /// `ApiVersions` is the connection's business and is refused here.
     pub fn handle_request(&mut self, now: Instant, conn: ConnId, request: Request) -> Response {
-        let _ = (now, conn, request);
-        todo!()
+        match request {
+            Request::ApiVersions(_) => refuse(
+                ApiKey::ApiVersions,
+                ErrorCode::InvalidRequest,
+                "ApiVersions is answered by the connection, not a group",
+            ),
+            Request::Join(r) => self.join(now, conn, r),
+            Request::Heartbeat(r) => self.heartbeat(now, conn, r),
+            Request::Leave(r) => self.leave(now, conn, r),
+            Request::CommitOffsets(r) => self.commit(now, conn, r),
+            Request::FetchOffsets(r) => self.fetch(r),
+            Request::ListGroups => self.list_groups(),
+            Request::DescribeGroup(r) => self.describe(now, &r.group),
+        }
+    }
+
+    fn validate_join(&self, r: &JoinRequest) -> Result<(Duration, Duration, Duration), Response> {
+        let bad = |code, msg: String| Err(refuse(ApiKey::Join, code, msg));
+        let c = &self.config;
+        if r.group.is_empty() || r.group.len() > MAX_NAME_BYTES {
+            return bad(
+                ErrorCode::InvalidRequest,
+                format!("group id must be 1 to {MAX_NAME_BYTES} bytes"),
+            );
+        }
+        if r.join_token == 0 {
+            return bad(ErrorCode::InvalidRequest, "join token must be nonzero".into());
+        }
+        let too_long = |s: &Option<String>| s.as_ref().is_some_and(|s| s.len() > MAX_NAME_BYTES);
+        if r.client_id.len() > MAX_NAME_BYTES || too_long(&r.instance_id) || too_long(&r.member_id)
+        {
+            return bad(
+                ErrorCode::InvalidRequest,
+                format!("client, instance and member ids are at most {MAX_NAME_BYTES} bytes"),
+            );
+        }
+        if r.instance_id.as_deref() == Some("") {
+            return bad(ErrorCode::InvalidRequest, "instance id must not be empty".into());
+        }
+        if r.subscription.is_empty() {
+            return bad(
+                ErrorCode::InvalidRequest,
+                "subscription must name at least one topic".into(),
+            );
+        }
+        let mut names: Vec<&str> = Vec::with_capacity(r.subscription.len());
+        for t in &r.subscription {
+            if t.topic.is_empty() || t.topic.len() > MAX_NAME_BYTES {
+                return bad(
+                    ErrorCode::InvalidRequest,
+                    format!("topic names must be 1 to {MAX_NAME_BYTES} bytes"),
+                );
+            }
+            if t.partitions == 0 {
+                return bad(
+                    ErrorCode::InvalidRequest,
+                    format!("topic {:?} must have at least one partition", t.topic),
+                );
+            }
+            names.push(&t.topic);
+        }
+        names.sort_unstable();
+        if names.windows(2).any(|w| w[0] == w[1]) {
+            return bad(
+                ErrorCode::InvalidRequest,
+                "subscription names a topic twice".into(),
+            );
+        }
+        let session = Duration::from_millis(u64::from(r.session_timeout_ms));
+        if session < c.min_session_timeout || session > c.max_session_timeout {
+            return bad(
+                ErrorCode::InvalidSessionTimeout,
+                format!(
+                    "session timeout {session:?} is outside the coordinator's bounds {:?}..={:?}",
+                    c.min_session_timeout, c.max_session_timeout
+                ),
+            );
+        }
+        let progress = Duration::from_millis(u64::from(r.progress_timeout_ms));
+        if progress.is_zero() || progress > c.max_progress_timeout {
+            return bad(
+                ErrorCode::InvalidRequest,
+                format!(
+                    "progress timeout {progress:?} must be above zero and at most {:?}",
+                    c.max_progress_timeout
+                ),
+            );
+        }
+        let rebalance = Duration::from_millis(u64::from(r.rebalance_timeout_ms));
+        if rebalance.is_zero() || rebalance > c.max_rebalance_timeout {
+            return bad(
+                ErrorCode::InvalidRequest,
+                format!(
+                    "rebalance timeout {rebalance:?} must be above zero and at most {:?}",
+                    c.max_rebalance_timeout
+                ),
+            );
+        }
+        Ok((session, progress, rebalance))
+    }
+
+    fn join(&mut self, now: Instant, conn: ConnId, r: JoinRequest) -> Response {
+        let timeouts = match self.validate_join(&r) {
+            Ok(t) => t,
+            Err(resp) => return resp,
+        };
+        let subscription: Vec<(String, u32)> = r
+            .subscription
+            .iter()
+            .map(|t| (t.topic.clone(), t.partitions))
+            .collect();
+        let member_id = Arc::<str>::from(format!(
+            "{}{}",
+            self.config.member_id_prefix, self.next_member
+        ));
+        let max_members = self.config.max_members_per_group;
+        let (groups, mut ctx) = self.parts(now);
+        let group = groups
+            .entry(Arc::from(r.group.as_str()))
+            .or_insert_with_key(|name| Group::new(name.clone()));
+
+        // A retried join (same token), or a rejoin naming a live member: same member.
+        let existing = group
+            .tokens
+            .get(&r.join_token)
+            .cloned()
+            .or_else(|| {
+                r.member_id
+                    .as_deref()
+                    .and_then(|id| group.members.get_key_value(id).map(|(k, _)| k.clone()))
+            })
+            .filter(|id| {
+                group.members.get(id).is_some_and(|m| {
+                    m.instance_id == r.instance_id || r.instance_id.is_none()
+                })
+            });
+        if let Some(id) = existing {
+            let resp = Self::rejoin(group, &mut ctx, conn, &id, &subscription, timeouts);
+            return resp;
+        }
+
+        let replacing = r
+            .instance_id
+            .as_ref()
+            .and_then(|i| group.instances.get(i).cloned());
+        let replaced = replacing.as_ref().and_then(|id| group.members.get(id));
+        if let Err(refusal) = group.check_subscription(&subscription, ctx.config, replaced) {
+            return refuse(ApiKey::Join, refusal.code, refusal.message);
+        }
+        if replacing.is_none() && group.members.len() >= max_members {
+            return refuse(
+                ApiKey::Join,
+                ErrorCode::GroupFull,
+                format!(
+                    "group {:?} has its maximum of {max_members} members",
+                    r.group
+                ),
+            );
+        }
+        self.next_member += 1;
+        let (groups, mut ctx) = self.parts(now);
+        let Some(group) = groups.get_mut(r.group.as_str()) else {
+            return refuse(ApiKey::Join, ErrorCode::Internal, "group vanished");
+        };
+        let old_subscription = replacing
+            .as_ref()
+            .map(|old| group.unsubscribe_for_replacement(old));
+        let topics = group.subscribe(&subscription);
+        let subscription_changed = old_subscription.is_some_and(|old| old != topics);
+        let member = group.new_member(
+            now,
+            member_id.clone(),
+            r.instance_id.clone(),
+            r.client_id.clone(),
+            r.join_token,
+            Some(conn),
+            timeouts,
+            topics,
+        );
+        match replacing {
+            Some(old) => {
+                group.replace_member(&mut ctx, &old, member, subscription_changed);
+            }
+            None => {
+                group.insert_member(&mut ctx, member);
+                ctx.outputs.push_back(Output::Event(Event::MemberJoined {
+                    group: r.group.clone(),
+                    member_id: member_id.to_string(),
+                    instance_id: r.instance_id.clone(),
+                }));
+                group.trigger_rebalance(&mut ctx, RebalanceCause::Join);
+            }
+        }
+        Response::Join(JoinResponse {
+            member_id: member_id.to_string(),
+            generation: group.generation,
+            heartbeat_interval_ms: heartbeat_interval_ms(timeouts.0),
+        })
+    }
+
+    /// A join for a member that is still in the group: rebinds it, applies a changed
+    /// subscription or timeouts, and pushes its state again.
+    fn rejoin(
+        group: &mut Group,
+        ctx: &mut Ctx<'_>,
+        conn: ConnId,
+        id: &Arc<str>,
+        subscription: &[(String, u32)],
+        timeouts: (Duration, Duration, Duration),
+    ) -> Response {
+        let now = ctx.now;
+        let current: Vec<(String, u32)> = {
+            let m = &group.members[id];
+            m.subscription
+                .iter()
+                .map(|&t| {
+                    let topic = &group.topics[t as usize];
+                    (topic.name.clone(), topic.partitions)
+                })
+                .collect()
+        };
+        let mut wanted = subscription.to_vec();
+        wanted.sort();
+        let mut have = current;
+        have.sort();
+        if wanted != have {
+            if let Err(refusal) =
+                group.check_subscription(subscription, ctx.config, group.members.get(id))
+            {
+                return refuse(ApiKey::Join, refusal.code, refusal.message);
+            }
+            group.unsubscribe_for_replacement(id);
+            let topics = group.subscribe(subscription);
+            if let Some(m) = group.members.get_mut(id) {
+                m.subscription = topics;
+            }
+            group.snapshot_dirty = true;
+            group.trigger_rebalance(ctx, RebalanceCause::Subscription);
+        }
+        let Some(m) = group.members.get_mut(id) else {
+            return refuse(ApiKey::Join, ErrorCode::Internal, "member vanished");
+        };
+        m.heard(now);
+        m.conn = Some(conn);
+        (m.session_timeout, m.progress_timeout, m.rebalance_timeout) = timeouts;
+        let generation = group.generation;
+        group.push_state(ctx, id);
+        Response::Join(JoinResponse {
+            member_id: id.to_string(),
+            generation,
+            heartbeat_interval_ms: heartbeat_interval_ms(timeouts.0),
+        })
+    }
+
+    /// The error for a request naming a member that is not in the group.
+    fn member_gone(group: Option<&Group>, key: ApiKey, member_id: &str) -> Response {
+        match group.and_then(|g| g.removed.get(member_id)) {
+            Some(ExpelReason::Fenced) => refuse(
+                key,
+                ErrorCode::FencedInstance,
+                format!("member {member_id:?} was fenced: a newer process took its instance id"),
+            ),
+            Some(ExpelReason::Left) | None => refuse(
+                key,
+                ErrorCode::UnknownMember,
+                format!("member {member_id:?} is not in the group"),
+            ),
+            Some(reason) => refuse(
+                key,
+                ErrorCode::MemberExpelled,
+                format!("member {member_id:?} was expelled: {}", reason.as_str()),
+            ),
+        }
+    }
+
+    fn heartbeat(&mut self, now: Instant, conn: ConnId, r: HeartbeatRequest) -> Response {
+        let (groups, mut ctx) = self.parts(now);
+        let group = groups.get_mut(r.group.as_str());
+        let Some((group, id)) = group.and_then(|g| {
+            let id = g.members.get_key_value(r.member_id.as_str())?.0.clone();
+            Some((g, id))
+        }) else {
+            let group = groups.get(r.group.as_str());
+            return Self::member_gone(group, ApiKey::Heartbeat, &r.member_id);
+        };
+        let m = group.members.get_mut(&id).expect("member exists");
+        if r.generation > group.generation {
+            return refuse(
+                ApiKey::Heartbeat,
+                ErrorCode::IllegalGeneration,
+                format!(
+                    "generation {} is newer than the group's {}",
+                    r.generation, group.generation
+                ),
+            );
+        }
+        m.heard(now);
+        m.record_sequence(r.sequence);
+        m.report_progress(now, r.progress);
+        let rebound = m.conn != Some(conn);
+        m.conn = Some(conn);
+        let stale = r.generation != m.generation;
+        let session_timeout_ms = duration_ms(m.session_timeout) as u32;
+        let mut released = false;
+        if !r.acked_revocations.is_empty() {
+            let acked: Vec<TopicPartition> = r
+                .acked_revocations
+                .iter()
+                .flat_map(|tps| {
+                    tps.partitions
+                        .iter()
+                        .filter_map(|&p| group.resolve(&tps.topic, p))
+                })
+                .collect();
+            released = group.acknowledge(&id, &acked);
+        }
+        if released {
+            group.reconcile(&mut ctx);
+        } else if rebound || stale {
+            group.push_state(&mut ctx, &id);
+        }
+        let generation = group.members[&id].generation;
+        Response::Heartbeat(HeartbeatResponse {
+            generation,
+            session_timeout_ms,
+        })
+    }
+
+    fn leave(&mut self, now: Instant, _conn: ConnId, r: LeaveRequest) -> Response {
+        let (groups, mut ctx) = self.parts(now);
+        let Some(group) = groups.get_mut(r.group.as_str()) else {
+            return Self::member_gone(None, ApiKey::Leave, &r.member_id);
+        };
+        let Some(id) = group
+            .members
+            .get_key_value(r.member_id.as_str())
+            .map(|(k, _)| k.clone())
+        else {
+            return Self::member_gone(Some(group), ApiKey::Leave, &r.member_id);
+        };
+        group.remove_member(&mut ctx, &id, ExpelReason::Left, "left".to_owned());
+        group.reconcile(&mut ctx);
+        Response::Leave
+    }
+
+    fn commit(&mut self, now: Instant, conn: ConnId, r: CommitOffsetsRequest) -> Response {
+        let max_metadata = self.config.max_metadata_bytes;
+        let (groups, mut ctx) = self.parts(now);
+        let group_name = r.group.clone();
+        let reject = |ctx: &mut Ctx<'_>, reason: ErrorCode| {
+            ctx.outputs.push_back(Output::Event(Event::CommitRejected {
+                group: group_name.clone(),
+                reason,
+            }));
+        };
+        if r.group.is_empty() || r.group.len() > MAX_NAME_BYTES {
+            return refuse(
+                ApiKey::CommitOffsets,
+                ErrorCode::InvalidRequest,
+                format!("group id must be 1 to {MAX_NAME_BYTES} bytes"),
+            );
+        }
+        let member = match &r.member_id {
+            None => {
+                let group = groups
+                    .entry(Arc::from(r.group.as_str()))
+                    .or_insert_with_key(|name| Group::new(name.clone()));
+                if !group.members.is_empty() {
+                    reject(&mut ctx, ErrorCode::InvalidRequest);
+                    return refuse(
+                        ApiKey::CommitOffsets,
+                        ErrorCode::InvalidRequest,
+                        "commits without a member id are accepted only while the group has no members",
+                    );
+                }
+                None
+            }
+            Some(member_id) => {
+                let found = groups.get_mut(r.group.as_str()).and_then(|g| {
+                    g.members
+                        .get_key_value(member_id.as_str())
+                        .map(|(k, _)| k.clone())
+                });
+                let Some(id) = found else {
+                    let resp = Self::member_gone(
+                        groups.get(r.group.as_str()),
+                        ApiKey::CommitOffsets,
+                        member_id,
+                    );
+                    if let Response::Error(e) = &resp {
+                        reject(&mut ctx, e.code);
+                    }
+                    return resp;
+                };
+                Some(id)
+            }
+        };
+        let Some(group) = groups.get_mut(r.group.as_str()) else {
+            return refuse(ApiKey::CommitOffsets, ErrorCode::Internal, "group vanished");
+        };
+        if r.generation > group.generation && member.is_some() {
+            reject(&mut ctx, ErrorCode::IllegalGeneration);
+            return refuse(
+                ApiKey::CommitOffsets,
+                ErrorCode::IllegalGeneration,
+                format!(
+                    "generation {} is newer than the group's {}",
+                    r.generation, group.generation
+                ),
+            );
+        }
+        if let Some(id) = &member {
+            let m = group.members.get_mut(id).expect("member exists");
+            m.heard(now);
+            if m.conn != Some(conn) {
+                m.conn = Some(conn);
+                group.push_state(&mut ctx, id);
+            }
+        }
+        let mut results = Vec::with_capacity(r.offsets.len());
+        let mut accepted = 0;
+        for o in r.offsets {
+            let error = if o.metadata.len() > max_metadata {
+                ErrorCode::MetadataTooLarge
+            } else if let Some(id) = &member {
+                let m = &group.members[id];
+                match group.resolve(&o.topic, o.partition) {
+                    Some(tp) if m.owned.contains(&tp) => ErrorCode::None,
+                    Some(tp) if m.released.contains(&tp) => ErrorCode::PartitionRevoked,
+                    _ => ErrorCode::NotOwner,
+                }
+            } else {
+                ErrorCode::None
+            };
+            if error == ErrorCode::None {
+                accepted += 1;
+                ctx.records.push(Record::Offset(OffsetRecord {
+                    group: r.group.clone(),
+                    topic: o.topic.clone(),
+                    partition: o.partition,
+                    offset: o.offset,
+                    metadata: o.metadata.clone(),
+                }));
+                group
+                    .offsets
+                    .insert((o.topic.clone(), o.partition), (o.offset, o.metadata));
+            } else {
+                reject(&mut ctx, error);
+            }
+            results.push(PartitionResult {
+                topic: o.topic,
+                partition: o.partition,
+                error,
+            });
+        }
+        if accepted > 0 {
+            ctx.outputs.push_back(Output::Event(Event::CommitsAccepted {
+                group: r.group,
+                count: accepted,
+            }));
+        }
+        Response::CommitOffsets(CommitOffsetsResponse { results })
+    }
+
+    fn fetch(&self, r: FetchOffsetsRequest) -> Response {
+        let Some(group) = self.groups.get(r.group.as_str()) else {
+            return Response::FetchOffsets(FetchOffsetsResponse::default());
+        };
+        let offsets = group
+            .offsets
+            .iter()
+            .filter(|((topic, _), _)| r.topics.is_empty() || r.topics.iter().any(|t| t == topic))
+            .map(|((topic, partition), (offset, metadata))| CommittedOffset {
+                topic: topic.clone(),
+                partition: *partition,
+                offset: *offset,
+                metadata: metadata.clone(),
+            })
+            .collect();
+        Response::FetchOffsets(FetchOffsetsResponse { offsets })
+    }
+
+    fn list_groups(&self) -> Response {
+        let mut groups: Vec<GroupListing> = self
+            .groups
+            .values()
+            .map(|g| GroupListing {
+                group: g.name.to_string(),
+                state: g.state(),
+                generation: g.generation,
+                members: g.members.len() as u32,
+            })
+            .collect();
+        groups.sort_by(|a, b| a.group.cmp(&b.group));
+        Response::ListGroups(ListGroupsResponse { groups })
+    }
+
+    fn describe(&self, now: Instant, group: &str) -> Response {
+        let Some(g) = self.groups.get(group) else {
+            return refuse(
+                ApiKey::DescribeGroup,
+                ErrorCode::UnknownGroup,
+                format!("no group {group:?}"),
+            );
+        };
+        Response::DescribeGroup(DescribeGroupResponse {
+            group: g.name.to_string(),
+            state: g.state(),
+            generation: g.generation,
+            assignor: self.assignor.name().to_owned(),
+            members: g
+                .members
+                .values()
+                .map(|m| g.describe_member(m, now))
+                .collect(),
+        })
     }
 
     /// Connection `conn` closed. Its members keep their sessions and may resume on
     /// another connection.
-    pub fn handle_disconnect(&mut self, now: Instant, conn: ConnId) {
-        let _ = (now, conn);
-        todo!()
+    pub fn handle_disconnect(&mut self, _now: Instant, conn: ConnId) {
+        for group in self.groups.values_mut() {
+            for m in group.members.values_mut() {
+                if m.conn == Some(conn) {
+                    m.conn = None;
+                }
+            }
+        }
     }
 
     /// Runs every timer due at or before `now`.
+    ///
+    /// If `now` is far past the earliest deadline the core asked to be woken for (more
+    /// than [`CoreConfig::pause_guard`]), the coordinator itself was not running: every
+    /// member's deadlines are shifted by the delay first, so nobody is expelled for
+    /// silence the coordinator could not have heard.
     pub fn handle_timeout(&mut self, now: Instant) {
-        let _ = now;
-        todo!()
+        if let Some(expected) = self.timers.peek() {
+            let late_by = now.saturating_duration_since(expected);
+            if late_by > self.config.pause_guard {
+                for group in self.groups.values_mut() {
+                    for m in group.members.values_mut() {
+                        m.extend(late_by);
+                    }
+                    for (until, _) in &mut group.held {
+                        *until += late_by;
+                    }
+                }
+                self.outputs
+                    .push_back(Output::Event(Event::PauseDetected { late_by }));
+            }
+        }
+        let mut disposable = Vec::new();
+        while let Some((at, key)) = self.timers.pop_due(now) {
+            let (groups, mut ctx) = self.parts(now);
+            match key {
+                TimerKey::Member { group, member } => {
+                    if let Some(g) = groups.get_mut(&group) {
+                        g.on_member_timer(&mut ctx, &member, at);
+                        if g.is_disposable() {
+                            disposable.push(group);
+                        }
+                    }
+                }
+                TimerKey::Group(group) => {
+                    if let Some(g) = groups.get_mut(&group) {
+                        g.on_group_timer(&mut ctx, at);
+                        if g.is_disposable() {
+                            disposable.push(group);
+                        }
+                    }
+                }
+            }
+        }
+        for name in disposable {
+            self.dispose_if_unused(&name);
+        }
+    }
+
+    /// Forgets a group that has no members, offsets or held partitions, after writing
+    /// its final (empty) snapshot.
+    fn dispose_if_unused(&mut self, name: &str) {
+        if let Some(g) = self.groups.get(name) {
+            if g.is_disposable() && g.pending_is_none() {
+                let snapshot = g.snapshot();
+                self.records.push(Record::Group(snapshot));
+                self.groups.remove(name);
+            }
+        }
     }
 
     /// When the core next needs [`Self::handle_timeout`], if ever.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        todo!()
+        self.timers.peek()
     }
 
     /// The next output, if any.
     pub fn poll_output(&mut self) -> Option<Output> {
-        todo!()
+        self.outputs.pop_front()
     }
 
     /// Takes every record produced since the last call. The shell must make them
     /// durable before it sends the responses and pushes of the same inputs.
     pub fn take_records(&mut self) -> Vec<Record> {
-        todo!()
+        let mut names: Vec<&Arc<str>> = self
+            .groups
+            .iter()
+            .filter(|(_, g)| g.snapshot_dirty)
+            .map(|(k, _)| k)
+            .collect();
+        names.sort();
+        let names: Vec<Arc<str>> = names.into_iter().cloned().collect();
+        for name in names {
+            if let Some(g) = self.groups.get_mut(&name) {
+                g.snapshot_dirty = false;
+                let snapshot = g.snapshot();
+                self.records.push(Record::Group(snapshot));
+            }
+        }
+        std::mem::take(&mut self.records)
     }
 
     /// Forgets the committed offsets of `group` if it has no members (retention).
     pub fn remove_offsets(&mut self, group: &str) {
-        let _ = group;
-        todo!()
+        if let Some(g) = self.groups.get_mut(group) {
+            if g.members.is_empty() {
+                g.offsets.clear();
+            }
+        }
+        self.dispose_if_unused(group);
     }
 
     /// Counts for gauges at `now`.
     pub fn stats(&self, now: Instant) -> CoreStats {
-        let _ = now;
-        todo!()
+        let mut stats = CoreStats {
+            groups: self.groups.len(),
+            ..CoreStats::default()
+        };
+        for g in self.groups.values() {
+            for m in g.members.values() {
+                match m.liveness.liveness(now) {
+                    rollcall_protocol::Liveness::Alive => stats.members_alive += 1,
+                    rollcall_protocol::Liveness::Suspect => stats.members_suspect += 1,
+                }
+            }
+        }
+        stats
     }
+
+    /// Number of timer entries (for tests and memory accounting).
+    pub fn timer_entries(&self) -> usize {
+        self.timers.len()
+    }
+}
+
+/// The heartbeat interval suggested for a session timeout: a third of it, so a session
+/// survives two lost beats.
+fn heartbeat_interval_ms(session: Duration) -> u32 {
+    u32::try_from(session.as_millis() / 3).unwrap_or(u32::MAX).max(1)
 }

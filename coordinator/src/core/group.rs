@@ -1,0 +1,938 @@
+//! One group: its members, their two clocks, the target assignment and its reconciliation.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rollcall_protocol::{
+    AssignmentPush, ExpelReason, ExpelledPush, GroupState, MemberDescription, Push, RevokePush,
+    TopicPartitions,
+};
+
+use super::assignor::{AssignmentInput, AssignorMember, TopicPartition};
+use super::liveness::{FixedTimeout, LivenessPolicy};
+use super::records::{GroupSnapshot, MemberSnapshot};
+use super::timers::{TimerKey, Timers};
+use super::{Assignor, ConnId, CoreConfig, Event, Output, RebalanceCause};
+
+/// What a group method needs from the coordinator around it.
+pub(crate) struct Ctx<'a> {
+    pub(crate) now: Instant,
+    pub(crate) config: &'a CoreConfig,
+    pub(crate) assignor: &'a dyn Assignor,
+    pub(crate) timers: &'a mut Timers,
+    pub(crate) outputs: &'a mut VecDeque<Output>,
+    pub(crate) records: &'a mut Vec<super::Record>,
+}
+
+impl Ctx<'_> {
+    fn push(&mut self, conn: Option<ConnId>, push: Push) {
+        if let Some(conn) = conn {
+            self.outputs.push_back(Output::Push { conn, push });
+        }
+    }
+
+    fn event(&mut self, event: Event) {
+        self.outputs.push_back(Output::Event(event));
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Topic {
+    pub(crate) name: String,
+    pub(crate) partitions: u32,
+    /// Members subscribing to it; a topic with none is no longer part of the work.
+    pub(crate) subscribers: u32,
+}
+
+#[derive(Debug)]
+pub(crate) struct Member {
+    pub(crate) id: Arc<str>,
+    pub(crate) instance_id: Option<String>,
+    pub(crate) client_id: String,
+    pub(crate) join_token: u64,
+    pub(crate) conn: Option<ConnId>,
+    pub(crate) session_timeout: Duration,
+    pub(crate) progress_timeout: Duration,
+    pub(crate) rebalance_timeout: Duration,
+    /// Topic indexes, ascending.
+    pub(crate) subscription: Vec<u32>,
+    pub(crate) liveness: Box<dyn LivenessPolicy>,
+    pub(crate) progress: u64,
+    pub(crate) progress_deadline: Instant,
+    pub(crate) last_progress_at: Instant,
+    pub(crate) last_sequence: u64,
+    /// Heartbeats the member sent that never arrived, judged from sequence gaps.
+    pub(crate) beats_lost: u64,
+    /// Generation of the member's current assignment.
+    pub(crate) generation: u32,
+    /// Partitions granted to the member and not yet released.
+    pub(crate) owned: BTreeSet<TopicPartition>,
+    /// What the last rebalance wants the member to own.
+    pub(crate) target: BTreeSet<TopicPartition>,
+    /// Set while the member has partitions to release.
+    pub(crate) revoke_deadline: Option<Instant>,
+    /// The revoke set last pushed, to push again only when it changes.
+    pub(crate) revoke_pushed: Vec<TopicPartition>,
+    /// Partitions the member released, to tell a late commit "revoked" from "not owner".
+    pub(crate) released: BTreeSet<TopicPartition>,
+    /// The assignment changed since it was last pushed.
+    pub(crate) assignment_dirty: bool,
+    pub(crate) timer_at: Option<Instant>,
+}
+
+impl Member {
+    pub(crate) fn session_deadline(&self) -> Instant {
+        self.liveness.deadline()
+    }
+
+    fn next_deadline(&self) -> Instant {
+        let mut next = self.session_deadline().min(self.progress_deadline);
+        if let Some(r) = self.revoke_deadline {
+            next = next.min(r);
+        }
+        next
+    }
+
+    /// Any frame from the member renews its session.
+    pub(crate) fn heard(&mut self, now: Instant) {
+        self.liveness.heard(now);
+    }
+
+    /// The progress clock renews only when the counter advances.
+    pub(crate) fn report_progress(&mut self, now: Instant, progress: u64) {
+        if progress > self.progress {
+            self.progress = progress;
+            self.progress_deadline = now + self.progress_timeout;
+            self.last_progress_at = now;
+        }
+    }
+
+    pub(crate) fn record_sequence(&mut self, sequence: u64) {
+        if sequence > self.last_sequence {
+            if self.last_sequence != 0 {
+                self.beats_lost += sequence - self.last_sequence - 1;
+            }
+            self.last_sequence = sequence;
+        }
+    }
+
+    fn revoking(&self) -> Vec<TopicPartition> {
+        self.owned.difference(&self.target).copied().collect()
+    }
+
+    /// Shifts every deadline by `by`: the coordinator was paused, not the member.
+    pub(crate) fn extend(&mut self, by: Duration) {
+        self.liveness.extend(by);
+        self.progress_deadline += by;
+        if let Some(r) = &mut self.revoke_deadline {
+            *r += by;
+        }
+    }
+}
+
+/// Why a join was refused, before anything changed.
+#[derive(Debug)]
+pub(crate) struct Refusal {
+    pub(crate) code: rollcall_protocol::ErrorCode,
+    pub(crate) message: String,
+}
+
+#[derive(Debug)]
+struct PendingRebalance {
+    first: Instant,
+    due: Instant,
+    cause: RebalanceCause,
+}
+
+#[derive(Debug)]
+pub(crate) struct Group {
+    pub(crate) name: Arc<str>,
+    pub(crate) generation: u32,
+    pub(crate) topics: Vec<Topic>,
+    pub(crate) topic_index: HashMap<String, u32>,
+    pub(crate) members: BTreeMap<Arc<str>, Member>,
+    pub(crate) instances: HashMap<String, Arc<str>>,
+    pub(crate) tokens: HashMap<u64, Arc<str>>,
+    /// Current owner of every granted partition.
+    pub(crate) owners: HashMap<TopicPartition, Arc<str>>,
+    /// Partitions of expelled members, held until the member's session deadline so the
+    /// member's lease has run out before anyone else gets them.
+    pub(crate) held: Vec<(Instant, Vec<TopicPartition>)>,
+    /// Recently removed members and why, oldest first.
+    pub(crate) removed: HashMap<Arc<str>, ExpelReason>,
+    removed_order: VecDeque<Arc<str>>,
+    /// Committed offsets by (topic name, partition).
+    pub(crate) offsets: BTreeMap<(String, u32), (i64, String)>,
+    pending: Option<PendingRebalance>,
+    /// Since when, and for which generation, the group has been reconciling.
+    reconciling: Option<(Instant, u32)>,
+    pub(crate) timer_at: Option<Instant>,
+    /// State changed since the last snapshot record.
+    pub(crate) snapshot_dirty: bool,
+}
+
+impl Group {
+    pub(crate) fn new(name: Arc<str>) -> Self {
+        Self {
+            name,
+            generation: 0,
+            topics: Vec::new(),
+            topic_index: HashMap::new(),
+            members: BTreeMap::new(),
+            instances: HashMap::new(),
+            tokens: HashMap::new(),
+            owners: HashMap::new(),
+            held: Vec::new(),
+            removed: HashMap::new(),
+            removed_order: VecDeque::new(),
+            offsets: BTreeMap::new(),
+            pending: None,
+            reconciling: None,
+            timer_at: None,
+            snapshot_dirty: false,
+        }
+    }
+
+    pub(crate) fn state(&self) -> GroupState {
+        if self.members.is_empty() {
+            GroupState::Empty
+        } else if self.pending.is_some() || self.reconciling.is_some() {
+            GroupState::Reconciling
+        } else {
+            GroupState::Stable
+        }
+    }
+
+    /// A group with no members, no offsets and nothing held can be forgotten.
+    pub(crate) fn is_disposable(&self) -> bool {
+        self.members.is_empty() && self.offsets.is_empty() && self.held.is_empty()
+    }
+
+    // ----------------------------------------------------------------------------------
+    // Topics
+    // ----------------------------------------------------------------------------------
+
+    /// Checks a subscription against the topic table without changing anything.
+    pub(crate) fn check_subscription(
+        &self,
+        subscription: &[(String, u32)],
+        config: &CoreConfig,
+        replacing: Option<&Member>,
+    ) -> Result<(), Refusal> {
+        let mut added: u64 = 0;
+        for (name, count) in subscription {
+            match self.topic_index.get(name) {
+                Some(&idx) => {
+                    let topic = &self.topics[idx as usize];
+                    let only_subscriber_is_replaced = replacing.is_some_and(|m| {
+                        topic.subscribers == 1 && m.subscription.binary_search(&idx).is_ok()
+                    });
+                    let active = topic.subscribers > 0 && !only_subscriber_is_replaced;
+                    if active && topic.partitions != *count {
+                        return Err(Refusal {
+                            code: rollcall_protocol::ErrorCode::InconsistentSubscription,
+                            message: format!(
+                                "topic {name:?} has {} partitions in group {:?}, the join declares {count}",
+                                topic.partitions, &*self.name
+                            ),
+                        });
+                    }
+                    if !active {
+                        added += u64::from(*count);
+                    }
+                }
+                None => added += u64::from(*count),
+            }
+        }
+        let current: u64 = self
+            .topics
+            .iter()
+            .filter(|t| t.subscribers > 0)
+            .map(|t| u64::from(t.partitions))
+            .sum();
+        if current + added > u64::from(config.max_partitions_per_group) {
+            return Err(Refusal {
+                code: rollcall_protocol::ErrorCode::TooManyPartitions,
+                message: format!(
+                    "group {:?} would have {} partitions, more than the maximum of {}",
+                    &*self.name,
+                    current + added,
+                    config.max_partitions_per_group
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Interns a subscription's topics (after `check_subscription`) and counts the new
+    /// subscriber. Returns the ascending topic indexes.
+    pub(crate) fn subscribe(&mut self, subscription: &[(String, u32)]) -> Vec<u32> {
+        let mut out = Vec::with_capacity(subscription.len());
+        for (name, count) in subscription {
+            let idx = match self.topic_index.get(name) {
+                Some(&idx) => idx,
+                None => {
+                    let idx = self.topics.len() as u32;
+                    self.topics.push(Topic {
+                        name: name.clone(),
+                        partitions: *count,
+                        subscribers: 0,
+                    });
+                    self.topic_index.insert(name.clone(), idx);
+                    idx
+                }
+            };
+            let topic = &mut self.topics[idx as usize];
+            if topic.subscribers == 0 {
+                topic.partitions = *count;
+            }
+            topic.subscribers += 1;
+            out.push(idx);
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// Drops a member's subscription from the topic counts (before it is replaced by a
+    /// new one) and returns it.
+    pub(crate) fn unsubscribe_for_replacement(&mut self, id: &Arc<str>) -> Vec<u32> {
+        let Some(m) = self.members.get_mut(id) else {
+            return Vec::new();
+        };
+        let subscription = std::mem::take(&mut m.subscription);
+        self.unsubscribe(&subscription);
+        subscription
+    }
+
+    pub(crate) fn pending_is_none(&self) -> bool {
+        self.pending.is_none()
+    }
+
+    fn unsubscribe(&mut self, subscription: &[u32]) {
+        for &idx in subscription {
+            let t = &mut self.topics[idx as usize];
+            t.subscribers = t.subscribers.saturating_sub(1);
+        }
+    }
+
+    pub(crate) fn resolve(&self, topic: &str, partition: u32) -> Option<TopicPartition> {
+        let idx = *self.topic_index.get(topic)?;
+        Some(TopicPartition {
+            topic: idx,
+            partition,
+        })
+    }
+
+    /// Converts partitions to the wire form, grouped by topic name.
+    pub(crate) fn to_wire<'a>(
+        &self,
+        partitions: impl IntoIterator<Item = &'a TopicPartition>,
+    ) -> Vec<TopicPartitions> {
+        let mut out: Vec<TopicPartitions> = Vec::new();
+        let mut current: Option<u32> = None;
+        for tp in partitions {
+            if current != Some(tp.topic) {
+                current = Some(tp.topic);
+                out.push(TopicPartitions {
+                    topic: self.topics[tp.topic as usize].name.clone(),
+                    partitions: Vec::new(),
+                });
+            }
+            if let Some(last) = out.last_mut() {
+                last.partitions.push(tp.partition);
+            }
+        }
+        out
+    }
+
+    // ----------------------------------------------------------------------------------
+    // Membership
+    // ----------------------------------------------------------------------------------
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new_member(
+        &self,
+        now: Instant,
+        id: Arc<str>,
+        instance_id: Option<String>,
+        client_id: String,
+        join_token: u64,
+        conn: Option<ConnId>,
+        timeouts: (Duration, Duration, Duration),
+        subscription: Vec<u32>,
+    ) -> Member {
+        let (session_timeout, progress_timeout, rebalance_timeout) = timeouts;
+        Member {
+            id,
+            instance_id,
+            client_id,
+            join_token,
+            conn,
+            session_timeout,
+            progress_timeout,
+            rebalance_timeout,
+            subscription,
+            liveness: Box::new(FixedTimeout::new(now, session_timeout)),
+            progress: 0,
+            progress_deadline: now + progress_timeout,
+            last_progress_at: now,
+            last_sequence: 0,
+            beats_lost: 0,
+            generation: self.generation,
+            owned: BTreeSet::new(),
+            target: BTreeSet::new(),
+            revoke_deadline: None,
+            revoke_pushed: Vec::new(),
+            released: BTreeSet::new(),
+            assignment_dirty: true,
+            timer_at: None,
+        }
+    }
+
+    /// Adds a member and schedules its deadlines.
+    pub(crate) fn insert_member(&mut self, ctx: &mut Ctx<'_>, mut member: Member) {
+        if let Some(instance) = &member.instance_id {
+            self.instances.insert(instance.clone(), member.id.clone());
+        }
+        self.tokens.insert(member.join_token, member.id.clone());
+        for tp in &member.owned {
+            self.owners.insert(*tp, member.id.clone());
+        }
+        let key = TimerKey::Member {
+            group: self.name.clone(),
+            member: member.id.clone(),
+        };
+        let next = member.next_deadline();
+        ctx.timers.schedule(&mut member.timer_at, next, key);
+        self.members.insert(member.id.clone(), member);
+        self.snapshot_dirty = true;
+    }
+
+    fn forget(&mut self, id: &Arc<str>, reason: ExpelReason, memory: usize) {
+        self.removed.insert(id.clone(), reason);
+        self.removed_order.push_back(id.clone());
+        while self.removed_order.len() > memory {
+            if let Some(old) = self.removed_order.pop_front() {
+                self.removed.remove(&old);
+            }
+        }
+    }
+
+    /// Removes a member. Its partitions are held until its session deadline (so its
+    /// lease runs out first), except after a leave, when it released them itself.
+    pub(crate) fn remove_member(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        id: &Arc<str>,
+        reason: ExpelReason,
+        message: String,
+    ) {
+        let Some(member) = self.members.remove(id) else {
+            return;
+        };
+        if let Some(instance) = &member.instance_id {
+            if self.instances.get(instance) == Some(id) {
+                self.instances.remove(instance);
+            }
+        }
+        if self.tokens.get(&member.join_token) == Some(id) {
+            self.tokens.remove(&member.join_token);
+        }
+        self.unsubscribe(&member.subscription);
+        let owned: Vec<TopicPartition> = member.owned.iter().copied().collect();
+        for tp in &owned {
+            self.owners.remove(tp);
+        }
+        let hold_until = member.session_deadline();
+        if reason != ExpelReason::Left && hold_until > ctx.now && !owned.is_empty() {
+            self.held.push((hold_until, owned));
+            let key = TimerKey::Group(self.name.clone());
+            ctx.timers.schedule(&mut self.timer_at, hold_until, key);
+        }
+        self.forget(id, reason, ctx.config.expelled_memory);
+        if reason != ExpelReason::Left {
+            ctx.push(
+                member.conn,
+                Push::Expelled(ExpelledPush {
+                    group: self.name.to_string(),
+                    member_id: id.to_string(),
+                    reason,
+                    message,
+                }),
+            );
+        }
+        ctx.event(Event::MemberRemoved {
+            group: self.name.to_string(),
+            member_id: id.to_string(),
+            reason,
+        });
+        self.snapshot_dirty = true;
+        let cause = if reason == ExpelReason::Left {
+            RebalanceCause::Leave
+        } else {
+            RebalanceCause::Expulsion
+        };
+        self.trigger_rebalance(ctx, cause);
+    }
+
+    /// Replaces a static member by a new process under a new member id: it takes over
+    /// the old member's partitions and generation; the old id is fenced.
+    pub(crate) fn replace_member(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        old_id: &Arc<str>,
+        mut new: Member,
+        subscription_changed: bool,
+    ) -> bool {
+        let Some(old) = self.members.remove(old_id) else {
+            return false;
+        };
+        self.unsubscribe(&old.subscription);
+        if self.tokens.get(&old.join_token) == Some(old_id) {
+            self.tokens.remove(&old.join_token);
+        }
+        new.owned = old.owned;
+        new.target = old.target;
+        new.generation = old.generation;
+        new.revoke_deadline = old.revoke_deadline;
+        new.assignment_dirty = true;
+        self.forget(old_id, ExpelReason::Fenced, ctx.config.expelled_memory);
+        ctx.push(
+            old.conn,
+            Push::Expelled(ExpelledPush {
+                group: self.name.to_string(),
+                member_id: old_id.to_string(),
+                reason: ExpelReason::Fenced,
+                message: "a newer process joined with the same instance id".to_owned(),
+            }),
+        );
+        ctx.event(Event::MemberReplaced {
+            group: self.name.to_string(),
+            old_member_id: old_id.to_string(),
+            new_member_id: new.id.to_string(),
+            instance_id: new.instance_id.clone().unwrap_or_default(),
+        });
+        self.insert_member(ctx, new);
+        if subscription_changed {
+            self.trigger_rebalance(ctx, RebalanceCause::Subscription);
+        }
+        self.reconcile(ctx);
+        true
+    }
+
+    /// Pushes the member's full state again (after a rebind or a generation mismatch).
+    pub(crate) fn push_state(&mut self, ctx: &mut Ctx<'_>, id: &Arc<str>) {
+        let Some(m) = self.members.get(id) else {
+            return;
+        };
+        let assignment = Push::Assignment(AssignmentPush {
+            group: self.name.to_string(),
+            member_id: id.to_string(),
+            generation: m.generation,
+            partitions: self.to_wire(&m.owned),
+        });
+        let revoking = m.revoking();
+        let revoke = (!revoking.is_empty()).then(|| {
+            Push::Revoke(RevokePush {
+                group: self.name.to_string(),
+                member_id: id.to_string(),
+                generation: m.generation,
+                partitions: self.to_wire(&revoking),
+            })
+        });
+        let conn = m.conn;
+        ctx.push(conn, assignment);
+        if let Some(revoke) = revoke {
+            ctx.push(conn, revoke);
+        }
+    }
+
+    // ----------------------------------------------------------------------------------
+    // Timers
+    // ----------------------------------------------------------------------------------
+
+    /// A member's timer fired: expel it if a deadline passed, otherwise sleep again.
+    pub(crate) fn on_member_timer(&mut self, ctx: &mut Ctx<'_>, id: &Arc<str>, fired_at: Instant) {
+        let now = ctx.now;
+        let Some(m) = self.members.get_mut(id) else {
+            return;
+        };
+        if m.timer_at == Some(fired_at) {
+            m.timer_at = None;
+        }
+        let expired = if m.session_deadline() <= now {
+            Some((
+                ExpelReason::SessionExpired,
+                format!("no heartbeat within the session timeout of {:?}", m.session_timeout),
+            ))
+        } else if m.progress_deadline <= now {
+            Some((
+                ExpelReason::ProgressExpired,
+                format!(
+                    "progress counter stuck at {} for the progress timeout of {:?}",
+                    m.progress, m.progress_timeout
+                ),
+            ))
+        } else if m.revoke_deadline.is_some_and(|r| r <= now) {
+            Some((
+                ExpelReason::RebalanceTimeout,
+                format!(
+                    "revocation not acknowledged within the rebalance timeout of {:?}",
+                    m.rebalance_timeout
+                ),
+            ))
+        } else {
+            None
+        };
+        match expired {
+            Some((reason, message)) => {
+                let id = id.clone();
+                self.remove_member(ctx, &id, reason, message);
+                self.reconcile(ctx);
+            }
+            None => {
+                let key = TimerKey::Member {
+                    group: self.name.clone(),
+                    member: id.clone(),
+                };
+                let next = m.next_deadline();
+                ctx.timers.schedule(&mut m.timer_at, next, key);
+            }
+        }
+    }
+
+    /// The group's timer fired: run a due rebalance, release held partitions.
+    pub(crate) fn on_group_timer(&mut self, ctx: &mut Ctx<'_>, fired_at: Instant) {
+        if self.timer_at == Some(fired_at) {
+            self.timer_at = None;
+        }
+        if self.pending.as_ref().is_some_and(|p| p.due <= ctx.now) {
+            self.rebalance(ctx);
+        }
+        self.reconcile(ctx);
+    }
+
+    fn schedule_group_timer(&mut self, ctx: &mut Ctx<'_>) {
+        let mut next = self.pending.as_ref().map(|p| p.due);
+        for (until, _) in &self.held {
+            next = Some(next.map_or(*until, |n| n.min(*until)));
+        }
+        if let Some(next) = next {
+            let key = TimerKey::Group(self.name.clone());
+            ctx.timers.schedule(&mut self.timer_at, next, key);
+        }
+    }
+
+    // ----------------------------------------------------------------------------------
+    // Rebalancing
+    // ----------------------------------------------------------------------------------
+
+    /// Asks for a rebalance. Triggers within the coalescing window share one generation.
+    pub(crate) fn trigger_rebalance(&mut self, ctx: &mut Ctx<'_>, cause: RebalanceCause) {
+        let now = ctx.now;
+        let window = ctx.config.rebalance_coalesce;
+        match &mut self.pending {
+            Some(p) => {
+                p.due = (now + window).min(p.first + ctx.config.rebalance_coalesce_max);
+            }
+            None => {
+                self.pending = Some(PendingRebalance {
+                    first: now,
+                    due: now + window,
+                    cause,
+                });
+            }
+        }
+        self.schedule_group_timer(ctx);
+    }
+
+    /// Computes a new target assignment in a new generation.
+    fn rebalance(&mut self, ctx: &mut Ctx<'_>) {
+        let Some(pending) = self.pending.take() else {
+            return;
+        };
+        self.generation += 1;
+        let generation = self.generation;
+        let topics: Vec<u32> = self
+            .topics
+            .iter()
+            .map(|t| if t.subscribers > 0 { t.partitions } else { 0 })
+            .collect();
+        let owned: Vec<Vec<TopicPartition>> = self
+            .members
+            .values()
+            .map(|m| m.owned.iter().copied().collect())
+            .collect();
+        let inputs: Vec<AssignorMember<'_>> = self
+            .members
+            .values()
+            .zip(&owned)
+            .map(|(m, owned)| AssignorMember {
+                id: &m.id,
+                subscription: &m.subscription,
+                owned,
+            })
+            .collect();
+        let targets = ctx.assignor.assign(&AssignmentInput {
+            topics: &topics,
+            members: &inputs,
+        });
+        drop(inputs);
+        let mut moved = 0;
+        for (m, target) in self.members.values_mut().zip(targets) {
+            let target: BTreeSet<TopicPartition> = target.into_iter().collect();
+            moved += target.difference(&m.owned).count();
+            m.target = target;
+            m.generation = generation;
+            m.assignment_dirty = true;
+        }
+        // A topic no member subscribes to any more is dropped from the work.
+        let first = match self.reconciling {
+            Some((since, _)) => since.min(pending.first),
+            None => pending.first,
+        };
+        self.reconciling = Some((first, generation));
+        self.snapshot_dirty = true;
+        ctx.event(Event::RebalanceStarted {
+            group: self.name.to_string(),
+            generation,
+            cause: pending.cause,
+            partitions_moved: moved,
+        });
+    }
+
+    /// Moves the group toward its target: asks owners to release partitions that move,
+    /// grants free partitions to their targets, pushes what changed. A partition is never
+    /// granted while another member owns it or while it is held for an expelled member.
+    pub(crate) fn reconcile(&mut self, ctx: &mut Ctx<'_>) {
+        let now = ctx.now;
+        let before = self.held.len();
+        self.held.retain(|(until, _)| *until > now);
+        if self.held.len() != before {
+            self.snapshot_dirty = true;
+        }
+        let held: BTreeSet<TopicPartition> = self
+            .held
+            .iter()
+            .flat_map(|(_, tps)| tps.iter().copied())
+            .collect();
+
+        let ids: Vec<Arc<str>> = self.members.keys().cloned().collect();
+        let mut all_settled = self.pending.is_none();
+        for id in &ids {
+            // Grants: target partitions nobody owns and nobody holds.
+            let Some(m) = self.members.get(id) else {
+                continue;
+            };
+            let grants: Vec<TopicPartition> = m
+                .target
+                .difference(&m.owned)
+                .filter(|tp| !self.owners.contains_key(tp) && !held.contains(tp))
+                .copied()
+                .collect();
+            for tp in &grants {
+                self.owners.insert(*tp, id.clone());
+            }
+            let Some(m) = self.members.get_mut(id) else {
+                continue;
+            };
+            if !grants.is_empty() {
+                m.owned.extend(grants);
+                m.assignment_dirty = true;
+                self.snapshot_dirty = true;
+            }
+            if m.owned != m.target {
+                all_settled = false;
+            }
+            // Revocations: owned partitions that are no longer in the target.
+            let revoking = m.revoking();
+            if revoking.is_empty() {
+                m.revoke_deadline = None;
+                m.revoke_pushed.clear();
+            } else if m.revoke_deadline.is_none() {
+                let deadline = now + m.rebalance_timeout;
+                m.revoke_deadline = Some(deadline);
+                let key = TimerKey::Member {
+                    group: self.name.clone(),
+                    member: id.clone(),
+                };
+                ctx.timers.schedule(&mut m.timer_at, deadline, key);
+            }
+            let m = &self.members[id];
+            if m.assignment_dirty {
+                let push = Push::Assignment(AssignmentPush {
+                    group: self.name.to_string(),
+                    member_id: id.to_string(),
+                    generation: m.generation,
+                    partitions: self.to_wire(&m.owned),
+                });
+                ctx.push(m.conn, push);
+            }
+            if !revoking.is_empty() && revoking != m.revoke_pushed {
+                let push = Push::Revoke(RevokePush {
+                    group: self.name.to_string(),
+                    member_id: id.to_string(),
+                    generation: m.generation,
+                    partitions: self.to_wire(&revoking),
+                });
+                ctx.push(m.conn, push);
+            }
+            let m = self.members.get_mut(id).expect("member exists");
+            m.assignment_dirty = false;
+            if !revoking.is_empty() {
+                m.revoke_pushed = revoking;
+            }
+        }
+        if all_settled {
+            if let Some((since, generation)) = self.reconciling.take() {
+                if !self.members.is_empty() {
+                    ctx.event(Event::RebalanceCompleted {
+                        group: self.name.to_string(),
+                        generation,
+                        duration: now.saturating_duration_since(since),
+                    });
+                }
+            }
+        }
+        self.schedule_group_timer(ctx);
+    }
+
+    /// Releases partitions a member acknowledged. Only partitions it owns and no longer
+    /// targets are released; anything else in the list is ignored.
+    pub(crate) fn acknowledge(&mut self, id: &Arc<str>, acked: &[TopicPartition]) -> bool {
+        let Some(m) = self.members.get_mut(id) else {
+            return false;
+        };
+        let mut changed = false;
+        for tp in acked {
+            if !m.target.contains(tp) && m.owned.remove(tp) {
+                m.released.insert(*tp);
+                self.owners.remove(tp);
+                changed = true;
+            }
+        }
+        if changed {
+            m.assignment_dirty = true;
+            self.snapshot_dirty = true;
+        }
+        changed
+    }
+
+    // ----------------------------------------------------------------------------------
+    // Inspection and persistence
+    // ----------------------------------------------------------------------------------
+
+    pub(crate) fn describe_member(&self, m: &Member, now: Instant) -> MemberDescription {
+        let pending_revoke: Vec<TopicPartition> = m.revoking();
+        let pending_grant: Vec<TopicPartition> = m.target.difference(&m.owned).copied().collect();
+        MemberDescription {
+            member_id: m.id.to_string(),
+            instance_id: m.instance_id.clone(),
+            client_id: m.client_id.clone(),
+            liveness: m.liveness.liveness(now),
+            since_heartbeat_ms: duration_ms(now.saturating_duration_since(m.liveness.last_heard())),
+            since_progress_ms: duration_ms(now.saturating_duration_since(m.last_progress_at)),
+            owned: self.to_wire(&m.owned),
+            pending_revoke: self.to_wire(&pending_revoke),
+            pending_grant: self.to_wire(&pending_grant),
+        }
+    }
+
+    pub(crate) fn snapshot(&self) -> GroupSnapshot {
+        GroupSnapshot {
+            group: self.name.to_string(),
+            generation: self.generation,
+            topics: self
+                .topics
+                .iter()
+                .map(|t| (t.name.clone(), t.partitions))
+                .collect(),
+            members: self
+                .members
+                .values()
+                .map(|m| MemberSnapshot {
+                    member_id: m.id.to_string(),
+                    instance_id: m.instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    join_token: m.join_token,
+                    session_timeout_ms: duration_ms(m.session_timeout) as u32,
+                    progress_timeout_ms: duration_ms(m.progress_timeout) as u32,
+                    rebalance_timeout_ms: duration_ms(m.rebalance_timeout) as u32,
+                    subscription: m.subscription.clone(),
+                    generation: m.generation,
+                    owned: m.owned.iter().map(|tp| (tp.topic, tp.partition)).collect(),
+                    target: m.target.iter().map(|tp| (tp.topic, tp.partition)).collect(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Rebuilds a group from its snapshot; every member gets fresh deadlines from `now`.
+    pub(crate) fn restore(ctx: &mut Ctx<'_>, snapshot: GroupSnapshot) -> Self {
+        let mut group = Self::new(Arc::from(snapshot.group.as_str()));
+        group.generation = snapshot.generation;
+        for (name, partitions) in snapshot.topics {
+            let idx = group.topics.len() as u32;
+            group.topic_index.insert(name.clone(), idx);
+            group.topics.push(Topic {
+                name,
+                partitions,
+                subscribers: 0,
+            });
+        }
+        let topic_count = group.topics.len() as u32;
+        for ms in snapshot.members {
+            let subscription: Vec<u32> = ms
+                .subscription
+                .iter()
+                .copied()
+                .filter(|&t| t < topic_count)
+                .collect();
+            for &t in &subscription {
+                group.topics[t as usize].subscribers += 1;
+            }
+            let tp = |(topic, partition): &(u32, u32)| TopicPartition {
+                topic: *topic,
+                partition: *partition,
+            };
+            let mut member = group.new_member(
+                ctx.now,
+                Arc::from(ms.member_id.as_str()),
+                ms.instance_id,
+                ms.client_id,
+                ms.join_token,
+                None,
+                (
+                    Duration::from_millis(u64::from(ms.session_timeout_ms)),
+                    Duration::from_millis(u64::from(ms.progress_timeout_ms)),
+                    Duration::from_millis(u64::from(ms.rebalance_timeout_ms)),
+                ),
+                subscription,
+            );
+            member.generation = ms.generation;
+            // A partition claimed twice (impossible unless the file was edited) stays
+            // with the first claimant.
+            member.owned = ms
+                .owned
+                .iter()
+                .map(tp)
+                .filter(|tp| !group.owners.contains_key(tp))
+                .collect();
+            member.target = ms.target.iter().map(tp).collect();
+            group.insert_member(ctx, member);
+        }
+        if group.members.values().any(|m| m.owned != m.target) {
+            group.reconciling = Some((ctx.now, group.generation));
+        }
+        group.snapshot_dirty = false;
+        group.reconcile(ctx);
+        group.snapshot_dirty = false;
+        group
+    }
+}
+
+pub(crate) fn duration_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,1 @@
+//! Randomised schedules checked against the core's invariants.
