@@ -1,0 +1,367 @@
+//! Client and member configuration, and its validation.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use rollcall_protocol::{TopicSubscription, DEFAULT_MAX_FRAME_SIZE};
+
+use crate::error::ConfigError;
+
+/// How a [`Client`](crate::Client) connects, and reconnects after losing its connection.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ClientConfig {
+    /// Sent in the version handshake, for the coordinator's logs.
+    pub client_software: String,
+    /// Bounds a connection attempt: TCP connect plus the version handshake. Default 5 s.
+    pub connect_timeout: Duration,
+    /// The first reconnection delay bound. Default 50 ms.
+    ///
+    /// Reconnection uses exponential backoff with full jitter: attempt `n` (from 0) waits
+    /// a uniformly random time in `[0, min(reconnect_max, reconnect_base * 2^n)]`, so a
+    /// fleet that lost its coordinator at once does not come back in lockstep.
+    pub reconnect_base: Duration,
+    /// The largest reconnection delay bound. Default 5 s.
+    pub reconnect_max: Duration,
+    /// The largest frame accepted from the coordinator, bytes. Default 1 MiB.
+    pub max_frame_size: usize,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        Self {
+            client_software: concat!("rollcall-client/", env!("CARGO_PKG_VERSION")).to_owned(),
+            connect_timeout: Duration::from_secs(5),
+            reconnect_base: Duration::from_millis(50),
+            reconnect_max: Duration::from_secs(5),
+            max_frame_size: DEFAULT_MAX_FRAME_SIZE,
+        }
+    }
+}
+
+/// Default session timeout.
+pub(crate) const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default heartbeat interval, as a divisor of the session timeout.
+pub(crate) const DEFAULT_HEARTBEATS_PER_SESSION: u32 = 5;
+/// Default progress timeout.
+pub(crate) const DEFAULT_PROGRESS_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+/// Default rebalance timeout.
+pub(crate) const DEFAULT_REBALANCE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Smallest default lease safety margin.
+pub(crate) const MIN_DEFAULT_LEASE_MARGIN: Duration = Duration::from_millis(5);
+
+/// How one member joins its group, and the timeouts that govern it.
+///
+/// # Timeouts
+///
+/// - **Session timeout `T`** (default 10 s): the coordinator expels a member it has heard
+///   nothing from for `T`. Any frame counts; heartbeats are what keep an idle member
+///   heard.
+/// - **Heartbeat interval `I`** (default `T / 5`, so 2 s): heartbeats go out at uniformly
+///   random intervals in `[0.8 I, I]` so that a fleet restarted together does not beat in
+///   lockstep; `I` is the longest gap between two beats. A session therefore survives
+///   `floor(T / I) - 1` consecutive lost beats (4 with the defaults), less whatever the
+///   network delays the next one. Raising `T` or lowering `I` tolerates more loss but
+///   detects a dead process later or costs more traffic; a false expulsion costs a
+///   rebalance and moving the member's partitions, so keep a margin. The coordinator may
+///   suggest a shorter interval at join, which is then used instead.
+/// - **Progress timeout** (default 5 min): a member whose heartbeats continue but whose
+///   application makes no progress for this long is expelled (reason
+///   `ProgressExpired`). Progress is every call to
+///   [`Member::next_event`](crate::Member::next_event) or
+///   [`Member::mark_progress`](crate::Member::mark_progress), and the time spent waiting
+///   inside `next_event`.
+/// - **Rebalance timeout** (default 60 s): how long the application may take to
+///   acknowledge a revocation before the member is expelled.
+/// - **Lease safety margin `M`** (default 5 % of `T`, at least 5 ms): each acknowledged
+///   heartbeat extends the member's lease to `sent + T - M`, where `sent` is when that
+///   heartbeat was written. The coordinator hands a silent member's partitions to
+///   another member no earlier than `received + T` for the last frame it received, and
+///   `received >= sent`, so while the lease runs no other member can own them; `M`
+///   absorbs the two clocks running at slightly different rates. When the lease runs out
+///   the member reports its partitions lost. `T - M` must exceed `I`, or the lease would
+///   lapse between two beats.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct MemberConfig {
+    /// The group to join.
+    pub group: String,
+    /// Subscribed topics with their partition counts.
+    pub topics: Vec<TopicSubscription>,
+    /// Static membership: a stable id for this process across restarts. A process that
+    /// restarts with the same id within its session timeout takes its partitions back
+    /// without a rebalance; a second live process with the same id fences the first.
+    pub instance_id: Option<String>,
+    /// Free-form name shown by the coordinator's describe. Default `"rollcall-client"`.
+    pub client_id: String,
+    /// Session timeout `T`.
+    pub session_timeout: Duration,
+    /// Heartbeat interval `I`; `None` means `T / 5`.
+    pub heartbeat_interval: Option<Duration>,
+    /// Progress timeout.
+    pub progress_timeout: Duration,
+    /// Rebalance timeout.
+    pub rebalance_timeout: Duration,
+    /// Lease safety margin `M`; `None` means 5 % of `T`, at least 5 ms.
+    pub lease_margin: Option<Duration>,
+}
+
+impl MemberConfig {
+    /// A member of `group` subscribing to `topics` (name, partition count), with every
+    /// other setting at its default.
+    pub fn new<S: Into<String>>(
+        group: impl Into<String>,
+        topics: impl IntoIterator<Item = (S, u32)>,
+    ) -> Self {
+        Self {
+            group: group.into(),
+            topics: topics
+                .into_iter()
+                .map(|(topic, partitions)| TopicSubscription {
+                    topic: topic.into(),
+                    partitions,
+                })
+                .collect(),
+            instance_id: None,
+            client_id: "rollcall-client".to_owned(),
+            session_timeout: DEFAULT_SESSION_TIMEOUT,
+            heartbeat_interval: None,
+            progress_timeout: DEFAULT_PROGRESS_TIMEOUT,
+            rebalance_timeout: DEFAULT_REBALANCE_TIMEOUT,
+            lease_margin: None,
+        }
+    }
+
+    /// Sets the static instance id.
+    pub fn with_instance_id(mut self, id: impl Into<String>) -> Self {
+        self.instance_id = Some(id.into());
+        self
+    }
+
+    /// Sets the client id.
+    pub fn with_client_id(mut self, id: impl Into<String>) -> Self {
+        self.client_id = id.into();
+        self
+    }
+
+    /// Sets the session timeout (and, unless set explicitly, the derived interval and
+    /// margin follow it).
+    pub fn with_session_timeout(mut self, timeout: Duration) -> Self {
+        self.session_timeout = timeout;
+        self
+    }
+
+    /// Sets the heartbeat interval.
+    pub fn with_heartbeat_interval(mut self, interval: Duration) -> Self {
+        self.heartbeat_interval = Some(interval);
+        self
+    }
+
+    /// Sets the progress timeout.
+    pub fn with_progress_timeout(mut self, timeout: Duration) -> Self {
+        self.progress_timeout = timeout;
+        self
+    }
+
+    /// Sets the rebalance timeout.
+    pub fn with_rebalance_timeout(mut self, timeout: Duration) -> Self {
+        self.rebalance_timeout = timeout;
+        self
+    }
+
+    /// Sets the lease safety margin.
+    pub fn with_lease_margin(mut self, margin: Duration) -> Self {
+        self.lease_margin = Some(margin);
+        self
+    }
+
+    /// The heartbeat interval in effect before the coordinator suggests one.
+    pub fn effective_heartbeat_interval(&self) -> Duration {
+        self.heartbeat_interval
+            .unwrap_or(self.session_timeout / DEFAULT_HEARTBEATS_PER_SESSION)
+    }
+
+    /// The lease safety margin in effect.
+    pub fn effective_lease_margin(&self) -> Duration {
+        self.lease_margin
+            .unwrap_or_else(|| (self.session_timeout / 20).max(MIN_DEFAULT_LEASE_MARGIN))
+    }
+
+    /// Checks the configuration; [`Client::join`](crate::Client::join) does the same.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.resolve().map(drop)
+    }
+
+    pub(crate) fn resolve(&self) -> Result<Settings, ConfigError> {
+        if self.group.is_empty() {
+            return Err(ConfigError::EmptyGroup);
+        }
+        if self.topics.is_empty() {
+            return Err(ConfigError::NoTopics);
+        }
+        let mut seen = BTreeSet::new();
+        for t in &self.topics {
+            if t.topic.is_empty() {
+                return Err(ConfigError::EmptyTopic);
+            }
+            if t.partitions == 0 {
+                return Err(ConfigError::NoPartitions {
+                    topic: t.topic.clone(),
+                });
+            }
+            if !seen.insert(t.topic.as_str()) {
+                return Err(ConfigError::DuplicateTopic {
+                    topic: t.topic.clone(),
+                });
+            }
+        }
+        if self.instance_id.as_deref() == Some("") {
+            return Err(ConfigError::EmptyInstanceId);
+        }
+        let session_timeout = self.session_timeout;
+        let heartbeat_interval = self.effective_heartbeat_interval();
+        let lease_margin = self.effective_lease_margin();
+        for (which, d) in [
+            ("session timeout", session_timeout),
+            ("heartbeat interval", heartbeat_interval),
+            ("progress timeout", self.progress_timeout),
+            ("rebalance timeout", self.rebalance_timeout),
+        ] {
+            if d.is_zero() {
+                return Err(ConfigError::ZeroTimeout { which });
+            }
+        }
+        let session_timeout_ms = millis("session timeout", session_timeout)?;
+        let progress_timeout_ms = millis("progress timeout", self.progress_timeout)?;
+        let rebalance_timeout_ms = millis("rebalance timeout", self.rebalance_timeout)?;
+        if heartbeat_interval >= session_timeout {
+            return Err(ConfigError::HeartbeatIntervalTooLong {
+                interval: heartbeat_interval,
+                session_timeout,
+            });
+        }
+        if lease_margin >= session_timeout {
+            return Err(ConfigError::LeaseMarginTooLarge {
+                margin: lease_margin,
+                session_timeout,
+            });
+        }
+        if session_timeout - lease_margin <= heartbeat_interval {
+            return Err(ConfigError::LeaseShorterThanInterval {
+                lease: session_timeout - lease_margin,
+                interval: heartbeat_interval,
+            });
+        }
+        Ok(Settings {
+            group: self.group.clone(),
+            subscription: self.topics.clone(),
+            instance_id: self.instance_id.clone(),
+            client_id: self.client_id.clone(),
+            session_timeout,
+            session_timeout_ms,
+            heartbeat_interval,
+            progress_timeout_ms,
+            rebalance_timeout_ms,
+            lease_margin,
+        })
+    }
+}
+
+fn millis(which: &'static str, d: Duration) -> Result<u32, ConfigError> {
+    u32::try_from(d.as_millis()).map_err(|_| ConfigError::TimeoutTooLarge { which, value: d })
+}
+
+/// A validated member configuration, with every default resolved.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(crate) group: String,
+    pub(crate) subscription: Vec<TopicSubscription>,
+    pub(crate) instance_id: Option<String>,
+    pub(crate) client_id: String,
+    pub(crate) session_timeout: Duration,
+    pub(crate) session_timeout_ms: u32,
+    pub(crate) heartbeat_interval: Duration,
+    pub(crate) progress_timeout_ms: u32,
+    pub(crate) rebalance_timeout_ms: u32,
+    pub(crate) lease_margin: Duration,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> MemberConfig {
+        MemberConfig::new("g", [("t", 4)])
+    }
+
+    #[test]
+    fn defaults_are_valid_and_documented() {
+        let c = base();
+        let s = c.resolve().unwrap();
+        assert_eq!(s.session_timeout, Duration::from_secs(10));
+        assert_eq!(s.heartbeat_interval, Duration::from_secs(2));
+        assert_eq!(s.lease_margin, Duration::from_millis(500));
+        assert_eq!(s.progress_timeout_ms, 300_000);
+        assert_eq!(s.rebalance_timeout_ms, 60_000);
+        let short = base().with_session_timeout(Duration::from_millis(60));
+        assert_eq!(short.effective_lease_margin(), MIN_DEFAULT_LEASE_MARGIN);
+    }
+
+    #[test]
+    fn invalid_configurations_are_refused() {
+        let cases: Vec<(MemberConfig, fn(&ConfigError) -> bool)> = vec![
+            (MemberConfig::new("", [("t", 1)]), |e| {
+                matches!(e, ConfigError::EmptyGroup)
+            }),
+            (MemberConfig::new("g", Vec::<(String, u32)>::new()), |e| {
+                matches!(e, ConfigError::NoTopics)
+            }),
+            (MemberConfig::new("g", [("", 1)]), |e| {
+                matches!(e, ConfigError::EmptyTopic)
+            }),
+            (MemberConfig::new("g", [("t", 0)]), |e| {
+                matches!(e, ConfigError::NoPartitions { .. })
+            }),
+            (MemberConfig::new("g", [("t", 1), ("t", 2)]), |e| {
+                matches!(e, ConfigError::DuplicateTopic { .. })
+            }),
+            (base().with_instance_id(""), |e| {
+                matches!(e, ConfigError::EmptyInstanceId)
+            }),
+            (base().with_session_timeout(Duration::ZERO), |e| {
+                matches!(e, ConfigError::ZeroTimeout { .. })
+            }),
+            (base().with_progress_timeout(Duration::ZERO), |e| {
+                matches!(e, ConfigError::ZeroTimeout { .. })
+            }),
+            (base().with_rebalance_timeout(Duration::ZERO), |e| {
+                matches!(e, ConfigError::ZeroTimeout { .. })
+            }),
+            (base().with_heartbeat_interval(Duration::ZERO), |e| {
+                matches!(e, ConfigError::ZeroTimeout { .. })
+            }),
+            (
+                base().with_heartbeat_interval(Duration::from_secs(10)),
+                |e| matches!(e, ConfigError::HeartbeatIntervalTooLong { .. }),
+            ),
+            (base().with_lease_margin(Duration::from_secs(10)), |e| {
+                matches!(e, ConfigError::LeaseMarginTooLarge { .. })
+            }),
+            (
+                base()
+                    .with_heartbeat_interval(Duration::from_secs(5))
+                    .with_lease_margin(Duration::from_secs(5)),
+                |e| matches!(e, ConfigError::LeaseShorterThanInterval { .. }),
+            ),
+            (
+                base().with_progress_timeout(Duration::from_secs(u64::from(u32::MAX))),
+                |e| matches!(e, ConfigError::TimeoutTooLarge { .. }),
+            ),
+        ];
+        for (config, expected) in cases {
+            let err = config.validate().unwrap_err();
+            assert!(expected(&err), "{config:?} gave {err:?}");
+            assert!(!err.to_string().is_empty());
+        }
+    }
+}

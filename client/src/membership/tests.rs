@@ -1,0 +1,1062 @@
+//! The membership state machine under simulated time: no sockets, no sleeps.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use rollcall_protocol::{
+    AssignmentPush, CommitOffsetsResponse, ErrorCode, ExpelReason, ExpelledPush, HeartbeatResponse,
+    JoinResponse, PartitionResult, Push, Request, Response, RevokePush,
+};
+
+use super::{BackoffConfig, Membership, RequestId};
+use crate::config::MemberConfig;
+use crate::error::{CommitError, FatalError, LeaveError};
+use crate::types::{to_wire, Event, LostReason, Offset, PartitionSet, TopicPartition};
+
+const SESSION: Duration = Duration::from_millis(1000);
+const INTERVAL: Duration = Duration::from_millis(200);
+const MARGIN: Duration = Duration::from_millis(50);
+const MS: Duration = Duration::from_millis(1);
+
+fn tp(p: u32) -> TopicPartition {
+    TopicPartition::new("t", p)
+}
+
+fn set(ps: &[u32]) -> PartitionSet {
+    ps.iter().map(|p| tp(*p)).collect()
+}
+
+fn config() -> MemberConfig {
+    MemberConfig::new("g", [("t", 8)])
+        .with_session_timeout(SESSION)
+        .with_heartbeat_interval(INTERVAL)
+        .with_lease_margin(MARGIN)
+        .with_rebalance_timeout(Duration::from_secs(5))
+}
+
+/// A membership with a simulated clock and a log of what it sent.
+struct Harness {
+    m: Membership,
+    now: Instant,
+    /// Requests sent and not answered yet, with their send instants.
+    outbox: VecDeque<(RequestId, Request, Instant)>,
+    /// Answer every heartbeat as soon as it is sent (and log it in `beats`).
+    auto_ack: bool,
+    beats: Vec<(rollcall_protocol::HeartbeatRequest, Instant)>,
+}
+
+impl Harness {
+    fn new() -> Self {
+        Self::with_config(config(), 1)
+    }
+
+    fn with_config(config: MemberConfig, seed: u64) -> Self {
+        let now = Instant::now();
+        let backoff = BackoffConfig {
+            base: Duration::from_millis(10),
+            max: Duration::from_millis(100),
+        };
+        Self {
+            m: Membership::new(config.resolve().unwrap(), backoff, seed, now),
+            now,
+            outbox: VecDeque::new(),
+            auto_ack: false,
+            beats: Vec::new(),
+        }
+    }
+
+    /// Collects everything the membership wants to send now.
+    fn flush(&mut self) {
+        while let Some((id, req)) = self.m.poll_transmit(self.now) {
+            match req {
+                Request::Heartbeat(b) if self.auto_ack => {
+                    self.beats.push((b, self.now));
+                    self.ack_heartbeat(id);
+                }
+                req => self.outbox.push_back((id, req, self.now)),
+            }
+        }
+    }
+
+    /// Advances the clock to `now + d`, firing every timer on the way and collecting
+    /// what is sent when.
+    fn advance(&mut self, d: Duration) {
+        let target = self.now + d;
+        while let Some(wake) = self.m.poll_timeout() {
+            if wake > target {
+                break;
+            }
+            self.now = self.now.max(wake);
+            self.m.handle_timeout(self.now);
+            self.flush();
+            if self.m.poll_timeout() == Some(wake) && wake <= self.now {
+                // Nothing consumed the wake-up: avoid spinning.
+                break;
+            }
+        }
+        self.now = target;
+        self.m.handle_timeout(self.now);
+        self.flush();
+    }
+
+    fn connect(&mut self) {
+        self.m.handle_connected(self.now);
+        self.flush();
+    }
+
+    fn disconnect(&mut self) {
+        self.m.handle_disconnected(self.now);
+        self.outbox.clear();
+    }
+
+    fn pop(&mut self) -> (RequestId, Request, Instant) {
+        self.outbox.pop_front().expect("a request was sent")
+    }
+
+    fn pop_join(&mut self) -> (RequestId, rollcall_protocol::JoinRequest) {
+        match self.pop() {
+            (id, Request::Join(j), _) => (id, j),
+            other => panic!("expected a join, got {other:?}"),
+        }
+    }
+
+    fn pop_heartbeat(&mut self) -> (RequestId, rollcall_protocol::HeartbeatRequest, Instant) {
+        match self.pop() {
+            (id, Request::Heartbeat(h), at) => (id, h, at),
+            other => panic!("expected a heartbeat, got {other:?}"),
+        }
+    }
+
+    fn heartbeats(&mut self) -> Vec<(RequestId, rollcall_protocol::HeartbeatRequest, Instant)> {
+        let mut out = Vec::new();
+        while let Some((id, req, at)) = self.outbox.pop_front() {
+            match req {
+                Request::Heartbeat(h) => out.push((id, h, at)),
+                other => panic!("expected only heartbeats, got {other:?}"),
+            }
+        }
+        out
+    }
+
+    fn respond(&mut self, id: RequestId, response: Response) {
+        self.m.handle_response(id, response, self.now);
+        self.flush();
+    }
+
+    fn ack_heartbeat(&mut self, id: RequestId) {
+        self.respond(
+            id,
+            Response::Heartbeat(HeartbeatResponse {
+                generation: 1,
+                session_timeout_ms: 1000,
+            }),
+        );
+    }
+
+    fn push(&mut self, push: Push) {
+        assert!(self.m.accepts_push(&push) || self.m.accepts_early_push(&push));
+        self.m.handle_push(push, self.now);
+        self.flush();
+    }
+
+    fn assign(&mut self, member: &str, generation: u32, ps: &[u32]) {
+        self.push(Push::Assignment(AssignmentPush {
+            group: "g".into(),
+            member_id: member.into(),
+            generation,
+            partitions: to_wire(&set(ps)),
+        }));
+    }
+
+    fn revoke(&mut self, member: &str, generation: u32, ps: &[u32]) {
+        self.push(Push::Revoke(RevokePush {
+            group: "g".into(),
+            member_id: member.into(),
+            generation,
+            partitions: to_wire(&set(ps)),
+        }));
+    }
+
+    fn expel(&mut self, member: &str, reason: ExpelReason) {
+        self.push(Push::Expelled(ExpelledPush {
+            group: "g".into(),
+            member_id: member.into(),
+            reason,
+            message: "test".into(),
+        }));
+    }
+
+    fn events(&mut self) -> Vec<Event> {
+        std::iter::from_fn(|| self.m.poll_event()).collect()
+    }
+
+    /// Connects, joins as `member` and receives `ps` at generation 1.
+    fn joined(member: &str, ps: &[u32]) -> Self {
+        let mut h = Self::new();
+        h.connect();
+        let (id, _) = h.pop_join();
+        h.respond(id, join_ok(member));
+        assert_eq!(h.m.take_join_result(), Some(Ok(())));
+        h.assign(member, 1, ps);
+        let expected = if ps.is_empty() {
+            vec![]
+        } else {
+            vec![Event::Assigned {
+                partitions: set(ps),
+                generation: 1,
+            }]
+        };
+        assert_eq!(h.events(), expected);
+        h
+    }
+}
+
+fn join_ok(member: &str) -> Response {
+    Response::Join(JoinResponse {
+        member_id: member.into(),
+        generation: 1,
+        heartbeat_interval_ms: 0,
+    })
+}
+
+fn error(code: ErrorCode) -> Response {
+    Response::error(0, code, "test")
+}
+
+#[test]
+fn nothing_is_sent_before_connecting() {
+    let mut h = Harness::new();
+    h.advance(Duration::from_secs(5));
+    assert!(h.outbox.is_empty());
+    assert_eq!(h.m.poll_timeout(), None);
+}
+
+#[test]
+fn join_carries_the_configuration_and_a_nonzero_token() {
+    let mut h = Harness::with_config(config().with_instance_id("i-1").with_client_id("c"), 3);
+    h.connect();
+    let (_, j) = h.pop_join();
+    assert_eq!(j.group, "g");
+    assert_eq!(j.member_id, None);
+    assert_eq!(j.instance_id.as_deref(), Some("i-1"));
+    assert_eq!(j.client_id, "c");
+    assert_ne!(j.join_token, 0);
+    assert_eq!(j.subscription.len(), 1);
+    assert_eq!(j.session_timeout_ms, 1000);
+    assert_eq!(j.rebalance_timeout_ms, 5000);
+    // Only one join in flight.
+    h.advance(Duration::from_secs(1));
+    assert!(h.outbox.is_empty());
+}
+
+#[test]
+fn heartbeats_follow_a_jittered_schedule_never_longer_than_the_interval() {
+    let mut h = Harness::joined("m1", &[0, 1]);
+    h.auto_ack = true;
+    h.advance(Duration::from_secs(10));
+    assert!(h.events().is_empty());
+    let beats = std::mem::take(&mut h.beats);
+    assert!(beats.len() >= 50, "{} beats in 10 s", beats.len());
+    let gaps: Vec<Duration> = beats.windows(2).map(|w| w[1].1 - w[0].1).collect();
+    assert!(gaps
+        .iter()
+        .all(|g| *g <= INTERVAL && *g >= INTERVAL * 8 / 10));
+    assert!(gaps.iter().max().unwrap() > gaps.iter().min().unwrap());
+    for (i, (b, _)) in beats.iter().enumerate() {
+        assert_eq!(b.member_id, "m1");
+        assert_eq!(b.generation, 1);
+        assert_eq!(b.sequence, i as u64 + 1);
+    }
+}
+
+#[test]
+fn members_started_together_do_not_beat_in_lockstep() {
+    let mut a = Harness::with_config(config(), 1);
+    let mut b = Harness::with_config(config(), 2);
+    a.now = b.now;
+    for h in [&mut a, &mut b] {
+        h.auto_ack = true;
+        h.connect();
+        let (id, _) = h.pop_join();
+        h.respond(id, join_ok("m"));
+        h.advance(Duration::from_secs(2));
+    }
+    let ta: Vec<_> = a.beats.iter().map(|x| x.1).collect();
+    let tb: Vec<_> = b.beats.iter().map(|x| x.1).collect();
+    assert!(ta.len() > 5);
+    assert_ne!(ta, tb);
+}
+
+#[test]
+fn the_coordinator_may_shorten_the_interval() {
+    let mut h = Harness::new();
+    h.auto_ack = true;
+    h.connect();
+    let (id, _) = h.pop_join();
+    h.respond(
+        id,
+        Response::Join(JoinResponse {
+            member_id: "m".into(),
+            generation: 1,
+            heartbeat_interval_ms: 50,
+        }),
+    );
+    h.advance(Duration::from_secs(1));
+    assert!(h.beats.len() >= 20);
+}
+
+#[test]
+fn a_push_that_overtakes_the_join_response_is_kept() {
+    let mut h = Harness::new();
+    h.connect();
+    let (id, _) = h.pop_join();
+    h.assign("m1", 1, &[2, 3]);
+    // A push for another member of the group, also early: dropped once the id is known.
+    h.assign("other", 1, &[4]);
+    assert!(h.events().is_empty());
+    h.respond(id, join_ok("m1"));
+    assert_eq!(
+        h.events(),
+        vec![Event::Assigned {
+            partitions: set(&[2, 3]),
+            generation: 1
+        }]
+    );
+    assert_eq!(h.m.assignment().partitions, set(&[2, 3]));
+}
+
+#[test]
+fn assignments_are_full_sets_and_only_additions_are_announced() {
+    let mut h = Harness::joined("m", &[0, 1]);
+    h.assign("m", 2, &[0, 1, 2]);
+    assert_eq!(
+        h.events(),
+        vec![Event::Assigned {
+            partitions: set(&[2]),
+            generation: 2
+        }]
+    );
+    // The same assignment again (a re-push) changes nothing.
+    h.assign("m", 2, &[0, 1, 2]);
+    assert!(h.events().is_empty());
+    assert_eq!(h.m.assignment().generation, 2);
+}
+
+#[test]
+fn revocation_is_held_until_acknowledged_and_commits_before_the_ack_are_sent() {
+    let mut h = Harness::joined("m", &[0, 1, 2]);
+    h.advance(Duration::from_millis(1));
+    h.outbox.clear();
+    h.revoke("m", 2, &[1, 2]);
+    assert_eq!(
+        h.events(),
+        vec![Event::RevokeRequested {
+            partitions: set(&[1, 2]),
+            generation: 2
+        }]
+    );
+    let a = h.m.assignment();
+    assert_eq!(a.partitions, set(&[0, 1, 2]));
+    assert_eq!(a.revoking, set(&[1, 2]));
+
+    // Heartbeats before the ack carry no acknowledgement.
+    h.advance(INTERVAL);
+    assert!(h
+        .heartbeats()
+        .iter()
+        .all(|(_, b, _)| b.acked_revocations.is_empty()));
+
+    // A commit on a partition being revoked goes out.
+    let (cid, req) = h.m.commit(vec![Offset::new(tp(1), 42)], h.now).unwrap();
+    match req {
+        Request::CommitOffsets(c) => {
+            assert_eq!(c.member_id.as_deref(), Some("m"));
+            assert_eq!(c.offsets[0].offset, 42);
+        }
+        other => panic!("{other:?}"),
+    }
+    let ok = Response::CommitOffsets(CommitOffsetsResponse {
+        results: vec![PartitionResult {
+            topic: "t".into(),
+            partition: 1,
+            error: ErrorCode::None,
+        }],
+    });
+    assert_eq!(h.m.handle_commit_response(cid, ok, h.now), Ok(()));
+
+    // The ack goes out at once, in a heartbeat.
+    h.m.ack([tp(1)], h.now);
+    h.flush();
+    let (hb, beat, _) = h.pop_heartbeat();
+    assert_eq!(beat.acked_revocations, to_wire(&set(&[1])));
+    // Released partitions are no longer held: commits on them fail locally.
+    assert_eq!(h.m.assignment().partitions, set(&[0, 2]));
+    assert_eq!(
+        h.m.commit(vec![Offset::new(tp(1), 43)], h.now).unwrap_err(),
+        CommitError::PartitionRevoked {
+            partitions: vec![tp(1)]
+        }
+    );
+    h.ack_heartbeat(hb);
+    // The coordinator then drops it from the assignment: no loss is reported.
+    h.assign("m", 2, &[0, 2]);
+    assert!(h.events().is_empty());
+    assert_eq!(
+        h.m.commit(vec![Offset::new(tp(1), 43)], h.now).unwrap_err(),
+        CommitError::NotOwner {
+            partitions: vec![tp(1)]
+        }
+    );
+}
+
+#[test]
+fn an_unanswered_ack_is_sent_again_after_a_reconnect() {
+    let mut h = Harness::joined("m", &[0, 1]);
+    h.revoke("m", 2, &[1]);
+    h.events();
+    h.m.ack([tp(1)], h.now);
+    h.flush();
+    let (_, beat, _) = h.pop_heartbeat();
+    assert_eq!(beat.acked_revocations, to_wire(&set(&[1])));
+    h.disconnect();
+    h.advance(10 * MS);
+    h.connect();
+    let (_, probe, _) = h.pop_heartbeat();
+    assert_eq!(probe.member_id, "m");
+    assert_eq!(probe.acked_revocations, to_wire(&set(&[1])));
+}
+
+#[test]
+fn the_lease_runs_from_the_send_instant_of_the_acknowledged_heartbeat() {
+    let mut h = Harness::joined("m", &[0]);
+    let joined_at = h.now;
+    assert_eq!(h.m.lease_deadline(), Some(joined_at + SESSION - MARGIN));
+    h.advance(INTERVAL);
+    let (id, _, sent) = h.heartbeats().remove(0);
+    // The answer is slow: it arrives 300 ms after the beat was written.
+    h.now = sent + 300 * MS;
+    h.ack_heartbeat(id);
+    assert_eq!(h.m.lease_deadline(), Some(sent + SESSION - MARGIN));
+}
+
+#[test]
+fn slow_acknowledgements_within_the_lease_keep_the_partitions() {
+    let mut h = Harness::joined("m", &[0, 1]);
+    // Every beat is acknowledged 700 ms late (well under the 950 ms lease).
+    let mut pending: VecDeque<(RequestId, Instant)> = VecDeque::new();
+    for _ in 0..500 {
+        h.advance(10 * MS);
+        for (id, _, at) in h.heartbeats() {
+            pending.push_back((id, at));
+        }
+        while pending
+            .front()
+            .is_some_and(|(_, at)| h.now >= *at + 700 * MS)
+        {
+            let (id, _) = pending.pop_front().unwrap();
+            h.ack_heartbeat(id);
+        }
+        assert!(h.events().is_empty(), "stood down at {:?}", h.now);
+    }
+    assert_eq!(h.m.assignment().partitions, set(&[0, 1]));
+    assert!(h.m.lease_deadline().unwrap() > h.now);
+}
+
+#[test]
+fn an_expired_lease_reports_the_partitions_lost_at_once() {
+    let mut h = Harness::joined("m", &[0, 1]);
+    h.advance(INTERVAL);
+    let beats = h.heartbeats();
+    let (id, _, sent) = beats[0];
+    h.ack_heartbeat(id);
+    let deadline = sent + SESSION - MARGIN;
+    assert_eq!(h.m.lease_deadline(), Some(deadline));
+    // Nothing is acknowledged any more (the beats vanish).
+    h.advance(deadline - h.now - MS);
+    assert!(h.events().is_empty());
+    assert!(h.m.assignment().partitions.len() == 2);
+    h.advance(MS);
+    assert_eq!(h.now, deadline);
+    assert_eq!(
+        h.events(),
+        vec![Event::Lost {
+            partitions: set(&[0, 1]),
+            reason: LostReason::LeaseExpired
+        }]
+    );
+    assert!(h.m.assignment().partitions.is_empty());
+    assert_eq!(h.m.lease_deadline(), None);
+    assert_eq!(
+        h.m.commit(vec![Offset::new(tp(0), 1)], h.now).unwrap_err(),
+        CommitError::LeaseExpired
+    );
+    // A late acknowledgement changes nothing.
+    for (id, _, _) in beats.into_iter().skip(1) {
+        h.ack_heartbeat(id);
+    }
+    assert!(h.events().is_empty());
+    h.outbox
+        .retain(|(_, r, _)| !matches!(r, Request::Heartbeat(_)));
+    // It rejoins as the same member, with a fresh token.
+    let (jid, j) = h.pop_join();
+    assert_eq!(j.member_id.as_deref(), Some("m"));
+    h.respond(jid, join_ok("m"));
+    h.assign("m", 1, &[0, 1]);
+    assert_eq!(
+        h.events(),
+        vec![Event::Assigned {
+            partitions: set(&[0, 1]),
+            generation: 1
+        }]
+    );
+}
+
+#[test]
+fn the_lease_expires_while_disconnected_and_the_member_rejoins_on_reconnect() {
+    let mut h = Harness::joined("m", &[3]);
+    h.disconnect();
+    h.advance(SESSION);
+    assert_eq!(
+        h.events(),
+        vec![Event::Lost {
+            partitions: set(&[3]),
+            reason: LostReason::LeaseExpired
+        }]
+    );
+    assert!(h.outbox.is_empty());
+    h.connect();
+    let (jid, j) = h.pop_join();
+    assert_eq!(j.member_id.as_deref(), Some("m"));
+    // The coordinator forgot it: it joins afresh.
+    h.respond(jid, error(ErrorCode::UnknownMember));
+    let (_, j) = h.pop_join();
+    assert_eq!(j.member_id, None);
+}
+
+#[test]
+fn reconnecting_within_the_lease_resumes_and_reconciles() {
+    let mut h = Harness::joined("m", &[0, 1, 2]);
+    h.disconnect();
+    h.advance(300 * MS);
+    assert!(h.events().is_empty());
+    h.connect();
+    // The probe carries the same member id and generation.
+    let (id, probe, _) = h.pop_heartbeat();
+    assert_eq!((probe.member_id.as_str(), probe.generation), ("m", 1));
+    h.ack_heartbeat(id);
+    // The coordinator re-pushes: 0 and 1 continue, 2 moved meanwhile, 5 is new.
+    h.assign("m", 2, &[0, 1, 5]);
+    assert_eq!(
+        h.events(),
+        vec![
+            Event::Lost {
+                partitions: set(&[2]),
+                reason: LostReason::Reassigned
+            },
+            Event::Assigned {
+                partitions: set(&[5]),
+                generation: 2
+            },
+        ]
+    );
+    assert_eq!(h.m.assignment().partitions, set(&[0, 1, 5]));
+}
+
+#[test]
+fn reconnecting_to_a_coordinator_that_forgot_the_member_loses_everything_and_rejoins() {
+    for code in [ErrorCode::UnknownMember, ErrorCode::MemberExpelled] {
+        let mut h = Harness::joined("m", &[0, 1]);
+        let (_, first) = {
+            h.disconnect();
+            h.connect();
+            let (id, probe, _) = h.pop_heartbeat();
+            (id, probe)
+        };
+        assert_eq!(first.member_id, "m");
+        let id = h.m.in_flight.keys().copied().next().unwrap();
+        h.respond(id, error(code));
+        assert_eq!(
+            h.events(),
+            vec![Event::Lost {
+                partitions: set(&[0, 1]),
+                reason: LostReason::MembershipGone
+            }]
+        );
+        let (_, j) = h.pop_join();
+        assert_eq!(j.member_id, None);
+        assert!(h.m.assignment().partitions.is_empty());
+    }
+}
+
+#[test]
+fn a_join_retried_after_a_lost_connection_keeps_its_token() {
+    let mut h = Harness::new();
+    h.connect();
+    let (_, first) = h.pop_join();
+    h.disconnect();
+    h.connect();
+    let (_, again) = h.pop_join();
+    assert_eq!(first.join_token, again.join_token);
+}
+
+#[test]
+fn a_transient_join_error_is_retried_after_a_backoff_with_the_same_token() {
+    let mut h = Harness::new();
+    h.connect();
+    let (id, first) = h.pop_join();
+    h.respond(id, error(ErrorCode::StorageFailure));
+    assert!(h.outbox.is_empty() || h.now >= h.m.poll_timeout().unwrap());
+    h.advance(200 * MS);
+    let (_, again) = h.pop_join();
+    assert_eq!(first.join_token, again.join_token);
+}
+
+#[test]
+fn a_refused_configuration_fails_the_join() {
+    for code in [
+        ErrorCode::InconsistentSubscription,
+        ErrorCode::InvalidSessionTimeout,
+        ErrorCode::InvalidRequest,
+        ErrorCode::GroupFull,
+        ErrorCode::TooManyPartitions,
+    ] {
+        let mut h = Harness::new();
+        h.connect();
+        let (id, _) = h.pop_join();
+        h.respond(id, error(code));
+        assert_eq!(
+            h.m.take_join_result(),
+            Some(Err(FatalError::Refused {
+                code,
+                message: "test".into()
+            }))
+        );
+        assert!(h.m.is_finished());
+        h.advance(Duration::from_secs(1));
+        assert!(h.outbox.is_empty());
+    }
+}
+
+#[test]
+fn a_refused_rejoin_is_a_fatal_event() {
+    let mut h = Harness::joined("m", &[0]);
+    h.expel("m", ExpelReason::SessionExpired);
+    let (id, _) = h.pop_join();
+    h.respond(id, error(ErrorCode::InconsistentSubscription));
+    let events = h.events();
+    assert!(matches!(
+        events.as_slice(),
+        [
+            Event::Lost {
+                reason: LostReason::Expelled(ExpelReason::SessionExpired),
+                ..
+            },
+            Event::Fatal(FatalError::Refused {
+                code: ErrorCode::InconsistentSubscription,
+                ..
+            })
+        ]
+    ));
+    assert!(h.m.is_finished());
+}
+
+#[test]
+fn fencing_is_fatal() {
+    let mut h = Harness::joined("m", &[0, 1]);
+    h.expel("m", ExpelReason::Fenced);
+    let events = h.events();
+    assert_eq!(
+        events[0],
+        Event::Lost {
+            partitions: set(&[0, 1]),
+            reason: LostReason::Fenced
+        }
+    );
+    assert!(matches!(events[1], Event::Fatal(FatalError::Fenced { .. })));
+    h.advance(Duration::from_secs(2));
+    assert!(h.outbox.is_empty());
+    assert_eq!(
+        h.m.commit(vec![Offset::new(tp(0), 1)], h.now).unwrap_err(),
+        CommitError::Fenced
+    );
+
+    // The same from a heartbeat's answer.
+    let mut h = Harness::joined("m", &[0]);
+    h.advance(INTERVAL);
+    let (id, _, _) = h.heartbeats().remove(0);
+    h.respond(id, error(ErrorCode::FencedInstance));
+    assert!(matches!(
+        h.events().as_slice(),
+        [Event::Lost { .. }, Event::Fatal(FatalError::Fenced { .. })]
+    ));
+}
+
+#[test]
+fn a_member_expelled_for_progress_rejoins_only_when_the_application_progresses() {
+    let mut h = Harness::joined("m", &[0, 1]);
+    h.m.set_progress(5, h.now);
+    h.expel("m", ExpelReason::ProgressExpired);
+    assert_eq!(
+        h.events(),
+        vec![Event::Lost {
+            partitions: set(&[0, 1]),
+            reason: LostReason::Expelled(ExpelReason::ProgressExpired)
+        }]
+    );
+    assert!(h.m.wants_progress());
+    h.advance(Duration::from_secs(3));
+    assert!(h.outbox.is_empty(), "rejoined without progress");
+    assert_eq!(
+        h.m.commit(vec![Offset::new(tp(0), 1)], h.now).unwrap_err(),
+        CommitError::Expelled
+    );
+    h.m.set_progress(5, h.now);
+    h.flush();
+    assert!(h.outbox.is_empty());
+    h.m.set_progress(6, h.now);
+    h.flush();
+    let (_, j) = h.pop_join();
+    assert_eq!(j.member_id, None);
+    assert!(!h.m.wants_progress());
+}
+
+#[test]
+fn heartbeats_report_progress() {
+    let mut h = Harness::joined("m", &[0]);
+    h.m.set_progress(41, h.now);
+    h.advance(INTERVAL);
+    let (_, b, _) = h.heartbeats().remove(0);
+    assert_eq!(b.progress, 41);
+}
+
+#[test]
+fn session_expiry_rejoins_at_once() {
+    let mut h = Harness::joined("m", &[0]);
+    h.expel("m", ExpelReason::SessionExpired);
+    assert_eq!(
+        h.events(),
+        vec![Event::Lost {
+            partitions: set(&[0]),
+            reason: LostReason::Expelled(ExpelReason::SessionExpired)
+        }]
+    );
+    let (_, j) = h.pop_join();
+    assert_eq!(j.member_id, None);
+}
+
+#[test]
+fn commits_after_expulsion_are_refused_with_a_typed_error() {
+    let mut h = Harness::joined("m", &[0]);
+    let (id, _) = h.m.commit(vec![Offset::new(tp(0), 7)], h.now).unwrap();
+    assert_eq!(
+        h.m.handle_commit_response(id, error(ErrorCode::MemberExpelled), h.now),
+        Err(CommitError::Expelled)
+    );
+    assert_eq!(
+        h.events(),
+        vec![Event::Lost {
+            partitions: set(&[0]),
+            reason: LostReason::MembershipGone
+        }]
+    );
+}
+
+#[test]
+fn commit_results_map_to_typed_errors() {
+    let mut h = Harness::joined("m", &[0, 1]);
+    let result = |ps: &[(u32, ErrorCode)]| {
+        Response::CommitOffsets(CommitOffsetsResponse {
+            results: ps
+                .iter()
+                .map(|(p, e)| PartitionResult {
+                    topic: "t".into(),
+                    partition: *p,
+                    error: *e,
+                })
+                .collect(),
+        })
+    };
+    let commit = |h: &mut Harness, r: Response| {
+        let (id, _) =
+            h.m.commit(vec![Offset::new(tp(0), 1), Offset::new(tp(1), 1)], h.now)
+                .unwrap();
+        h.m.handle_commit_response(id, r, h.now)
+    };
+    assert_eq!(
+        commit(
+            &mut h,
+            result(&[(0, ErrorCode::None), (1, ErrorCode::NotOwner)])
+        ),
+        Err(CommitError::NotOwner {
+            partitions: vec![tp(1)]
+        })
+    );
+    assert_eq!(
+        commit(
+            &mut h,
+            result(&[
+                (0, ErrorCode::PartitionRevoked),
+                (1, ErrorCode::PartitionRevoked)
+            ])
+        ),
+        Err(CommitError::PartitionRevoked {
+            partitions: vec![tp(0), tp(1)]
+        })
+    );
+    assert_eq!(
+        commit(
+            &mut h,
+            result(&[(0, ErrorCode::MetadataTooLarge), (1, ErrorCode::NotOwner)])
+        ),
+        Err(CommitError::Refused {
+            refused: vec![
+                (tp(0), ErrorCode::MetadataTooLarge),
+                (tp(1), ErrorCode::NotOwner)
+            ]
+        })
+    );
+    assert!(matches!(
+        commit(&mut h, error(ErrorCode::StorageFailure)),
+        Err(CommitError::Unavailable { .. })
+    ));
+    assert_eq!(
+        commit(&mut h, error(ErrorCode::UnknownGroup)),
+        Err(CommitError::UnknownGroup)
+    );
+    // Committing a partition never owned fails locally.
+    assert_eq!(
+        h.m.commit(vec![Offset::new(tp(7), 1)], h.now).unwrap_err(),
+        CommitError::NotOwner {
+            partitions: vec![tp(7)]
+        }
+    );
+    // Disconnected: unavailable.
+    h.disconnect();
+    assert!(matches!(
+        h.m.commit(vec![Offset::new(tp(0), 1)], h.now),
+        Err(CommitError::Unavailable { .. })
+    ));
+}
+
+#[test]
+fn graceful_leave_revokes_locally_waits_for_the_ack_then_leaves() {
+    let mut h = Harness::joined("m", &[0, 1]);
+    h.revoke("m", 2, &[1]);
+    h.events();
+    h.m.leave(Duration::from_secs(1), h.now);
+    // Only the partition not already being revoked is announced again.
+    assert_eq!(
+        h.events(),
+        vec![Event::RevokeRequested {
+            partitions: set(&[0]),
+            generation: 1
+        }]
+    );
+    h.advance(300 * MS);
+    // Heartbeats continue, no leave yet.
+    assert!(!h.heartbeats().is_empty());
+    // Commit before acknowledging is still possible.
+    assert!(h.m.commit(vec![Offset::new(tp(0), 9)], h.now).is_ok());
+    h.m.ack([tp(0), tp(1)], h.now);
+    h.flush();
+    // The coordinator-requested revocation is acknowledged; the leave follows.
+    let requests: Vec<Request> = h.outbox.drain(..).map(|x| x.1).collect();
+    let leave_id = match requests.as_slice() {
+        [Request::Leave(l)] => {
+            assert_eq!(l.member_id, "m");
+            h.m.in_flight
+                .iter()
+                .find(|(_, f)| matches!(f, super::InFlight::Leave { .. }))
+                .map(|(id, _)| *id)
+                .unwrap()
+        }
+        other => panic!("{other:?}"),
+    };
+    h.respond(leave_id, Response::Leave);
+    assert_eq!(h.m.take_leave_result(), Some(Ok(())));
+    assert!(h.events().is_empty());
+    assert!(h.m.is_finished());
+    h.advance(Duration::from_secs(2));
+    assert!(h.outbox.is_empty());
+}
+
+#[test]
+fn leave_goes_ahead_at_its_deadline_without_the_ack() {
+    let mut h = Harness::joined("m", &[0, 1]);
+    h.m.leave(Duration::from_millis(500), h.now);
+    h.events();
+    h.advance(499 * MS);
+    assert!(h
+        .outbox
+        .iter()
+        .all(|(_, r, _)| matches!(r, Request::Heartbeat(_))));
+    h.outbox.clear();
+    h.advance(MS);
+    let (id, req, _) = h.pop();
+    assert!(matches!(req, Request::Leave(_)));
+    h.respond(id, Response::Leave);
+    assert_eq!(
+        h.events(),
+        vec![Event::Lost {
+            partitions: set(&[0, 1]),
+            reason: LostReason::Left
+        }]
+    );
+    assert_eq!(h.m.take_leave_result(), Some(Ok(())));
+}
+
+#[test]
+fn an_unanswered_leave_is_unconfirmed() {
+    let mut h = Harness::joined("m", &[]);
+    h.m.leave(Duration::from_millis(500), h.now);
+    h.flush();
+    let (_, req, _) = h.pop();
+    assert!(matches!(req, Request::Leave(_)));
+    h.advance(SESSION);
+    assert_eq!(h.m.take_leave_result(), Some(Err(LeaveError::Unconfirmed)));
+}
+
+/// Drives a membership with random inputs and checks, against the event stream, that a
+/// partition is never reported lost while held nor held after reported lost, and that
+/// the application's view (from events and its own acks) always equals the machine's.
+#[test]
+fn random_inputs_never_report_a_partition_both_owned_and_lost() {
+    for seed in 0..300 {
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let mut h = Harness::with_config(config(), seed);
+        h.connect();
+        let mut app: PartitionSet = PartitionSet::new();
+        let mut app_revoking: PartitionSet = PartitionSet::new();
+        let mut generation = 1;
+        for step in 0..200 {
+            let member = h.m.member_id().map(str::to_owned);
+            match rng.gen_range(0..14) {
+                0 | 1 => h.advance(Duration::from_millis(rng.gen_range(1..400))),
+                2 => {
+                    // Answer the oldest request, usually favourably.
+                    if let Some((id, req, _)) = h.outbox.pop_front() {
+                        let ok = rng.gen_bool(0.85);
+                        let response = match (&req, ok) {
+                            (Request::Join(_), true) => {
+                                join_ok(&format!("m{}", rng.gen_range(0..3)))
+                            }
+                            (Request::Heartbeat(_), true) => {
+                                Response::Heartbeat(HeartbeatResponse {
+                                    generation,
+                                    session_timeout_ms: 1000,
+                                })
+                            }
+                            (Request::Leave(_), true) => Response::Leave,
+                            (_, _) => error(
+                                [
+                                    ErrorCode::UnknownMember,
+                                    ErrorCode::StorageFailure,
+                                    ErrorCode::MemberExpelled,
+                                ][rng.gen_range(0..3)],
+                            ),
+                        };
+                        h.respond(id, response);
+                    }
+                }
+                3..=5 => {
+                    if let Some(m) = member {
+                        generation += u32::from(rng.gen_bool(0.5));
+                        let ps: Vec<u32> = (0..8).filter(|_| rng.gen_bool(0.4)).collect();
+                        h.assign(&m, generation, &ps);
+                    }
+                }
+                6 | 7 => {
+                    if let Some(m) = member {
+                        let held: Vec<u32> =
+                            h.m.assignment()
+                                .partitions
+                                .iter()
+                                .map(|tp| tp.partition)
+                                .filter(|_| rng.gen_bool(0.5))
+                                .collect();
+                        h.revoke(&m, generation + 1, &held);
+                    }
+                }
+                8 => {
+                    if let Some(m) = member {
+                        let reasons = [
+                            ExpelReason::SessionExpired,
+                            ExpelReason::ProgressExpired,
+                            ExpelReason::RebalanceTimeout,
+                        ];
+                        h.expel(&m, reasons[rng.gen_range(0..3)]);
+                    }
+                }
+                9 => {
+                    // The application acknowledges some of what it was asked to release.
+                    let acked: Vec<TopicPartition> = app_revoking
+                        .iter()
+                        .filter(|_| rng.gen_bool(0.6))
+                        .cloned()
+                        .collect();
+                    for tp in &acked {
+                        app_revoking.remove(tp);
+                        app.remove(tp);
+                    }
+                    h.m.ack(acked, h.now);
+                    h.flush();
+                }
+                10 => {
+                    h.disconnect();
+                    if rng.gen_bool(0.7) {
+                        h.advance(Duration::from_millis(rng.gen_range(1..1500)));
+                        h.connect();
+                    }
+                }
+                11 => {
+                    let p = h.m.progress() + rng.gen_range(0..2);
+                    h.m.set_progress(p, h.now);
+                    h.flush();
+                }
+                12 => {
+                    if let Some(tp) = app.iter().next().cloned() {
+                        let r = h.m.commit(vec![Offset::new(tp.clone(), 1)], h.now);
+                        if let Err(e) = r {
+                            assert!(
+                                matches!(e, CommitError::Unavailable { .. }),
+                                "seed {seed} step {step}: commit on held {tp} failed: {e:?}"
+                            );
+                        }
+                    }
+                }
+                _ => {
+                    if !h.m.is_finished() {
+                        h.connect();
+                    }
+                }
+            }
+            for event in h.events() {
+                match event {
+                    Event::Assigned { partitions, .. } => {
+                        for tp in partitions {
+                            assert!(app.insert(tp), "seed {seed} step {step}: assigned twice");
+                        }
+                    }
+                    Event::RevokeRequested { partitions, .. } => {
+                        for tp in partitions {
+                            assert!(app.contains(&tp), "seed {seed}: revoking unheld {tp}");
+                            assert!(app_revoking.insert(tp));
+                        }
+                    }
+                    Event::Lost { partitions, .. } => {
+                        for tp in partitions {
+                            assert!(app.remove(&tp), "seed {seed} step {step}: lost unheld {tp}");
+                            app_revoking.remove(&tp);
+                        }
+                    }
+                    Event::Fatal(_) => {}
+                }
+            }
+            let a = h.m.assignment();
+            assert_eq!(a.partitions, app, "seed {seed} step {step}");
+            assert_eq!(a.revoking, app_revoking, "seed {seed} step {step}");
+        }
+    }
+}
