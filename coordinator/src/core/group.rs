@@ -565,7 +565,10 @@ impl Group {
         let expired = if m.session_deadline() <= now {
             Some((
                 ExpelReason::SessionExpired,
-                format!("no heartbeat within the session timeout of {:?}", m.session_timeout),
+                format!(
+                    "no heartbeat within the session timeout of {:?}",
+                    m.session_timeout
+                ),
             ))
         } else if m.progress_deadline <= now {
             Some((

@@ -9,9 +9,9 @@ pub mod assignor;
 mod group;
 pub mod liveness;
 pub mod records;
-mod timers;
 #[cfg(test)]
 mod tests;
+mod timers;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -288,7 +288,9 @@ impl Coordinator {
             let group = groups
                 .entry(Arc::from(o.group.as_str()))
                 .or_insert_with_key(|name| Group::new(name.clone()));
-            group.offsets.insert((o.topic, o.partition), (o.offset, o.metadata));
+            group
+                .offsets
+                .insert((o.topic, o.partition), (o.offset, o.metadata));
         }
     }
 
@@ -322,7 +324,10 @@ impl Coordinator {
             );
         }
         if r.join_token == 0 {
-            return bad(ErrorCode::InvalidRequest, "join token must be nonzero".into());
+            return bad(
+                ErrorCode::InvalidRequest,
+                "join token must be nonzero".into(),
+            );
         }
         let too_long = |s: &Option<String>| s.as_ref().is_some_and(|s| s.len() > MAX_NAME_BYTES);
         if r.client_id.len() > MAX_NAME_BYTES || too_long(&r.instance_id) || too_long(&r.member_id)
@@ -333,7 +338,10 @@ impl Coordinator {
             );
         }
         if r.instance_id.as_deref() == Some("") {
-            return bad(ErrorCode::InvalidRequest, "instance id must not be empty".into());
+            return bad(
+                ErrorCode::InvalidRequest,
+                "instance id must not be empty".into(),
+            );
         }
         if r.subscription.is_empty() {
             return bad(
@@ -428,9 +436,10 @@ impl Coordinator {
                     .and_then(|id| group.members.get_key_value(id).map(|(k, _)| k.clone()))
             })
             .filter(|id| {
-                group.members.get(id).is_some_and(|m| {
-                    m.instance_id == r.instance_id || r.instance_id.is_none()
-                })
+                group
+                    .members
+                    .get(id)
+                    .is_some_and(|m| m.instance_id == r.instance_id || r.instance_id.is_none())
             });
         if let Some(id) = existing {
             let resp = Self::rejoin(group, &mut ctx, conn, &id, &subscription, timeouts);
@@ -954,5 +963,7 @@ impl Coordinator {
 /// The heartbeat interval suggested for a session timeout: a third of it, so a session
 /// survives two lost beats.
 fn heartbeat_interval_ms(session: Duration) -> u32 {
-    u32::try_from(session.as_millis() / 3).unwrap_or(u32::MAX).max(1)
+    u32::try_from(session.as_millis() / 3)
+        .unwrap_or(u32::MAX)
+        .max(1)
 }
