@@ -309,7 +309,8 @@ mod tests {
 
     #[test]
     fn invalid_configurations_are_refused() {
-        let cases: Vec<(MemberConfig, fn(&ConfigError) -> bool)> = vec![
+        type Check = fn(&ConfigError) -> bool;
+        let cases: Vec<(MemberConfig, Check)> = vec![
             (MemberConfig::new("", [("t", 1)]), |e| {
                 matches!(e, ConfigError::EmptyGroup)
             }),

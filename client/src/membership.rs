@@ -222,6 +222,7 @@ impl Membership {
     }
 
     /// The progress counter as last reported.
+    #[cfg(test)]
     pub(crate) fn progress(&self) -> u64 {
         self.progress
     }
@@ -635,15 +636,12 @@ impl Membership {
         let mut newly = PartitionSet::new();
         self.revoke_requested.clear();
         for tp in full {
-            match self.holdings.get_mut(&tp) {
-                Some(h) => {
-                    if *h == Hold::Owned {
-                        *h = Hold::Revoking;
-                        newly.insert(tp.clone());
-                    }
-                    self.revoke_requested.insert(tp);
+            if let Some(h) = self.holdings.get_mut(&tp) {
+                if *h == Hold::Owned {
+                    *h = Hold::Revoking;
+                    newly.insert(tp.clone());
                 }
-                None => {}
+                self.revoke_requested.insert(tp);
             }
         }
         if !newly.is_empty() {
@@ -724,25 +722,40 @@ impl Membership {
 
     /// The application releases `partitions` (answering revocation requests); a heartbeat
     /// carrying the acknowledgement goes out at once. Partitions not being revoked are
-    /// ignored.
+    /// ignored. A partition whose revocation the coordinator has withdrawn since (its
+    /// latest revoke set no longer lists it) stays the member's and is announced again.
     pub(crate) fn ack(
         &mut self,
         partitions: impl IntoIterator<Item = TopicPartition>,
         now: Instant,
     ) {
         let mut send = false;
+        let mut kept = PartitionSet::new();
         for tp in partitions {
-            if let Some(h) = self.holdings.get_mut(&tp) {
-                if *h == Hold::Revoking {
-                    *h = Hold::Released;
-                    // A local leave's revocations need no acknowledgement: the leave
-                    // releases everything.
-                    if self.leaving.is_none() || self.revoke_requested.contains(&tp) {
-                        self.acks_unsent.insert(tp);
-                        send = true;
-                    }
-                }
+            let Some(h) = self.holdings.get_mut(&tp) else {
+                continue;
+            };
+            if *h != Hold::Revoking {
+                continue;
             }
+            if self.revoke_requested.contains(&tp) {
+                *h = Hold::Released;
+                self.acks_unsent.insert(tp);
+                send = true;
+            } else if self.leaving.is_some() {
+                // A local leave's revocations need no acknowledgement: the leave
+                // releases everything.
+                *h = Hold::Released;
+            } else {
+                *h = Hold::Owned;
+                kept.insert(tp);
+            }
+        }
+        if !kept.is_empty() {
+            self.events.push_back(Event::Assigned {
+                partitions: kept,
+                generation: self.generation,
+            });
         }
         if send && matches!(self.phase, Phase::Active) && self.connected {
             self.next_beat = Some(now);
@@ -842,6 +855,11 @@ impl Membership {
             },
         );
         Ok((id, request))
+    }
+
+    /// Forgets a request that will not be sent after all.
+    pub(crate) fn forget(&mut self, id: RequestId) {
+        self.in_flight.remove(&id);
     }
 
     /// The response to a commit issued by [`Membership::commit`].

@@ -1060,3 +1060,26 @@ fn random_inputs_never_report_a_partition_both_owned_and_lost() {
         }
     }
 }
+
+#[test]
+fn an_ack_for_a_withdrawn_revocation_keeps_the_partition() {
+    let mut h = Harness::joined("m", &[0, 1, 2]);
+    h.revoke("m", 2, &[1, 2]);
+    h.events();
+    // A later rebalance withdraws the revocation of 2.
+    h.assign("m", 3, &[0, 1, 2]);
+    h.revoke("m", 3, &[1]);
+    assert!(h.events().is_empty());
+    h.m.ack([tp(1), tp(2)], h.now);
+    h.flush();
+    assert_eq!(
+        h.events(),
+        vec![Event::Assigned {
+            partitions: set(&[2]),
+            generation: 3
+        }]
+    );
+    let (_, beat, _) = h.pop_heartbeat();
+    assert_eq!(beat.acked_revocations, to_wire(&set(&[1])));
+    assert_eq!(h.m.assignment().partitions, set(&[0, 2]));
+}

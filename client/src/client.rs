@@ -1,0 +1,261 @@
+//! The application's handles: [`Client`] (one connection) and [`Member`] (one membership).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, oneshot, Notify};
+
+use crate::config::{ClientConfig, MemberConfig};
+use crate::driver::{open, Command, Driver, MemberShared};
+use crate::error::{CommitError, ConnectError, JoinError, LeaveError, RequestError};
+use crate::types::{Assignment, Committed, Event, Offset, TopicPartition};
+
+struct Shared {
+    commands: mpsc::UnboundedSender<Command>,
+    wake: Arc<Notify>,
+    next_key: AtomicU64,
+}
+
+/// A connection to a coordinator, shared by any number of [`Member`]s.
+///
+/// A background task owns the connection: it heartbeats for every member on its own
+/// schedule (never waiting on the application), and when the connection is lost it
+/// reconnects with exponential backoff and full jitter, redoes the handshake, and
+/// resumes each membership. Cloning a `Client` is cheap and shares the connection. The
+/// task stops once the client and all its members are dropped.
+#[derive(Clone)]
+pub struct Client {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client").finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// Connects to the coordinator at `addr` (`host:port`) and performs the version
+    /// handshake. Fails if the first attempt does; later losses are handled in the
+    /// background. Must be called within a tokio runtime.
+    pub async fn connect(
+        addr: impl fmt::Display,
+        config: ClientConfig,
+    ) -> Result<Self, ConnectError> {
+        let addr = addr.to_string();
+        let conn = open(&addr, &config).await?;
+        let (commands, rx) = mpsc::unbounded_channel();
+        let wake = Arc::new(Notify::new());
+        let driver = Driver::new(addr, config, conn, rx, wake.clone());
+        tokio::spawn(driver.run());
+        Ok(Self {
+            shared: Arc::new(Shared {
+                commands,
+                wake,
+                next_key: AtomicU64::new(1),
+            }),
+        })
+    }
+
+    /// Joins a group. Returns once the coordinator has accepted the member (its
+    /// partitions then arrive as [`Event::Assigned`]). Transient failures (connection
+    /// loss, coordinator restarting) are retried until then: bound the call with a
+    /// timeout if needed. Several members may be joined on one client.
+    pub async fn join(&self, config: MemberConfig) -> Result<Member, JoinError> {
+        let settings = config.resolve()?;
+        let key = self.shared.next_key.fetch_add(1, Ordering::Relaxed);
+        let (events_tx, events_rx) = mpsc::unbounded_channel();
+        let (reply, result) = oneshot::channel();
+        let shared = Arc::new(MemberShared::default());
+        self.shared
+            .commands
+            .send(Command::Join {
+                key,
+                settings: Box::new(settings),
+                shared: shared.clone(),
+                events: events_tx,
+                reply,
+            })
+            .map_err(|_| JoinError::Closed)?;
+        // Built before waiting, so that abandoning the join drops the membership.
+        let member = Member {
+            key,
+            group: config.group,
+            commands: self.shared.commands.clone(),
+            wake: self.shared.wake.clone(),
+            shared,
+            events: tokio::sync::Mutex::new(events_rx),
+        };
+        match result.await {
+            Ok(Ok(())) => Ok(member),
+            Ok(Err(fatal)) => Err(JoinError::Fatal(fatal)),
+            Err(_) => Err(JoinError::Closed),
+        }
+    }
+
+    /// The offsets committed in `group` for `topics` (every topic if empty).
+    pub async fn fetch_offsets(
+        &self,
+        group: impl Into<String>,
+        topics: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Result<BTreeMap<TopicPartition, Committed>, RequestError> {
+        let (reply, result) = oneshot::channel();
+        self.shared
+            .commands
+            .send(Command::Fetch {
+                group: group.into(),
+                topics: topics.into_iter().map(Into::into).collect(),
+                reply,
+            })
+            .map_err(|_| RequestError::Closed)?;
+        result.await.map_err(|_| RequestError::Closed)?
+    }
+}
+
+/// One membership in one group.
+///
+/// The application loops on [`Member::next_event`] and acts on each event: start work on
+/// assigned partitions, commit and acknowledge revoked ones, stop at once on lost ones.
+/// Every call to `next_event` counts as progress, as does the time spent waiting inside
+/// it; an application that stops asking (stuck in its own work) for longer than the
+/// progress timeout is expelled, and learns it from the next event.
+///
+/// Dropping a `Member` without [`Member::leave`] is an abrupt exit: the task stops
+/// heartbeating for it, and the coordinator notices after the session timeout and then
+/// hands its partitions to others.
+pub struct Member {
+    key: u64,
+    group: String,
+    commands: mpsc::UnboundedSender<Command>,
+    wake: Arc<Notify>,
+    shared: Arc<MemberShared>,
+    events: tokio::sync::Mutex<mpsc::UnboundedReceiver<Event>>,
+}
+
+impl fmt::Debug for Member {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Member")
+            .field("group", &self.group)
+            .field("member_id", &self.member_id())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Counts a waiting `next_event` call while it lasts.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn new(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::AcqRel);
+        Self(count)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Member {
+    /// The next event, waiting for one if needed; `None` once the membership is over
+    /// (left, failed fatally, or its client's task stopped) and every event was taken.
+    /// Asking counts as progress. Cancel-safe.
+    pub async fn next_event(&self) -> Option<Event> {
+        self.mark_progress();
+        let _waiting = Waiting::new(&self.shared.waiting);
+        self.events.lock().await.recv().await
+    }
+
+    /// Records progress without asking for an event: for applications that spend long
+    /// stretches processing between events.
+    pub fn mark_progress(&self) {
+        self.shared.progress.fetch_add(1, Ordering::AcqRel);
+        if self.shared.wake_on_progress.load(Ordering::Acquire) {
+            self.wake.notify_one();
+        }
+    }
+
+    /// Commits offsets. Resolves once the coordinator has made them durable. Fenced by
+    /// ownership: partitions the member does not hold fail locally, and the coordinator
+    /// refuses commits from a member it expelled. Partitions being revoked can be
+    /// committed until they are acknowledged, so commit before
+    /// [`Member::ack_revocation`].
+    pub async fn commit<O: Into<Offset>>(
+        &self,
+        offsets: impl IntoIterator<Item = O>,
+    ) -> Result<(), CommitError> {
+        let (reply, result) = oneshot::channel();
+        self.commands
+            .send(Command::Commit {
+                key: self.key,
+                offsets: offsets.into_iter().map(Into::into).collect(),
+                reply,
+            })
+            .map_err(|_| CommitError::Closed)?;
+        result.await.map_err(|_| CommitError::Closed)?
+    }
+
+    /// Releases partitions the coordinator asked back ([`Event::RevokeRequested`]). A
+    /// heartbeat carrying the acknowledgement is sent at once; the partitions are then
+    /// handed to their new owner. Commit their offsets first: commits on released
+    /// partitions are refused.
+    pub fn ack_revocation(&self, partitions: impl IntoIterator<Item = TopicPartition>) {
+        let _ = self.commands.send(Command::Ack {
+            key: self.key,
+            partitions: partitions.into_iter().collect(),
+        });
+    }
+
+    /// The partitions the member holds and the generation, as the connection task knows
+    /// them. This can run ahead of the events not yet taken from [`Member::next_event`].
+    pub fn assignment(&self) -> Assignment {
+        self.shared.view.lock().assignment.clone()
+    }
+
+    /// Until when no other member can own this member's partitions: the last
+    /// acknowledged heartbeat's send time plus the session timeout, less the safety
+    /// margin. `None` while not a member. Use it to bound an external write: a write
+    /// that completes before the deadline cannot overlap another owner's.
+    pub fn lease_deadline(&self) -> Option<Instant> {
+        self.shared.view.lock().lease
+    }
+
+    /// The member id the coordinator gave, while a member.
+    pub fn member_id(&self) -> Option<String> {
+        self.shared.view.lock().member_id.clone()
+    }
+
+    /// The group.
+    pub fn group(&self) -> &str {
+        &self.group
+    }
+
+    /// Leaves the group gracefully. Every partition still owned is revoked locally: an
+    /// [`Event::RevokeRequested`] is delivered so the application can commit and
+    /// [`Member::ack_revocation`]; the leave is sent once everything is acknowledged or
+    /// `timeout` has passed, whichever is first (partitions still unacknowledged then
+    /// are reported [`Event::Lost`] with reason `Left`). Keep taking events while this
+    /// runs, for instance in a `select!` with `next_event`. Resolves once the
+    /// coordinator confirms, or with [`LeaveError::Unconfirmed`] if it could not.
+    pub async fn leave(&self, timeout: Duration) -> Result<(), LeaveError> {
+        let (reply, result) = oneshot::channel();
+        self.commands
+            .send(Command::Leave {
+                key: self.key,
+                timeout,
+                reply,
+            })
+            .map_err(|_| LeaveError::Closed)?;
+        result.await.map_err(|_| LeaveError::Closed)?
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        let _ = self.commands.send(Command::Drop { key: self.key });
+    }
+}

@@ -1,0 +1,709 @@
+//! The connection task: owns the socket and drives every membership on it.
+//!
+//! One task per [`Client`](crate::Client). It reads frames, hands responses and pushes
+//! to the memberships, writes what they produce (through a writer task, so a slow socket
+//! never stalls heartbeats' bookkeeping), fires their timers, reconnects with backoff
+//! when the connection is lost, and talks to the application through channels.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use futures_util::stream::{SplitSink, SplitStream};
+use futures_util::{SinkExt, StreamExt};
+use parking_lot::Mutex;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use rollcall_protocol::{
+    supported_versions, ApiKey, ApiVersionsRequest, Body, ClientAction, Codec, ErrorCode,
+    FetchOffsetsRequest, Frame, FrameError, Push, PushKey, Request, Response, CURRENT_VERSION,
+};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::codec::Framed;
+use tracing::{debug, info, warn};
+
+use crate::backoff::Backoff;
+use crate::config::{ClientConfig, Settings};
+use crate::error::{CommitError, ConnectError, FatalError, LeaveError, RequestError};
+use crate::membership::{BackoffConfig, Membership, RequestId};
+use crate::types::{Assignment, Committed, Event, Offset, TopicPartition};
+
+type Transport = Framed<TcpStream, Codec>;
+
+/// Correlation id of the handshake on every connection.
+const HANDSHAKE_CORRELATION: u32 = 1;
+
+/// What a member handle shares with the connection task.
+#[derive(Debug, Default)]
+pub(crate) struct MemberShared {
+    /// The application's progress counter.
+    pub(crate) progress: AtomicU64,
+    /// How many `next_event` calls are waiting: waiting for work is progress.
+    pub(crate) waiting: AtomicUsize,
+    /// Set while the membership waits for progress to rejoin: progress then wakes the
+    /// task.
+    pub(crate) wake_on_progress: AtomicBool,
+    pub(crate) view: Mutex<View>,
+}
+
+/// The membership as last published by the task.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct View {
+    pub(crate) assignment: Assignment,
+    pub(crate) lease: Option<std::time::Instant>,
+    pub(crate) member_id: Option<String>,
+}
+
+/// A request from the application to the task.
+#[derive(Debug)]
+pub(crate) enum Command {
+    Join {
+        key: u64,
+        settings: Box<Settings>,
+        shared: Arc<MemberShared>,
+        events: mpsc::UnboundedSender<Event>,
+        reply: oneshot::Sender<Result<(), FatalError>>,
+    },
+    Commit {
+        key: u64,
+        offsets: Vec<Offset>,
+        reply: oneshot::Sender<Result<(), CommitError>>,
+    },
+    Ack {
+        key: u64,
+        partitions: Vec<TopicPartition>,
+    },
+    Leave {
+        key: u64,
+        timeout: Duration,
+        reply: oneshot::Sender<Result<(), LeaveError>>,
+    },
+    Drop {
+        key: u64,
+    },
+    Fetch {
+        group: String,
+        topics: Vec<String>,
+        reply: oneshot::Sender<Result<BTreeMap<TopicPartition, Committed>, RequestError>>,
+    },
+}
+
+struct Slot {
+    m: Membership,
+    shared: Arc<MemberShared>,
+    events: mpsc::UnboundedSender<Event>,
+    join_reply: Option<oneshot::Sender<Result<(), FatalError>>>,
+    leave_replies: Vec<oneshot::Sender<Result<(), LeaveError>>>,
+    commits: HashMap<RequestId, oneshot::Sender<Result<(), CommitError>>>,
+}
+
+enum Pending {
+    Member { key: u64, id: RequestId },
+    Commit { key: u64, id: RequestId },
+    Fetch(oneshot::Sender<Result<BTreeMap<TopicPartition, Committed>, RequestError>>),
+}
+
+/// An established, handshaken connection.
+pub(crate) struct Connection {
+    stream: SplitStream<Transport>,
+    writer: mpsc::UnboundedSender<Frame>,
+    writer_task: JoinHandle<Result<(), FrameError>>,
+    max_frame_size: usize,
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.writer_task.abort();
+    }
+}
+
+/// Connects to `addr` and performs the version handshake, within the connect timeout.
+pub(crate) async fn open(addr: &str, config: &ClientConfig) -> Result<Connection, ConnectError> {
+    let attempt = async {
+        let stream = TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        let mut transport = Framed::new(stream, Codec::new(config.max_frame_size));
+        let hello = Request::ApiVersions(ApiVersionsRequest {
+            client_software: config.client_software.clone(),
+            versions: supported_versions(),
+        });
+        transport
+            .send(Frame::request(HANDSHAKE_CORRELATION, hello))
+            .await
+            .map_err(protocol_error)?;
+        let answer = loop {
+            match transport.next().await {
+                None => return Err(ConnectError::Protocol("connection closed".into())),
+                Some(Err(e)) => return Err(protocol_error(e)),
+                Some(Ok(frame)) => match frame.body {
+                    Body::Push(_) => continue,
+                    Body::Response(r) if frame.correlation_id == HANDSHAKE_CORRELATION => break r,
+                    other => {
+                        return Err(ConnectError::Protocol(format!(
+                            "unexpected frame during the handshake: {other:?}"
+                        )))
+                    }
+                },
+            }
+        };
+        let versions = match answer {
+            Response::ApiVersions(v) => v,
+            Response::Error(e) => {
+                return Err(ConnectError::Refused {
+                    code: e.code,
+                    message: e.message,
+                })
+            }
+            other => {
+                return Err(ConnectError::Protocol(format!(
+                    "unexpected handshake answer: {other:?}"
+                )))
+            }
+        };
+        let needed = [
+            (ApiKey::Join as u16, "join"),
+            (ApiKey::Heartbeat as u16, "heartbeat"),
+            (ApiKey::Leave as u16, "leave"),
+            (ApiKey::CommitOffsets as u16, "commit_offsets"),
+            (ApiKey::FetchOffsets as u16, "fetch_offsets"),
+            (PushKey::Assignment as u16, "assignment push"),
+            (PushKey::Revoke as u16, "revoke push"),
+            (PushKey::Expelled as u16, "expelled push"),
+        ];
+        for (key, api) in needed {
+            let ok = versions.versions.iter().any(|r| {
+                r.api_key == key && (r.min_version..=r.max_version).contains(&CURRENT_VERSION)
+            });
+            if !ok {
+                return Err(ConnectError::Unsupported { api });
+            }
+        }
+        let max_frame_size = match usize::try_from(versions.max_frame_size) {
+            Ok(0) | Err(_) => config.max_frame_size,
+            Ok(n) => n,
+        };
+        let (sink, stream) = transport.split();
+        let (writer, rx) = mpsc::unbounded_channel();
+        let writer_task = tokio::spawn(write_loop(sink, rx));
+        Ok(Connection {
+            stream,
+            writer,
+            writer_task,
+            max_frame_size,
+        })
+    };
+    match tokio::time::timeout(config.connect_timeout, attempt).await {
+        Ok(result) => result,
+        Err(_) => Err(ConnectError::Timeout),
+    }
+}
+
+fn protocol_error(e: FrameError) -> ConnectError {
+    match e {
+        FrameError::Io(e) => ConnectError::Io(e),
+        other => ConnectError::Protocol(other.to_string()),
+    }
+}
+
+async fn write_loop(
+    mut sink: SplitSink<Transport, Frame>,
+    mut rx: mpsc::UnboundedReceiver<Frame>,
+) -> Result<(), FrameError> {
+    while let Some(frame) = rx.recv().await {
+        sink.feed(frame).await?;
+        while let Ok(frame) = rx.try_recv() {
+            sink.feed(frame).await?;
+        }
+        sink.flush().await?;
+    }
+    Ok(())
+}
+
+/// The connection task.
+pub(crate) struct Driver {
+    addr: String,
+    config: ClientConfig,
+    commands: mpsc::UnboundedReceiver<Command>,
+    wake: Arc<Notify>,
+    slots: HashMap<u64, Slot>,
+    conn: Option<Connection>,
+    reconnect_at: Option<Instant>,
+    backoff: Backoff,
+    rng: SmallRng,
+    pending: HashMap<u32, Pending>,
+    next_correlation: u32,
+}
+
+impl Driver {
+    pub(crate) fn new(
+        addr: String,
+        config: ClientConfig,
+        conn: Connection,
+        commands: mpsc::UnboundedReceiver<Command>,
+        wake: Arc<Notify>,
+    ) -> Self {
+        let backoff = Backoff::new(config.reconnect_base, config.reconnect_max);
+        Self {
+            addr,
+            config,
+            commands,
+            wake,
+            slots: HashMap::new(),
+            conn: Some(conn),
+            reconnect_at: None,
+            backoff,
+            rng: SmallRng::from_entropy(),
+            pending: HashMap::new(),
+            next_correlation: HANDSHAKE_CORRELATION + 1,
+        }
+    }
+
+    /// Runs until every handle (client and members) is dropped.
+    pub(crate) async fn run(mut self) {
+        let mut connecting: Option<JoinHandle<Result<Connection, ConnectError>>> = None;
+        loop {
+            let now = Instant::now();
+            self.drive(now);
+            if self.conn.is_none()
+                && connecting.is_none()
+                && self.reconnect_at.is_none_or_before(now)
+            {
+                self.reconnect_at = None;
+                let addr = self.addr.clone();
+                let config = self.config.clone();
+                connecting = Some(tokio::spawn(async move { open(&addr, &config).await }));
+            }
+            let wake_at = self.next_wake().unwrap_or(now + Duration::from_secs(3600));
+            tokio::select! {
+                command = self.commands.recv() => match command {
+                    Some(command) => self.on_command(command, Instant::now()),
+                    None => break,
+                },
+                event = conn_event(&mut self.conn) => {
+                    let now = Instant::now();
+                    match event {
+                        ConnEvent::Frame(frame) => self.on_frame(frame, now),
+                        ConnEvent::Lost(reason) => self.disconnect(&reason, now),
+                    }
+                }
+                result = join_connect(&mut connecting) => {
+                    connecting = None;
+                    let now = Instant::now();
+                    match result {
+                        Ok(Ok(conn)) => self.on_connected(conn, now),
+                        Ok(Err(e)) => self.schedule_reconnect(&e.to_string(), now),
+                        Err(e) => self.schedule_reconnect(&format!("connect task failed: {e}"), now),
+                    }
+                }
+                () = tokio::time::sleep_until(wake_at) => {}
+                () = self.wake.notified() => {}
+            }
+        }
+        if let Some(task) = connecting {
+            task.abort();
+        }
+    }
+
+    fn next_wake(&self) -> Option<Instant> {
+        let mut wake = self.reconnect_at;
+        for slot in self.slots.values() {
+            if let Some(t) = slot.m.poll_timeout() {
+                let t = Instant::from_std(t);
+                wake = Some(wake.map_or(t, |w| w.min(t)));
+            }
+        }
+        wake
+    }
+
+    /// Feeds progress and timers to every membership, sends what they produce, delivers
+    /// their events and answers, publishes their state, and drops finished ones.
+    fn drive(&mut self, now: Instant) {
+        let std_now = now.into_std();
+        let keys: Vec<u64> = self.slots.keys().copied().collect();
+        for key in keys {
+            let Some(slot) = self.slots.get_mut(&key) else {
+                continue;
+            };
+            if slot.shared.waiting.load(Ordering::Acquire) > 0 {
+                // The application is waiting for work: that counts as progress.
+                slot.shared.progress.fetch_add(1, Ordering::AcqRel);
+            }
+            slot.m
+                .set_progress(slot.shared.progress.load(Ordering::Acquire), std_now);
+            slot.m.handle_timeout(std_now);
+            let mut out = Vec::new();
+            while let Some((id, request)) = slot.m.poll_transmit(std_now) {
+                out.push((id, request));
+            }
+            for (id, request) in out {
+                self.send(Pending::Member { key, id }, request);
+            }
+            let Some(slot) = self.slots.get_mut(&key) else {
+                continue;
+            };
+            while let Some(event) = slot.m.poll_event() {
+                log_event(slot.m.group(), &event);
+                let _ = slot.events.send(event);
+            }
+            if let Some(result) = slot.m.take_join_result() {
+                if let Some(reply) = slot.join_reply.take() {
+                    let _ = reply.send(result);
+                }
+            }
+            if let Some(result) = slot.m.take_leave_result() {
+                for reply in slot.leave_replies.drain(..) {
+                    let _ = reply.send(result.clone());
+                }
+            }
+            slot.shared
+                .wake_on_progress
+                .store(slot.m.wants_progress(), Ordering::Release);
+            {
+                let mut view = slot.shared.view.lock();
+                view.assignment = slot.m.assignment();
+                view.lease = slot.m.lease_deadline();
+                view.member_id = slot.m.member_id().map(str::to_owned);
+            }
+            if slot.m.is_finished() {
+                debug!(group = slot.m.group(), "membership finished");
+                self.slots.remove(&key);
+            }
+        }
+    }
+
+    fn send(&mut self, pending: Pending, request: Request) {
+        let Some(conn) = &self.conn else {
+            return;
+        };
+        let correlation = self.next_correlation;
+        self.next_correlation = match self.next_correlation.wrapping_add(1) {
+            0 | HANDSHAKE_CORRELATION => HANDSHAKE_CORRELATION + 1,
+            n => n,
+        };
+        if conn
+            .writer
+            .send(Frame::request(correlation, request))
+            .is_ok()
+        {
+            self.pending.insert(correlation, pending);
+        }
+    }
+
+    fn on_command(&mut self, command: Command, now: Instant) {
+        let std_now = now.into_std();
+        match command {
+            Command::Join {
+                key,
+                settings,
+                shared,
+                events,
+                reply,
+            } => {
+                let backoff = BackoffConfig {
+                    base: self.config.reconnect_base,
+                    max: self.config.reconnect_max,
+                };
+                let mut m = Membership::new(*settings, backoff, self.rng.gen(), std_now);
+                if self.conn.is_some() {
+                    m.handle_connected(std_now);
+                }
+                self.slots.insert(
+                    key,
+                    Slot {
+                        m,
+                        shared,
+                        events,
+                        join_reply: Some(reply),
+                        leave_replies: Vec::new(),
+                        commits: HashMap::new(),
+                    },
+                );
+            }
+            Command::Commit {
+                key,
+                offsets,
+                reply,
+            } => {
+                let Some(slot) = self.slots.get_mut(&key) else {
+                    let _ = reply.send(Err(CommitError::Closed));
+                    return;
+                };
+                if offsets.is_empty() {
+                    let _ = reply.send(Ok(()));
+                    return;
+                }
+                match slot.m.commit(offsets, std_now) {
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                    }
+                    Ok((id, request)) => {
+                        let max = self.conn.as_ref().map_or(usize::MAX, |c| c.max_frame_size);
+                        let frame = Frame::request(0, request);
+                        if let Err(e) = frame.encode(&mut BytesMut::new(), max) {
+                            slot.m.forget(id);
+                            let _ = reply.send(Err(CommitError::Rejected {
+                                code: ErrorCode::InvalidRequest,
+                                message: format!("the commit cannot be sent: {e}"),
+                            }));
+                            return;
+                        }
+                        let Body::Request(request) = frame.body else {
+                            return;
+                        };
+                        slot.commits.insert(id, reply);
+                        self.send(Pending::Commit { key, id }, request);
+                    }
+                }
+            }
+            Command::Ack { key, partitions } => {
+                if let Some(slot) = self.slots.get_mut(&key) {
+                    slot.m.ack(partitions, std_now);
+                }
+            }
+            Command::Leave {
+                key,
+                timeout,
+                reply,
+            } => match self.slots.get_mut(&key) {
+                Some(slot) => {
+                    slot.leave_replies.push(reply);
+                    slot.m.leave(timeout, std_now);
+                }
+                None => {
+                    let _ = reply.send(Ok(()));
+                }
+            },
+            Command::Drop { key } => {
+                if self.slots.remove(&key).is_some() {
+                    debug!(key, "member dropped without leaving");
+                }
+            }
+            Command::Fetch {
+                group,
+                topics,
+                reply,
+            } => {
+                if self.conn.is_none() {
+                    let _ = reply.send(Err(RequestError::Unavailable {
+                        reason: "not connected to the coordinator".into(),
+                    }));
+                    return;
+                }
+                self.send(
+                    Pending::Fetch(reply),
+                    Request::FetchOffsets(FetchOffsetsRequest { group, topics }),
+                );
+            }
+        }
+    }
+
+    fn on_frame(&mut self, frame: Frame, now: Instant) {
+        let std_now = now.into_std();
+        match frame.body {
+            Body::Response(response) => {
+                let Some(pending) = self.pending.remove(&frame.correlation_id) else {
+                    debug!(
+                        correlation = frame.correlation_id,
+                        "response to an unknown request"
+                    );
+                    return;
+                };
+                match pending {
+                    Pending::Member { key, id } => {
+                        if let Some(slot) = self.slots.get_mut(&key) {
+                            slot.m.handle_response(id, response, std_now);
+                        }
+                    }
+                    Pending::Commit { key, id } => {
+                        if let Some(slot) = self.slots.get_mut(&key) {
+                            let result = slot.m.handle_commit_response(id, response, std_now);
+                            if let Some(reply) = slot.commits.remove(&id) {
+                                let _ = reply.send(result);
+                            }
+                        }
+                    }
+                    Pending::Fetch(reply) => {
+                        let _ = reply.send(fetch_result(response));
+                    }
+                }
+            }
+            Body::Push(Push::Shutdown(p)) => {
+                info!(message = %p.message, "coordinator shutting down; reconnecting");
+                self.disconnect("coordinator shutting down", now);
+            }
+            Body::Push(push) => self.route_push(push, std_now),
+            Body::Request(_) | Body::Unsupported(_) => {
+                debug!(header = ?frame.body, "ignoring an unexpected frame");
+            }
+        }
+    }
+
+    fn route_push(&mut self, push: Push, now: std::time::Instant) {
+        let exact: Vec<u64> = self
+            .slots
+            .iter()
+            .filter(|(_, s)| s.m.accepts_push(&push))
+            .map(|(k, _)| *k)
+            .collect();
+        let targets = if exact.is_empty() {
+            self.slots
+                .iter()
+                .filter(|(_, s)| s.m.accepts_early_push(&push))
+                .map(|(k, _)| *k)
+                .collect()
+        } else {
+            exact
+        };
+        for key in targets {
+            if let Some(slot) = self.slots.get_mut(&key) {
+                slot.m.handle_push(push.clone(), now);
+            }
+        }
+    }
+
+    fn on_connected(&mut self, conn: Connection, now: Instant) {
+        info!(addr = %self.addr, "connected");
+        self.conn = Some(conn);
+        self.backoff.reset();
+        self.next_correlation = HANDSHAKE_CORRELATION + 1;
+        for slot in self.slots.values_mut() {
+            slot.m.handle_connected(now.into_std());
+        }
+    }
+
+    fn disconnect(&mut self, reason: &str, now: Instant) {
+        if self.conn.take().is_none() {
+            return;
+        }
+        warn!(addr = %self.addr, reason, "connection lost");
+        for (_, pending) in self.pending.drain() {
+            if let Pending::Fetch(reply) = pending {
+                let _ = reply.send(Err(RequestError::Unavailable {
+                    reason: format!("connection lost: {reason}"),
+                }));
+            }
+        }
+        for slot in self.slots.values_mut() {
+            slot.m.handle_disconnected(now.into_std());
+            for (_, reply) in slot.commits.drain() {
+                let _ = reply.send(Err(CommitError::Unavailable {
+                    reason: format!("connection lost before the answer: {reason}"),
+                }));
+            }
+        }
+        self.schedule_reconnect(reason, now);
+    }
+
+    fn schedule_reconnect(&mut self, reason: &str, now: Instant) {
+        let delay = self.backoff.next_delay(&mut self.rng);
+        debug!(reason, ?delay, "reconnecting");
+        self.reconnect_at = Some(now + delay);
+    }
+}
+
+trait BeforeOrNone {
+    fn is_none_or_before(&self, now: Instant) -> bool;
+}
+
+impl BeforeOrNone for Option<Instant> {
+    fn is_none_or_before(&self, now: Instant) -> bool {
+        match self {
+            None => true,
+            Some(t) => *t <= now,
+        }
+    }
+}
+
+enum ConnEvent {
+    Frame(Frame),
+    Lost(String),
+}
+
+/// The next frame from the connection, or why it is gone; never resolves without one.
+async fn conn_event(conn: &mut Option<Connection>) -> ConnEvent {
+    let Some(c) = conn else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        frame = c.stream.next() => match frame {
+            Some(Ok(frame)) => ConnEvent::Frame(frame),
+            Some(Err(e)) => ConnEvent::Lost(format!("read failed: {e}")),
+            None => ConnEvent::Lost("closed by the coordinator".to_owned()),
+        },
+        result = &mut c.writer_task => ConnEvent::Lost(match result {
+            Ok(Err(e)) => format!("write failed: {e}"),
+            _ => "writer stopped".to_owned(),
+        }),
+    }
+}
+
+async fn join_connect(
+    task: &mut Option<JoinHandle<Result<Connection, ConnectError>>>,
+) -> Result<Result<Connection, ConnectError>, tokio::task::JoinError> {
+    match task {
+        Some(t) => t.await,
+        None => std::future::pending().await,
+    }
+}
+
+fn fetch_result(response: Response) -> Result<BTreeMap<TopicPartition, Committed>, RequestError> {
+    match response {
+        Response::FetchOffsets(r) => Ok(r
+            .offsets
+            .into_iter()
+            .map(|o| {
+                (
+                    TopicPartition::new(o.topic, o.partition),
+                    Committed {
+                        offset: o.offset,
+                        metadata: o.metadata,
+                    },
+                )
+            })
+            .collect()),
+        Response::Error(e) => Err(match e.code.action() {
+            ClientAction::Retry => RequestError::Unavailable {
+                reason: format!("{}: {}", e.code, e.message),
+            },
+            _ => RequestError::Refused {
+                code: e.code,
+                message: e.message,
+            },
+        }),
+        other => Err(RequestError::Unavailable {
+            reason: format!("unexpected answer (api key {})", other.api_key()),
+        }),
+    }
+}
+
+fn log_event(group: &str, event: &Event) {
+    match event {
+        Event::Assigned {
+            partitions,
+            generation,
+        } => debug!(
+            group,
+            generation,
+            count = partitions.len(),
+            "partitions assigned"
+        ),
+        Event::RevokeRequested {
+            partitions,
+            generation,
+        } => debug!(
+            group,
+            generation,
+            count = partitions.len(),
+            "revocation requested"
+        ),
+        Event::Lost { partitions, reason } => {
+            warn!(group, %reason, count = partitions.len(), "partitions lost");
+        }
+        Event::Fatal(e) => warn!(group, error = %e, "member failed"),
+    }
+}
