@@ -346,6 +346,14 @@ impl Driver {
             let Some(slot) = self.slots.get_mut(&key) else {
                 continue;
             };
+            // Published before the events, so that an application reacting to an event
+            // sees at least the state that produced it.
+            {
+                let mut view = slot.shared.view.lock();
+                view.assignment = slot.m.assignment();
+                view.lease = slot.m.lease_deadline();
+                view.member_id = slot.m.member_id().map(str::to_owned);
+            }
             while let Some(event) = slot.m.poll_event() {
                 log_event(slot.m.group(), &event);
                 let _ = slot.events.send(event);
@@ -363,12 +371,6 @@ impl Driver {
             slot.shared
                 .wake_on_progress
                 .store(slot.m.wants_progress(), Ordering::Release);
-            {
-                let mut view = slot.shared.view.lock();
-                view.assignment = slot.m.assignment();
-                view.lease = slot.m.lease_deadline();
-                view.member_id = slot.m.member_id().map(str::to_owned);
-            }
             if slot.m.is_finished() {
                 debug!(group = slot.m.group(), "membership finished");
                 self.slots.remove(&key);
