@@ -1,4 +1,58 @@
 //! The rollcall client: what a worker embeds to take part in a consumer group.
+//!
+//! A [`Client`] holds one connection to the coordinator; any number of [`Member`]s (in
+//! one group or several) share it. A background task owns the socket: it heartbeats for
+//! every member on its own jittered schedule, never waiting on the application, and
+//! reconnects with backoff when the connection drops. The application takes
+//! [`Event`]s from each member and acts on them:
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use rollcall_client::{Client, ClientConfig, Event, MemberConfig, Offset};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let client = Client::connect("127.0.0.1:7878", ClientConfig::default()).await?;
+//! let member = client
+//!     .join(MemberConfig::new("billing", [("invoices", 12)]).with_session_timeout(Duration::from_secs(10)))
+//!     .await?;
+//! while let Some(event) = member.next_event().await {
+//!     match event {
+//!         Event::Assigned { partitions, .. } => { /* start work on them */ }
+//!         Event::RevokeRequested { partitions, .. } => {
+//!             // Finish, commit, then release.
+//!             let offsets: Vec<Offset> = partitions.iter().map(|p| Offset::new(p.clone(), 0)).collect();
+//!             member.commit(offsets).await?;
+//!             member.ack_revocation(partitions);
+//!         }
+//!         Event::Lost { partitions, .. } => { /* stop at once: someone else may own them */ }
+//!         Event::Fatal(e) => return Err(e.into()),
+//!         _ => {}
+//!     }
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Guarantees
+//!
+//! - **Events are consistent.** A partition is announced by `Assigned` and stops being
+//!   the member's either when the application acknowledges its revocation or by one
+//!   `Lost` event; it is never reported lost while held, nor held after it was lost.
+//! - **Leases.** Each acknowledged heartbeat extends the member's lease to the instant
+//!   that heartbeat was *sent* plus the session timeout, less a safety margin. The
+//!   coordinator never hands a silent member's partitions to another member before its
+//!   session deadline (last receipt plus the session timeout), which comes later. When
+//!   the lease runs out without a newer acknowledgement, the member reports its
+//!   partitions [`LostReason::LeaseExpired`] at once and rejoins when it can;
+//!   [`Member::lease_deadline`] bounds writes made outside the coordinator.
+//! - **Fencing.** Commits are checked against ownership locally and by the coordinator;
+//!   a member that was expelled or fenced gets a typed [`CommitError`].
+//! - **Connection loss.** After a reconnect each member heartbeats with its member id
+//!   and generation: it resumes if the coordinator still knows it (partitions it no
+//!   longer holds are reported lost), and otherwise reports everything lost and joins
+//!   afresh. A coordinator restart is survived the same way.
+//!
+//! See [`MemberConfig`] for the timeouts and how they relate.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
