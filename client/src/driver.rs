@@ -38,6 +38,10 @@ type Transport = Framed<TcpStream, Codec>;
 /// Correlation id of the handshake on every connection.
 const HANDSHAKE_CORRELATION: u32 = 1;
 
+/// How long requests may go unanswered, with nothing at all received meanwhile, before
+/// a connection without members is presumed dead.
+const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// What a member handle shares with the connection task.
 #[derive(Debug, Default)]
 pub(crate) struct MemberShared {
@@ -235,8 +239,11 @@ pub(crate) struct Driver {
     reconnect_at: Option<Instant>,
     backoff: Backoff,
     rng: SmallRng,
-    pending: HashMap<u32, Pending>,
+    /// Requests awaiting an answer, with when they were written.
+    pending: HashMap<u32, (Pending, Instant)>,
     next_correlation: u32,
+    /// When the connection last delivered a frame.
+    last_frame_at: Instant,
 }
 
 impl Driver {
@@ -260,6 +267,7 @@ impl Driver {
             rng: SmallRng::from_entropy(),
             pending: HashMap::new(),
             next_correlation: HANDSHAKE_CORRELATION + 1,
+            last_frame_at: Instant::now(),
         }
     }
 
@@ -269,6 +277,9 @@ impl Driver {
         loop {
             let now = Instant::now();
             self.drive(now);
+            if self.stall_deadline().is_some_and(|d| d <= now) {
+                self.disconnect("no answer from the coordinator", now);
+            }
             if self.conn.is_none()
                 && connecting.is_none()
                 && self.reconnect_at.is_none_or_before(now)
@@ -309,8 +320,32 @@ impl Driver {
         }
     }
 
+    /// When the connection is to be presumed dead: requests written since the last frame
+    /// arrived have gone unanswered for the shortest session timeout of its members. A
+    /// half-open connection (a peer gone without a reset) is found this way; by then
+    /// every lease on it has run out anyway.
+    fn stall_deadline(&self) -> Option<Instant> {
+        self.conn.as_ref()?;
+        let oldest = self
+            .pending
+            .values()
+            .map(|(_, sent)| *sent)
+            .filter(|sent| *sent >= self.last_frame_at)
+            .min()?;
+        let timeout = self
+            .slots
+            .values()
+            .map(|s| s.m.session_timeout())
+            .min()
+            .unwrap_or(DEFAULT_STALL_TIMEOUT);
+        Some(oldest + timeout)
+    }
+
     fn next_wake(&self) -> Option<Instant> {
         let mut wake = self.reconnect_at;
+        if let Some(t) = self.stall_deadline() {
+            wake = Some(wake.map_or(t, |w| w.min(t)));
+        }
         for slot in self.slots.values() {
             if let Some(t) = slot.m.poll_timeout() {
                 let t = Instant::from_std(t);
@@ -392,7 +427,7 @@ impl Driver {
             .send(Frame::request(correlation, request))
             .is_ok()
         {
-            self.pending.insert(correlation, pending);
+            self.pending.insert(correlation, (pending, Instant::now()));
         }
     }
 
@@ -505,10 +540,11 @@ impl Driver {
     }
 
     fn on_frame(&mut self, frame: Frame, now: Instant) {
+        self.last_frame_at = now;
         let std_now = now.into_std();
         match frame.body {
             Body::Response(response) => {
-                let Some(pending) = self.pending.remove(&frame.correlation_id) else {
+                let Some((pending, _)) = self.pending.remove(&frame.correlation_id) else {
                     debug!(
                         correlation = frame.correlation_id,
                         "response to an unknown request"
@@ -571,6 +607,7 @@ impl Driver {
     fn on_connected(&mut self, conn: Connection, now: Instant) {
         info!(addr = %self.addr, "connected");
         self.conn = Some(conn);
+        self.last_frame_at = now;
         self.backoff.reset();
         self.next_correlation = HANDSHAKE_CORRELATION + 1;
         for slot in self.slots.values_mut() {
@@ -583,7 +620,7 @@ impl Driver {
             return;
         }
         warn!(addr = %self.addr, reason, "connection lost");
-        for (_, pending) in self.pending.drain() {
+        for (_, (pending, _)) in self.pending.drain() {
             if let Pending::Fetch(reply) = pending {
                 let _ = reply.send(Err(RequestError::Unavailable {
                     reason: format!("connection lost: {reason}"),

@@ -216,6 +216,11 @@ impl Membership {
         a
     }
 
+    /// The session timeout the member asked for.
+    pub(crate) fn session_timeout(&self) -> Duration {
+        self.settings.session_timeout
+    }
+
     /// Until when no other member can own this member's partitions, if it is a member.
     pub(crate) fn lease_deadline(&self) -> Option<Instant> {
         self.lease
@@ -977,6 +982,8 @@ impl Membership {
         self.next_beat = None;
         self.incarnation += 1;
         self.last_loss = Some(reason);
+        self.in_flight
+            .retain(|_, f| matches!(f, InFlight::Join { .. } | InFlight::Commit { .. }));
         self.events.push_back(Event::Lost {
             partitions: lost,
             reason,
