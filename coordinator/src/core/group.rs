@@ -156,6 +156,9 @@ pub(crate) struct Group {
     pub(crate) tokens: HashMap<u64, Arc<str>>,
     /// Current owner of every granted partition.
     pub(crate) owners: HashMap<TopicPartition, Arc<str>>,
+    /// Which member the current target assigns each partition to, so a released
+    /// partition is granted onward without scanning every member.
+    target_owner: HashMap<TopicPartition, Arc<str>>,
     /// Partitions of expelled members, held until the member's session deadline so the
     /// member's lease has run out before anyone else gets them.
     pub(crate) held: Vec<(Instant, Vec<TopicPartition>)>,
@@ -183,6 +186,7 @@ impl Group {
             instances: HashMap::new(),
             tokens: HashMap::new(),
             owners: HashMap::new(),
+            target_owner: HashMap::new(),
             held: Vec::new(),
             removed: HashMap::new(),
             removed_order: VecDeque::new(),
@@ -493,6 +497,9 @@ impl Group {
         if self.tokens.get(&old.join_token) == Some(old_id) {
             self.tokens.remove(&old.join_token);
         }
+        for tp in &old.target {
+            self.target_owner.insert(*tp, new.id.clone());
+        }
         new.owned = old.owned;
         new.target = old.target;
         new.generation = old.generation;
@@ -684,7 +691,11 @@ impl Group {
         });
         drop(inputs);
         let mut moved = 0;
+        self.target_owner.clear();
         for (m, target) in self.members.values_mut().zip(targets) {
+            for tp in &target {
+                self.target_owner.insert(*tp, m.id.clone());
+            }
             let target: BTreeSet<TopicPartition> = target.into_iter().collect();
             moved += target.difference(&m.owned).count();
             m.target = target;
@@ -802,9 +813,87 @@ impl Group {
         self.schedule_group_timer(ctx);
     }
 
+    /// Releases partitions a member acknowledged and grants each onward to the member
+    /// the target gives it to, pushing only to the members whose assignment changed.
+    /// The incremental twin of [`Self::reconcile`] for the hottest path of a rebalance:
+    /// it costs O(partitions acknowledged), not O(members).
+    pub(crate) fn acknowledge_and_grant(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        id: &Arc<str>,
+        acked: &[TopicPartition],
+    ) {
+        if !self.acknowledge(id, acked) {
+            return;
+        }
+        let mut changed: Vec<Arc<str>> = vec![id.clone()];
+        let held_any = !self.held.is_empty();
+        for tp in acked {
+            if self.owners.contains_key(tp) {
+                continue;
+            }
+            if held_any && self.held.iter().any(|(_, tps)| tps.contains(tp)) {
+                continue;
+            }
+            let Some(to) = self.target_owner.get(tp) else {
+                continue;
+            };
+            let Some(m) = self.members.get_mut(to) else {
+                continue;
+            };
+            if m.target.contains(tp) && m.owned.insert(*tp) {
+                self.owners.insert(*tp, to.clone());
+                m.assignment_dirty = true;
+                changed.push(to.clone());
+            }
+        }
+        changed.sort();
+        changed.dedup();
+        for member in &changed {
+            let Some(m) = self.members.get_mut(member) else {
+                continue;
+            };
+            if m.owned.is_subset(&m.target) {
+                m.revoke_deadline = None;
+                m.revoke_pushed.clear();
+            }
+            m.assignment_dirty = false;
+            let push = Push::Assignment(AssignmentPush {
+                group: self.name.to_string(),
+                member_id: member.to_string(),
+                generation: m.generation,
+                partitions: self.to_wire(&self.members[member].owned),
+            });
+            ctx.push(self.members[member].conn, push);
+        }
+        let unsettled = changed
+            .iter()
+            .filter_map(|id| self.members.get(id))
+            .any(|m| m.owned != m.target);
+        if !unsettled {
+            self.check_settled(ctx);
+        }
+    }
+
+    /// Emits `RebalanceCompleted` once every member holds exactly its target.
+    fn check_settled(&mut self, ctx: &mut Ctx<'_>) {
+        if self.reconciling.is_none() || self.pending.is_some() {
+            return;
+        }
+        if self.members.values().all(|m| m.owned == m.target) {
+            if let Some((since, generation)) = self.reconciling.take() {
+                ctx.event(Event::RebalanceCompleted {
+                    group: self.name.to_string(),
+                    generation,
+                    duration: ctx.now.saturating_duration_since(since),
+                });
+            }
+        }
+    }
+
     /// Releases partitions a member acknowledged. Only partitions it owns and no longer
     /// targets are released; anything else in the list is ignored.
-    pub(crate) fn acknowledge(&mut self, id: &Arc<str>, acked: &[TopicPartition]) -> bool {
+    fn acknowledge(&mut self, id: &Arc<str>, acked: &[TopicPartition]) -> bool {
         let Some(m) = self.members.get_mut(id) else {
             return false;
         };
@@ -924,6 +1013,9 @@ impl Group {
                 .filter(|tp| !group.owners.contains_key(tp))
                 .collect();
             member.target = ms.target.iter().map(tp).collect();
+            for t in &member.target {
+                group.target_owner.insert(*t, member.id.clone());
+            }
             group.insert_member(ctx, member);
         }
         if group.members.values().any(|m| m.owned != m.target) {

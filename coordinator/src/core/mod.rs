@@ -582,22 +582,20 @@ impl Coordinator {
 
     fn heartbeat(&mut self, now: Instant, conn: ConnId, r: HeartbeatRequest) -> Response {
         let (groups, mut ctx) = self.parts(now);
-        let group = groups.get_mut(r.group.as_str());
-        let Some((group, id)) = group.and_then(|g| {
-            let id = g.members.get_key_value(r.member_id.as_str())?.0.clone();
-            Some((g, id))
-        }) else {
-            let group = groups.get(r.group.as_str());
-            return Self::member_gone(group, ApiKey::Heartbeat, &r.member_id);
+        let Some(group) = groups.get_mut(r.group.as_str()) else {
+            return Self::member_gone(None, ApiKey::Heartbeat, &r.member_id);
         };
-        let m = group.members.get_mut(&id).expect("member exists");
-        if r.generation > group.generation {
+        let group_generation = group.generation;
+        let Some(m) = group.members.get_mut(r.member_id.as_str()) else {
+            return Self::member_gone(Some(group), ApiKey::Heartbeat, &r.member_id);
+        };
+        if r.generation > group_generation {
             return refuse(
                 ApiKey::Heartbeat,
                 ErrorCode::IllegalGeneration,
                 format!(
-                    "generation {} is newer than the group's {}",
-                    r.generation, group.generation
+                    "generation {} is newer than the group's {group_generation}",
+                    r.generation
                 ),
             );
         }
@@ -608,27 +606,29 @@ impl Coordinator {
         m.conn = Some(conn);
         let stale = r.generation != m.generation;
         let session_timeout_ms = duration_ms(m.session_timeout) as u32;
-        let mut released = false;
-        if !r.acked_revocations.is_empty() {
-            let acked: Vec<TopicPartition> = r
-                .acked_revocations
-                .iter()
-                .flat_map(|tps| {
-                    tps.partitions
-                        .iter()
-                        .filter_map(|&p| group.resolve(&tps.topic, p))
-                })
-                .collect();
-            released = group.acknowledge(&id, &acked);
+        // The common case ends here: no acknowledgement, same connection, same generation.
+        if r.acked_revocations.is_empty() && !rebound && !stale {
+            return Response::Heartbeat(HeartbeatResponse {
+                generation: m.generation,
+                session_timeout_ms,
+            });
         }
-        if released {
-            group.reconcile(&mut ctx);
-        } else if rebound || stale {
+        let id = m.id.clone();
+        let acked: Vec<TopicPartition> = r
+            .acked_revocations
+            .iter()
+            .flat_map(|tps| {
+                tps.partitions
+                    .iter()
+                    .filter_map(|&p| group.resolve(&tps.topic, p))
+            })
+            .collect();
+        if rebound || stale {
             group.push_state(&mut ctx, &id);
         }
-        let generation = group.members[&id].generation;
+        group.acknowledge_and_grant(&mut ctx, &id, &acked);
         Response::Heartbeat(HeartbeatResponse {
-            generation,
+            generation: group.members[&id].generation,
             session_timeout_ms,
         })
     }
