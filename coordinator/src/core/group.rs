@@ -23,6 +23,7 @@ pub(crate) struct Ctx<'a> {
     pub(crate) timers: &'a mut Timers,
     pub(crate) outputs: &'a mut VecDeque<Output>,
     pub(crate) records: &'a mut Vec<super::Record>,
+    pub(crate) isolation: &'a mut super::Isolation,
 }
 
 impl Ctx<'_> {
@@ -411,6 +412,7 @@ impl Group {
         let next = member.next_deadline();
         ctx.timers.schedule(&mut member.timer_at, next, key);
         self.members.insert(member.id.clone(), member);
+        ctx.isolation.members += 1;
         self.snapshot_dirty = true;
     }
 
@@ -436,6 +438,7 @@ impl Group {
         let Some(member) = self.members.remove(id) else {
             return;
         };
+        ctx.isolation.members -= 1;
         if let Some(instance) = &member.instance_id {
             if self.instances.get(instance) == Some(id) {
                 self.instances.remove(instance);
@@ -493,6 +496,7 @@ impl Group {
         let Some(old) = self.members.remove(old_id) else {
             return false;
         };
+        ctx.isolation.members -= 1;
         self.unsubscribe(&old.subscription);
         if self.tokens.get(&old.join_token) == Some(old_id) {
             self.tokens.remove(&old.join_token);
@@ -569,7 +573,34 @@ impl Group {
         if m.timer_at == Some(fired_at) {
             m.timer_at = None;
         }
-        let expired = if m.session_deadline() <= now {
+        let session_expired = m.session_deadline() <= now;
+        if session_expired
+            && ctx
+                .isolation
+                .blames_self(now, m.session_timeout, ctx.config.isolation_min_members)
+        {
+            // Nobody at all is heard: more likely our network than every member.
+            if !ctx.isolation.suspected {
+                ctx.isolation.suspected = true;
+                let silent_for = ctx
+                    .isolation
+                    .last_frame_at
+                    .map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
+                let members = ctx.isolation.members;
+                ctx.event(Event::IsolationSuspected {
+                    silent_for,
+                    members,
+                });
+            }
+            let key = TimerKey::Member {
+                group: self.name.clone(),
+                member: id.clone(),
+            };
+            let recheck = now + m.session_timeout;
+            ctx.timers.schedule(&mut m.timer_at, recheck, key);
+            return;
+        }
+        let expired = if session_expired {
             Some((
                 ExpelReason::SessionExpired,
                 format!(

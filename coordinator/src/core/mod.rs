@@ -65,6 +65,11 @@ pub struct CoreConfig {
     /// that the coordinator itself was paused and gives every member fresh time instead
     /// of expelling them.
     pub pause_guard: Duration,
+    /// When every member of the shard has been silent for a whole session timeout and
+    /// the shard has at least this many members, the coordinator blames its own
+    /// connectivity and expels nobody for silence until members are heard again; then
+    /// every member gets back the time the silence lasted. `0` disables the guard.
+    pub isolation_min_members: usize,
     /// Prefix of generated member ids; the shell makes it unique per process start, so
     /// ids never repeat across restarts.
     pub member_id_prefix: String,
@@ -85,6 +90,7 @@ impl Default for CoreConfig {
             assignor: AssignorKind::Sticky,
             expelled_memory: 1024,
             pause_guard: Duration::from_secs(2),
+            isolation_min_members: 3,
             member_id_prefix: "m".to_owned(),
         }
     }
@@ -181,6 +187,20 @@ pub enum Event {
         /// Why.
         reason: rollcall_protocol::ErrorCode,
     },
+    /// Every member went silent at once: the coordinator suspects its own network and
+    /// holds expulsions for silence.
+    IsolationSuspected {
+        /// How long no member has been heard.
+        silent_for: Duration,
+        /// Members in the shard.
+        members: usize,
+    },
+    /// Members are heard again after a suspected isolation; every member got the
+    /// silence back.
+    IsolationEnded {
+        /// How long no member was heard.
+        silent_for: Duration,
+    },
     /// The core was woken much later than it asked and extended every deadline.
     PauseDetected {
         /// How late it was woken.
@@ -223,6 +243,30 @@ pub struct Coordinator {
     outputs: VecDeque<Output>,
     records: Vec<Record>,
     next_member: u64,
+    isolation: Isolation,
+}
+
+/// What the isolation guard knows about the shard as a whole.
+#[derive(Debug, Default)]
+pub(crate) struct Isolation {
+    /// When any member was last heard from.
+    pub(crate) last_frame_at: Option<Instant>,
+    /// Set while expulsions for silence are held.
+    pub(crate) suspected: bool,
+    /// Members in the shard.
+    pub(crate) members: usize,
+}
+
+impl Isolation {
+    /// Whether a member's silence past `session_timeout` should be blamed on the
+    /// coordinator's own connectivity rather than on the member.
+    pub(crate) fn blames_self(&self, now: Instant, session_timeout: Duration, min: usize) -> bool {
+        min > 0
+            && self.members >= min
+            && self
+                .last_frame_at
+                .is_some_and(|t| now.saturating_duration_since(t) >= session_timeout)
+    }
 }
 
 /// Longest group, topic, member, instance and client id accepted, in bytes.
@@ -244,6 +288,7 @@ impl Coordinator {
             outputs: VecDeque::new(),
             records: Vec::new(),
             next_member: 0,
+            isolation: Isolation::default(),
         }
     }
 
@@ -261,6 +306,7 @@ impl Coordinator {
             timers,
             outputs,
             records,
+            isolation,
             ..
         } = self;
         (
@@ -272,6 +318,7 @@ impl Coordinator {
                 timers,
                 outputs,
                 records,
+                isolation,
             },
         )
     }
@@ -279,6 +326,7 @@ impl Coordinator {
     /// Restores groups and offsets loaded from the store. Every member gets fresh
     /// session and progress deadlines counted from `now`: a restart is no one's fault.
     pub fn restore(&mut self, now: Instant, state: RestoredState) {
+        self.isolation.last_frame_at = Some(now);
         let (groups, mut ctx) = self.parts(now);
         for snapshot in state.groups {
             let group = Group::restore(&mut ctx, snapshot);
@@ -298,6 +346,18 @@ impl Coordinator {
     ///
     /// `ApiVersions` is the connection's business and is refused here.
     pub fn handle_request(&mut self, now: Instant, conn: ConnId, request: Request) -> Response {
+        if matches!(
+            request,
+            Request::Join(_)
+                | Request::Heartbeat(_)
+                | Request::Leave(_)
+                | Request::CommitOffsets(CommitOffsetsRequest {
+                    member_id: Some(_),
+                    ..
+                })
+        ) {
+            self.member_heard(now);
+        }
         match request {
             Request::ApiVersions(_) => refuse(
                 ApiKey::ApiVersions,
@@ -821,6 +881,26 @@ impl Coordinator {
                 .map(|m| g.describe_member(m, now))
                 .collect(),
         })
+    }
+
+    /// A frame from some member arrived: the coordinator is reachable. Ends a suspected
+    /// isolation by giving every member back the time nobody could be heard.
+    fn member_heard(&mut self, now: Instant) {
+        if self.isolation.suspected {
+            let silent_for = self
+                .isolation
+                .last_frame_at
+                .map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
+            for group in self.groups.values_mut() {
+                for m in group.members.values_mut() {
+                    m.extend(silent_for);
+                }
+            }
+            self.isolation.suspected = false;
+            self.outputs
+                .push_back(Output::Event(Event::IsolationEnded { silent_for }));
+        }
+        self.isolation.last_frame_at = Some(now);
     }
 
     /// Connection `conn` closed. Its members keep their sessions and may resume on

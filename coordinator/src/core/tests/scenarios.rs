@@ -628,3 +628,57 @@ fn empty_groups_without_offsets_are_forgotten() {
         other => panic!("{other:?}"),
     }
 }
+
+/// The coordinator loses its network: every member goes silent at once. Nobody is
+/// expelled; when members are heard again they all get the silence back, and one that
+/// really died expires a session later.
+#[test]
+fn an_isolated_coordinator_does_not_mass_expel() {
+    let mut t = TestContext::new();
+    let mut ms: Vec<M> = (0..4).map(|i| t.join(i, "g", &[("orders", 8)])).collect();
+    t.advance(SETTLE);
+    for m in &mut ms {
+        t.expect_beat_ok(m);
+    }
+    // A minute of silence from everyone, with the coordinator's timers running.
+    t.advance(Duration::from_secs(60));
+    assert!(
+        ms.iter().all(|m| t.expelled(m).is_none()),
+        "nobody expelled"
+    );
+    assert!(t
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::IsolationSuspected { members: 4, .. })));
+    // The network returns; three members beat again, the fourth is dead.
+    for m in ms.iter_mut().take(3) {
+        t.expect_beat_ok(m);
+    }
+    assert!(t
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::IsolationEnded { .. })));
+    for _ in 0..12 {
+        t.advance(Duration::from_secs(1));
+        for m in ms.iter_mut().take(3) {
+            t.expect_beat_ok(m);
+        }
+    }
+    assert_eq!(t.expelled(&ms[3]), Some(ExpelReason::SessionExpired));
+    assert!(ms.iter().take(3).all(|m| t.expelled(m).is_none()));
+}
+
+/// One member's silence is that member's fault: the guard does not hold it.
+#[test]
+fn one_silent_member_among_talking_ones_still_expires() {
+    let mut t = TestContext::new();
+    let mut ms: Vec<M> = (0..4).map(|i| t.join(i, "g", &[("orders", 8)])).collect();
+    t.advance(SETTLE);
+    for _ in 0..12 {
+        t.advance(Duration::from_secs(1));
+        for m in ms.iter_mut().take(3) {
+            t.expect_beat_ok(m);
+        }
+    }
+    assert_eq!(t.expelled(&ms[3]), Some(ExpelReason::SessionExpired));
+}
