@@ -3,14 +3,70 @@
 //! The core produces [`Record`]s; the shell hands them to a [`Store`], which makes them
 //! durable in one transaction per call. At start the shell loads a [`RestoredState`]
 //! and gives it to the core.
+//!
+//! - [`RedbStore`]: the durable store, one redb file in the data directory.
+//! - [`MemoryStore`]: an in-memory store for tests, which counts its writes.
+//! - [`GroupCommitter`]: a writer thread that makes the records of many concurrent
+//!   callers durable together, one [`Store::write`] (one fsync) per batch.
+//!
+//! # Retention
+//!
+//! Both stores remember, per group, since when it has been idle and empty:
+//!
+//! - a snapshot with no members marks the group empty from that moment, unless it is
+//!   already marked (it stays empty since the earlier time);
+//! - a snapshot with members clears the mark;
+//! - an offset commit to a group that is marked, or that has no snapshot at all (offsets
+//!   committed without group membership), marks it from that moment, so offsets that are
+//!   still being committed are never purged.
+//!
+//! [`Store::purge_expired`] removes the offsets, snapshot and mark of every group marked
+//! for longer than the retention.
 
 use std::fmt::Debug;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use crate::core::{Record, RestoredState};
 
+pub mod group_commit;
+pub mod memory;
+pub mod redb;
+
+#[cfg(test)]
+mod tests;
+
+pub use self::group_commit::{CommitterStats, GroupCommitter};
+pub use self::memory::MemoryStore;
+pub use self::redb::RedbStore;
+
+/// Wall clock the stores read to date when a group became empty. Injectable so that
+/// retention can be tested without waiting.
+pub type Clock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
+
+/// The system wall clock.
+pub fn system_clock() -> Clock {
+    Arc::new(SystemTime::now)
+}
+
+/// Milliseconds since the UNIX epoch; 0 for times before it.
+fn unix_ms(time: SystemTime) -> u64 {
+    time.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Whether a group empty since `since_ms` has been so for longer than `retention` at
+/// `now_ms`.
+fn is_expired(since_ms: u64, now_ms: u64, retention: Duration) -> bool {
+    let retention_ms = u64::try_from(retention.as_millis()).unwrap_or(u64::MAX);
+    now_ms.saturating_sub(since_ms) > retention_ms
+}
+
 /// Why the store failed.
-#[derive(Debug, thiserror::Error)]
+///
+/// Cloneable, so that one failed batch write can be reported to every caller whose
+/// records were in it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
     /// The store file could not be opened, or its contents are not a valid store.
     #[error("cannot open store {path}: {reason}")]
@@ -31,6 +87,9 @@ pub enum StoreError {
     /// A write or read failed.
     #[error("store i/o failed: {0}")]
     Io(String),
+    /// The writer that makes records durable has stopped, so nothing more can be written.
+    #[error("store writer has stopped")]
+    Closed,
 }
 
 /// Durable storage of offsets and group snapshots.

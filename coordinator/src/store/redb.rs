@@ -1,0 +1,624 @@
+//! The durable [`Store`]: one redb database, `<data dir>/rollcall.redb`.
+//!
+//! # Layout
+//!
+//! Keys and values are plain bytes encoded here, so that data which does not decode is
+//! reported as [`StoreError::Corrupt`] rather than trusted.
+//!
+//! | table        | key                                            | value                                   |
+//! |--------------|------------------------------------------------|-----------------------------------------|
+//! | `info`       | `"format"`                                     | format version, one byte                |
+//! | `offsets`    | u32 BE group len, group, u32 BE topic len, topic, u32 BE partition | format byte, i64 LE offset, metadata |
+//! | `groups`     | group                                          | format byte, JSON of [`GroupSnapshot`]  |
+//! | `group_meta` | group                                          | u64 LE wall-clock ms since empty        |
+//!
+//! The length prefixes make all offsets of one group contiguous in key order, so a group
+//! is purged with one range scan.
+//!
+//! # Durability
+//!
+//! Every [`Store::write`] is one write transaction committed with
+//! [`Durability::Immediate`]: it returns once the data is fsynced. A new database is
+//! initialized under a temporary name and renamed into place, so `rollcall.redb` is
+//! always either absent or a complete database, and anything else found under that name
+//! is reported rather than overwritten.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::fs::{self, File};
+use std::io;
+use std::panic::{self, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use redb::{
+    Builder, Database, DatabaseError, Durability, ReadableTable, RepairSession, StorageError,
+    Table, TableDefinition, TableError,
+};
+
+use super::{is_expired, system_clock, unix_ms, Clock, Store, StoreError};
+use crate::core::{GroupSnapshot, OffsetRecord, Record, RestoredState};
+
+/// The database's file name inside the data directory.
+pub const FILE_NAME: &str = "rollcall.redb";
+
+/// Name under which a new database is initialized before it is renamed to [`FILE_NAME`].
+const NEW_FILE_NAME: &str = "rollcall.redb.new";
+
+/// Version of the layout described in the module documentation.
+const FORMAT_VERSION: u8 = 1;
+
+/// Leading byte of every encoded offset value and group snapshot.
+const VALUE_FORMAT: u8 = 1;
+
+/// Key of the format version in [`INFO`].
+const FORMAT_KEY: &[u8] = b"format";
+
+/// Page cache limit. redb's default of 1 GiB is more than the coordinator's working set
+/// needs; pages beyond this are read from the file.
+const CACHE_BYTES: usize = 256 * 1024 * 1024;
+
+type BytesTable = TableDefinition<'static, &'static [u8], &'static [u8]>;
+
+const INFO: BytesTable = TableDefinition::new("info");
+const OFFSETS: BytesTable = TableDefinition::new("offsets");
+const GROUPS: BytesTable = TableDefinition::new("groups");
+const GROUP_META: BytesTable = TableDefinition::new("group_meta");
+
+/// The durable store.
+pub struct RedbStore {
+    db: Database,
+    path: PathBuf,
+    clock: Clock,
+}
+
+impl fmt::Debug for RedbStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedbStore")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedbStore {
+    /// Opens the store in `data_dir`, creating the directory and an empty store if
+    /// missing. A database that was not closed cleanly is repaired (this reads the whole
+    /// file). A file that is not a store, is damaged, or cannot be read is an error; it
+    /// is never replaced by an empty store.
+    pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
+        Self::open_with_clock(data_dir, system_clock())
+    }
+
+    /// [`Self::open`], reading `clock` to date when groups become empty.
+    pub fn open_with_clock(data_dir: &Path, clock: Clock) -> Result<Self, StoreError> {
+        fs::create_dir_all(data_dir).map_err(|e| StoreError::Open {
+            path: data_dir.display().to_string(),
+            reason: format!("cannot create data directory: {e}"),
+        })?;
+        let path = data_dir.join(FILE_NAME);
+        match fs::metadata(&path) {
+            Ok(meta) if meta.is_file() && meta.len() == 0 => {
+                // A store is created under another name and renamed into place once
+                // initialized, so an empty file is damage, not a new store.
+                return Err(StoreError::Corrupt {
+                    path: path.display().to_string(),
+                    reason: "the file is empty (truncated?)".to_owned(),
+                });
+            }
+            Ok(meta) if meta.is_file() => {}
+            Ok(_) => return Err(open_error(&path, "not a regular file")),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => create_new(data_dir, &path)?,
+            Err(e) => return Err(open_error(&path, e)),
+        }
+        let db = open_existing(&path)?;
+        let store = Self { db, path, clock };
+        store.check_format()?;
+        Ok(store)
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// [`Store::purge_expired`] as if the wall clock read `now`.
+    pub fn purge_expired_at(
+        &self,
+        now: SystemTime,
+        retention: Duration,
+    ) -> Result<Vec<String>, StoreError> {
+        let now_ms = unix_ms(now);
+        let mut txn = self.db.begin_write().map_err(|e| self.fail(e))?;
+        txn.set_durability(Durability::Immediate);
+        let mut expired = Vec::new();
+        {
+            let mut meta = txn.open_table(GROUP_META).map_err(|e| self.fail(e))?;
+            let mut groups = txn.open_table(GROUPS).map_err(|e| self.fail(e))?;
+            let mut offsets = txn.open_table(OFFSETS).map_err(|e| self.fail(e))?;
+            for entry in meta.iter().map_err(|e| self.fail(e))? {
+                let (key, value) = entry.map_err(|e| self.fail(e))?;
+                let group = self.decode_group_key(key.value(), "group_meta")?;
+                let since = self.decode_since(&group, value.value())?;
+                if is_expired(since, now_ms, retention) {
+                    expired.push(group);
+                }
+            }
+            let mut prefix = Vec::new();
+            for group in &expired {
+                meta.remove(group.as_bytes()).map_err(|e| self.fail(e))?;
+                groups.remove(group.as_bytes()).map_err(|e| self.fail(e))?;
+                prefix.clear();
+                push_bytes(&mut prefix, group.as_bytes());
+                let mut keys = Vec::new();
+                for entry in offsets
+                    .range(prefix.as_slice()..)
+                    .map_err(|e| self.fail(e))?
+                {
+                    let (key, _) = entry.map_err(|e| self.fail(e))?;
+                    if !key.value().starts_with(&prefix) {
+                        break;
+                    }
+                    keys.push(key.value().to_vec());
+                }
+                for key in &keys {
+                    offsets.remove(key.as_slice()).map_err(|e| self.fail(e))?;
+                }
+            }
+        }
+        if expired.is_empty() {
+            txn.abort().map_err(|e| self.fail(e))?;
+        } else {
+            txn.commit().map_err(|e| self.fail(e))?;
+        }
+        Ok(expired)
+    }
+
+    /// When `group` became empty, as wall-clock ms since the UNIX epoch, if it is empty.
+    pub fn empty_since(&self, group: &str) -> Result<Option<u64>, StoreError> {
+        let txn = self.db.begin_read().map_err(|e| self.fail(e))?;
+        let meta = txn.open_table(GROUP_META).map_err(|e| self.fail(e))?;
+        let value = meta.get(group.as_bytes()).map_err(|e| self.fail(e))?;
+        value
+            .map(|v| self.decode_since(group, v.value()))
+            .transpose()
+    }
+
+    /// Checks that the database is a store of the layout this code reads.
+    fn check_format(&self) -> Result<(), StoreError> {
+        let txn = self.db.begin_read().map_err(|e| self.fail(e))?;
+        let info = match txn.open_table(INFO) {
+            Ok(info) => info,
+            Err(TableError::TableDoesNotExist(_)) => {
+                return Err(open_error(
+                    &self.path,
+                    "a redb database but not a rollcall store (no format marker)",
+                ))
+            }
+            Err(e) => return Err(self.fail(e)),
+        };
+        let version = info.get(FORMAT_KEY).map_err(|e| self.fail(e))?;
+        match version.as_ref().map(|v| v.value()) {
+            Some([FORMAT_VERSION]) => Ok(()),
+            Some([other]) => Err(open_error(
+                &self.path,
+                format!(
+                    "store format version {other} is not supported (this build reads version {FORMAT_VERSION})"
+                ),
+            )),
+            _ => Err(self.corrupt("the format marker does not decode")),
+        }
+    }
+
+    /// Reads everything; the body of [`Store::load`].
+    fn load_inner(&self) -> Result<RestoredState, StoreError> {
+        let txn = self.db.begin_read().map_err(|e| self.fail(e))?;
+        let mut state = RestoredState::default();
+
+        let groups = txn.open_table(GROUPS).map_err(|e| self.fail(e))?;
+        for entry in groups.iter().map_err(|e| self.fail(e))? {
+            let (key, value) = entry.map_err(|e| self.fail(e))?;
+            let group = self.decode_group_key(key.value(), "groups")?;
+            let snapshot = self.decode_snapshot(&group, value.value())?;
+            state.groups.push(snapshot);
+        }
+
+        let offsets = txn.open_table(OFFSETS).map_err(|e| self.fail(e))?;
+        for entry in offsets.iter().map_err(|e| self.fail(e))? {
+            let (key, value) = entry.map_err(|e| self.fail(e))?;
+            state
+                .offsets
+                .push(self.decode_offset(key.value(), value.value())?);
+        }
+
+        // Not part of the restored state, but checked so that damage is found at start
+        // rather than at the first purge.
+        let meta = txn.open_table(GROUP_META).map_err(|e| self.fail(e))?;
+        for entry in meta.iter().map_err(|e| self.fail(e))? {
+            let (key, value) = entry.map_err(|e| self.fail(e))?;
+            let group = self.decode_group_key(key.value(), "group_meta")?;
+            self.decode_since(&group, value.value())?;
+        }
+        Ok(state)
+    }
+
+    /// Applies `records` in one durable transaction; the body of [`Store::write`].
+    fn write_inner(&self, records: &[Record]) -> Result<(), StoreError> {
+        let now_ms = unix_ms((self.clock)()).to_le_bytes();
+        let mut txn = self.db.begin_write().map_err(|e| self.fail(e))?;
+        txn.set_durability(Durability::Immediate);
+        {
+            let mut offsets = txn.open_table(OFFSETS).map_err(|e| self.fail(e))?;
+            let mut groups = txn.open_table(GROUPS).map_err(|e| self.fail(e))?;
+            let mut meta = txn.open_table(GROUP_META).map_err(|e| self.fail(e))?;
+            let mut key = Vec::with_capacity(256);
+            let mut value = Vec::with_capacity(256);
+            // Groups whose idleness an offset commit of this batch already updated; every
+            // update of a batch uses the same `now_ms`, so once is enough until a
+            // snapshot of the group changes it again.
+            let mut touched: HashSet<&str> = HashSet::new();
+            for record in records {
+                match record {
+                    Record::Offset(offset) => {
+                        encode_offset(offset, &mut key, &mut value);
+                        offsets
+                            .insert(key.as_slice(), value.as_slice())
+                            .map_err(|e| self.fail(e))?;
+                        if touched.insert(&offset.group) {
+                            self.touch_idle_group(&offset.group, &groups, &mut meta, &now_ms)?;
+                        }
+                    }
+                    Record::Group(snapshot) => {
+                        touched.remove(snapshot.group.as_str());
+                        value.clear();
+                        value.push(VALUE_FORMAT);
+                        serde_json::to_writer(&mut value, snapshot).map_err(|e| {
+                            StoreError::Io(format!(
+                                "{}: cannot encode snapshot of group {:?}: {e}",
+                                self.path.display(),
+                                snapshot.group
+                            ))
+                        })?;
+                        let group = snapshot.group.as_bytes();
+                        groups
+                            .insert(group, value.as_slice())
+                            .map_err(|e| self.fail(e))?;
+                        if !snapshot.members.is_empty() {
+                            meta.remove(group).map_err(|e| self.fail(e))?;
+                        } else if meta.get(group).map_err(|e| self.fail(e))?.is_none() {
+                            meta.insert(group, now_ms.as_slice())
+                                .map_err(|e| self.fail(e))?;
+                        }
+                    }
+                }
+            }
+        }
+        txn.commit().map_err(|e| self.fail(e))
+    }
+
+    /// An offset was committed to `group`: if the group is empty, or has no snapshot
+    /// (offsets committed without membership), it is idle from now.
+    fn touch_idle_group(
+        &self,
+        group: &str,
+        groups: &Table<'_, &'static [u8], &'static [u8]>,
+        meta: &mut Table<'_, &'static [u8], &'static [u8]>,
+        now_ms: &[u8; 8],
+    ) -> Result<(), StoreError> {
+        let group = group.as_bytes();
+        let idle = meta.get(group).map_err(|e| self.fail(e))?.is_some()
+            || groups.get(group).map_err(|e| self.fail(e))?.is_none();
+        if idle {
+            meta.insert(group, now_ms.as_slice())
+                .map_err(|e| self.fail(e))?;
+        }
+        Ok(())
+    }
+
+    fn decode_group_key(&self, key: &[u8], table: &str) -> Result<String, StoreError> {
+        String::from_utf8(key.to_vec()).map_err(|_| {
+            self.corrupt(format!(
+                "a key of table {table} is not UTF-8: {}",
+                show_bytes(key)
+            ))
+        })
+    }
+
+    fn decode_snapshot(&self, group: &str, value: &[u8]) -> Result<GroupSnapshot, StoreError> {
+        let json = match value.split_first() {
+            Some((&VALUE_FORMAT, json)) => json,
+            Some((other, _)) => {
+                return Err(self.corrupt(format!(
+                    "snapshot of group {group:?} has unknown format {other}"
+                )))
+            }
+            None => return Err(self.corrupt(format!("snapshot of group {group:?} is empty"))),
+        };
+        let snapshot: GroupSnapshot = serde_json::from_slice(json).map_err(|e| {
+            self.corrupt(format!("snapshot of group {group:?} does not decode: {e}"))
+        })?;
+        if snapshot.group != group {
+            return Err(self.corrupt(format!(
+                "snapshot stored under group {group:?} is of group {:?}",
+                snapshot.group
+            )));
+        }
+        Ok(snapshot)
+    }
+
+    fn decode_offset(&self, key: &[u8], value: &[u8]) -> Result<OffsetRecord, StoreError> {
+        let bad_key = |what: &str| {
+            self.corrupt(format!(
+                "offset key {} does not decode: {what}",
+                show_bytes(key)
+            ))
+        };
+        let mut rest = key;
+        let group = take_str(&mut rest).ok_or_else(|| bad_key("bad group"))?;
+        let topic = take_str(&mut rest).ok_or_else(|| bad_key("bad topic"))?;
+        let partition = take_u32(&mut rest).ok_or_else(|| bad_key("bad partition"))?;
+        if !rest.is_empty() {
+            return Err(bad_key("trailing bytes"));
+        }
+        let bad_value = |what: &str| {
+            self.corrupt(format!(
+                "offset of group {group:?} topic {topic:?} partition {partition} does not decode: {what}"
+            ))
+        };
+        let (format, rest) = value
+            .split_first()
+            .ok_or_else(|| bad_value("empty value"))?;
+        if *format != VALUE_FORMAT {
+            return Err(bad_value(&format!("unknown format {format}")));
+        }
+        let (offset, metadata) = rest
+            .split_first_chunk::<8>()
+            .ok_or_else(|| bad_value("value too short"))?;
+        let metadata =
+            std::str::from_utf8(metadata).map_err(|_| bad_value("metadata is not UTF-8"))?;
+        Ok(OffsetRecord {
+            group: group.to_owned(),
+            topic: topic.to_owned(),
+            partition,
+            offset: i64::from_le_bytes(*offset),
+            metadata: metadata.to_owned(),
+        })
+    }
+
+    fn decode_since(&self, group: &str, value: &[u8]) -> Result<u64, StoreError> {
+        let bytes: [u8; 8] = value.try_into().map_err(|_| {
+            self.corrupt(format!(
+                "empty-since time of group {group:?} does not decode: {} bytes, expected 8",
+                value.len()
+            ))
+        })?;
+        Ok(u64::from_le_bytes(bytes))
+    }
+
+    fn corrupt(&self, reason: impl fmt::Display) -> StoreError {
+        StoreError::Corrupt {
+            path: self.path.display().to_string(),
+            reason: reason.to_string(),
+        }
+    }
+
+    /// Maps a redb error met while using the open database.
+    fn fail(&self, error: impl Into<redb::Error>) -> StoreError {
+        match error.into() {
+            redb::Error::Corrupted(reason) => self.corrupt(reason),
+            other => StoreError::Io(format!("{}: {other}", self.path.display())),
+        }
+    }
+}
+
+impl Store for RedbStore {
+    fn load(&self) -> Result<RestoredState, StoreError> {
+        guard(&self.path, || self.load_inner())
+    }
+
+    fn write(&self, records: &[Record]) -> Result<(), StoreError> {
+        guard(&self.path, || self.write_inner(records))
+    }
+
+    fn purge_expired(&self, retention: Duration) -> Result<Vec<String>, StoreError> {
+        let now = (self.clock)();
+        guard(&self.path, || self.purge_expired_at(now, retention))
+    }
+}
+
+/// Runs `f`, turning a panic inside redb (which damaged files provoke: a truncated file
+/// fails an assertion while opening) into an error naming the file.
+fn guard<T>(path: &Path, f: impl FnOnce() -> Result<T, StoreError>) -> Result<T, StoreError> {
+    panic::catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|payload| {
+        let message = payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".to_owned());
+        Err(StoreError::Corrupt {
+            path: path.display().to_string(),
+            reason: format!("the file is damaged or truncated (redb: {message})"),
+        })
+    })
+}
+
+/// Initializes an empty store as `path`: built under a temporary name, made durable,
+/// then renamed into place, so that a crash leaves either no store or a complete one.
+fn create_new(data_dir: &Path, path: &Path) -> Result<(), StoreError> {
+    let new_path = data_dir.join(NEW_FILE_NAME);
+    match fs::remove_file(&new_path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(open_error(&new_path, e)),
+    }
+    let db = guard(&new_path, || {
+        builder(&new_path)
+            .create(&new_path)
+            .map_err(|e| database_error(&new_path, e))
+    })?;
+    initialize(&db).map_err(|e| open_error(&new_path, format!("cannot initialize: {e}")))?;
+    drop(db);
+    File::open(&new_path)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| open_error(&new_path, e))?;
+    fs::rename(&new_path, path).map_err(|e| open_error(path, format!("cannot rename: {e}")))?;
+    File::open(data_dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| open_error(data_dir, format!("cannot sync data directory: {e}")))?;
+    tracing::info!(path = %path.display(), "created an empty store");
+    Ok(())
+}
+
+/// Creates the tables and the format marker in a new database.
+fn initialize(db: &Database) -> Result<(), String> {
+    let mut txn = db.begin_write().map_err(|e| e.to_string())?;
+    txn.set_durability(Durability::Immediate);
+    {
+        let mut info = txn.open_table(INFO).map_err(|e| e.to_string())?;
+        info.insert(FORMAT_KEY, [FORMAT_VERSION].as_slice())
+            .map_err(|e| e.to_string())?;
+        for table in [OFFSETS, GROUPS, GROUP_META] {
+            txn.open_table(table).map_err(|e| e.to_string())?;
+        }
+    }
+    txn.commit().map_err(|e| e.to_string())
+}
+
+/// Opens the existing database at `path`, repairing it if it was not closed cleanly.
+fn open_existing(path: &Path) -> Result<Database, StoreError> {
+    guard(path, || {
+        builder(path)
+            .open(path)
+            .map_err(|e| database_error(path, e))
+    })
+}
+
+fn builder(path: &Path) -> Builder {
+    let shown = path.display().to_string();
+    let mut builder = Builder::new();
+    builder.set_cache_size(CACHE_BYTES);
+    builder.set_repair_callback(move |session: &mut RepairSession| {
+        if session.progress() == 0.0 {
+            tracing::warn!(path = %shown, "store was not closed cleanly; repairing it");
+        }
+    });
+    builder
+}
+
+/// Maps an error from opening a database file.
+fn database_error(path: &Path, error: DatabaseError) -> StoreError {
+    match error {
+        DatabaseError::DatabaseAlreadyOpen => open_error(
+            path,
+            "it is already open, probably by another rollcall process using the same data directory",
+        ),
+        DatabaseError::UpgradeRequired(version) => open_error(
+            path,
+            format!("its redb file format {version} needs an upgrade"),
+        ),
+        DatabaseError::Storage(StorageError::Corrupted(reason)) => StoreError::Corrupt {
+            path: path.display().to_string(),
+            reason,
+        },
+        DatabaseError::Storage(StorageError::Io(e)) if e.kind() == io::ErrorKind::InvalidData => {
+            open_error(
+                path,
+                "not a redb database, or its header is damaged (no valid redb header)",
+            )
+        }
+        DatabaseError::Storage(StorageError::Io(e))
+            if e.kind() == io::ErrorKind::UnexpectedEof =>
+        {
+            StoreError::Corrupt {
+                path: path.display().to_string(),
+                reason: format!("the file is truncated: {e}"),
+            }
+        }
+        other => open_error(path, other),
+    }
+}
+
+fn open_error(path: &Path, reason: impl fmt::Display) -> StoreError {
+    StoreError::Open {
+        path: path.display().to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+/// Appends `bytes` with a u32 big-endian length prefix.
+fn push_bytes(buf: &mut Vec<u8>, bytes: &[u8]) {
+    // Group and topic names are bounded by the protocol far below 4 GiB.
+    let len = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
+    buf.extend_from_slice(&len.to_be_bytes());
+    buf.extend_from_slice(bytes);
+}
+
+fn encode_offset(offset: &OffsetRecord, key: &mut Vec<u8>, value: &mut Vec<u8>) {
+    key.clear();
+    push_bytes(key, offset.group.as_bytes());
+    push_bytes(key, offset.topic.as_bytes());
+    key.extend_from_slice(&offset.partition.to_be_bytes());
+    value.clear();
+    value.push(VALUE_FORMAT);
+    value.extend_from_slice(&offset.offset.to_le_bytes());
+    value.extend_from_slice(offset.metadata.as_bytes());
+}
+
+fn take_u32(rest: &mut &[u8]) -> Option<u32> {
+    let (bytes, tail) = rest.split_first_chunk::<4>()?;
+    *rest = tail;
+    Some(u32::from_be_bytes(*bytes))
+}
+
+fn take_str<'a>(rest: &mut &'a [u8]) -> Option<&'a str> {
+    let len = usize::try_from(take_u32(rest)?).ok()?;
+    if rest.len() < len {
+        return None;
+    }
+    let (bytes, tail) = rest.split_at(len);
+    *rest = tail;
+    std::str::from_utf8(bytes).ok()
+}
+
+/// Up to 64 bytes of `bytes`, escaped, for error messages.
+fn show_bytes(bytes: &[u8]) -> String {
+    let shown = &bytes[..bytes.len().min(64)];
+    let mut out = shown.escape_ascii().to_string();
+    if bytes.len() > shown.len() {
+        out.push_str("...");
+    }
+    out
+}
+
+#[cfg(test)]
+impl RedbStore {
+    /// Writes raw bytes into one of the tables, to simulate damage.
+    pub(super) fn put_raw(&self, table: &str, key: &[u8], value: &[u8]) {
+        let definition = match table {
+            "info" => INFO,
+            "offsets" => OFFSETS,
+            "groups" => GROUPS,
+            "group_meta" => GROUP_META,
+            other => panic!("no table {other}"),
+        };
+        let txn = self.db.begin_write().unwrap();
+        txn.open_table(definition)
+            .unwrap()
+            .insert(key, value)
+            .unwrap();
+        txn.commit().unwrap();
+    }
+
+    /// The encoded key of an offset.
+    pub(super) fn offset_key(group: &str, topic: &str, partition: u32) -> Vec<u8> {
+        let record = OffsetRecord {
+            group: group.to_owned(),
+            topic: topic.to_owned(),
+            partition,
+            offset: 0,
+            metadata: String::new(),
+        };
+        let mut key = Vec::new();
+        encode_offset(&record, &mut key, &mut Vec::new());
+        key
+    }
+}
