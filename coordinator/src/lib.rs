@@ -6,5 +6,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod cli;
 pub mod core;
+pub mod server;
 pub mod store;

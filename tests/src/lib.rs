@@ -1,2 +1,389 @@
-//! End-to-end test helpers.
+//! End-to-end test helpers: a raw protocol client over real TCP, a server started on an
+//! ephemeral port, and a bounded wait around everything.
 #![forbid(unsafe_code)]
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use futures_util::{SinkExt, StreamExt};
+use rollcall_coordinator::server::{Server, ServerConfig, ServerHandle};
+use rollcall_protocol::{
+    supported_versions, ApiVersionsRequest, ApiVersionsResponse, Body, Codec, ExpelledPush, Frame,
+    FrameError, HeartbeatRequest, JoinRequest, Push, Request, Response, TopicPartitions,
+    TopicSubscription,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_util::codec::Framed;
+
+/// How long any single step of a test may take before the test fails.
+pub const STEP: Duration = Duration::from_secs(10);
+
+/// Awaits `fut`, failing the test if it takes longer than [`STEP`].
+pub async fn bounded<F: Future>(what: &str, fut: F) -> F::Output {
+    match tokio::time::timeout(STEP, fut).await {
+        Ok(out) => out,
+        Err(_) => panic!("timed out after {STEP:?}: {what}"),
+    }
+}
+
+/// A server configuration for tests: ephemeral port, in-memory store, two shards (so
+/// routing across shards is exercised).
+pub fn test_config() -> ServerConfig {
+    ServerConfig {
+        shards: 2,
+        ..ServerConfig::default()
+    }
+}
+
+/// Binds and spawns a server.
+pub async fn start(config: ServerConfig) -> ServerHandle {
+    bounded("server bind", Server::bind(config))
+        .await
+        .expect("server binds")
+        .spawn()
+}
+
+/// A client speaking the raw protocol: frames in, frames out, nothing hidden.
+#[derive(Debug)]
+pub struct RawClient {
+    framed: Framed<TcpStream, Codec>,
+    next_id: u32,
+    pushes: VecDeque<Push>,
+    responses: VecDeque<Frame>,
+}
+
+impl RawClient {
+    /// Connects to `addr`.
+    pub async fn connect(addr: SocketAddr) -> Self {
+        let stream = bounded("connect", TcpStream::connect(addr))
+            .await
+            .expect("connects");
+        stream.set_nodelay(true).expect("nodelay");
+        Self {
+            framed: Framed::new(stream, Codec::default()),
+            next_id: 1,
+            pushes: VecDeque::new(),
+            responses: VecDeque::new(),
+        }
+    }
+
+    /// Connects and handshakes.
+    pub async fn connected(addr: SocketAddr) -> Self {
+        let mut c = Self::connect(addr).await;
+        c.handshake().await;
+        c
+    }
+
+    /// Sends ApiVersions and returns the coordinator's answer.
+    pub async fn handshake(&mut self) -> ApiVersionsResponse {
+        let response = self
+            .request(Request::ApiVersions(ApiVersionsRequest {
+                client_software: "rollcall-tests".into(),
+                versions: supported_versions(),
+            }))
+            .await;
+        match response {
+            Response::ApiVersions(v) => v,
+            other => panic!("handshake refused: {other:?}"),
+        }
+    }
+
+    /// The next correlation id.
+    pub fn next_id(&mut self) -> u32 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    /// Sends `request` and waits for its response; pushes that arrive meanwhile are kept
+    /// for [`Self::next_push`].
+    pub async fn request(&mut self, request: Request) -> Response {
+        let id = self.next_id();
+        self.send(Frame::request(id, request)).await;
+        self.response_to(id).await
+    }
+
+    /// Sends a frame.
+    pub async fn send(&mut self, frame: Frame) {
+        bounded("send frame", self.framed.send(frame))
+            .await
+            .expect("frame sent");
+    }
+
+    /// Writes raw bytes to the socket.
+    pub async fn send_raw(&mut self, bytes: &[u8]) {
+        let stream = self.framed.get_mut();
+        bounded("send raw bytes", stream.write_all(bytes))
+            .await
+            .expect("bytes sent");
+        bounded("flush", stream.flush()).await.expect("flushed");
+    }
+
+    /// Encodes a frame to bytes, length prefix included.
+    pub fn encode(frame: &Frame) -> BytesMut {
+        let mut buf = BytesMut::new();
+        frame.encode(&mut buf, usize::MAX).expect("encodes");
+        buf
+    }
+
+    /// Waits for the response with `correlation_id`, keeping pushes and other responses.
+    pub async fn response_to(&mut self, correlation_id: u32) -> Response {
+        if let Some(i) = self
+            .responses
+            .iter()
+            .position(|f| f.correlation_id == correlation_id)
+        {
+            let frame = self.responses.remove(i).expect("present");
+            return into_response(frame);
+        }
+        loop {
+            let frame = self
+                .next_frame()
+                .await
+                .unwrap_or_else(|| panic!("connection closed awaiting response {correlation_id}"))
+                .unwrap_or_else(|e| panic!("bad frame awaiting response {correlation_id}: {e}"));
+            match frame.body {
+                Body::Push(push) => self.pushes.push_back(push),
+                Body::Response(_) if frame.correlation_id == correlation_id => {
+                    return into_response(frame)
+                }
+                _ => self.responses.push_back(frame),
+            }
+        }
+    }
+
+    /// The next push (kept earlier, or read now).
+    pub async fn next_push(&mut self) -> Push {
+        if let Some(push) = self.pushes.pop_front() {
+            return push;
+        }
+        loop {
+            let frame = self
+                .next_frame()
+                .await
+                .expect("connection closed awaiting a push")
+                .expect("good frame");
+            match frame.body {
+                Body::Push(push) => return push,
+                _ => self.responses.push_back(frame),
+            }
+        }
+    }
+
+    /// The next push, reading for at most `wait`; `None` if none came.
+    pub async fn try_next_push(&mut self, wait: Duration) -> Option<Push> {
+        if let Some(push) = self.pushes.pop_front() {
+            return Some(push);
+        }
+        tokio::time::timeout(wait, self.next_push()).await.ok()
+    }
+
+    /// Pushes read but not yet taken.
+    pub fn buffered_pushes(&mut self) -> Vec<Push> {
+        self.pushes.drain(..).collect()
+    }
+
+    /// The next frame off the wire, bounded by [`STEP`].
+    pub async fn next_frame(&mut self) -> Option<Result<Frame, FrameError>> {
+        bounded("next frame", self.framed.next()).await
+    }
+
+    /// Reads until the coordinator closes the connection, failing if it does not within
+    /// [`STEP`]. Returns the frames read meanwhile.
+    pub async fn expect_closed(&mut self) -> Vec<Frame> {
+        let mut frames = Vec::new();
+        loop {
+            match self.next_frame().await {
+                None | Some(Err(_)) => return frames,
+                Some(Ok(frame)) => frames.push(frame),
+            }
+        }
+    }
+
+    /// The socket, for tests that need to misbehave.
+    pub fn stream_mut(&mut self) -> &mut TcpStream {
+        self.framed.get_mut()
+    }
+
+    /// True if the coordinator closed the connection (reads EOF or an error), reading
+    /// raw bytes for at most `wait`.
+    pub async fn closed_within(&mut self, wait: Duration) -> bool {
+        let stream = self.framed.get_mut();
+        let mut buf = [0u8; 4096];
+        tokio::time::timeout(wait, async {
+            loop {
+                match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+            }
+        })
+        .await
+        .is_ok()
+    }
+}
+
+fn into_response(frame: Frame) -> Response {
+    match frame.body {
+        Body::Response(r) => r,
+        other => panic!("expected a response, got {other:?}"),
+    }
+}
+
+/// A join request for `group` subscribing to `topic` with `partitions` partitions.
+pub fn join(group: &str, topic: &str, partitions: u32, session_ms: u32) -> JoinRequest {
+    JoinRequest {
+        group: group.into(),
+        member_id: None,
+        instance_id: None,
+        client_id: "rollcall-tests".into(),
+        join_token: rand::random::<u64>() | 1,
+        subscription: vec![TopicSubscription {
+            topic: topic.into(),
+            partitions,
+        }],
+        session_timeout_ms: session_ms,
+        progress_timeout_ms: 60_000,
+        rebalance_timeout_ms: session_ms.max(1_000),
+    }
+}
+
+/// Fetches `GET path` from `addr` over plain HTTP/1.1 and returns the status line and body.
+pub async fn http_get(addr: SocketAddr, path: &str) -> (String, String) {
+    bounded("http get", async {
+        let mut stream = TcpStream::connect(addr).await.expect("connects");
+        let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        stream
+            .write_all(request.as_bytes())
+            .await
+            .expect("request sent");
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw).await.expect("response read");
+        let text = String::from_utf8_lossy(&raw).into_owned();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+        let status = head.lines().next().unwrap_or_default().to_owned();
+        (status, body.to_owned())
+    })
+    .await
+}
+
+/// The value of the sample `name` (with its labels exactly as rendered, e.g.
+/// `rollcall_requests_total{api="heartbeat"}`) in a Prometheus text exposition.
+pub fn sample(exposition: &str, name: &str) -> Option<f64> {
+    exposition.lines().find_map(|line| {
+        let rest = line.strip_prefix(name)?;
+        let value = rest.strip_prefix(' ')?;
+        value.trim().parse().ok()
+    })
+}
+
+/// A member driven by hand: heartbeats when told, follows pushes, and acknowledges every
+/// revocation with its next heartbeat.
+#[derive(Debug)]
+pub struct Member {
+    /// Its connection.
+    pub client: RawClient,
+    /// Its group.
+    pub group: String,
+    /// Its member id.
+    pub id: String,
+    /// The generation of its latest assignment.
+    pub generation: u32,
+    /// What it owns.
+    pub owned: Vec<TopicPartitions>,
+    /// What it was asked to release and will acknowledge next.
+    pub revoking: Vec<TopicPartitions>,
+    /// Set once it is expelled.
+    pub expelled: Option<ExpelledPush>,
+    sequence: u64,
+}
+
+impl Member {
+    /// Connects, handshakes and joins.
+    pub async fn join(addr: SocketAddr, request: JoinRequest) -> Self {
+        let mut client = RawClient::connected(addr).await;
+        let group = request.group.clone();
+        let response = client.request(Request::Join(request)).await;
+        let Response::Join(joined) = response else {
+            panic!("join refused: {response:?}");
+        };
+        let mut member = Self {
+            client,
+            group,
+            id: joined.member_id,
+            generation: joined.generation,
+            owned: Vec::new(),
+            revoking: Vec::new(),
+            expelled: None,
+            sequence: 0,
+        };
+        for push in member.client.buffered_pushes() {
+            member.apply(push);
+        }
+        member
+    }
+
+    /// Sends a heartbeat (acknowledging pending revocations) and returns the answer.
+    pub async fn heartbeat(&mut self) -> Response {
+        self.sequence += 1;
+        let acked = std::mem::take(&mut self.revoking);
+        for released in &acked {
+            for tp in &mut self.owned {
+                if tp.topic == released.topic {
+                    tp.partitions.retain(|p| !released.partitions.contains(p));
+                }
+            }
+        }
+        let response = self
+            .client
+            .request(Request::Heartbeat(HeartbeatRequest {
+                group: self.group.clone(),
+                member_id: self.id.clone(),
+                generation: self.generation,
+                sequence: self.sequence,
+                progress: self.sequence,
+                acked_revocations: acked,
+            }))
+            .await;
+        for push in self.client.buffered_pushes() {
+            self.apply(push);
+        }
+        response
+    }
+
+    /// Heartbeats, then follows whatever pushes arrive within `wait`.
+    pub async fn tick(&mut self, wait: Duration) {
+        let response = self.heartbeat().await;
+        if let Response::Heartbeat(hb) = response {
+            self.generation = self.generation.max(hb.generation);
+        }
+        while let Some(push) = self.client.try_next_push(wait).await {
+            self.apply(push);
+        }
+    }
+
+    /// Follows one push.
+    pub fn apply(&mut self, push: Push) {
+        match push {
+            Push::Assignment(a) if a.member_id == self.id => {
+                self.generation = a.generation;
+                self.owned = a.partitions;
+            }
+            Push::Revoke(r) if r.member_id == self.id => {
+                self.generation = self.generation.max(r.generation);
+                self.revoking = r.partitions;
+            }
+            Push::Expelled(e) if e.member_id == self.id => self.expelled = Some(e),
+            _ => {}
+        }
+    }
+
+    /// How many partitions it owns.
+    pub fn owned_count(&self) -> usize {
+        self.owned.iter().map(|tp| tp.partitions.len()).sum()
+    }
+}

@@ -1,0 +1,281 @@
+//! The server's configuration, constructible in code with defaults, and the parsers of
+//! the human-friendly values (durations, sizes) the command line and the file accept.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::core::CoreConfig;
+use crate::store::Store;
+
+/// Where the server keeps its durable state.
+#[derive(Clone)]
+pub enum StoreConfig {
+    /// A redb file in this directory (created if missing).
+    Dir(PathBuf),
+    /// Nothing durable: an in-memory store, for tests and benchmarks.
+    Memory,
+    /// A store built by the caller (tests that inject failures, or share a store
+    /// across restarts).
+    Custom(Arc<dyn Store>),
+}
+
+impl fmt::Debug for StoreConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Dir(dir) => f.debug_tuple("Dir").field(dir).finish(),
+            Self::Memory => f.write_str("Memory"),
+            Self::Custom(store) => f.debug_tuple("Custom").field(store).finish(),
+        }
+    }
+}
+
+/// Everything the server needs to run.
+///
+/// [`ServerConfig::default`] listens on `127.0.0.1:0` (an ephemeral port), serves no
+/// metrics, keeps its state in memory and runs one shard: what a test wants. The
+/// `rollcall serve` command builds one from its flags, environment and file.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Address the protocol listener binds.
+    pub listen: SocketAddr,
+    /// Address of the Prometheus endpoint; `None` serves no metrics.
+    pub metrics_addr: Option<SocketAddr>,
+    /// Durable state.
+    pub store: StoreConfig,
+    /// Number of shards (tasks that each own the groups hashed to them).
+    pub shards: usize,
+    /// Largest frame accepted or sent, length prefix excluded.
+    pub max_frame_size: usize,
+    /// Connections served at once; more are answered `TooManyConnections` and closed.
+    pub max_connections: usize,
+    /// Time a new connection has to complete its ApiVersions handshake.
+    pub handshake_timeout: Duration,
+    /// Frames queued for one connection before it is deemed too slow and disconnected.
+    pub send_buffer: usize,
+    /// Time graceful shutdown may take before the server gives up waiting.
+    pub shutdown_timeout: Duration,
+    /// Offsets of groups empty for longer than this are purged.
+    pub offsets_retention: Duration,
+    /// How often the retention purge runs (it also runs once at start).
+    pub retention_interval: Duration,
+    /// How often each shard refreshes the group and member gauges.
+    pub stats_interval: Duration,
+    /// The core's limits and tunables. `member_id_prefix` is made unique per start and
+    /// per shard by the server.
+    pub core: CoreConfig,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            metrics_addr: None,
+            store: StoreConfig::Memory,
+            shards: 1,
+            max_frame_size: rollcall_protocol::DEFAULT_MAX_FRAME_SIZE,
+            max_connections: 10_000,
+            handshake_timeout: Duration::from_secs(5),
+            send_buffer: 4096,
+            shutdown_timeout: Duration::from_secs(10),
+            offsets_retention: Duration::from_secs(7 * 24 * 60 * 60),
+            retention_interval: Duration::from_secs(60 * 60),
+            stats_interval: Duration::from_secs(1),
+            core: CoreConfig::default(),
+        }
+    }
+}
+
+impl ServerConfig {
+    /// The smallest frame size that can carry the handshake and error answers.
+    pub const MIN_FRAME_SIZE: usize = 1024;
+
+    /// Checks the values against each other; the error is one line naming the option.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.shards == 0 {
+            return Err("shards must be at least 1".into());
+        }
+        if self.shards > 1024 {
+            return Err(format!("shards is {}, at most 1024 allowed", self.shards));
+        }
+        if self.max_frame_size < Self::MIN_FRAME_SIZE {
+            return Err(format!(
+                "max-frame-size is {} bytes, at least {} required",
+                self.max_frame_size,
+                Self::MIN_FRAME_SIZE
+            ));
+        }
+        if u32::try_from(self.max_frame_size).is_err() {
+            return Err("max-frame-size must fit the 32-bit length prefix".into());
+        }
+        if self.max_connections == 0 {
+            return Err("max-connections must be at least 1".into());
+        }
+        if self.send_buffer == 0 {
+            return Err("send-buffer must be at least 1 frame".into());
+        }
+        if self.handshake_timeout.is_zero() {
+            return Err("handshake-timeout must be more than 0".into());
+        }
+        if self.retention_interval.is_zero() {
+            return Err("retention interval must be more than 0".into());
+        }
+        if self.stats_interval.is_zero() {
+            return Err("stats interval must be more than 0".into());
+        }
+        let core = &self.core;
+        if core.min_session_timeout.is_zero() {
+            return Err("min-session-timeout must be more than 0".into());
+        }
+        if core.min_session_timeout > core.max_session_timeout {
+            return Err(format!(
+                "min-session-timeout ({}) exceeds max-session-timeout ({})",
+                format_duration(core.min_session_timeout),
+                format_duration(core.max_session_timeout)
+            ));
+        }
+        if core.max_members_per_group == 0 {
+            return Err("max-members-per-group must be at least 1".into());
+        }
+        if core.max_partitions_per_group == 0 {
+            return Err("max-partitions-per-group must be at least 1".into());
+        }
+        if core.rebalance_coalesce > core.rebalance_coalesce_max {
+            return Err(format!(
+                "rebalance-coalesce ({}) exceeds rebalance-coalesce-max ({})",
+                format_duration(core.rebalance_coalesce),
+                format_duration(core.rebalance_coalesce_max)
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Parses a duration such as `500ms`, `10s`, `5m`, `2h`, `7d` or `1h30m`. A bare `0`
+/// is zero. Units: `ms`, `s`, `m`, `h`, `d`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let s = text.trim();
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let bad = || {
+        format!("invalid duration '{text}': expected a number and a unit (ms, s, m, h, d), e.g. 500ms, 10s, 7d")
+    };
+    if s.is_empty() {
+        return Err(bad());
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        if digits == 0 {
+            return Err(bad());
+        }
+        let value: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let unit = &rest[..unit_len];
+        rest = &rest[unit_len..];
+        let millis_per_unit: u64 = match unit {
+            "ms" => 1,
+            "s" => 1_000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            "d" => 86_400_000,
+            _ => return Err(bad()),
+        };
+        let millis = value.checked_mul(millis_per_unit).ok_or_else(bad)?;
+        total = total
+            .checked_add(Duration::from_millis(millis))
+            .ok_or_else(bad)?;
+    }
+    Ok(total)
+}
+
+/// Formats a duration the way [`parse_duration`] reads it, in its largest exact unit.
+pub fn format_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms == 0 {
+        return "0".into();
+    }
+    for (unit, per) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1_000),
+    ] {
+        if ms % per == 0 {
+            return format!("{}{unit}", ms / per);
+        }
+    }
+    format!("{ms}ms")
+}
+
+/// Parses a size in bytes: `1048576`, `512KiB`, `1MiB` (also `K`, `KB`, `M`, `MB`,
+/// all binary multiples).
+pub fn parse_size(text: &str) -> Result<usize, String> {
+    let s = text.trim();
+    let bad = || format!("invalid size '{text}': expected bytes, e.g. 1048576, 512KiB or 1MiB");
+    let digits = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    if digits == 0 {
+        return Err(bad());
+    }
+    let value: usize = s[..digits].parse().map_err(|_| bad())?;
+    let multiple: usize = match s[digits..].trim() {
+        "" | "B" => 1,
+        "K" | "KB" | "KiB" | "k" | "kb" | "kib" => 1 << 10,
+        "M" | "MB" | "MiB" | "m" | "mb" | "mib" => 1 << 20,
+        _ => return Err(bad()),
+    };
+    value.checked_mul(multiple).ok_or_else(bad)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
+        assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(7 * 86_400)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        for bad in ["", "10", "s", "10x", "1.5s", "-1s", "99999999999999999999d"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn durations_format_round_trip() {
+        for text in ["500ms", "10s", "5m", "2h", "7d", "1500ms", "0"] {
+            let d = parse_duration(text).unwrap();
+            assert_eq!(format_duration(d), text);
+        }
+    }
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("1048576"), Ok(1 << 20));
+        assert_eq!(parse_size("1MiB"), Ok(1 << 20));
+        assert_eq!(parse_size("64KiB"), Ok(64 << 10));
+        assert!(parse_size("1GiB").is_err());
+        assert!(parse_size("MiB").is_err());
+    }
+
+    #[test]
+    fn default_config_is_valid() {
+        ServerConfig::default().validate().unwrap();
+        let mut c = ServerConfig::default();
+        c.core.min_session_timeout = c.core.max_session_timeout * 2;
+        assert!(c.validate().unwrap_err().contains("min-session-timeout"));
+    }
+}

@@ -1,0 +1,351 @@
+//! Prometheus metrics: cached handles for the hot path, and a small HTTP endpoint that
+//! renders them.
+//!
+//! Every metric handle is looked up once, when the server starts, so that recording on
+//! the request path is an atomic add (no label strings built, no registry lookup).
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use metrics::{Counter, Gauge, Histogram};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use rollcall_protocol::{ApiKey, ErrorCode, ExpelReason};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+
+use crate::core::RebalanceCause;
+
+/// Buckets of `rollcall_request_duration_seconds`.
+const REQUEST_BUCKETS: &[f64] = &[
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0,
+];
+
+/// Buckets of `rollcall_rebalance_duration_seconds`.
+const REBALANCE_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+    600.0,
+];
+
+static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+
+/// Installs the process-wide Prometheus recorder, once. Returns its handle, or `None`
+/// if another recorder was installed first (then the endpoint renders nothing).
+pub(crate) fn install_recorder() -> Option<PrometheusHandle> {
+    HANDLE
+        .get_or_init(|| {
+            let builder = PrometheusBuilder::new()
+                .set_buckets_for_metric(
+                    Matcher::Full("rollcall_request_duration_seconds".into()),
+                    REQUEST_BUCKETS,
+                )
+                .and_then(|b| {
+                    b.set_buckets_for_metric(
+                        Matcher::Full("rollcall_rebalance_duration_seconds".into()),
+                        REBALANCE_BUCKETS,
+                    )
+                });
+            let handle = builder.ok()?.install_recorder().ok()?;
+            // Histograms buffer their samples until upkeep folds them into buckets; run
+            // it for the life of the process, whatever server instances come and go.
+            let upkeep = handle.clone();
+            let spawned = std::thread::Builder::new()
+                .name("rollcall-metrics-upkeep".into())
+                .spawn(move || loop {
+                    std::thread::sleep(Duration::from_secs(5));
+                    upkeep.run_upkeep();
+                });
+            if let Err(e) = spawned {
+                tracing::warn!(error = %e, "cannot start the metrics upkeep thread");
+            }
+            describe();
+            Some(handle)
+        })
+        .clone()
+}
+
+fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_gauge!("rollcall_connections", "Open client connections.");
+    describe_gauge!("rollcall_groups", "Groups known to the coordinator.");
+    describe_gauge!("rollcall_members", "Members, by liveness.");
+    describe_counter!("rollcall_heartbeats_total", "Heartbeats received.");
+    describe_counter!("rollcall_requests_total", "Requests received, by API.");
+    describe_histogram!(
+        "rollcall_request_duration_seconds",
+        Unit::Seconds,
+        "Time from decoding a request to queueing its response, by API."
+    );
+    describe_counter!(
+        "rollcall_rebalances_started_total",
+        "Rebalances started, by first cause."
+    );
+    describe_counter!(
+        "rollcall_rebalances_completed_total",
+        "Rebalances completed."
+    );
+    describe_histogram!(
+        "rollcall_rebalance_duration_seconds",
+        Unit::Seconds,
+        "Time from a rebalance's first trigger until every member holds its target."
+    );
+    describe_counter!(
+        "rollcall_expulsions_total",
+        "Members removed from their group, by reason."
+    );
+    describe_counter!("rollcall_commits_accepted_total", "Offsets committed.");
+    describe_counter!(
+        "rollcall_commits_rejected_total",
+        "Offset commits refused, by reason."
+    );
+    describe_counter!(
+        "rollcall_protocol_errors_total",
+        "Protocol errors and misbehaving connections, by kind."
+    );
+    describe_counter!(
+        "rollcall_store_batches_total",
+        "Batches of records made durable."
+    );
+    describe_counter!(
+        "rollcall_store_failures_total",
+        "Batches of records the store failed to make durable."
+    );
+    describe_counter!(
+        "rollcall_pauses_detected_total",
+        "Times the coordinator found itself woken much later than it asked."
+    );
+    describe_counter!(
+        "rollcall_isolations_suspected_total",
+        "Times every member of a shard fell silent at once and expulsions were held."
+    );
+}
+
+/// Kinds of protocol error, the label of `rollcall_protocol_errors_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ProtocolError {
+    /// A frame that did not decode.
+    MalformedFrame,
+    /// A length prefix above the maximum.
+    FrameTooLarge,
+    /// A request with an unknown API key.
+    UnknownApi,
+    /// A request with an unsupported version.
+    UnsupportedVersion,
+    /// A request before the handshake.
+    HandshakeRequired,
+    /// No handshake within the deadline.
+    HandshakeTimeout,
+    /// A client that does not read its frames fast enough.
+    SlowReader,
+    /// A connection over the maximum.
+    TooManyConnections,
+}
+
+impl ProtocolError {
+    const ALL: [Self; 8] = [
+        Self::MalformedFrame,
+        Self::FrameTooLarge,
+        Self::UnknownApi,
+        Self::UnsupportedVersion,
+        Self::HandshakeRequired,
+        Self::HandshakeTimeout,
+        Self::SlowReader,
+        Self::TooManyConnections,
+    ];
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::MalformedFrame => "malformed_frame",
+            Self::FrameTooLarge => "frame_too_large",
+            Self::UnknownApi => "unknown_api",
+            Self::UnsupportedVersion => "unsupported_version",
+            Self::HandshakeRequired => "handshake_required",
+            Self::HandshakeTimeout => "handshake_timeout",
+            Self::SlowReader => "slow_reader",
+            Self::TooManyConnections => "too_many_connections",
+        }
+    }
+}
+
+const CAUSES: [RebalanceCause; 4] = [
+    RebalanceCause::Join,
+    RebalanceCause::Leave,
+    RebalanceCause::Expulsion,
+    RebalanceCause::Subscription,
+];
+
+const REASONS: [ExpelReason; 5] = [
+    ExpelReason::SessionExpired,
+    ExpelReason::ProgressExpired,
+    ExpelReason::RebalanceTimeout,
+    ExpelReason::Fenced,
+    ExpelReason::Left,
+];
+
+/// Every metric handle the server records into.
+#[derive(Debug)]
+pub(crate) struct Metrics {
+    pub(crate) connections: Gauge,
+    pub(crate) groups: Gauge,
+    pub(crate) members_alive: Gauge,
+    pub(crate) members_suspect: Gauge,
+    pub(crate) heartbeats: Counter,
+    requests: Vec<Counter>,
+    durations: Vec<Histogram>,
+    rebalances_started: Vec<Counter>,
+    pub(crate) rebalances_completed: Counter,
+    pub(crate) rebalance_duration: Histogram,
+    expulsions: Vec<Counter>,
+    pub(crate) commits_accepted: Counter,
+    commits_rejected: Vec<Counter>,
+    protocol_errors: Vec<Counter>,
+    pub(crate) store_batches: Counter,
+    pub(crate) store_failures: Counter,
+    pub(crate) pauses: Counter,
+    pub(crate) isolations: Counter,
+}
+
+impl Metrics {
+    /// Looks every handle up in the installed recorder (no-op handles if none is).
+    pub(crate) fn new() -> Self {
+        Self {
+            connections: metrics::gauge!("rollcall_connections"),
+            groups: metrics::gauge!("rollcall_groups"),
+            members_alive: metrics::gauge!("rollcall_members", "liveness" => "alive"),
+            members_suspect: metrics::gauge!("rollcall_members", "liveness" => "suspect"),
+            heartbeats: metrics::counter!("rollcall_heartbeats_total"),
+            requests: ApiKey::ALL
+                .iter()
+                .map(|k| metrics::counter!("rollcall_requests_total", "api" => k.as_str()))
+                .collect(),
+            durations: ApiKey::ALL
+                .iter()
+                .map(|k| {
+                    metrics::histogram!("rollcall_request_duration_seconds", "api" => k.as_str())
+                })
+                .collect(),
+            rebalances_started: CAUSES
+                .iter()
+                .map(|c| metrics::counter!("rollcall_rebalances_started_total", "cause" => c.as_str()))
+                .collect(),
+            rebalances_completed: metrics::counter!("rollcall_rebalances_completed_total"),
+            rebalance_duration: metrics::histogram!("rollcall_rebalance_duration_seconds"),
+            expulsions: REASONS
+                .iter()
+                .map(|r| metrics::counter!("rollcall_expulsions_total", "reason" => r.as_str()))
+                .collect(),
+            commits_accepted: metrics::counter!("rollcall_commits_accepted_total"),
+            commits_rejected: ErrorCode::ALL
+                .iter()
+                .map(|c| metrics::counter!("rollcall_commits_rejected_total", "reason" => c.as_str()))
+                .collect(),
+            protocol_errors: ProtocolError::ALL
+                .iter()
+                .map(|k| metrics::counter!("rollcall_protocol_errors_total", "kind" => k.as_str()))
+                .collect(),
+            store_batches: metrics::counter!("rollcall_store_batches_total"),
+            store_failures: metrics::counter!("rollcall_store_failures_total"),
+            pauses: metrics::counter!("rollcall_pauses_detected_total"),
+            isolations: metrics::counter!("rollcall_isolations_suspected_total"),
+        }
+    }
+
+    pub(crate) fn request(&self, api: ApiKey) -> &Counter {
+        &self.requests[api as usize]
+    }
+
+    pub(crate) fn duration(&self, api: ApiKey) -> &Histogram {
+        &self.durations[api as usize]
+    }
+
+    pub(crate) fn rebalance_started(&self, cause: RebalanceCause) -> &Counter {
+        let i = CAUSES.iter().position(|c| *c == cause).unwrap_or(0);
+        &self.rebalances_started[i]
+    }
+
+    pub(crate) fn expulsion(&self, reason: ExpelReason) -> &Counter {
+        let i = REASONS.iter().position(|r| *r == reason).unwrap_or(0);
+        &self.expulsions[i]
+    }
+
+    pub(crate) fn commit_rejected(&self, reason: ErrorCode) -> &Counter {
+        let i = ErrorCode::ALL
+            .iter()
+            .position(|c| *c == reason)
+            .unwrap_or(0);
+        &self.commits_rejected[i]
+    }
+
+    pub(crate) fn protocol_error(&self, kind: ProtocolError) -> &Counter {
+        let i = ProtocolError::ALL
+            .iter()
+            .position(|k| *k == kind)
+            .unwrap_or(0);
+        &self.protocol_errors[i]
+    }
+}
+
+/// Serves `GET /metrics` (and `GET /`) with the rendered metrics until `stop`.
+pub(crate) async fn serve_http(
+    listener: TcpListener,
+    handle: Option<PrometheusHandle>,
+    stop: CancellationToken,
+) {
+    loop {
+        let stream = tokio::select! {
+            () = stop.cancelled() => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    tracing::debug!(error = %e, "metrics endpoint accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let handle = handle.clone();
+        tokio::spawn(async move {
+            let served =
+                tokio::time::timeout(Duration::from_secs(10), answer(stream, handle.as_ref()))
+                    .await;
+            if let Ok(Err(e)) = served {
+                tracing::debug!(error = %e, "metrics request failed");
+            }
+        });
+    }
+}
+
+async fn answer(mut stream: TcpStream, handle: Option<&PrometheusHandle>) -> std::io::Result<()> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if buf.len() > 16 * 1024 {
+            break;
+        }
+    }
+    let line = buf.split(|b| *b == b'\n').next().unwrap_or_default();
+    let line = String::from_utf8_lossy(line);
+    let mut parts = line.split_whitespace();
+    let (method, path) = (parts.next(), parts.next());
+    let (status, body) = match (method, path) {
+        (Some("GET"), Some("/metrics" | "/")) => (
+            "200 OK",
+            handle.map(PrometheusHandle::render).unwrap_or_default(),
+        ),
+        (Some("GET"), _) => ("404 Not Found", "not found\n".to_owned()),
+        _ => ("405 Method Not Allowed", "method not allowed\n".to_owned()),
+    };
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(body.as_bytes()).await?;
+    stream.shutdown().await
+}

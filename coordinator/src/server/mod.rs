@@ -1,0 +1,460 @@
+//! The tokio shell that serves the core over TCP.
+//!
+//! ```text
+//!  accept ─► connection reader ──(group hash)──► shard task (one Coordinator)
+//!                 │  ▲ ApiVersions, errors             │ records ─► group committer
+//!                 ▼  │                                 ▼
+//!            connection writer ◄── registry ◄── shard sender stage (awaits durability)
+//! ```
+//!
+//! - Groups are spread over shards by a stable hash of the group id; each shard task
+//!   owns one [`Coordinator`](crate::core::Coordinator), so each group has a single
+//!   writer and no locks.
+//! - A batch's records are durable before any of its responses or pushes leave, and the
+//!   batches of one shard leave in order.
+//! - Each connection has a bounded queue of outgoing frames. A client that does not read
+//!   fills it and is disconnected: the server never buffers without bound and never
+//!   blocks a shard on one slow client.
+//! - Over `max_connections`, a connection is accepted, its first request is answered
+//!   `TooManyConnections`, and it is closed (at most 256 such answers are pending at
+//!   once; past that, excess connections are closed without an answer).
+//! - Graceful shutdown stops accepting and reading requests, lets every shard finish
+//!   the requests it already has (records durable, answers sent), sends every
+//!   connection a shutdown push, and closes them; members keep their sessions.
+
+mod config;
+mod conn;
+mod metrics;
+mod registry;
+mod shard;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, error, info, warn};
+
+pub use self::config::{format_duration, parse_duration, parse_size, ServerConfig, StoreConfig};
+pub use self::shard::shard_of;
+
+use self::conn::ConnContext;
+use self::metrics::Metrics;
+use self::registry::Registry;
+use self::shard::{Shard, ShardInput};
+use crate::core::{Coordinator, RestoredState};
+use crate::store::{GroupCommitter, MemoryStore, RedbStore, Store, StoreError};
+
+/// Inputs queued for one shard before connections wait to send more.
+const SHARD_QUEUE: usize = 8192;
+
+/// Why the server could not start or did not stop cleanly.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The configuration is invalid.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// The store cannot be used.
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    /// A listener could not be bound.
+    #[error("cannot listen on {addr} ({what}): {source}")]
+    Bind {
+        /// Which listener.
+        what: &'static str,
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Graceful shutdown did not finish in time.
+    #[error("shutdown did not finish within {0:?}; some answers were not sent")]
+    ShutdownTimedOut(Duration),
+    /// Any other failure while running.
+    #[error("{0}")]
+    Runtime(String),
+}
+
+/// A bound, ready-to-run server.
+#[derive(Debug)]
+pub struct Server {
+    config: ServerConfig,
+    listener: TcpListener,
+    local_addr: SocketAddr,
+    metrics_listener: Option<TcpListener>,
+    metrics_addr: Option<SocketAddr>,
+    prometheus: Option<metrics_exporter_prometheus::PrometheusHandle>,
+    committer: Arc<GroupCommitter>,
+    cores: Vec<Coordinator>,
+}
+
+impl Server {
+    /// Validates `config`, opens and loads the store, restores the groups into their
+    /// shards, and binds the listeners (port 0 picks a free port).
+    pub async fn bind(config: ServerConfig) -> Result<Self, ServerError> {
+        config.validate().map_err(ServerError::Config)?;
+        let store = open_store(&config.store).await?;
+        let loader = store.clone();
+        let restored = tokio::task::spawn_blocking(move || loader.load())
+            .await
+            .map_err(|e| ServerError::Runtime(format!("store load panicked: {e}")))??;
+        let committer = Arc::new(GroupCommitter::new(store)?);
+
+        let cores = restore_cores(&config, restored);
+
+        let listener =
+            TcpListener::bind(config.listen)
+                .await
+                .map_err(|source| ServerError::Bind {
+                    what: "protocol",
+                    addr: config.listen,
+                    source,
+                })?;
+        let local_addr = listener.local_addr().map_err(|source| ServerError::Bind {
+            what: "protocol",
+            addr: config.listen,
+            source,
+        })?;
+        let (metrics_listener, metrics_addr, prometheus) = match config.metrics_addr {
+            Some(addr) => {
+                let bind_error = |source| ServerError::Bind {
+                    what: "metrics",
+                    addr,
+                    source,
+                };
+                let l = TcpListener::bind(addr).await.map_err(bind_error)?;
+                let bound = l.local_addr().map_err(bind_error)?;
+                (Some(l), Some(bound), metrics::install_recorder())
+            }
+            None => (None, None, None),
+        };
+        Ok(Self {
+            config,
+            listener,
+            local_addr,
+            metrics_listener,
+            metrics_addr,
+            prometheus,
+            committer,
+            cores,
+        })
+    }
+
+    /// The address clients connect to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The address of the Prometheus endpoint, if metrics are served.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
+    }
+
+    /// Runs on a new task; the handle stops it.
+    pub fn spawn(self) -> ServerHandle {
+        let shutdown = CancellationToken::new();
+        let local_addr = self.local_addr;
+        let metrics_addr = self.metrics_addr;
+        let task = tokio::spawn(self.run(shutdown.clone()));
+        ServerHandle {
+            local_addr,
+            metrics_addr,
+            shutdown,
+            task,
+        }
+    }
+
+    /// Serves until `shutdown` is cancelled, then shuts down gracefully.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), ServerError> {
+        let Self {
+            config,
+            listener,
+            local_addr,
+            metrics_listener,
+            metrics_addr,
+            prometheus,
+            committer,
+            cores,
+        } = self;
+        let metrics = Arc::new(Metrics::new());
+        let registry = Arc::new(Registry::default());
+        let background = CancellationToken::new();
+
+        let mut shard_senders = Vec::with_capacity(cores.len());
+        let mut shard_tasks = Vec::with_capacity(cores.len());
+        for (index, core) in cores.into_iter().enumerate() {
+            let (tx, rx) = mpsc::channel(SHARD_QUEUE);
+            shard_senders.push(tx);
+            let shard = Shard {
+                index,
+                core,
+                inputs: rx,
+                committer: committer.clone(),
+                registry: registry.clone(),
+                metrics: metrics.clone(),
+                stats_interval: config.stats_interval,
+            };
+            shard_tasks.push(tokio::spawn(shard.run()));
+        }
+
+        let mut helpers = Vec::new();
+        if let Some(l) = metrics_listener {
+            helpers.push(tokio::spawn(metrics::serve_http(
+                l,
+                prometheus,
+                background.clone(),
+            )));
+        }
+        helpers.push(tokio::spawn(retention(
+            committer.clone(),
+            shard_senders.clone(),
+            config.offsets_retention,
+            config.retention_interval,
+            background.clone(),
+        )));
+        helpers.push(tokio::spawn(store_stats(
+            committer.clone(),
+            metrics.clone(),
+            config.stats_interval,
+            background.clone(),
+        )));
+
+        let ctx = Arc::new(ConnContext::new(
+            shard_senders.clone(),
+            registry.clone(),
+            metrics.clone(),
+            &config,
+        ));
+        let connections = TaskTracker::new();
+        let (reading, mut readers_done) = mpsc::channel::<()>(1);
+        info!(
+            listen = %local_addr,
+            metrics = ?metrics_addr,
+            shards = shard_senders.len(),
+            "rollcall coordinator serving"
+        );
+
+        loop {
+            let accepted = tokio::select! {
+                () = shutdown.cancelled() => break,
+                accepted = listener.accept() => accepted,
+            };
+            match accepted {
+                Ok((stream, peer)) => {
+                    conn::accept(&ctx, stream, peer, reading.clone(), &connections);
+                }
+                Err(e) => {
+                    // Out of file descriptors and the like: back off rather than spin.
+                    warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
+        drop(listener);
+        info!("shutting down: no new connections, finishing in-flight requests");
+
+        let graceful = async {
+            // 1. Connections stop reading requests; wait until none can send any more.
+            ctx.stop_reading.cancel();
+            drop(reading);
+            let _ = readers_done.recv().await;
+            // 2. Each shard finishes what it was given, and its sender stage sends it
+            //    once durable.
+            for tx in &shard_senders {
+                let _ = tx.send(ShardInput::Shutdown).await;
+            }
+            for task in shard_tasks {
+                if let Err(e) = task.await {
+                    error!(error = %e, "shard task failed");
+                }
+            }
+            // 3. Every connection gets a shutdown push and closes.
+            ctx.close.cancel();
+            connections.close();
+            connections.wait().await;
+        };
+        let outcome = match tokio::time::timeout(config.shutdown_timeout, graceful).await {
+            Ok(()) => Ok(()),
+            Err(_) => {
+                for handle in registry.handles() {
+                    handle.kill();
+                }
+                Err(ServerError::ShutdownTimedOut(config.shutdown_timeout))
+            }
+        };
+        background.cancel();
+        for helper in helpers {
+            let _ = helper.await;
+        }
+        drop(ctx);
+        drop(shard_senders);
+        // The committer's writer thread finishes what was submitted; joining it blocks.
+        let _ = tokio::task::spawn_blocking(move || drop(committer)).await;
+        match &outcome {
+            Ok(()) => info!("shutdown complete"),
+            Err(e) => warn!(error = %e, "shutdown incomplete"),
+        }
+        outcome
+    }
+}
+
+/// A running server.
+#[derive(Debug)]
+pub struct ServerHandle {
+    local_addr: SocketAddr,
+    metrics_addr: Option<SocketAddr>,
+    shutdown: CancellationToken,
+    task: JoinHandle<Result<(), ServerError>>,
+}
+
+impl ServerHandle {
+    /// The address clients connect to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The address of the Prometheus endpoint, if metrics are served.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
+    }
+
+    /// Shuts the server down gracefully and waits for it.
+    pub async fn shutdown(self) -> Result<(), ServerError> {
+        self.shutdown.cancel();
+        self.task
+            .await
+            .map_err(|e| ServerError::Runtime(format!("server task failed: {e}")))?
+    }
+
+    /// Stops the server without the graceful steps (in-flight answers may be lost),
+    /// as a crash would.
+    pub fn abort(self) {
+        self.task.abort();
+    }
+}
+
+async fn open_store(config: &StoreConfig) -> Result<Arc<dyn Store>, ServerError> {
+    Ok(match config {
+        StoreConfig::Memory => Arc::new(MemoryStore::new()),
+        StoreConfig::Custom(store) => store.clone(),
+        StoreConfig::Dir(dir) => {
+            let dir = dir.clone();
+            let store = tokio::task::spawn_blocking(move || RedbStore::open(&dir))
+                .await
+                .map_err(|e| ServerError::Runtime(format!("store open panicked: {e}")))??;
+            Arc::new(store)
+        }
+    })
+}
+
+/// One core per shard, each restored with the groups and offsets that hash to it.
+fn restore_cores(config: &ServerConfig, restored: RestoredState) -> Vec<Coordinator> {
+    let shards = config.shards;
+    let mut parts: Vec<RestoredState> = (0..shards).map(|_| RestoredState::default()).collect();
+    for group in restored.groups {
+        parts[shard_of(&group.group, shards)].groups.push(group);
+    }
+    for offset in restored.offsets {
+        parts[shard_of(&offset.group, shards)].offsets.push(offset);
+    }
+    // Member ids must never repeat across restarts or shards.
+    let start = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or_default();
+    let nonce: u16 = rand::random();
+    let now = tokio::time::Instant::now().into_std();
+    parts
+        .into_iter()
+        .enumerate()
+        .map(|(index, part)| {
+            let mut core_config = config.core.clone();
+            core_config.member_id_prefix = format!(
+                "{}{start:x}{nonce:04x}-{index}-",
+                config.core.member_id_prefix
+            );
+            let mut core = Coordinator::new(core_config);
+            if !part.groups.is_empty() || !part.offsets.is_empty() {
+                debug!(
+                    shard = index,
+                    groups = part.groups.len(),
+                    offsets = part.offsets.len(),
+                    "restoring"
+                );
+                core.restore(now, part);
+            }
+            core
+        })
+        .collect()
+}
+
+/// Purges expired offsets at start and every `interval`, and tells the owning shards.
+async fn retention(
+    committer: Arc<GroupCommitter>,
+    shards: Vec<mpsc::Sender<ShardInput>>,
+    retention: Duration,
+    interval: Duration,
+    stop: CancellationToken,
+) {
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            _ = ticks.tick() => {}
+        }
+        let store = committer.store().clone();
+        let purged = tokio::task::spawn_blocking(move || store.purge_expired(retention)).await;
+        match purged {
+            Ok(Ok(groups)) => {
+                if !groups.is_empty() {
+                    info!(groups = groups.len(), retention = %format_duration(retention), "purged expired offsets");
+                }
+                for group in groups {
+                    let shard = shard_of(&group, shards.len());
+                    if shards[shard]
+                        .send(ShardInput::RemoveOffsets(group))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            }
+            Ok(Err(e)) => warn!(error = %e, "offset retention purge failed"),
+            Err(e) => warn!(error = %e, "offset retention purge panicked"),
+        }
+    }
+}
+
+/// Mirrors the group committer's counters into metrics.
+async fn store_stats(
+    committer: Arc<GroupCommitter>,
+    metrics: Arc<Metrics>,
+    interval: Duration,
+    stop: CancellationToken,
+) {
+    let mut ticks = tokio::time::interval(interval);
+    let mut seen = crate::store::CommitterStats::default();
+    loop {
+        let stopping = tokio::select! {
+            () = stop.cancelled() => true,
+            _ = ticks.tick() => false,
+        };
+        let stats = committer.stats();
+        metrics
+            .store_batches
+            .increment(stats.batches.saturating_sub(seen.batches));
+        metrics
+            .store_failures
+            .increment(stats.failed_batches.saturating_sub(seen.failed_batches));
+        seen = stats;
+        if stopping {
+            return;
+        }
+    }
+}

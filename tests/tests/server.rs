@@ -1,0 +1,915 @@
+//! The server over real TCP: handshake, protocol errors, limits, routing to the core,
+//! pushes, metrics, the admin commands and the `rollcall serve` process.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use rollcall_coordinator::server::{ServerConfig, StoreConfig};
+use rollcall_coordinator::store::{Clock, MemoryStore, StoreError};
+use rollcall_protocol::{
+    supported_versions, ApiKey, Body, CommitOffsetsRequest, DescribeGroupRequest, ErrorCode,
+    ExpelReason, FetchOffsetsRequest, Frame, FrameKind, GroupState, Header, LeaveRequest,
+    OffsetCommit, Push, Request, Response, DEFAULT_MAX_FRAME_SIZE,
+};
+use rollcall_tests::{bounded, http_get, join, sample, start, test_config, Member, RawClient};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+fn error_of(response: Response) -> rollcall_protocol::ErrorResponse {
+    match response {
+        Response::Error(e) => e,
+        other => panic!("expected an error, got {other:?}"),
+    }
+}
+
+async fn list_groups(client: &mut RawClient) -> Vec<String> {
+    match client.request(Request::ListGroups).await {
+        Response::ListGroups(r) => r.groups.into_iter().map(|g| g.group).collect(),
+        other => panic!("list groups failed: {other:?}"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Handshake and protocol errors
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn requests_before_the_handshake_are_refused_then_served() {
+    let server = start(test_config()).await;
+    let mut c = RawClient::connect(server.local_addr()).await;
+
+    let e = error_of(c.request(Request::ListGroups).await);
+    assert_eq!(e.code, ErrorCode::HandshakeRequired);
+    assert_eq!(e.api_key, ApiKey::ListGroups as u16);
+
+    let versions = c.handshake().await;
+    assert_eq!(versions.versions, supported_versions());
+    assert_eq!(versions.max_frame_size as usize, DEFAULT_MAX_FRAME_SIZE);
+    assert!(list_groups(&mut c).await.is_empty());
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn garbage_gets_malformed_frame_and_close_while_others_carry_on() {
+    let server = start(test_config()).await;
+    let mut bystander = RawClient::connected(server.local_addr()).await;
+
+    // An invalid frame kind: the header is unreadable, so correlation id 0.
+    let mut bad = RawClient::connected(server.local_addr()).await;
+    bad.send_raw(&[0, 0, 0, 12, 9, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11])
+        .await;
+    let frames = bad.expect_closed().await;
+    assert_eq!(frames.len(), 1, "{frames:?}");
+    assert_eq!(frames[0].correlation_id, 0);
+    let Body::Response(Response::Error(e)) = &frames[0].body else {
+        panic!("{frames:?}");
+    };
+    assert_eq!(e.code, ErrorCode::MalformedFrame);
+
+    // A readable header with a body that does not decode: answered with its
+    // correlation id.
+    let mut bad = RawClient::connected(server.local_addr()).await;
+    let header = [0u8, 0, 1, 0, 0, 0, 0, 0, 42];
+    let mut bytes = vec![0, 0, 0, (header.len() + 3) as u8];
+    bytes.extend_from_slice(&header);
+    bytes.extend_from_slice(&[0xff, 0xff, 0xff]);
+    bad.send_raw(&bytes).await;
+    let frames = bad.expect_closed().await;
+    assert_eq!(frames.len(), 1, "{frames:?}");
+    assert_eq!(frames[0].correlation_id, 42);
+    let Body::Response(Response::Error(e)) = &frames[0].body else {
+        panic!("{frames:?}");
+    };
+    assert_eq!(e.code, ErrorCode::MalformedFrame);
+    assert_eq!(e.api_key, ApiKey::Join as u16);
+
+    assert!(list_groups(&mut bystander).await.is_empty());
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn oversized_length_prefix_gets_frame_too_large_and_close() {
+    let server = start(test_config()).await;
+    let mut c = RawClient::connected(server.local_addr()).await;
+    c.send_raw(&[0xff, 0xff, 0xff, 0xff, 0, 0, 0]).await;
+    let frames = c.expect_closed().await;
+    assert_eq!(frames.len(), 1, "{frames:?}");
+    assert_eq!(frames[0].correlation_id, 0);
+    let Body::Response(Response::Error(e)) = &frames[0].body else {
+        panic!("{frames:?}");
+    };
+    assert_eq!(e.code, ErrorCode::FrameTooLarge);
+
+    // Also before the handshake.
+    let mut c = RawClient::connect(server.local_addr()).await;
+    c.send_raw(&[0x7f, 0, 0, 0]).await;
+    let frames = c.expect_closed().await;
+    assert!(matches!(
+        &frames[..],
+        [Frame { body: Body::Response(Response::Error(e)), .. }] if e.code == ErrorCode::FrameTooLarge
+    ));
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn truncated_frame_then_close_is_harmless() {
+    let server = start(test_config()).await;
+    let mut c = RawClient::connected(server.local_addr()).await;
+    // Declares 100 bytes, sends 20, closes its side.
+    let mut bytes = vec![0, 0, 0, 100];
+    bytes.extend_from_slice(&[0; 20]);
+    c.send_raw(&bytes).await;
+    bounded("shutdown write", c.stream_mut().shutdown())
+        .await
+        .unwrap();
+    assert!(c.closed_within(Duration::from_secs(5)).await);
+
+    let mut other = RawClient::connected(server.local_addr()).await;
+    assert!(list_groups(&mut other).await.is_empty());
+    server.shutdown().await.unwrap();
+}
+
+fn raw_request(api_key: u16, api_version: u16, correlation_id: u32) -> Frame {
+    Frame {
+        correlation_id,
+        body: Body::Unsupported(Header {
+            kind: FrameKind::Request,
+            api_key,
+            api_version,
+            correlation_id,
+        }),
+    }
+}
+
+#[tokio::test]
+async fn unknown_api_is_answered_with_what_is_supported_and_the_connection_works() {
+    let server = start(test_config()).await;
+    let mut c = RawClient::connected(server.local_addr()).await;
+    c.send(raw_request(99, 0, 77)).await;
+    let e = error_of(c.response_to(77).await);
+    assert_eq!(e.code, ErrorCode::UnknownApi);
+    assert_eq!(e.api_key, 99);
+    assert_eq!(e.supported, supported_versions());
+    assert!(list_groups(&mut c).await.is_empty());
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn unknown_version_is_answered_unsupported_version() {
+    let server = start(test_config()).await;
+    let mut c = RawClient::connect(server.local_addr()).await;
+    // A future handshake version, before any handshake: answered, so the client can
+    // fall back.
+    c.send(raw_request(ApiKey::ApiVersions as u16, 3, 5)).await;
+    let e = error_of(c.response_to(5).await);
+    assert_eq!(e.code, ErrorCode::UnsupportedVersion);
+    assert_eq!(e.supported, supported_versions());
+    c.handshake().await;
+    c.send(raw_request(ApiKey::Join as u16, 1, 6)).await;
+    let e = error_of(c.response_to(6).await);
+    assert_eq!(e.code, ErrorCode::UnsupportedVersion);
+    assert_eq!(e.api_key, ApiKey::Join as u16);
+    assert!(list_groups(&mut c).await.is_empty());
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn no_handshake_within_the_deadline_closes_the_connection() {
+    let server = start(ServerConfig {
+        handshake_timeout: Duration::from_millis(200),
+        ..test_config()
+    })
+    .await;
+    let started = Instant::now();
+    let mut silent = RawClient::connect(server.local_addr()).await;
+    assert!(silent.closed_within(Duration::from_secs(5)).await);
+    assert!(started.elapsed() >= Duration::from_millis(150));
+
+    // A connection that handshakes in time stays open past the deadline.
+    let mut ok = RawClient::connected(server.local_addr()).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(list_groups(&mut ok).await.is_empty());
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn connections_over_the_maximum_are_answered_too_many_connections() {
+    let server = start(ServerConfig {
+        max_connections: 2,
+        ..test_config()
+    })
+    .await;
+    let addr = server.local_addr();
+    let a = RawClient::connected(addr).await;
+    let mut b = RawClient::connected(addr).await;
+
+    let mut over = RawClient::connect(addr).await;
+    let e = error_of(over.request(Request::ApiVersions(Default::default())).await);
+    assert_eq!(e.code, ErrorCode::TooManyConnections);
+    assert!(over.closed_within(Duration::from_secs(5)).await);
+
+    // Closing one frees a slot.
+    drop(a);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut c = RawClient::connect(addr).await;
+        match c.request(Request::ApiVersions(Default::default())).await {
+            Response::ApiVersions(_) => break,
+            Response::Error(e) if e.code == ErrorCode::TooManyConnections => {
+                assert!(Instant::now() < deadline, "slot never freed");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(list_groups(&mut b).await.is_empty());
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_client_that_does_not_read_is_disconnected() {
+    let server = start(ServerConfig {
+        send_buffer: 4,
+        ..test_config()
+    })
+    .await;
+    let addr = server.local_addr();
+    // An administrative commit of large offsets makes every fetch answer ~800 KiB.
+    let mut admin = RawClient::connected(addr).await;
+    let offsets = (0..200)
+        .map(|p| OffsetCommit {
+            topic: "t".into(),
+            partition: p,
+            offset: 1,
+            metadata: "x".repeat(4000),
+        })
+        .collect();
+    let committed = admin
+        .request(Request::CommitOffsets(CommitOffsetsRequest {
+            group: "big".into(),
+            member_id: None,
+            generation: 0,
+            offsets,
+        }))
+        .await;
+    let Response::CommitOffsets(committed) = committed else {
+        panic!("{committed:?}");
+    };
+    assert!(committed.results.iter().all(|r| r.error == ErrorCode::None));
+
+    // Ask for far more than the socket buffers hold and never read.
+    let mut lazy = RawClient::connected(addr).await;
+    for id in 0..48 {
+        lazy.send(Frame::request(
+            1000 + id,
+            Request::FetchOffsets(FetchOffsetsRequest {
+                group: "big".into(),
+                topics: vec![],
+            }),
+        ))
+        .await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        lazy.closed_within(Duration::from_secs(10)).await,
+        "slow reader still connected"
+    );
+
+    // Everyone else is fine.
+    assert_eq!(list_groups(&mut admin).await, vec!["big".to_owned()]);
+    server.shutdown().await.unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Through the core
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn join_heartbeat_commit_fetch_describe_leave() {
+    let server = start(test_config()).await;
+    let addr = server.local_addr();
+    let mut m = Member::join(addr, join("g-basic", "orders", 4, 10_000)).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while m.owned_count() < 4 {
+        assert!(Instant::now() < deadline, "no assignment pushed: {m:?}");
+        m.tick(Duration::from_millis(30)).await;
+    }
+    assert!(matches!(m.heartbeat().await, Response::Heartbeat(_)));
+
+    let committed = m
+        .client
+        .request(Request::CommitOffsets(CommitOffsetsRequest {
+            group: m.group.clone(),
+            member_id: Some(m.id.clone()),
+            generation: m.generation,
+            offsets: vec![OffsetCommit {
+                topic: "orders".into(),
+                partition: 2,
+                offset: 42,
+                metadata: "meta".into(),
+            }],
+        }))
+        .await;
+    let Response::CommitOffsets(committed) = committed else {
+        panic!("{committed:?}");
+    };
+    assert_eq!(committed.results[0].error, ErrorCode::None);
+
+    let mut admin = RawClient::connected(addr).await;
+    let fetched = admin
+        .request(Request::FetchOffsets(FetchOffsetsRequest {
+            group: "g-basic".into(),
+            topics: vec![],
+        }))
+        .await;
+    let Response::FetchOffsets(fetched) = fetched else {
+        panic!("{fetched:?}");
+    };
+    assert_eq!(fetched.offsets.len(), 1);
+    assert_eq!(fetched.offsets[0].offset, 42);
+
+    let described = admin
+        .request(Request::DescribeGroup(DescribeGroupRequest {
+            group: "g-basic".into(),
+        }))
+        .await;
+    let Response::DescribeGroup(d) = described else {
+        panic!("{described:?}");
+    };
+    assert_eq!(d.state, GroupState::Stable);
+    assert_eq!(d.members.len(), 1);
+    assert_eq!(d.members[0].member_id, m.id);
+
+    let left = m
+        .client
+        .request(Request::Leave(LeaveRequest {
+            group: m.group.clone(),
+            member_id: m.id.clone(),
+        }))
+        .await;
+    assert_eq!(left, Response::Leave);
+    let described = admin
+        .request(Request::DescribeGroup(DescribeGroupRequest {
+            group: "g-basic".into(),
+        }))
+        .await;
+    let Response::DescribeGroup(d) = described else {
+        panic!("{described:?}");
+    };
+    assert!(d.members.is_empty());
+
+    let e = error_of(
+        admin
+            .request(Request::DescribeGroup(DescribeGroupRequest {
+                group: "no-such-group".into(),
+            }))
+            .await,
+    );
+    assert_eq!(e.code, ErrorCode::UnknownGroup);
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_silent_member_is_expelled_and_the_others_get_its_partitions() {
+    let server = start(test_config()).await;
+    let addr = server.local_addr();
+    // Sessions short enough for a quick test, long enough for a loaded machine.
+    let mut a = Member::join(addr, join("g-expel", "orders", 4, 800)).await;
+    let mut b = Member::join(addr, join("g-expel", "orders", 4, 800)).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while a.owned_count() != 2 || b.owned_count() != 2 || !a.revoking.is_empty() {
+        assert!(Instant::now() < deadline, "never balanced: {a:?} {b:?}");
+        a.tick(Duration::from_millis(20)).await;
+        b.tick(Duration::from_millis(20)).await;
+    }
+
+    // b falls silent (its connection stays open); a keeps beating.
+    let silent_since = Instant::now();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while a.owned_count() != 4 {
+        assert!(Instant::now() < deadline, "partitions never moved: {a:?}");
+        a.tick(Duration::from_millis(40)).await;
+    }
+    assert!(silent_since.elapsed() >= Duration::from_millis(700));
+
+    let push = bounded("expelled push", async {
+        loop {
+            if let Push::Expelled(e) = b.client.next_push().await {
+                return e;
+            }
+        }
+    })
+    .await;
+    assert_eq!(push.member_id, b.id);
+    assert_eq!(push.reason, ExpelReason::SessionExpired);
+    let e = error_of(b.heartbeat().await);
+    assert_eq!(e.code, ErrorCode::MemberExpelled);
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn groups_on_every_shard_are_listed_in_order() {
+    let server = start(ServerConfig {
+        shards: 4,
+        ..test_config()
+    })
+    .await;
+    let addr = server.local_addr();
+    let mut admin = RawClient::connected(addr).await;
+    let mut names: Vec<String> = (0..12).map(|i| format!("list-{i:02}")).collect();
+    for name in names.iter().rev() {
+        let r = admin
+            .request(Request::CommitOffsets(CommitOffsetsRequest {
+                group: name.clone(),
+                member_id: None,
+                generation: 0,
+                offsets: vec![OffsetCommit {
+                    topic: "t".into(),
+                    partition: 0,
+                    offset: 1,
+                    metadata: String::new(),
+                }],
+            }))
+            .await;
+        assert!(matches!(r, Response::CommitOffsets(_)), "{r:?}");
+    }
+    names.sort();
+    assert_eq!(list_groups(&mut admin).await, names);
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn metrics_endpoint_shows_counters_moving() {
+    let server = start(ServerConfig {
+        metrics_addr: Some(([127, 0, 0, 1], 0).into()),
+        stats_interval: Duration::from_millis(50),
+        ..test_config()
+    })
+    .await;
+    let metrics = server.metrics_addr().expect("metrics served");
+    let addr = server.local_addr();
+
+    let mut m = Member::join(addr, join("g-metrics", "orders", 2, 10_000)).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while m.owned_count() < 2 {
+        assert!(Instant::now() < deadline, "no assignment pushed");
+        m.tick(Duration::from_millis(20)).await;
+    }
+    for _ in 0..3 {
+        m.heartbeat().await;
+    }
+
+    let (status, body) = http_get(metrics, "/metrics").await;
+    assert!(status.contains("200"), "{status}");
+    let heartbeats = sample(&body, "rollcall_heartbeats_total").unwrap_or(0.0);
+    assert!(heartbeats >= 3.0, "{body}");
+    assert!(sample(&body, "rollcall_requests_total{api=\"join\"}").unwrap_or(0.0) >= 1.0);
+    assert!(
+        sample(&body, "rollcall_rebalances_started_total{cause=\"join\"}").unwrap_or(0.0) >= 1.0,
+        "{body}"
+    );
+    assert!(body.contains("rollcall_request_duration_seconds_bucket{api=\"heartbeat\""));
+    assert!(sample(&body, "rollcall_connections").unwrap_or(0.0) >= 1.0);
+
+    for _ in 0..5 {
+        m.heartbeat().await;
+    }
+    // Gauges are refreshed by the shards every stats interval.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (_, later) = http_get(metrics, "/metrics").await;
+        let moved = sample(&later, "rollcall_heartbeats_total").unwrap_or(0.0) >= heartbeats + 5.0;
+        let groups = sample(&later, "rollcall_groups").unwrap_or(0.0) >= 1.0;
+        let alive = sample(&later, "rollcall_members{liveness=\"alive\"}").unwrap_or(0.0) >= 1.0;
+        if moved && groups && alive {
+            break;
+        }
+        assert!(Instant::now() < deadline, "metrics did not move:\n{later}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let (status, _) = http_get(metrics, "/nope").await;
+    assert!(status.contains("404"), "{status}");
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn shutdown_pushes_goodbye_to_every_connection() {
+    let server = start(test_config()).await;
+    let mut a = RawClient::connected(server.local_addr()).await;
+    // Not handshaken, but accepted (it was answered).
+    let mut b = RawClient::connect(server.local_addr()).await;
+    let e = error_of(b.request(Request::ListGroups).await);
+    assert_eq!(e.code, ErrorCode::HandshakeRequired);
+    bounded("shutdown", server.shutdown()).await.unwrap();
+    for c in [&mut a, &mut b] {
+        let frames = c.expect_closed().await;
+        assert!(
+            frames
+                .iter()
+                .any(|f| matches!(f.body, Body::Push(Push::Shutdown(_)))),
+            "{frames:?}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The binary
+// ---------------------------------------------------------------------------------------------
+
+const BIN: &str = env!("CARGO_BIN_EXE_rollcall-e2e");
+
+struct Output {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+async fn rollcall(args: &[&str]) -> Output {
+    let out = bounded(
+        "rollcall command",
+        tokio::process::Command::new(BIN)
+            .args(args)
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("runs");
+    Output {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "rollcall-e2e-{tag}-{}-{:x}",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[tokio::test]
+async fn admin_commands_print_groups_members_and_offsets() {
+    let server = start(test_config()).await;
+    let addr = server.local_addr().to_string();
+    let mut m = Member::join(server.local_addr(), join("g-admin", "orders", 4, 10_000)).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while m.owned_count() < 4 {
+        assert!(Instant::now() < deadline, "no assignment pushed");
+        m.tick(Duration::from_millis(20)).await;
+    }
+    let committed = m
+        .client
+        .request(Request::CommitOffsets(CommitOffsetsRequest {
+            group: m.group.clone(),
+            member_id: Some(m.id.clone()),
+            generation: m.generation,
+            offsets: vec![OffsetCommit {
+                topic: "orders".into(),
+                partition: 1,
+                offset: 1234,
+                metadata: String::new(),
+            }],
+        }))
+        .await;
+    assert!(matches!(committed, Response::CommitOffsets(_)));
+
+    let out = rollcall(&["groups", "--addr", &addr]).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stdout.starts_with("GROUP"), "{}", out.stdout);
+    assert!(out.stdout.contains("g-admin"), "{}", out.stdout);
+
+    let out = rollcall(&["describe", "g-admin", "--addr", &addr]).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stdout.contains("state:      stable"), "{}", out.stdout);
+    assert!(out.stdout.contains(&m.id), "{}", out.stdout);
+    assert!(out.stdout.contains("orders[0-3]"), "{}", out.stdout);
+
+    let out = rollcall(&["describe", "g-admin", "--addr", &addr, "--json"]).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(json["group"], "g-admin");
+    assert_eq!(json["members"][0]["member_id"], m.id.as_str());
+    assert_eq!(
+        json["members"][0]["owned"][0]["partitions"],
+        serde_json::json!([0, 1, 2, 3])
+    );
+
+    let out = rollcall(&["offsets", "g-admin", "--addr", &addr]).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stdout.contains("orders"), "{}", out.stdout);
+    assert!(out.stdout.contains("1234"), "{}", out.stdout);
+    let out = rollcall(&["offsets", "g-admin", "--addr", &addr, "--json"]).await;
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(json["offsets"][0]["offset"], 1234);
+
+    let out = rollcall(&["describe", "nope", "--addr", &addr]).await;
+    assert_eq!(out.code, Some(1));
+    assert!(
+        out.stderr.contains("group 'nope' not found"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn admin_commands_fail_cleanly_when_the_coordinator_is_unreachable() {
+    // Bind and release a port so nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let out = rollcall(&["groups", "--addr", &addr]).await;
+    assert_eq!(out.code, Some(1));
+    assert!(out.stderr.contains("cannot connect"), "{}", out.stderr);
+    assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
+    assert!(!out.stderr.contains("panicked"));
+}
+
+#[tokio::test]
+async fn bad_configuration_exits_2_with_one_line() {
+    for args in [
+        &["serve", "--shards", "0"][..],
+        &["serve", "--handshake-timeout", "soon"],
+        &["serve", "--listen", "nowhere"],
+        &[
+            "serve",
+            "--min-session-timeout",
+            "1h",
+            "--max-session-timeout",
+            "1m",
+        ],
+        &["serve", "--config", "/nonexistent/rollcall.toml"],
+    ] {
+        let out = rollcall(args).await;
+        assert_eq!(out.code, Some(2), "{args:?}: {}", out.stderr);
+        assert_eq!(
+            out.stderr.trim().lines().count(),
+            1,
+            "{args:?}: {}",
+            out.stderr
+        );
+    }
+    let out = rollcall(&["serve", "--help"]).await;
+    assert_eq!(out.code, Some(0));
+    assert!(out.stdout.contains("--handshake-timeout"));
+    assert!(out.stdout.contains("ROLLCALL_LISTEN"));
+}
+
+#[tokio::test]
+async fn an_unusable_store_exits_3_naming_the_file() {
+    let dir = TempDir::new("corrupt");
+    std::fs::write(
+        dir.path().join("rollcall.redb"),
+        b"definitely not a database",
+    )
+    .unwrap();
+    let out = rollcall(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics-addr",
+        "off",
+        "--data-dir",
+        dir.path().to_str().unwrap(),
+    ])
+    .await;
+    assert_eq!(out.code, Some(3), "{}", out.stderr);
+    assert!(out.stderr.contains("rollcall.redb"), "{}", out.stderr);
+    assert_eq!(out.stderr.trim().lines().count(), 1, "{}", out.stderr);
+}
+
+/// Starts `rollcall serve` on a free port with its store in `dir`, and returns the
+/// process and the address it listens on (read from its log).
+async fn serve_process(dir: &Path) -> (tokio::process::Child, std::net::SocketAddr) {
+    let mut child = tokio::process::Command::new(BIN)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-addr",
+            "off",
+            "--shards",
+            "2",
+            "--shutdown-timeout",
+            "5s",
+            "--data-dir",
+            dir.to_str().unwrap(),
+        ])
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawns");
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    let addr = bounded("serve start", async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(rest) = line.split("listen=").nth(1) {
+                let addr = rest.split_whitespace().next().unwrap();
+                return addr.parse().unwrap();
+            }
+        }
+        panic!("serve exited before listening");
+    })
+    .await;
+    // Keep draining the log so the process never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (child, addr)
+}
+
+fn sigterm(child: &tokio::process::Child) {
+    let pid = child.id().expect("running").to_string();
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+}
+
+#[tokio::test]
+async fn sigterm_shuts_down_cleanly_and_a_restart_restores_the_group() {
+    let dir = TempDir::new("sigterm");
+    let (mut child, addr) = serve_process(dir.path()).await;
+
+    let mut m = Member::join(addr, join("g-restart", "orders", 3, 30_000)).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while m.owned_count() < 3 {
+        assert!(Instant::now() < deadline, "no assignment pushed");
+        m.tick(Duration::from_millis(20)).await;
+    }
+
+    sigterm(&child);
+    let frames = m.client.expect_closed().await;
+    assert!(
+        frames
+            .iter()
+            .any(|f| matches!(f.body, Body::Push(Push::Shutdown(_)))),
+        "{frames:?}"
+    );
+    let status = bounded("exit", child.wait()).await.unwrap();
+    assert_eq!(status.code(), Some(0));
+
+    // The member's session and partitions survive the restart.
+    let (mut child, addr) = serve_process(dir.path()).await;
+    let mut admin = RawClient::connected(addr).await;
+    let described = admin
+        .request(Request::DescribeGroup(DescribeGroupRequest {
+            group: "g-restart".into(),
+        }))
+        .await;
+    let Response::DescribeGroup(d) = described else {
+        panic!("{described:?}");
+    };
+    assert_eq!(d.members.len(), 1);
+    assert_eq!(d.members[0].member_id, m.id);
+    sigterm(&child);
+    let status = bounded("exit", child.wait()).await.unwrap();
+    assert_eq!(status.code(), Some(0));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Durability
+// ---------------------------------------------------------------------------------------------
+
+fn admin_commit(group: &str, offset: i64) -> Request {
+    Request::CommitOffsets(CommitOffsetsRequest {
+        group: group.into(),
+        member_id: None,
+        generation: 0,
+        offsets: vec![OffsetCommit {
+            topic: "t".into(),
+            partition: 0,
+            offset,
+            metadata: String::new(),
+        }],
+    })
+}
+
+#[tokio::test]
+async fn answers_wait_for_durability_and_leave_in_order() {
+    let store = Arc::new(MemoryStore::new());
+    store.set_write_delay(Duration::from_millis(200));
+    let server = start(ServerConfig {
+        store: StoreConfig::Custom(store.clone()),
+        ..test_config()
+    })
+    .await;
+    let mut c = RawClient::connected(server.local_addr()).await;
+    let started = Instant::now();
+    // A commit (slow to make durable) and then a describe of the same group, pipelined:
+    // the describe needs no write but must not overtake the commit.
+    c.send(Frame::request(100, admin_commit("durable", 7)))
+        .await;
+    c.send(Frame::request(
+        101,
+        Request::DescribeGroup(DescribeGroupRequest {
+            group: "durable".into(),
+        }),
+    ))
+    .await;
+    let first = c.next_frame().await.unwrap().unwrap();
+    assert_eq!(first.correlation_id, 100, "{first:?}");
+    assert!(started.elapsed() >= Duration::from_millis(190));
+    assert!(store.records_written() >= 1);
+    let Body::Response(Response::CommitOffsets(r)) = first.body else {
+        panic!("{first:?}");
+    };
+    assert_eq!(r.results[0].error, ErrorCode::None);
+    let second = c.next_frame().await.unwrap().unwrap();
+    assert_eq!(second.correlation_id, 101, "{second:?}");
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_failing_store_answers_storage_failure() {
+    let store = Arc::new(MemoryStore::new());
+    let server = start(ServerConfig {
+        store: StoreConfig::Custom(store.clone()),
+        ..test_config()
+    })
+    .await;
+    let mut c = RawClient::connected(server.local_addr()).await;
+    store.set_fail_writes(Some(StoreError::Io("disk on fire".into())));
+    let e = error_of(c.request(admin_commit("fragile", 1)).await);
+    assert_eq!(e.code, ErrorCode::StorageFailure);
+    assert_eq!(e.api_key, ApiKey::CommitOffsets as u16);
+
+    store.set_fail_writes(None);
+    let r = c.request(admin_commit("fragile", 2)).await;
+    assert!(matches!(r, Response::CommitOffsets(_)), "{r:?}");
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn retention_purges_offsets_of_long_empty_groups() {
+    // The store's wall clock is ours to move.
+    let offset_secs = Arc::new(AtomicU64::new(0));
+    let clock_offset = offset_secs.clone();
+    let clock: Clock = Arc::new(move || {
+        SystemTime::now() + Duration::from_secs(clock_offset.load(Ordering::Relaxed))
+    });
+    let store = Arc::new(MemoryStore::with_clock(clock));
+    let server = start(ServerConfig {
+        store: StoreConfig::Custom(store.clone()),
+        offsets_retention: Duration::from_secs(3600),
+        retention_interval: Duration::from_millis(50),
+        ..test_config()
+    })
+    .await;
+    let mut c = RawClient::connected(server.local_addr()).await;
+    let r = c.request(admin_commit("stale", 9)).await;
+    assert!(matches!(r, Response::CommitOffsets(_)), "{r:?}");
+    let fetch = || {
+        Request::FetchOffsets(FetchOffsetsRequest {
+            group: "stale".into(),
+            topics: vec![],
+        })
+    };
+    let Response::FetchOffsets(before) = c.request(fetch()).await else {
+        panic!("fetch failed");
+    };
+    assert_eq!(before.offsets.len(), 1);
+
+    offset_secs.store(7200, Ordering::Relaxed);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let Response::FetchOffsets(now) = c.request(fetch()).await else {
+            panic!("fetch failed");
+        };
+        if now.offsets.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "offsets never purged");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    server.shutdown().await.unwrap();
+}
