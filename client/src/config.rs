@@ -91,6 +91,9 @@ pub struct MemberConfig {
     /// Static membership: a stable id for this process across restarts. A process that
     /// restarts with the same id within its session timeout takes its partitions back
     /// without a rebalance; a second live process with the same id fences the first.
+    /// The takeover does not wait for the previous holder's lease, so the id must name
+    /// one process at a time: a fenced process learns of it from
+    /// [`Event::Fatal`](crate::Event::Fatal), and its commits are refused.
     pub instance_id: Option<String>,
     /// Free-form name shown by the coordinator's describe. Default `"rollcall-client"`.
     pub client_id: String,
