@@ -183,6 +183,9 @@ impl Server {
         let metrics = Arc::new(Metrics::new());
         let registry = Arc::new(Registry::default());
         let background = CancellationToken::new();
+        // Cancelled if a shard dies: its groups are unreachable, so the server stops
+        // (and a restart restores them from the store).
+        let fatal = CancellationToken::new();
 
         let mut shard_senders = Vec::with_capacity(cores.len());
         let mut shard_tasks = Vec::with_capacity(cores.len());
@@ -198,7 +201,13 @@ impl Server {
                 metrics: metrics.clone(),
                 stats_interval: config.stats_interval,
             };
-            shard_tasks.push(tokio::spawn(shard.run()));
+            let failed = FailGuard(Some(fatal.clone()));
+            shard_tasks.push(tokio::spawn(async move {
+                // A panic unwinds through the guard, which raises the alarm.
+                if shard.run().await {
+                    failed.disarm();
+                }
+            }));
         }
 
         let mut helpers = Vec::new();
@@ -238,9 +247,17 @@ impl Server {
             "rollcall coordinator serving"
         );
 
+        let mut failure = None;
         loop {
             let accepted = tokio::select! {
                 () = shutdown.cancelled() => break,
+                () = fatal.cancelled() => {
+                    error!("a shard failed; shutting down");
+                    failure = Some(ServerError::Runtime(
+                        "a shard failed (see the log); restart to restore its groups from the store".into(),
+                    ));
+                    break;
+                }
                 accepted = listener.accept() => accepted,
             };
             match accepted {
@@ -298,7 +315,28 @@ impl Server {
             Ok(()) => info!("shutdown complete"),
             Err(e) => warn!(error = %e, "shutdown incomplete"),
         }
-        outcome
+        match failure {
+            Some(e) => Err(e),
+            None => outcome,
+        }
+    }
+}
+
+/// Cancels its token when dropped armed, e.g. by a panic unwinding through a shard.
+#[derive(Debug)]
+struct FailGuard(Option<CancellationToken>);
+
+impl FailGuard {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for FailGuard {
+    fn drop(&mut self) {
+        if let Some(token) = self.0.take() {
+            token.cancel();
+        }
     }
 }
 

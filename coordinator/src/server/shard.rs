@@ -109,8 +109,9 @@ pub(crate) struct Shard {
 
 impl Shard {
     /// Runs the shard and its sender stage until a [`ShardInput::Shutdown`] (or every
-    /// sender is gone) and every batch has been sent.
-    pub(crate) async fn run(mut self) {
+    /// sender is gone) and every batch has been sent. Returns false if it had to stop
+    /// for another reason (its sender stage failed).
+    pub(crate) async fn run(mut self) -> bool {
         let (stage_tx, stage_rx) = mpsc::channel(STAGE_QUEUE);
         let stage = tokio::spawn(send_stage(
             stage_rx,
@@ -120,6 +121,7 @@ impl Shard {
         let mut inputs = Vec::with_capacity(MAX_BATCH);
         let mut stats = CoreStats::default();
         let mut next_stats = Instant::now();
+        let mut clean = true;
         loop {
             let wake = match self.core.poll_timeout() {
                 Some(deadline) => Instant::from_std(deadline).min(next_stats),
@@ -143,6 +145,7 @@ impl Shard {
             if let Some(batch) = batch {
                 if stage_tx.send(batch).await.is_err() {
                     error!(shard = self.index, "shard sender stage stopped");
+                    clean = false;
                     break;
                 }
             }
@@ -155,8 +158,10 @@ impl Shard {
         drop(stage_tx);
         if stage.await.is_err() {
             error!(shard = self.index, "shard sender stage panicked");
+            clean = false;
         }
         debug!(shard = self.index, "shard stopped");
+        clean
     }
 
     /// Feeds `inputs` to the core and returns the batch to send, if any, and whether a
