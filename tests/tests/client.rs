@@ -1,0 +1,806 @@
+//! The client against a real coordinator over real TCP: sharing partitions, crashes,
+//! progress expiry, revocations, static membership, connection loss, leases, expulsion,
+//! graceful leave and coordinator restarts.
+//!
+//! Timeouts are short (session 400-600 ms) and every wait is bounded.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rollcall_client::{
+    Client, ClientConfig, CommitError, Event, ExpelReason, LostReason, Member, MemberConfig,
+    Offset, PartitionSet, TopicPartition,
+};
+use rollcall_coordinator::server::{Server, ServerConfig, ServerHandle, StoreConfig};
+use rollcall_coordinator::store::MemoryStore;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+const SESSION: Duration = Duration::from_millis(400);
+const STEP: Duration = Duration::from_secs(10);
+
+async fn bounded<F: Future>(what: &str, fut: F) -> F::Output {
+    match tokio::time::timeout(STEP, fut).await {
+        Ok(out) => out,
+        Err(_) => panic!("timed out after {STEP:?}: {what}"),
+    }
+}
+
+async fn start_server(store: StoreConfig) -> ServerHandle {
+    let config = ServerConfig {
+        store,
+        ..ServerConfig::default()
+    };
+    bounded("server bind", Server::bind(config))
+        .await
+        .expect("server binds")
+        .spawn()
+}
+
+fn client_config() -> ClientConfig {
+    let mut c = ClientConfig::default();
+    c.reconnect_base = Duration::from_millis(20);
+    c.reconnect_max = Duration::from_millis(200);
+    c.connect_timeout = Duration::from_secs(2);
+    c
+}
+
+async fn connect(addr: SocketAddr) -> Client {
+    bounded("client connect", Client::connect(addr, client_config()))
+        .await
+        .expect("client connects")
+}
+
+fn member_config(group: &str, partitions: u32) -> MemberConfig {
+    MemberConfig::new(group, [("t", partitions)])
+        .with_session_timeout(SESSION)
+        .with_rebalance_timeout(Duration::from_secs(5))
+}
+
+fn tp(p: u32) -> TopicPartition {
+    TopicPartition::new("t", p)
+}
+
+fn all(n: u32) -> PartitionSet {
+    (0..n).map(tp).collect()
+}
+
+/// What an application was told, checked as it is told: a partition is assigned only
+/// when not held, and revoked or lost only when held.
+#[derive(Debug, Default)]
+struct Ledger {
+    owned: PartitionSet,
+    log: Vec<(Instant, Event)>,
+    violations: Vec<String>,
+}
+
+impl Ledger {
+    fn apply(&mut self, event: &Event) {
+        match event {
+            Event::Assigned { partitions, .. } => {
+                for p in partitions {
+                    if !self.owned.insert(p.clone()) {
+                        self.violations.push(format!("{p} assigned while held"));
+                    }
+                }
+            }
+            Event::RevokeRequested { partitions, .. } => {
+                for p in partitions {
+                    if !self.owned.contains(p) {
+                        self.violations.push(format!("{p} revoked while not held"));
+                    }
+                }
+            }
+            Event::Lost { partitions, .. } => {
+                for p in partitions {
+                    if !self.owned.remove(p) {
+                        self.violations.push(format!("{p} lost while not held"));
+                    }
+                }
+            }
+            _ => {}
+        }
+        self.log.push((Instant::now(), event.clone()));
+    }
+
+    fn released(&mut self, partitions: &PartitionSet) {
+        for p in partitions {
+            self.owned.remove(p);
+        }
+    }
+
+    fn lost_events(&self) -> Vec<(Instant, PartitionSet, LostReason)> {
+        self.log
+            .iter()
+            .filter_map(|(at, e)| match e {
+                Event::Lost { partitions, reason } => Some((*at, partitions.clone(), *reason)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// When `p` was last assigned.
+    fn assigned_at(&self, p: &TopicPartition) -> Option<Instant> {
+        self.log.iter().rev().find_map(|(at, e)| match e {
+            Event::Assigned { partitions, .. } if partitions.contains(p) => Some(*at),
+            _ => None,
+        })
+    }
+}
+
+/// A member driven by its own task like a well-behaved application: it commits and
+/// acknowledges revocations at once and records every event in a ledger.
+struct Worker {
+    ledger: Arc<shared::Mutex<Ledger>>,
+    changed: watch::Receiver<u64>,
+    member: Option<Arc<Member>>,
+    client: Option<Client>,
+    task: JoinHandle<()>,
+}
+
+/// A `std::sync::Mutex` whose lock survives a panicking holder (the panic is reported
+/// by the test anyway).
+mod shared {
+    pub(crate) struct Mutex<T>(std::sync::Mutex<T>);
+
+    impl<T> Mutex<T> {
+        pub(crate) fn new(t: T) -> Self {
+            Self(std::sync::Mutex::new(t))
+        }
+
+        pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, T> {
+            self.0.lock().unwrap_or_else(|e| e.into_inner())
+        }
+    }
+}
+
+impl Worker {
+    async fn start(addr: SocketAddr, config: MemberConfig) -> Self {
+        let client = connect(addr).await;
+        let member = bounded("join", client.join(config)).await.expect("joins");
+        Self::drive(client, member)
+    }
+
+    fn drive(client: Client, member: Member) -> Self {
+        let member = Arc::new(member);
+        let ledger = Arc::new(shared::Mutex::new(Ledger::default()));
+        let (tx, changed) = watch::channel(0u64);
+        let task = {
+            let member = member.clone();
+            let ledger = ledger.clone();
+            tokio::spawn(async move {
+                while let Some(event) = member.next_event().await {
+                    ledger.lock().apply(&event);
+                    if let Event::RevokeRequested { partitions, .. } = &event {
+                        let offsets: Vec<Offset> = partitions
+                            .iter()
+                            .map(|p| Offset::new(p.clone(), 100 + i64::from(p.partition)))
+                            .collect();
+                        if let Err(e) = member.commit(offsets).await {
+                            ledger
+                                .lock()
+                                .violations
+                                .push(format!("commit before ack failed: {e}"));
+                        }
+                        ledger.lock().released(partitions);
+                        member.ack_revocation(partitions.iter().cloned());
+                    }
+                    tx.send_modify(|n| *n += 1);
+                }
+            })
+        };
+        Self {
+            ledger,
+            changed,
+            member: Some(member),
+            client: Some(client),
+            task,
+        }
+    }
+
+    fn owned(&self) -> PartitionSet {
+        self.ledger.lock().owned.clone()
+    }
+
+    fn member(&self) -> &Member {
+        self.member.as_ref().expect("alive")
+    }
+
+    /// Waits until the partitions the application holds satisfy `pred`.
+    async fn wait_for(&mut self, what: &str, pred: impl Fn(&PartitionSet) -> bool) {
+        bounded(what, async {
+            loop {
+                if pred(&self.owned()) {
+                    return;
+                }
+                if self.changed.changed().await.is_err() {
+                    panic!("worker stopped while waiting for {what}");
+                }
+            }
+        })
+        .await;
+    }
+
+    /// Crashes: the task stops and the member and its connection are dropped, without
+    /// leaving.
+    fn kill(&mut self) {
+        self.task.abort();
+        self.member = None;
+        self.client = None;
+    }
+
+    fn assert_consistent(&self) {
+        let ledger = self.ledger.lock();
+        assert!(ledger.violations.is_empty(), "{:?}", ledger.violations);
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Waits until the workers' holdings are disjoint and cover `n` partitions, with each
+/// holding one of `sizes`.
+async fn wait_balanced(workers: &mut [&mut Worker], n: u32, sizes: &[usize]) {
+    bounded("balanced assignment", async {
+        loop {
+            let sets: Vec<PartitionSet> = workers.iter().map(|w| w.owned()).collect();
+            let union: PartitionSet = sets.iter().flatten().cloned().collect();
+            let total: usize = sets.iter().map(PartitionSet::len).sum();
+            if union == all(n)
+                && total == n as usize
+                && sets.iter().all(|s| sizes.contains(&s.len()))
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+}
+
+/// One proxied connection: its task, and whether its traffic is frozen.
+type Pipe = (JoinHandle<()>, watch::Sender<bool>);
+
+/// A TCP proxy between clients and the coordinator that can cut every connection,
+/// refuse new ones, freeze the traffic of existing ones (a half-open connection: the
+/// sockets stay open, nothing gets through) and switch to another coordinator.
+struct Proxy {
+    addr: SocketAddr,
+    upstream: Arc<shared::Mutex<SocketAddr>>,
+    refuse: Arc<AtomicBool>,
+    pipes: Arc<shared::Mutex<Vec<Pipe>>>,
+    accept: JoinHandle<()>,
+}
+
+impl Proxy {
+    async fn start(upstream: SocketAddr) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("proxy binds");
+        let addr = listener.local_addr().expect("proxy address");
+        let upstream = Arc::new(shared::Mutex::new(upstream));
+        let refuse = Arc::new(AtomicBool::new(false));
+        let pipes = Arc::new(shared::Mutex::new(Vec::new()));
+        let accept = {
+            let upstream = upstream.clone();
+            let refuse = refuse.clone();
+            let pipes = pipes.clone();
+            tokio::spawn(async move {
+                loop {
+                    let Ok((client, _)) = listener.accept().await else {
+                        return;
+                    };
+                    if refuse.load(Ordering::SeqCst) {
+                        drop(client);
+                        continue;
+                    }
+                    let target = *upstream.lock();
+                    let (frozen_tx, frozen) = watch::channel(false);
+                    let pipe = tokio::spawn(async move {
+                        let Ok(server) = TcpStream::connect(target).await else {
+                            return;
+                        };
+                        let _ = client.set_nodelay(true);
+                        let _ = server.set_nodelay(true);
+                        let (cr, cw) = client.into_split();
+                        let (sr, sw) = server.into_split();
+                        tokio::select! {
+                            () = pump(cr, sw, frozen.clone()) => {}
+                            () = pump(sr, cw, frozen) => {}
+                        }
+                    });
+                    pipes.lock().push((pipe, frozen_tx));
+                }
+            })
+        };
+        Self {
+            addr,
+            upstream,
+            refuse,
+            pipes,
+            accept,
+        }
+    }
+
+    /// Closes every proxied connection.
+    fn cut(&self) {
+        for (pipe, _) in self.pipes.lock().drain(..) {
+            pipe.abort();
+        }
+    }
+
+    fn set_refusing(&self, refuse: bool) {
+        self.refuse.store(refuse, Ordering::SeqCst);
+    }
+
+    /// Freezes the traffic of every existing connection; new ones flow.
+    fn freeze_existing(&self) {
+        for (_, frozen) in self.pipes.lock().iter() {
+            frozen.send_replace(true);
+        }
+    }
+
+    fn set_upstream(&self, addr: SocketAddr) {
+        *self.upstream.lock() = addr;
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+        self.cut();
+    }
+}
+
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut frozen: watch::Receiver<bool>,
+) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        if frozen.wait_for(|f| !*f).await.is_err() {
+            return;
+        }
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        // Bytes read while frozen are held back until the thaw, as a network would.
+        if frozen.wait_for(|f| !*f).await.is_err() {
+            return;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Tests
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_members_share_partitions_evenly() {
+    let server = start_server(StoreConfig::Memory).await;
+    let addr = server.local_addr();
+    let mut a = Worker::start(addr, member_config("even", 6)).await;
+    let mut b = Worker::start(addr, member_config("even", 6)).await;
+    let mut c = Worker::start(addr, member_config("even", 6)).await;
+    wait_balanced(&mut [&mut a, &mut b, &mut c], 6, &[2]).await;
+    for w in [&a, &b, &c] {
+        w.assert_consistent();
+        assert_eq!(w.member().assignment().partitions, w.owned());
+        assert!(w.member().lease_deadline().unwrap() > Instant::now());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_members_share_one_connection() {
+    let server = start_server(StoreConfig::Memory).await;
+    let client = connect(server.local_addr()).await;
+    let m1 = bounded("join 1", client.join(member_config("shared", 4)))
+        .await
+        .unwrap();
+    let m2 = bounded("join 2", client.join(member_config("shared", 4)))
+        .await
+        .unwrap();
+    let other = bounded("join other group", client.join(member_config("other", 3)))
+        .await
+        .unwrap();
+    let mut a = Worker::drive(client.clone(), m1);
+    let mut b = Worker::drive(client.clone(), m2);
+    let mut c = Worker::drive(client, other);
+    wait_balanced(&mut [&mut a, &mut b], 4, &[2]).await;
+    c.wait_for("other group's partitions", |s| *s == all(3))
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_member_s_partitions_move_within_its_session_timeout() {
+    let server = start_server(StoreConfig::Memory).await;
+    let addr = server.local_addr();
+    let mut a = Worker::start(addr, member_config("crash", 6)).await;
+    let mut b = Worker::start(addr, member_config("crash", 6)).await;
+    let mut c = Worker::start(addr, member_config("crash", 6)).await;
+    wait_balanced(&mut [&mut a, &mut b, &mut c], 6, &[2]).await;
+    let killed_at = Instant::now();
+    c.kill();
+    wait_balanced(&mut [&mut a, &mut b], 6, &[3]).await;
+    let took = killed_at.elapsed();
+    // The session timeout, plus the coordinator's rebalance coalescing and scheduling.
+    assert!(
+        took <= SESSION + Duration::from_millis(300),
+        "partitions moved after {took:?}"
+    );
+    a.assert_consistent();
+    b.assert_consistent();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_application_that_stops_asking_is_expelled_for_progress_and_told_so() {
+    let server = start_server(StoreConfig::Memory).await;
+    let client = connect(server.local_addr()).await;
+    let config = member_config("progress", 2).with_progress_timeout(Duration::from_millis(600));
+    let member = bounded("join", client.join(config)).await.unwrap();
+    let mut ledger = Ledger::default();
+    let first = bounded("first assignment", member.next_event())
+        .await
+        .unwrap();
+    ledger.apply(&first);
+    assert_eq!(ledger.owned, all(2));
+
+    // The application is stuck in its own work: heartbeats go on, progress does not.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // A commit from the expelled member is refused with a typed error.
+    let refused = bounded("commit after expulsion", member.commit([(tp(0), 5)])).await;
+    assert_eq!(refused, Err(CommitError::Expelled));
+
+    let event = bounded("expulsion event", member.next_event())
+        .await
+        .unwrap();
+    ledger.apply(&event);
+    assert_eq!(
+        event,
+        Event::Lost {
+            partitions: all(2),
+            reason: LostReason::Expelled(ExpelReason::ProgressExpired)
+        }
+    );
+    // Asking was progress: the member rejoins and gets its partitions again.
+    let again = bounded("reassignment", member.next_event()).await.unwrap();
+    ledger.apply(&again);
+    assert!(matches!(again, Event::Assigned { .. }), "{again:?}");
+    assert_eq!(ledger.owned, all(2));
+    assert!(ledger.violations.is_empty(), "{:?}", ledger.violations);
+    // An application that keeps waiting for events is making progress.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let waiting = tokio::time::timeout(Duration::from_millis(1500), member.next_event()).await;
+    assert!(
+        waiting.is_err(),
+        "unexpected event while waiting: {waiting:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revocation_is_honoured_only_after_the_acknowledgement() {
+    let server = start_server(StoreConfig::Memory).await;
+    let addr = server.local_addr();
+    let client = connect(addr).await;
+    let a = bounded("join a", client.join(member_config("revoke", 4)))
+        .await
+        .unwrap();
+    let mut ledger = Ledger::default();
+    let first = bounded("a's assignment", a.next_event()).await.unwrap();
+    ledger.apply(&first);
+    assert_eq!(ledger.owned, all(4));
+
+    let mut b = Worker::start(addr, member_config("revoke", 4)).await;
+    let revoke = bounded("revocation", a.next_event()).await.unwrap();
+    ledger.apply(&revoke);
+    let Event::RevokeRequested { partitions, .. } = revoke else {
+        panic!("expected a revocation, got {revoke:?}");
+    };
+    assert_eq!(partitions.len(), 2);
+    assert_eq!(a.assignment().revoking, partitions);
+
+    // Not acknowledged: the partitions stay with A, longer than a session timeout.
+    tokio::time::sleep(SESSION + Duration::from_millis(200)).await;
+    assert!(
+        b.owned().is_empty(),
+        "granted before the ack: {:?}",
+        b.owned()
+    );
+
+    // A commit just before the acknowledgement is accepted.
+    let offsets: Vec<Offset> = partitions
+        .iter()
+        .map(|p| Offset::new(p.clone(), 42))
+        .collect();
+    bounded("commit before ack", a.commit(offsets))
+        .await
+        .expect("commit on a partition being revoked is accepted");
+    a.ack_revocation(partitions.iter().cloned());
+    ledger.released(&partitions);
+    b.wait_for("b's partitions", |s| *s == partitions).await;
+
+    let committed = bounded("fetch", client.fetch_offsets("revoke", ["t"]))
+        .await
+        .unwrap();
+    for p in &partitions {
+        assert_eq!(committed[p].offset, 42);
+    }
+    // After the acknowledgement, commits on them are refused.
+    let p = partitions.iter().next().unwrap().clone();
+    let refused = bounded("commit after ack", a.commit([(p, 43)])).await;
+    assert!(
+        matches!(
+            refused,
+            Err(CommitError::PartitionRevoked { .. } | CommitError::NotOwner { .. })
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(a.assignment().partitions, ledger.owned);
+    b.assert_consistent();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_static_member_restarted_within_its_session_gets_its_partitions_back_without_a_rebalance()
+{
+    let server = start_server(StoreConfig::Memory).await;
+    let addr = server.local_addr();
+    // A long session so that the restart is comfortably within it.
+    let config = |id: &str| {
+        member_config("static", 4)
+            .with_session_timeout(Duration::from_secs(3))
+            .with_instance_id(id)
+    };
+    let mut a = Worker::start(addr, config("a")).await;
+    let mut b = Worker::start(addr, config("b")).await;
+    wait_balanced(&mut [&mut a, &mut b], 4, &[2]).await;
+    let a_partitions = a.owned();
+    let generation = a.member().assignment().generation;
+    let b_events = b.ledger.lock().log.len();
+
+    a.kill();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut a2 = Worker::start(addr, config("a")).await;
+    a2.wait_for("a's partitions back", |s| *s == a_partitions)
+        .await;
+    assert_eq!(a2.member().assignment().generation, generation);
+    // B saw nothing: no revocation, no loss, no new assignment.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(b.ledger.lock().log.len(), b_events);
+    assert_eq!(b.member().assignment().generation, generation);
+    a2.assert_consistent();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_cut_off_briefly_resumes_without_losing_anything() {
+    let server = start_server(StoreConfig::Memory).await;
+    let proxy = Proxy::start(server.local_addr()).await;
+    let mut a = Worker::start(proxy.addr, member_config("brief", 4)).await;
+    let mut b = Worker::start(server.local_addr(), member_config("brief", 4)).await;
+    wait_balanced(&mut [&mut a, &mut b], 4, &[2]).await;
+    let before = a.owned();
+    let events_before = a.ledger.lock().log.len();
+    for _ in 0..3 {
+        proxy.cut();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Long enough for a session to have expired had the member not resumed.
+    tokio::time::sleep(SESSION * 2).await;
+    assert_eq!(a.owned(), before);
+    assert_eq!(
+        a.ledger.lock().log.len(),
+        events_before,
+        "{:?}",
+        a.ledger.lock().log
+    );
+    assert_eq!(a.member().assignment().partitions, before);
+    a.assert_consistent();
+    b.assert_consistent();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_cut_off_for_long_learns_its_partitions_were_lost_then_rejoins() {
+    let server = start_server(StoreConfig::Memory).await;
+    let proxy = Proxy::start(server.local_addr()).await;
+    let mut a = Worker::start(proxy.addr, member_config("long", 4)).await;
+    let mut b = Worker::start(server.local_addr(), member_config("long", 4)).await;
+    wait_balanced(&mut [&mut a, &mut b], 4, &[2]).await;
+    let a_had = a.owned();
+
+    proxy.set_refusing(true);
+    proxy.cut();
+    // Disconnected: commits fail as unavailable until the lease expires.
+    let r = bounded(
+        "commit while cut off",
+        a.member().commit([(a_had.first().unwrap().clone(), 1)]),
+    )
+    .await;
+    assert!(matches!(r, Err(CommitError::Unavailable { .. })), "{r:?}");
+    a.wait_for("a's partitions lost", PartitionSet::is_empty)
+        .await;
+    let r = bounded(
+        "commit after the lease",
+        a.member().commit([(a_had.first().unwrap().clone(), 1)]),
+    )
+    .await;
+    assert_eq!(r, Err(CommitError::LeaseExpired));
+    b.wait_for("b takes everything", |s| *s == all(4)).await;
+
+    proxy.set_refusing(false);
+    wait_balanced(&mut [&mut a, &mut b], 4, &[2]).await;
+    let lost = a.ledger.lock().lost_events();
+    assert_eq!(lost.len(), 1, "{lost:?}");
+    assert_eq!(lost[0].1, a_had);
+    assert_eq!(lost[0].2, LostReason::LeaseExpired);
+    a.assert_consistent();
+    b.assert_consistent();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_member_stands_down_before_its_partitions_move() {
+    let server = start_server(StoreConfig::Memory).await;
+    let proxy = Proxy::start(server.local_addr()).await;
+    let session = Duration::from_millis(600);
+    let config = member_config("lease", 4)
+        .with_session_timeout(session)
+        .with_lease_margin(Duration::from_millis(100));
+    let mut a = Worker::start(proxy.addr, config.clone()).await;
+    let mut b = Worker::start(server.local_addr(), config).await;
+    wait_balanced(&mut [&mut a, &mut b], 4, &[2]).await;
+    let a_had = a.owned();
+    let lease = a.member().lease_deadline().expect("a holds a lease");
+    assert!(lease > Instant::now() && lease <= Instant::now() + session);
+
+    // The connection freezes: the socket stays open, nothing gets through.
+    proxy.freeze_existing();
+    b.wait_for("b takes everything", |s| *s == all(4)).await;
+    let lost = a.ledger.lock().lost_events();
+    assert_eq!(lost.len(), 1, "{lost:?}");
+    let (lost_at, partitions, reason) = lost[0].clone();
+    assert_eq!(
+        (partitions, reason),
+        (a_had.clone(), LostReason::LeaseExpired)
+    );
+    for p in &a_had {
+        let granted_at = b.ledger.lock().assigned_at(p).unwrap();
+        assert!(
+            lost_at < granted_at,
+            "{p} granted to b {:?} before a stood down",
+            lost_at - granted_at
+        );
+    }
+    assert_eq!(a.member().lease_deadline(), None);
+
+    // The member finds the connection dead, reconnects, learns it was expelled and
+    // joins again.
+    wait_balanced(&mut [&mut a, &mut b], 4, &[2]).await;
+    assert_eq!(a.ledger.lock().lost_events().len(), 1);
+    a.assert_consistent();
+    b.assert_consistent();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_leave_hands_partitions_over_at_once() {
+    let server = start_server(StoreConfig::Memory).await;
+    let addr = server.local_addr();
+    // A long session: a hand-over that waited for it would time the test out.
+    let config = member_config("leave", 4).with_session_timeout(Duration::from_secs(30));
+    let mut b = Worker::start(addr, config.clone()).await;
+    let client = connect(addr).await;
+    let a = bounded("join a", client.join(config)).await.unwrap();
+    let mut ledger = Ledger::default();
+    b.wait_for("b settles", |s| s.len() == 2).await;
+    while ledger.owned.len() != 2 {
+        let e = bounded("a's assignment", a.next_event()).await.unwrap();
+        ledger.apply(&e);
+    }
+
+    let started = Instant::now();
+    let leave = a.leave(Duration::from_secs(5));
+    tokio::pin!(leave);
+    let result = bounded("leave", async {
+        loop {
+            tokio::select! {
+                r = &mut leave => return r,
+                e = a.next_event() => {
+                    let Some(e) = e else { continue };
+                    ledger.apply(&e);
+                    if let Event::RevokeRequested { partitions, .. } = e {
+                        let offsets: Vec<Offset> =
+                            partitions.iter().map(|p| Offset::new(p.clone(), 7)).collect();
+                        a.commit(offsets).await.expect("commit while leaving");
+                        a.ack_revocation(partitions.iter().cloned());
+                        ledger.released(&partitions);
+                    }
+                }
+            }
+        }
+    })
+    .await;
+    assert_eq!(result, Ok(()));
+    b.wait_for("b takes everything", |s| *s == all(4)).await;
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(ledger.violations.is_empty());
+    assert_eq!(ledger.lost_events().len(), 0);
+    assert_eq!(bounded("events end", a.next_event()).await, None);
+    let committed = bounded("fetch", client.fetch_offsets("leave", ["t"]))
+        .await
+        .unwrap();
+    assert_eq!(committed.values().filter(|c| c.offset == 7).count(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_survive_a_coordinator_restart() {
+    let store = Arc::new(MemoryStore::new());
+    let first = start_server(StoreConfig::Custom(store.clone())).await;
+    let proxy = Proxy::start(first.local_addr()).await;
+    let config = member_config("restart", 4).with_session_timeout(Duration::from_secs(3));
+    let mut a = Worker::start(proxy.addr, config.clone()).await;
+    let mut b = Worker::start(proxy.addr, config).await;
+    wait_balanced(&mut [&mut a, &mut b], 4, &[2]).await;
+    let (a_had, b_had) = (a.owned(), b.owned());
+    let (a_events, b_events) = (a.ledger.lock().log.len(), b.ledger.lock().log.len());
+
+    bounded("shutdown", first.shutdown())
+        .await
+        .expect("clean shutdown");
+    let second = start_server(StoreConfig::Custom(store)).await;
+    proxy.set_upstream(second.local_addr());
+    // Both reconnect, resume, and keep their partitions.
+    bounded("resumed", async {
+        loop {
+            let a_ok = a
+                .member()
+                .lease_deadline()
+                .is_some_and(|l| l > Instant::now() + Duration::from_secs(2));
+            let b_ok = b
+                .member()
+                .lease_deadline()
+                .is_some_and(|l| l > Instant::now() + Duration::from_secs(2));
+            if a_ok && b_ok {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert_eq!(a.owned(), a_had);
+    assert_eq!(b.owned(), b_had);
+    assert_eq!(a.ledger.lock().log.len(), a_events);
+    assert_eq!(b.ledger.lock().log.len(), b_events);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_or_refused_configurations_fail_the_join() {
+    let server = start_server(StoreConfig::Memory).await;
+    let client = connect(server.local_addr()).await;
+    let bad = member_config("cfg", 2).with_heartbeat_interval(SESSION);
+    assert!(matches!(
+        client.join(bad).await,
+        Err(rollcall_client::JoinError::Config(_))
+    ));
+    let _ok = bounded("join", client.join(member_config("cfg", 2)))
+        .await
+        .unwrap();
+    // Another member declaring a different partition count is refused.
+    let inconsistent = bounded("join", client.join(member_config("cfg", 3))).await;
+    assert!(
+        matches!(
+            inconsistent,
+            Err(rollcall_client::JoinError::Fatal(
+                rollcall_client::FatalError::Refused { .. }
+            ))
+        ),
+        "{inconsistent:?}"
+    );
+}
