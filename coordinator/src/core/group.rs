@@ -795,7 +795,6 @@ impl Group {
             let revoking = m.revoking();
             if revoking.is_empty() {
                 m.revoke_deadline = None;
-                m.revoke_pushed.clear();
             } else if m.revoke_deadline.is_none() {
                 let deadline = now + m.rebalance_timeout;
                 m.revoke_deadline = Some(deadline);
@@ -815,7 +814,10 @@ impl Group {
                 });
                 ctx.push(m.conn, push);
             }
-            if !revoking.is_empty() && revoking != m.revoke_pushed {
+            // A revoke set that changed is pushed again, including when it became empty
+            // because a newer target gave the partitions back: the member must hear that
+            // it keeps them.
+            if revoking != m.revoke_pushed {
                 let push = Push::Revoke(RevokePush {
                     group: self.name.to_string(),
                     member_id: id.to_string(),
@@ -826,9 +828,7 @@ impl Group {
             }
             let m = self.members.get_mut(id).expect("member exists");
             m.assignment_dirty = false;
-            if !revoking.is_empty() {
-                m.revoke_pushed = revoking;
-            }
+            m.revoke_pushed = revoking;
         }
         if all_settled {
             if let Some((since, generation)) = self.reconciling.take() {

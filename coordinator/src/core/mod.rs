@@ -480,6 +480,17 @@ impl Coordinator {
             self.config.member_id_prefix, self.next_member
         ));
         let max_members = self.config.max_members_per_group;
+        // A rejoin naming a member that is gone (and not a retry of the join that created
+        // it) is told so: the member's partitions are lost, and it joins again afresh.
+        if let Some(old) = &r.member_id {
+            let group = self.groups.get(r.group.as_str());
+            let known = group.is_some_and(|g| {
+                g.members.contains_key(old.as_str()) || g.tokens.contains_key(&r.join_token)
+            });
+            if !known {
+                return Self::member_gone(group, ApiKey::Join, old);
+            }
+        }
         let (groups, mut ctx) = self.parts(now);
         let group = groups
             .entry(Arc::from(r.group.as_str()))

@@ -682,3 +682,54 @@ fn one_silent_member_among_talking_ones_still_expires() {
     }
     assert_eq!(t.expelled(&ms[3]), Some(ExpelReason::SessionExpired));
 }
+
+/// A rebalance that gives a member back the partitions it was being asked to release
+/// says so with an empty revoke push, so the member does not drop them.
+#[test]
+fn a_cancelled_revocation_is_pushed_as_an_empty_revoke_set() {
+    let mut t = TestContext::new();
+    let mut a = t.join(1, "g", &[("orders", 4)]);
+    t.advance(SETTLE);
+    let b = t.join(2, "g", &[("orders", 4)]);
+    t.advance(SETTLE);
+    assert_eq!(count(&t.revoking(&a)), 2);
+    // b leaves before a acknowledges: a keeps everything.
+    t.leave(&b);
+    t.advance(SETTLE);
+    let last_revoke = t.pushes.iter().rev().find_map(|(_, _, p)| match p {
+        Push::Revoke(r) if r.member_id == a.id => Some(r.partitions.clone()),
+        _ => None,
+    });
+    assert_eq!(last_revoke, Some(vec![]));
+    t.expect_beat_ok(&mut a);
+    assert_eq!(t.describe("g").state, GroupState::Stable);
+    assert_eq!(count(&t.owned(&a)), 4);
+}
+
+/// A rejoin naming a member that is gone is told why, instead of silently becoming
+/// someone else.
+#[test]
+fn a_rejoin_naming_a_gone_member_is_refused_with_the_reason() {
+    let mut t = TestContext::new();
+    let mut a = t.join(1, "g", &[("orders", 2)]);
+    let b = t.join(2, "g", &[("orders", 2)]);
+    t.advance(SETTLE);
+    for _ in 0..12 {
+        t.advance(Duration::from_secs(1));
+        t.expect_beat_ok(&mut a);
+    }
+    assert_eq!(t.expelled(&b), Some(ExpelReason::SessionExpired));
+    let mut req = t.join_request("g", &[("orders", 2)]);
+    req.member_id = Some(b.id.clone());
+    let refused = t.join_with(2, req).unwrap_err();
+    assert_eq!(error_code(&refused), Some(ErrorCode::MemberExpelled));
+    let mut req = t.join_request("g", &[("orders", 2)]);
+    req.member_id = Some("never-was".into());
+    let refused = t.join_with(2, req).unwrap_err();
+    assert_eq!(error_code(&refused), Some(ErrorCode::UnknownMember));
+    // Rejoining a live member with its id rebinds it.
+    let mut req = t.join_request("g", &[("orders", 2)]);
+    req.member_id = Some(a.id.clone());
+    let again = t.join_with(5, req).unwrap();
+    assert_eq!(again.id, a.id);
+}
