@@ -3,6 +3,20 @@
 //! The coordinator computes every assignment itself, through the [`Assignor`] trait.
 //! Assignors are pure functions of their input: the same input gives the same output,
 //! so a run can be replayed.
+//!
+//! - [`Sticky`] (the default) balances the load to within one partition per member when
+//!   every member subscribes to the same topics, and as evenly as the subscriptions
+//!   allow otherwise, while moving as few partitions as possible away from their current
+//!   owners.
+//! - [`Range`] splits each topic into contiguous ranges, one per subscriber.
+//! - [`RoundRobin`] deals every partition in turn to the members subscribing to its
+//!   topic.
+//!
+//! None of them iterates a hash map, draws a random number or reads a clock.
+
+mod sticky;
+#[cfg(test)]
+mod tests;
 
 use std::fmt::Debug;
 
@@ -101,7 +115,25 @@ impl Assignor for Sticky {
     }
 
     fn assign(&self, input: &AssignmentInput<'_>) -> Vec<Vec<TopicPartition>> {
-        todo_assign(input)
+        let Some(first) = input.members.first() else {
+            return Vec::new();
+        };
+        // Identical subscriptions are the common case; spare indexing them.
+        if input
+            .members
+            .iter()
+            .all(|m| m.subscription == first.subscription)
+        {
+            let mut topics = Vec::new();
+            clean_into(input.topics, first.subscription, &mut topics);
+            return sticky::assign_uniform(input, &topics);
+        }
+        let subscriptions = Subscriptions::new(input);
+        if subscriptions.is_uniform() {
+            sticky::assign_uniform(input, subscriptions.of(0))
+        } else {
+            sticky::assign_mixed(input, &subscriptions, &subscriptions.by_topic())
+        }
     }
 }
 
@@ -111,7 +143,27 @@ impl Assignor for Range {
     }
 
     fn assign(&self, input: &AssignmentInput<'_>) -> Vec<Vec<TopicPartition>> {
-        todo_assign(input)
+        let subscriptions = Subscriptions::new(input);
+        let subscribers = subscriptions.by_topic();
+        let mut out = subscriptions.empty_output(input);
+        for (topic, &count) in input.topics.iter().enumerate() {
+            let members = subscribers.members(topic);
+            if members.is_empty() {
+                continue;
+            }
+            let n = members.len() as u32;
+            let (per_member, extra) = (count / n, count % n);
+            let mut next = 0;
+            for (i, &member) in (0..).zip(members) {
+                let len = per_member + u32::from(i < extra);
+                out[member as usize].extend((next..next + len).map(|partition| TopicPartition {
+                    topic: topic as u32,
+                    partition,
+                }));
+                next += len;
+            }
+        }
+        out
     }
 }
 
@@ -121,25 +173,164 @@ impl Assignor for RoundRobin {
     }
 
     fn assign(&self, input: &AssignmentInput<'_>) -> Vec<Vec<TopicPartition>> {
-        todo_assign(input)
+        let subscriptions = Subscriptions::new(input);
+        let subscribers = subscriptions.by_topic();
+        let mut out = subscriptions.empty_output(input);
+        // The member the next partition is dealt to, or the first subscriber after it.
+        let mut turn = 0;
+        for (topic, &count) in input.topics.iter().enumerate() {
+            let members = subscribers.members(topic);
+            if members.is_empty() {
+                continue;
+            }
+            let mut i = members.partition_point(|&m| m < turn);
+            for partition in 0..count {
+                if i == members.len() {
+                    i = 0;
+                }
+                out[members[i] as usize].push(TopicPartition {
+                    topic: topic as u32,
+                    partition,
+                });
+                turn = members[i] + 1;
+                i += 1;
+            }
+        }
+        out
     }
 }
 
-/// Placeholder: deals partitions round-robin among subscribers. Replaced by the real
-/// strategies.
-fn todo_assign(input: &AssignmentInput<'_>) -> Vec<Vec<TopicPartition>> {
-    let mut out = vec![Vec::new(); input.members.len()];
-    for (topic, &count) in input.topics.iter().enumerate() {
-        let topic = topic as u32;
-        let subs: Vec<usize> = (0..input.members.len())
-            .filter(|&i| input.members[i].subscription.binary_search(&topic).is_ok())
-            .collect();
-        if subs.is_empty() {
-            continue;
+/// Marks "no member" or "no entry" in the index arrays below.
+const NONE: u32 = u32::MAX;
+
+/// Appends to `out` the topics of `subscription` that exist and have partitions,
+/// ascending and without duplicates.
+fn clean_into(counts: &[u32], subscription: &[u32], out: &mut Vec<u32>) {
+    let first = out.len();
+    out.extend(
+        subscription
+            .iter()
+            .copied()
+            .filter(|&topic| counts.get(topic as usize).is_some_and(|&count| count > 0)),
+    );
+    let mine = &mut out[first..];
+    if !mine.windows(2).all(|w| w[0] < w[1]) {
+        mine.sort_unstable();
+        let mut len = 0;
+        for i in 0..mine.len() {
+            if len == 0 || mine[i] != mine[len - 1] {
+                mine[len] = mine[i];
+                len += 1;
+            }
         }
-        for partition in 0..count {
-            out[subs[partition as usize % subs.len()]].push(TopicPartition { topic, partition });
+        out.truncate(first + len);
+    }
+}
+
+/// The members' subscriptions, cleaned: only topics that exist and have partitions,
+/// ascending, without duplicates.
+#[derive(Debug)]
+struct Subscriptions {
+    /// Member `m`'s topics are `topics[start[m]..start[m + 1]]`.
+    start: Vec<usize>,
+    topics: Vec<u32>,
+}
+
+impl Subscriptions {
+    fn new(input: &AssignmentInput<'_>) -> Self {
+        let mut start = Vec::with_capacity(input.members.len() + 1);
+        let mut topics = Vec::new();
+        start.push(0);
+        for member in input.members {
+            clean_into(input.topics, member.subscription, &mut topics);
+            start.push(topics.len());
+        }
+        Self { start, topics }
+    }
+
+    fn members(&self) -> usize {
+        self.start.len() - 1
+    }
+
+    /// Member `member`'s topics.
+    fn of(&self, member: usize) -> &[u32] {
+        &self.topics[self.start[member]..self.start[member + 1]]
+    }
+
+    /// Whether every member subscribes to the same topics.
+    fn is_uniform(&self) -> bool {
+        (1..self.members()).all(|m| self.of(m) == self.of(0))
+    }
+
+    /// One empty list per member, each with room for an even share.
+    fn empty_output(&self, input: &AssignmentInput<'_>) -> Vec<Vec<TopicPartition>> {
+        let n = self.members();
+        let total: u64 = input.topics.iter().map(|&c| u64::from(c)).sum();
+        let share = if n == 0 {
+            0
+        } else {
+            usize::try_from(total / n as u64 + 1).unwrap_or(0)
+        };
+        (0..n).map(|_| Vec::with_capacity(share)).collect()
+    }
+
+    /// The same relation indexed by topic.
+    fn by_topic(&self) -> Subscribers {
+        let topic_count = self
+            .topics
+            .iter()
+            .map(|&t| t as usize + 1)
+            .max()
+            .unwrap_or(0);
+        let mut start = vec![0; topic_count + 1];
+        for &topic in &self.topics {
+            start[topic as usize + 1] += 1;
+        }
+        for t in 0..topic_count {
+            start[t + 1] += start[t];
+        }
+        let mut fill = start.clone();
+        let mut members = vec![NONE; self.topics.len()];
+        let mut slot = vec![0; self.topics.len()];
+        for m in 0..self.members() {
+            let entries = self.start[m]..self.start[m + 1];
+            for (slot, &topic) in slot[entries.clone()].iter_mut().zip(&self.topics[entries]) {
+                let topic = topic as usize;
+                members[fill[topic]] = m as u32;
+                *slot = fill[topic];
+                fill[topic] += 1;
+            }
+        }
+        Subscribers {
+            start,
+            members,
+            slot,
         }
     }
-    out
+}
+
+/// The subscribers of each topic, ascending. Each (topic, member) pair has a _slot_: its
+/// position in `members`, by which per-pair counters are indexed.
+#[derive(Debug)]
+struct Subscribers {
+    /// Topic `t`'s subscribers are `members[start[t]..start[t + 1]]`.
+    start: Vec<usize>,
+    members: Vec<u32>,
+    /// The slot of each entry of [`Subscriptions::topics`].
+    slot: Vec<usize>,
+}
+
+impl Subscribers {
+    /// Slots of topic `topic` (empty if nobody subscribes to it).
+    fn slots(&self, topic: usize) -> std::ops::Range<usize> {
+        match self.start.get(topic + 1) {
+            Some(&end) => self.start[topic]..end,
+            None => 0..0,
+        }
+    }
+
+    /// Subscribers of topic `topic`, ascending.
+    fn members(&self, topic: usize) -> &[u32] {
+        &self.members[self.slots(topic)]
+    }
 }
