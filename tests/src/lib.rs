@@ -387,3 +387,76 @@ impl Member {
         self.owned.iter().map(|tp| tp.partitions.len()).sum()
     }
 }
+
+/// A directory under the system temp dir, removed when dropped.
+#[derive(Debug)]
+pub struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    /// A fresh, empty directory whose name contains `tag`.
+    pub fn new(tag: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "rollcall-e2e-{tag}-{}-{:x}",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
+        std::fs::create_dir_all(&dir).expect("create temp dir");
+        Self(dir)
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Starts `bin serve` (the `rollcall` command line) on a free port with its store in
+/// `dir`, and returns the process and the address it listens on (read from its log).
+pub async fn serve_process(
+    bin: &str,
+    dir: &std::path::Path,
+) -> (tokio::process::Child, SocketAddr) {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = tokio::process::Command::new(bin)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-addr",
+            "off",
+            "--shards",
+            "2",
+            "--shutdown-timeout",
+            "5s",
+            "--data-dir",
+            dir.to_str().expect("utf-8 path"),
+        ])
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawns");
+    let stderr = child.stderr.take().expect("stderr piped");
+    let mut lines = tokio::io::BufReader::new(stderr).lines();
+    let addr = bounded("serve start", async {
+        while let Some(line) = lines.next_line().await.expect("read log") {
+            if let Some(rest) = line.split("listen=").nth(1) {
+                let addr = rest.split_whitespace().next().expect("address");
+                return addr.parse().expect("socket address");
+            }
+        }
+        panic!("serve exited before listening");
+    })
+    .await;
+    // Keep draining the log so the process never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (child, addr)
+}

@@ -1,7 +1,6 @@
 //! The server over real TCP: handshake, protocol errors, limits, routing to the core,
 //! pushes, metrics, the admin commands and the `rollcall serve` process.
 
-use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -14,8 +13,10 @@ use rollcall_protocol::{
     ExpelReason, FetchOffsetsRequest, Frame, FrameKind, GroupState, Header, LeaveRequest,
     OffsetCommit, Push, Request, Response, DEFAULT_MAX_FRAME_SIZE,
 };
-use rollcall_tests::{bounded, http_get, join, sample, start, test_config, Member, RawClient};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use rollcall_tests::{
+    bounded, http_get, join, sample, serve_process, start, test_config, Member, RawClient, TempDir,
+};
+use tokio::io::AsyncWriteExt;
 
 fn error_of(response: Response) -> rollcall_protocol::ErrorResponse {
     match response {
@@ -546,30 +547,6 @@ async fn rollcall(args: &[&str]) -> Output {
     }
 }
 
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "rollcall-e2e-{tag}-{}-{:x}",
-            std::process::id(),
-            rand::random::<u32>()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 #[tokio::test]
 async fn admin_commands_print_groups_members_and_offsets() {
     let server = start(test_config()).await;
@@ -705,47 +682,6 @@ async fn an_unusable_store_exits_3_naming_the_file() {
     assert_eq!(out.stderr.trim().lines().count(), 1, "{}", out.stderr);
 }
 
-/// Starts `rollcall serve` on a free port with its store in `dir`, and returns the
-/// process and the address it listens on (read from its log).
-async fn serve_process(dir: &Path) -> (tokio::process::Child, std::net::SocketAddr) {
-    let mut child = tokio::process::Command::new(BIN)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-addr",
-            "off",
-            "--shards",
-            "2",
-            "--shutdown-timeout",
-            "5s",
-            "--data-dir",
-            dir.to_str().unwrap(),
-        ])
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawns");
-    let stderr = child.stderr.take().unwrap();
-    let mut lines = BufReader::new(stderr).lines();
-    let addr = bounded("serve start", async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            if let Some(rest) = line.split("listen=").nth(1) {
-                let addr = rest.split_whitespace().next().unwrap();
-                return addr.parse().unwrap();
-            }
-        }
-        panic!("serve exited before listening");
-    })
-    .await;
-    // Keep draining the log so the process never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    (child, addr)
-}
-
 fn sigterm(child: &tokio::process::Child) {
     let pid = child.id().expect("running").to_string();
     let status = std::process::Command::new("kill")
@@ -758,7 +694,7 @@ fn sigterm(child: &tokio::process::Child) {
 #[tokio::test]
 async fn sigterm_shuts_down_cleanly_and_a_restart_restores_the_group() {
     let dir = TempDir::new("sigterm");
-    let (mut child, addr) = serve_process(dir.path()).await;
+    let (mut child, addr) = serve_process(BIN, dir.path()).await;
 
     let mut m = Member::join(addr, join("g-restart", "orders", 3, 30_000)).await;
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -779,7 +715,7 @@ async fn sigterm_shuts_down_cleanly_and_a_restart_restores_the_group() {
     assert_eq!(status.code(), Some(0));
 
     // The member's session and partitions survive the restart.
-    let (mut child, addr) = serve_process(dir.path()).await;
+    let (mut child, addr) = serve_process(BIN, dir.path()).await;
     let mut admin = RawClient::connected(addr).await;
     let described = admin
         .request(Request::DescribeGroup(DescribeGroupRequest {
