@@ -33,6 +33,16 @@ struct Ledger {
     acks: u64,
 }
 
+impl Ledger {
+    fn snapshot(&self) -> Self {
+        Self {
+            acked: self.acked.clone(),
+            sent: self.sent.clone(),
+            acks: self.acks,
+        }
+    }
+}
+
 fn group(writer: usize) -> String {
     format!("durable-{writer}")
 }
@@ -132,16 +142,8 @@ async fn every_acknowledged_commit_survives_kill_9() {
     let mut acks_per_round = Vec::new();
     for round in 0..ROUNDS {
         let (mut child, addr) = serve_process(BIN, dir.path()).await;
-        {
-            let l = ledger.lock();
-            let snapshot = Ledger {
-                acked: l.acked.clone(),
-                sent: l.sent.clone(),
-                acks: l.acks,
-            };
-            drop(l);
-            verify(addr, &snapshot, round).await;
-        }
+        let snapshot = ledger.lock().snapshot();
+        verify(addr, &snapshot, round).await;
         let before = ledger.lock().acks;
         let tasks: Vec<_> = (0..WRITERS)
             .map(|w| {
@@ -168,13 +170,7 @@ async fn every_acknowledged_commit_survives_kill_9() {
         acks_per_round.push(ledger.lock().acks - before);
     }
     let (mut child, addr) = serve_process(BIN, dir.path()).await;
-    let l = ledger.lock();
-    let final_ledger = Ledger {
-        acked: l.acked.clone(),
-        sent: l.sent.clone(),
-        acks: l.acks,
-    };
-    drop(l);
+    let final_ledger = ledger.lock().snapshot();
     verify(addr, &final_ledger, ROUNDS).await;
     child.start_kill().expect("SIGKILL");
     let _ = child.wait().await;
