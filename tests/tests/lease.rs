@@ -168,7 +168,7 @@ impl App {
             .lock()
             .iter()
             .filter_map(|(at, e)| match e {
-                Event::Lost { partitions, reason } => Some((*at, partitions.len(), reason.clone())),
+                Event::Lost { partitions, reason } => Some((*at, partitions.len(), *reason)),
                 _ => None,
             })
             .collect()
@@ -222,7 +222,7 @@ async fn a_partitioned_member_stands_down_before_the_coordinator_can_grant_its_p
 
     let lost = a.lost();
     assert_eq!(lost.len(), 1, "{lost:?}");
-    let (stood_down, count, reason) = lost[0].clone();
+    let (stood_down, count, reason) = lost[0];
     assert_eq!((count, reason), (2, LostReason::LeaseExpired));
     // The coordinator heard `a` no later than `last_heard`, so it could grant a's
     // partitions no earlier than `last_heard + SESSION`. The member stood down before.
