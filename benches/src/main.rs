@@ -1,1 +1,131 @@
-fn main() {}
+//! `rollcall-bench`: load scenarios against a rollcall coordinator.
+//!
+//! Each subcommand runs one scenario against a coordinator started in this process
+//! (default), spawned as a separate `rollcall serve` process (`--spawn`, the honest way
+//! to measure its CPU and memory), or already running (`--addr`). Members are spoken
+//! for on the raw protocol, many per connection when there are many. Every run is
+//! bounded in time and stops by itself; it prints a table on stdout, progress lines on
+//! stderr, and with `--json FILE` writes its figures as JSON. The exit code is 0 when
+//! every target checked was met, 1 when one was missed, 2 when the run failed.
+
+#![forbid(unsafe_code)]
+
+mod common;
+mod driver;
+mod probe;
+mod procfs;
+mod scenarios;
+mod stats;
+mod target;
+mod tracker;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+/// Load scenarios against a rollcall coordinator.
+#[derive(Debug, Parser)]
+#[command(name = "rollcall-bench", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    scenario: Scenario,
+}
+
+#[derive(Debug, Subcommand)]
+enum Scenario {
+    /// Members heartbeating at a fixed offered rate (or closed loop): heartbeat RTT,
+    /// throughput, coordinator CPU and memory, false expulsions.
+    Steady(scenarios::steady::SteadyArgs),
+    /// Every member joins at once: time until every group is stable.
+    JoinStorm(scenarios::join_storm::JoinStormArgs),
+    /// Members killed abruptly at a rate: detection and rebalance latency, time
+    /// partitions spend without an owner.
+    Churn(scenarios::churn::ChurnArgs),
+    /// Members whose progress stops, and members that pause entirely: expulsions
+    /// only when (and soon after) a timeout is exceeded.
+    Stall(scenarios::stall::StallArgs),
+    /// Static members restarted one after another: rebalances caused and partitions
+    /// moved.
+    RollingRestart(scenarios::rolling::RollingArgs),
+    /// Durable offset commits from many members at once: throughput and latency.
+    Commit(scenarios::commit::CommitArgs),
+    /// The steady scenario over a sweep of member counts: the cost curve.
+    Scale(scenarios::steady::ScaleArgs),
+}
+
+impl Scenario {
+    /// The longest the scenario may take, all phases included.
+    fn hard_cap(&self) -> Duration {
+        let (common, extra) = match self {
+            Self::Steady(a) => (&a.common, a.warmup),
+            Self::JoinStorm(a) => (&a.common, Duration::from_secs(60)),
+            Self::Churn(a) => (&a.common, Duration::from_secs(120)),
+            Self::Stall(a) => (&a.common, Duration::from_secs(180)),
+            Self::RollingRestart(a) => (&a.common, Duration::from_secs(600)),
+            Self::Commit(a) => (&a.common, a.warmup),
+            Self::Scale(a) => {
+                let runs = a.counts.len() as u32;
+                return (a.common.setup_timeout
+                    + a.common.duration.unwrap_or(Duration::from_secs(20))
+                    + a.warmup
+                    + Duration::from_secs(90))
+                    * runs.max(1);
+            }
+        };
+        common.setup_timeout
+            + common.duration.unwrap_or(Duration::from_secs(60))
+            + extra
+            + Duration::from_secs(90)
+    }
+
+    async fn run(&self) -> Result<bool, String> {
+        match self {
+            Self::Steady(a) => scenarios::steady::run(a).await,
+            Self::JoinStorm(a) => scenarios::join_storm::run(a).await,
+            Self::Churn(a) => scenarios::churn::run(a).await,
+            Self::Stall(a) => scenarios::stall::run(a).await,
+            Self::RollingRestart(a) => scenarios::rolling::run(a).await,
+            Self::Commit(a) => scenarios::commit::run(a).await,
+            Self::Scale(a) => scenarios::steady::run_scale(a).await,
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(procfs::cpus())
+        .thread_name(target::GENERATOR_THREADS)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("rollcall-bench: cannot start the runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let cap = cli.scenario.hard_cap();
+    let outcome = runtime.block_on(async {
+        match tokio::time::timeout(cap, cli.scenario.run()).await {
+            Ok(r) => r,
+            Err(_) => Err(format!(
+                "the run exceeded its hard cap of {} s and was stopped",
+                cap.as_secs()
+            )),
+        }
+    });
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    match outcome {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("rollcall-bench: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+#[cfg(test)]
+mod smoke;

@@ -1,0 +1,8 @@
+//! The scenarios, one module each.
+
+pub(crate) mod churn;
+pub(crate) mod commit;
+pub(crate) mod join_storm;
+pub(crate) mod rolling;
+pub(crate) mod stall;
+pub(crate) mod steady;

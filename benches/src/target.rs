@@ -1,0 +1,384 @@
+//! The coordinator under test: started in this process, spawned as a separate
+//! `rollcall serve` process, or an external one at a given address.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rollcall_coordinator::server::{Server, ServerConfig, ServerHandle, StoreConfig};
+use serde::Serialize;
+
+use crate::procfs;
+
+/// Name prefix of the load generator's threads (the in-process coordinator's CPU time
+/// is the process's less these).
+pub(crate) const GENERATOR_THREADS: &str = "bench-gen";
+
+/// Where the coordinator runs.
+#[derive(Debug, Clone)]
+pub(crate) enum Mode {
+    InProcess,
+    Spawn(PathBuf),
+    External { addr: String, pid: Option<u32> },
+}
+
+/// The coordinator's durable store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum StoreKind {
+    /// redb in a temporary directory (what production runs).
+    Redb,
+    /// Nothing durable.
+    Memory,
+}
+
+/// How to start the coordinator.
+#[derive(Debug, Clone)]
+pub(crate) struct TargetOptions {
+    pub(crate) mode: Mode,
+    pub(crate) store: StoreKind,
+    pub(crate) shards: usize,
+    pub(crate) max_connections: usize,
+    pub(crate) min_session_timeout: Duration,
+    pub(crate) max_members_per_group: usize,
+}
+
+#[derive(Debug)]
+enum Running {
+    InProcess {
+        runtime: Option<tokio::runtime::Runtime>,
+        handle: Option<ServerHandle>,
+    },
+    Spawned {
+        child: Child,
+    },
+    External {
+        pid: Option<u32>,
+    },
+}
+
+/// A running coordinator.
+#[derive(Debug)]
+pub(crate) struct Target {
+    pub(crate) addr: SocketAddr,
+    running: Running,
+    data_dir: Option<PathBuf>,
+}
+
+/// How the figures about the coordinator were obtained, for the report.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct TargetInfo {
+    pub(crate) mode: &'static str,
+    pub(crate) store: StoreKind,
+    pub(crate) shards: usize,
+    pub(crate) pid: Option<u32>,
+    pub(crate) resource_note: &'static str,
+}
+
+fn temp_dir() -> std::io::Result<PathBuf> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    let dir = std::env::temp_dir().join(format!("rollcall-bench-{}-{nanos:x}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+/// The `rollcall` binary next to this one (same target directory).
+pub(crate) fn sibling_binary() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?;
+    [dir.join("rollcall"), dir.join("../rollcall")]
+        .into_iter()
+        .find(|p| p.is_file())
+}
+
+/// Removes ANSI colour sequences from a log line.
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The address in a `listen=ADDR` field of the coordinator's start-up log line.
+fn listen_addr(line: &str) -> Option<SocketAddr> {
+    let line = strip_ansi(line);
+    let rest = &line[line.find("listen=")? + "listen=".len()..];
+    rest.split_whitespace()
+        .next()?
+        .trim_matches('"')
+        .parse()
+        .ok()
+}
+
+impl Target {
+    pub(crate) async fn start(opts: &TargetOptions) -> Result<Self, String> {
+        match &opts.mode {
+            Mode::InProcess => Self::in_process(opts).await,
+            Mode::Spawn(bin) => Self::spawn(opts, bin).await,
+            Mode::External { addr, pid } => {
+                let addr = tokio::net::lookup_host(addr.as_str())
+                    .await
+                    .map_err(|e| format!("cannot resolve {addr}: {e}"))?
+                    .next()
+                    .ok_or_else(|| format!("{addr} resolves to nothing"))?;
+                Ok(Self {
+                    addr,
+                    running: Running::External { pid: *pid },
+                    data_dir: None,
+                })
+            }
+        }
+    }
+
+    async fn in_process(opts: &TargetOptions) -> Result<Self, String> {
+        let data_dir = match opts.store {
+            StoreKind::Redb => Some(temp_dir().map_err(|e| format!("temp dir: {e}"))?),
+            StoreKind::Memory => None,
+        };
+        let mut config = ServerConfig {
+            store: match &data_dir {
+                Some(dir) => StoreConfig::Dir(dir.clone()),
+                None => StoreConfig::Memory,
+            },
+            shards: opts.shards,
+            max_connections: opts.max_connections,
+            ..ServerConfig::default()
+        };
+        config.core.min_session_timeout = opts.min_session_timeout;
+        config.core.max_members_per_group = opts.max_members_per_group;
+        // The coordinator gets its own runtime and threads, named apart from the load
+        // generator's, so that its CPU time can be told from the generator's.
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(procfs::cpus())
+            .thread_name("coordinator")
+            .enable_all()
+            .build()
+            .map_err(|e| format!("coordinator runtime: {e}"))?;
+        let handle = runtime
+            .spawn(async move {
+                let server = Server::bind(config).await.map_err(|e| e.to_string())?;
+                Ok::<_, String>(server.spawn())
+            })
+            .await
+            .map_err(|e| format!("coordinator start panicked: {e}"))??;
+        Ok(Self {
+            addr: handle.local_addr(),
+            running: Running::InProcess {
+                runtime: Some(runtime),
+                handle: Some(handle),
+            },
+            data_dir,
+        })
+    }
+
+    async fn spawn(opts: &TargetOptions, bin: &Path) -> Result<Self, String> {
+        let data_dir = temp_dir().map_err(|e| format!("temp dir: {e}"))?;
+        let mut cmd = Command::new(bin);
+        cmd.arg("serve")
+            .args(["--listen", "127.0.0.1:0", "--metrics-addr", "off"])
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .args(["--shards", &opts.shards.to_string()])
+            .args(["--max-connections", &opts.max_connections.to_string()])
+            .args([
+                "--min-session-timeout",
+                &format!("{}ms", opts.min_session_timeout.as_millis()),
+            ])
+            .args([
+                "--max-members-per-group",
+                &opts.max_members_per_group.to_string(),
+            ]);
+        if opts.store == StoreKind::Memory {
+            cmd.arg("--in-memory");
+        }
+        // Per-member logs would cost the coordinator more than the work measured; keep
+        // the start-up line (it names the bound port) and warnings.
+        cmd.env(
+            "RUST_LOG",
+            "warn,rollcall_coordinator::server=info,rollcall_coordinator::server::shard=warn",
+        )
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+        let stderr = child.stderr.take().ok_or("no stderr pipe")?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        // Reads the log for the bound address, then keeps draining it (a full pipe
+        // would block the coordinator), echoing the first warnings.
+        std::thread::Builder::new()
+            .name("coordinator-log".into())
+            .spawn(move || {
+                let mut echoed = 0;
+                let mut found = false;
+                for line in BufReader::new(stderr).lines() {
+                    let Ok(line) = line else { break };
+                    if !found {
+                        if let Some(addr) = listen_addr(&line) {
+                            found = true;
+                            let _ = tx.send(Ok(addr));
+                            continue;
+                        }
+                    }
+                    let plain = strip_ansi(&line);
+                    if (plain.contains("WARN") || plain.contains("ERROR") || !found) && echoed < 20
+                    {
+                        echoed += 1;
+                        eprintln!("[coordinator] {plain}");
+                    }
+                }
+                if !found {
+                    let _ = tx.send(Err("the coordinator exited before listening".to_owned()));
+                }
+            })
+            .map_err(|e| format!("log thread: {e}"))?;
+        let addr = tokio::task::spawn_blocking(move || {
+            rx.recv_timeout(Duration::from_secs(30))
+                .map_err(|_| "the coordinator did not report its address within 30 s".to_owned())?
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+        let addr = match addr {
+            Ok(a) => a,
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                let _ = std::fs::remove_dir_all(&data_dir);
+                return Err(e);
+            }
+        };
+        Ok(Self {
+            addr,
+            running: Running::Spawned { child },
+            data_dir: Some(data_dir),
+        })
+    }
+
+    /// The coordinator's process id, when its resources can be read.
+    pub(crate) fn pid(&self) -> Option<u32> {
+        match &self.running {
+            Running::InProcess { .. } => Some(std::process::id()),
+            Running::Spawned { child } => Some(child.id()),
+            Running::External { pid } => *pid,
+        }
+    }
+
+    /// CPU seconds the coordinator has used so far.
+    pub(crate) fn cpu_seconds(&self) -> Option<f64> {
+        match &self.running {
+            Running::InProcess { .. } => {
+                let total = procfs::process_cpu_seconds(std::process::id())?;
+                let generator = procfs::own_threads_cpu_seconds(GENERATOR_THREADS, true);
+                Some((total - generator).max(0.0))
+            }
+            _ => procfs::process_cpu_seconds(self.pid()?),
+        }
+    }
+
+    /// CPU seconds of the load generator so far, when it can be told apart.
+    pub(crate) fn generator_cpu_seconds(&self) -> Option<f64> {
+        match &self.running {
+            Running::InProcess { .. } => {
+                Some(procfs::own_threads_cpu_seconds(GENERATOR_THREADS, true))
+            }
+            _ => procfs::process_cpu_seconds(std::process::id()),
+        }
+    }
+
+    pub(crate) fn rss(&self) -> Option<u64> {
+        procfs::rss_bytes(self.pid()?)
+    }
+
+    pub(crate) fn peak_rss(&self) -> Option<u64> {
+        procfs::peak_rss_bytes(self.pid()?)
+    }
+
+    pub(crate) fn info(&self, opts: &TargetOptions) -> TargetInfo {
+        let (mode, note) = match &self.running {
+            Running::InProcess { .. } => (
+                "in-process",
+                "CPU: the process less the load generator's threads; memory: the whole process, load generator included (use --spawn for the coordinator alone)",
+            ),
+            Running::Spawned { .. } => ("spawned", "CPU and memory of the coordinator process alone"),
+            Running::External { pid: Some(_) } => ("external", "CPU and memory of the given process"),
+            Running::External { pid: None } => ("external", "no CPU or memory figures (give --pid)"),
+        };
+        TargetInfo {
+            mode,
+            store: opts.store,
+            shards: opts.shards,
+            pid: self.pid(),
+            resource_note: note,
+        }
+    }
+
+    /// Stops the coordinator (gracefully, then by force) and removes its data.
+    pub(crate) async fn stop(mut self) {
+        match &mut self.running {
+            Running::InProcess { runtime, handle } => {
+                if let (Some(rt), Some(h)) = (runtime.as_ref(), handle.take()) {
+                    let stopping = rt.spawn(async move {
+                        let _ = tokio::time::timeout(Duration::from_secs(15), h.shutdown()).await;
+                    });
+                    let _ = stopping.await;
+                }
+                if let Some(rt) = runtime.take() {
+                    rt.shutdown_background();
+                }
+            }
+            Running::Spawned { child } => {
+                let pid = child.id().to_string();
+                let _ = Command::new("kill").args(["-TERM", &pid]).status();
+                let deadline = Instant::now() + Duration::from_secs(15);
+                loop {
+                    match child.try_wait() {
+                        Ok(Some(_)) => break,
+                        Ok(None) if Instant::now() < deadline => {
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
+                        _ => {
+                            let _ = child.kill();
+                            let _ = child.wait();
+                            break;
+                        }
+                    }
+                }
+            }
+            Running::External { .. } => {}
+        }
+        if let Some(dir) = self.data_dir.take() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_listen_address_in_a_log_line() {
+        let line = "2026-01-01T00:00:00Z  INFO rollcall_coordinator::server: rollcall coordinator serving listen=127.0.0.1:40123 metrics=None shards=2";
+        assert_eq!(listen_addr(line), Some("127.0.0.1:40123".parse().unwrap()));
+        let coloured = "\u{1b}[2mlisten\u{1b}[0m\u{1b}[2m=\u{1b}[0m127.0.0.1:7 x";
+        assert_eq!(listen_addr(coloured), Some("127.0.0.1:7".parse().unwrap()));
+        assert_eq!(listen_addr("nothing here"), None);
+    }
+}
