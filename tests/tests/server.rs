@@ -2,12 +2,13 @@
 //! pushes, metrics, the admin commands and the `rollcall serve` process.
 
 use std::process::Stdio;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use rollcall_coordinator::core::{Record, RestoredState};
 use rollcall_coordinator::server::{ServerConfig, StoreConfig};
-use rollcall_coordinator::store::{Clock, MemoryStore, StoreError};
+use rollcall_coordinator::store::{Clock, MemoryStore, Store, StoreError};
 use rollcall_protocol::{
     supported_versions, ApiKey, Body, CommitOffsetsRequest, DescribeGroupRequest, ErrorCode,
     ExpelReason, FetchOffsetsRequest, Frame, FrameKind, GroupState, Header, LeaveRequest,
@@ -847,5 +848,127 @@ async fn retention_purges_offsets_of_long_empty_groups() {
         assert!(Instant::now() < deadline, "offsets never purged");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // The fetch that saw nothing left after the deletion was durable.
+    let stored = store.load().unwrap();
+    assert!(
+        stored.offsets.iter().all(|o| o.group != "stale"),
+        "{stored:?}"
+    );
+    server.shutdown().await.unwrap();
+}
+
+/// A [`MemoryStore`] that remembers every group retention was told had expired, and
+/// whose writes can be held back, like a very slow fsync.
+#[derive(Debug, Default)]
+struct WatchedStore {
+    inner: MemoryStore,
+    reported: parking_lot::Mutex<Vec<String>>,
+    hold_writes: AtomicBool,
+    writes_started: AtomicU64,
+}
+
+impl Store for WatchedStore {
+    fn load(&self) -> Result<RestoredState, StoreError> {
+        self.inner.load()
+    }
+
+    fn write(&self, records: &[Record]) -> Result<(), StoreError> {
+        self.writes_started.fetch_add(1, Ordering::SeqCst);
+        while self.hold_writes.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        self.inner.write(records)
+    }
+
+    fn expired_groups(&self, retention: Duration) -> Result<Vec<String>, StoreError> {
+        let expired = self.inner.expired_groups(retention)?;
+        self.reported.lock().extend(expired.iter().cloned());
+        Ok(expired)
+    }
+}
+
+/// The store finds a group empty for longer than the retention while a member that just
+/// joined is still on its way to the store: the group's offsets survive, in the core, in
+/// the store and across a restart.
+#[tokio::test]
+async fn retention_keeps_a_group_that_regained_a_member() {
+    let offset_secs = Arc::new(AtomicU64::new(0));
+    let clock_offset = offset_secs.clone();
+    let clock: Clock = Arc::new(move || {
+        SystemTime::now() + Duration::from_secs(clock_offset.load(Ordering::Relaxed))
+    });
+    let store = Arc::new(WatchedStore {
+        inner: MemoryStore::with_clock(clock),
+        ..WatchedStore::default()
+    });
+    let config = ServerConfig {
+        store: StoreConfig::Custom(store.clone()),
+        offsets_retention: Duration::from_secs(3600),
+        retention_interval: Duration::from_millis(20),
+        ..test_config()
+    };
+    let server = start(config.clone()).await;
+    let addr = server.local_addr();
+    let mut admin = RawClient::connected(addr).await;
+    let r = admin.request(admin_commit("race", 9)).await;
+    assert!(matches!(r, Response::CommitOffsets(_)), "{r:?}");
+
+    // The join's snapshot, with its member, is held on its way to the store.
+    store.hold_writes.store(true, Ordering::SeqCst);
+    let writes = store.writes_started.load(Ordering::SeqCst);
+    let mut member = RawClient::connected(addr).await;
+    let join_id = member.next_id();
+    member
+        .send(Frame::request(
+            join_id,
+            Request::Join(join("race", "t", 1, 10_000)),
+        ))
+        .await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while store.writes_started.load(Ordering::SeqCst) == writes {
+        assert!(Instant::now() < deadline, "the join was never written");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    // The member is in the core; the store still sees the group empty, now for longer
+    // than the retention.
+    offset_secs.store(7200, Ordering::Relaxed);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !store.reported.lock().iter().any(|g| g == "race") {
+        assert!(Instant::now() < deadline, "retention never saw the group");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    store.hold_writes.store(false, Ordering::SeqCst);
+    let joined = member.response_to(join_id).await;
+    assert!(matches!(joined, Response::Join(_)), "{joined:?}");
+    // More retention passes, now that the store knows of the member.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let fetch = Request::FetchOffsets(FetchOffsetsRequest {
+        group: "race".into(),
+        topics: vec![],
+    });
+    let Response::FetchOffsets(fetched) = admin.request(fetch.clone()).await else {
+        panic!("fetch failed");
+    };
+    assert_eq!(fetched.offsets.len(), 1, "{fetched:?}");
+    assert_eq!(fetched.offsets[0].offset, 9);
+    let stored = store.load().unwrap();
+    assert!(
+        stored
+            .offsets
+            .iter()
+            .any(|o| o.group == "race" && o.offset == 9),
+        "{stored:?}"
+    );
+    drop(member);
+    server.shutdown().await.unwrap();
+
+    let server = start(config).await;
+    let mut admin = RawClient::connected(server.local_addr()).await;
+    let Response::FetchOffsets(fetched) = admin.request(fetch).await else {
+        panic!("fetch failed");
+    };
+    assert_eq!(fetched.offsets.len(), 1, "{fetched:?}");
+    assert_eq!(fetched.offsets[0].offset, 9);
     server.shutdown().await.unwrap();
 }

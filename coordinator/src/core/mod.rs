@@ -1018,14 +1018,30 @@ impl Coordinator {
         std::mem::take(&mut self.records)
     }
 
-    /// Forgets the committed offsets of `group` if it has no members (retention).
-    pub fn remove_offsets(&mut self, group: &str) {
-        if let Some(g) = self.groups.get_mut(group) {
-            if g.members.is_empty() {
-                g.offsets.clear();
+    /// The store found `group` empty for longer than the offsets retention; the core,
+    /// which is ahead of the store, decides. Returns whether the group was deleted.
+    ///
+    /// A group with members (one may have joined while its snapshot was still on its way
+    /// to the store), or with partitions held for an expelled member, is kept and
+    /// nothing is recorded; the store still finds it expired on a later pass if it stays
+    /// empty. Otherwise the group is forgotten, offsets and all, and a
+    /// [`Record::GroupDeleted`] asks the store to do the same, in order with every other
+    /// record. A group the core does not know is deleted too: the store may hold
+    /// something the core does not.
+    pub fn remove_offsets(&mut self, group: &str) -> bool {
+        if let Some(g) = self.groups.get(group) {
+            if !g.members.is_empty() || !g.held.is_empty() {
+                return false;
             }
+            // Out of the table, so no dirty snapshot of it follows the deletion. Its
+            // timer entries are dropped when they fire (or re-check a new group of the
+            // same name, as any early entry does).
+            self.groups.remove(group);
         }
-        self.dispose_if_unused(group);
+        self.records.push(Record::GroupDeleted {
+            group: group.to_owned(),
+        });
+        true
     }
 
     /// Counts for gauges at `now`.

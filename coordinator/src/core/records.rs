@@ -14,6 +14,13 @@ pub enum Record {
     /// A group's resumable state, written at every generation boundary and membership
     /// change. Replaces the group's previous snapshot.
     Group(GroupSnapshot),
+    /// The group had no members and its offsets retention expired: the store removes
+    /// its offsets, snapshot and metadata. Records after it in the same stream apply
+    /// to the group afresh.
+    GroupDeleted {
+        /// Group id.
+        group: String,
+    },
 }
 
 /// A committed offset.

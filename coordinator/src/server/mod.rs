@@ -430,7 +430,10 @@ fn restore_cores(config: &ServerConfig, restored: RestoredState) -> Vec<Coordina
         .collect()
 }
 
-/// Purges expired offsets at start and every `interval`, and tells the owning shards.
+/// At start and every `interval`, asks the store which groups have been empty for
+/// longer than `retention` and hands each to its shard. The store only reads here: the
+/// shard's core decides (a member may have joined since the store last heard of the
+/// group), and its deletion record is written in order with the shard's other records.
 async fn retention(
     committer: Arc<GroupCommitter>,
     shards: Vec<mpsc::Sender<ShardInput>>,
@@ -446,11 +449,11 @@ async fn retention(
             _ = ticks.tick() => {}
         }
         let store = committer.store().clone();
-        let purged = tokio::task::spawn_blocking(move || store.purge_expired(retention)).await;
-        match purged {
+        let expired = tokio::task::spawn_blocking(move || store.expired_groups(retention)).await;
+        match expired {
             Ok(Ok(groups)) => {
                 if !groups.is_empty() {
-                    info!(groups = groups.len(), retention = %format_duration(retention), "purged expired offsets");
+                    debug!(groups = groups.len(), retention = %format_duration(retention), "groups past offsets retention");
                 }
                 for group in groups {
                     let shard = shard_of(&group, shards.len());
@@ -463,8 +466,8 @@ async fn retention(
                     }
                 }
             }
-            Ok(Err(e)) => warn!(error = %e, "offset retention purge failed"),
-            Err(e) => warn!(error = %e, "offset retention purge panicked"),
+            Ok(Err(e)) => warn!(error = %e, "offsets retention: reading expired groups failed"),
+            Err(e) => warn!(error = %e, "offsets retention: reading expired groups panicked"),
         }
     }
 }

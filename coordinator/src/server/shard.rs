@@ -54,7 +54,8 @@ pub(crate) enum ShardInput {
     },
     /// A connection that sent requests to this shard closed.
     Disconnect(ConnId),
-    /// Retention purged this group's stored offsets.
+    /// The store found this group empty for longer than the offsets retention; the
+    /// core decides whether to delete it.
     RemoveOffsets(String),
     /// Finish the inputs queued before this one, then stop.
     Shutdown,
@@ -196,7 +197,17 @@ impl Shard {
                     let _ = reply.send(response);
                 }
                 ShardInput::Disconnect(conn) => self.core.handle_disconnect(std_now, conn),
-                ShardInput::RemoveOffsets(group) => self.core.remove_offsets(&group),
+                ShardInput::RemoveOffsets(group) => {
+                    let deleted = self.core.remove_offsets(&group);
+                    // Taken now, so the deletion is not counted as the next request's.
+                    self.collect_records(&mut records);
+                    let shard = self.index;
+                    if deleted {
+                        info!(shard, group, "offsets retention expired; group deleted");
+                    } else {
+                        debug!(shard, group, "offsets retention: group in use, kept");
+                    }
+                }
                 ShardInput::Shutdown => stop = true,
             }
             self.drain_outputs(&mut outgoing);

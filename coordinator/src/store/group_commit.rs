@@ -150,7 +150,7 @@ impl GroupCommitter {
     }
 
     /// The store written to, e.g. for [`Store::load`] at start or
-    /// [`Store::purge_expired`].
+    /// [`Store::expired_groups`].
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
     }

@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
 
-use super::{is_expired, system_clock, unix_ms, Clock, Store, StoreError};
+use super::{deletions, is_expired, system_clock, unix_ms, Clock, Store, StoreError};
 use crate::core::{GroupSnapshot, OffsetRecord, Record, RestoredState};
 
 /// Offsets by (group, topic, partition): (offset, metadata).
@@ -92,22 +92,29 @@ impl MemoryStore {
         self.records_written.load(Ordering::Relaxed)
     }
 
-    /// [`Store::purge_expired`] as if the wall clock read `now`.
-    pub fn purge_expired_at(&self, now: SystemTime, retention: Duration) -> Vec<String> {
+    /// [`Store::expired_groups`] as if the wall clock read `now`.
+    pub fn expired_groups_at(&self, now: SystemTime, retention: Duration) -> Vec<String> {
         let now_ms = unix_ms(now);
-        let mut state = self.state.lock();
-        let expired: Vec<String> = state
+        self.state
+            .lock()
             .empty_since
             .iter()
             .filter(|(_, since)| is_expired(**since, now_ms, retention))
             .map(|(group, _)| group.clone())
-            .collect();
-        for group in &expired {
-            state.empty_since.remove(group);
-            state.groups.remove(group);
-            state.offsets.retain(|(g, _, _), _| g != group);
+            .collect()
+    }
+
+    /// [`Store::purge_expired`] as if the wall clock read `now`.
+    pub fn purge_expired_at(
+        &self,
+        now: SystemTime,
+        retention: Duration,
+    ) -> Result<Vec<String>, StoreError> {
+        let expired = self.expired_groups_at(now, retention);
+        if !expired.is_empty() {
+            self.write(&deletions(&expired))?;
         }
-        expired
+        Ok(expired)
     }
 
     /// When `group` became empty, as wall-clock ms since the UNIX epoch, if it is empty.
@@ -146,6 +153,21 @@ impl State {
                         self.empty_since.remove(&snapshot.group);
                     }
                     self.groups.insert(snapshot.group.clone(), snapshot.clone());
+                }
+                Record::GroupDeleted { group } => {
+                    touched.remove(group.as_str());
+                    self.empty_since.remove(group);
+                    self.groups.remove(group);
+                    let first = (group.clone(), String::new(), 0);
+                    let keys: Vec<_> = self
+                        .offsets
+                        .range(first..)
+                        .take_while(|((g, _, _), _)| g == group)
+                        .map(|(key, _)| key.clone())
+                        .collect();
+                    for key in keys {
+                        self.offsets.remove(&key);
+                    }
                 }
             }
         }
@@ -189,7 +211,7 @@ impl Store for MemoryStore {
         Ok(())
     }
 
-    fn purge_expired(&self, retention: Duration) -> Result<Vec<String>, StoreError> {
-        Ok(self.purge_expired_at((self.clock)(), retention))
+    fn expired_groups(&self, retention: Duration) -> Result<Vec<String>, StoreError> {
+        Ok(self.expired_groups_at((self.clock)(), retention))
     }
 }

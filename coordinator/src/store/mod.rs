@@ -20,8 +20,13 @@
 //!   committed without group membership), marks it from that moment, so offsets that are
 //!   still being committed are never purged.
 //!
-//! [`Store::purge_expired`] removes the offsets, snapshot and mark of every group marked
-//! for longer than the retention.
+//! [`Store::expired_groups`] names every group marked for longer than the retention; it
+//! only reads. A [`Record::GroupDeleted`] written like any other record removes a group's
+//! offsets, snapshot and mark. The server never deletes on the store's word alone: it
+//! asks each group's shard, whose core knows whether a member has joined since, and the
+//! core's deletion record reaches the store in order with that shard's other records.
+//! [`Store::purge_expired`] combines the two for callers that are the store's only
+//! writer.
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -100,7 +105,32 @@ pub trait Store: Debug + Send + Sync {
     /// Makes `records` durable, all or nothing, before returning.
     fn write(&self, records: &[Record]) -> Result<(), StoreError>;
 
+    /// Names of the groups that have had no members for longer than `retention`, in
+    /// name order. Changes nothing.
+    fn expired_groups(&self, retention: Duration) -> Result<Vec<String>, StoreError>;
+
     /// Removes the offsets and snapshots of groups that have had no members for longer
-    /// than `retention`, and returns their names.
-    fn purge_expired(&self, retention: Duration) -> Result<Vec<String>, StoreError>;
+    /// than `retention` ([`Self::expired_groups`], then one [`Self::write`] of
+    /// [`Record::GroupDeleted`] records), and returns their names.
+    ///
+    /// The two steps are not one transaction, so this is only for a caller that is the
+    /// store's only writer (tests, offline maintenance). A running server instead lets
+    /// each group's core decide; see the module documentation.
+    fn purge_expired(&self, retention: Duration) -> Result<Vec<String>, StoreError> {
+        let expired = self.expired_groups(retention)?;
+        if !expired.is_empty() {
+            self.write(&deletions(&expired))?;
+        }
+        Ok(expired)
+    }
+}
+
+/// A [`Record::GroupDeleted`] for each of `groups`.
+fn deletions(groups: &[String]) -> Vec<Record> {
+    groups
+        .iter()
+        .map(|group| Record::GroupDeleted {
+            group: group.clone(),
+        })
+        .collect()
 }

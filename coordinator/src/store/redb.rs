@@ -13,7 +13,7 @@
 //! | `group_meta` | group                                          | u64 LE wall-clock ms since empty        |
 //!
 //! The length prefixes make all offsets of one group contiguous in key order, so a group
-//! is purged with one range scan.
+//! is deleted with one range scan.
 //!
 //! # Durability
 //!
@@ -36,7 +36,7 @@ use redb::{
     Table, TableDefinition, TableError,
 };
 
-use super::{is_expired, system_clock, unix_ms, Clock, Store, StoreError};
+use super::{deletions, is_expired, system_clock, unix_ms, Clock, Store, StoreError};
 use crate::core::{GroupSnapshot, OffsetRecord, Record, RestoredState};
 
 /// The database's file name inside the data directory.
@@ -121,54 +121,36 @@ impl RedbStore {
         &self.path
     }
 
+    /// [`Store::expired_groups`] as if the wall clock read `now`.
+    pub fn expired_groups_at(
+        &self,
+        now: SystemTime,
+        retention: Duration,
+    ) -> Result<Vec<String>, StoreError> {
+        let now_ms = unix_ms(now);
+        let txn = self.db.begin_read().map_err(|e| self.fail(e))?;
+        let meta = txn.open_table(GROUP_META).map_err(|e| self.fail(e))?;
+        let mut expired = Vec::new();
+        for entry in meta.iter().map_err(|e| self.fail(e))? {
+            let (key, value) = entry.map_err(|e| self.fail(e))?;
+            let group = self.decode_group_key(key.value(), "group_meta")?;
+            let since = self.decode_since(&group, value.value())?;
+            if is_expired(since, now_ms, retention) {
+                expired.push(group);
+            }
+        }
+        Ok(expired)
+    }
+
     /// [`Store::purge_expired`] as if the wall clock read `now`.
     pub fn purge_expired_at(
         &self,
         now: SystemTime,
         retention: Duration,
     ) -> Result<Vec<String>, StoreError> {
-        let now_ms = unix_ms(now);
-        let mut txn = self.db.begin_write().map_err(|e| self.fail(e))?;
-        txn.set_durability(Durability::Immediate);
-        let mut expired = Vec::new();
-        {
-            let mut meta = txn.open_table(GROUP_META).map_err(|e| self.fail(e))?;
-            let mut groups = txn.open_table(GROUPS).map_err(|e| self.fail(e))?;
-            let mut offsets = txn.open_table(OFFSETS).map_err(|e| self.fail(e))?;
-            for entry in meta.iter().map_err(|e| self.fail(e))? {
-                let (key, value) = entry.map_err(|e| self.fail(e))?;
-                let group = self.decode_group_key(key.value(), "group_meta")?;
-                let since = self.decode_since(&group, value.value())?;
-                if is_expired(since, now_ms, retention) {
-                    expired.push(group);
-                }
-            }
-            let mut prefix = Vec::new();
-            for group in &expired {
-                meta.remove(group.as_bytes()).map_err(|e| self.fail(e))?;
-                groups.remove(group.as_bytes()).map_err(|e| self.fail(e))?;
-                prefix.clear();
-                push_bytes(&mut prefix, group.as_bytes());
-                let mut keys = Vec::new();
-                for entry in offsets
-                    .range(prefix.as_slice()..)
-                    .map_err(|e| self.fail(e))?
-                {
-                    let (key, _) = entry.map_err(|e| self.fail(e))?;
-                    if !key.value().starts_with(&prefix) {
-                        break;
-                    }
-                    keys.push(key.value().to_vec());
-                }
-                for key in &keys {
-                    offsets.remove(key.as_slice()).map_err(|e| self.fail(e))?;
-                }
-            }
-        }
-        if expired.is_empty() {
-            txn.abort().map_err(|e| self.fail(e))?;
-        } else {
-            txn.commit().map_err(|e| self.fail(e))?;
+        let expired = self.expired_groups_at(now, retention)?;
+        if !expired.is_empty() {
+            self.write_inner(&deletions(&expired))?;
         }
         Ok(expired)
     }
@@ -231,7 +213,7 @@ impl RedbStore {
         }
 
         // Not part of the restored state, but checked so that damage is found at start
-        // rather than at the first purge.
+        // rather than at the first retention pass.
         let meta = txn.open_table(GROUP_META).map_err(|e| self.fail(e))?;
         for entry in meta.iter().map_err(|e| self.fail(e))? {
             let (key, value) = entry.map_err(|e| self.fail(e))?;
@@ -289,10 +271,42 @@ impl RedbStore {
                                 .map_err(|e| self.fail(e))?;
                         }
                     }
+                    Record::GroupDeleted { group } => {
+                        touched.remove(group.as_str());
+                        meta.remove(group.as_bytes()).map_err(|e| self.fail(e))?;
+                        groups.remove(group.as_bytes()).map_err(|e| self.fail(e))?;
+                        self.delete_offsets(group, &mut offsets, &mut key)?;
+                    }
                 }
             }
         }
         txn.commit().map_err(|e| self.fail(e))
+    }
+
+    /// Removes every offset of `group` (contiguous in key order); `prefix` is scratch.
+    fn delete_offsets(
+        &self,
+        group: &str,
+        offsets: &mut Table<'_, &'static [u8], &'static [u8]>,
+        prefix: &mut Vec<u8>,
+    ) -> Result<(), StoreError> {
+        prefix.clear();
+        push_bytes(prefix, group.as_bytes());
+        let mut keys = Vec::new();
+        for entry in offsets
+            .range(prefix.as_slice()..)
+            .map_err(|e| self.fail(e))?
+        {
+            let (key, _) = entry.map_err(|e| self.fail(e))?;
+            if !key.value().starts_with(prefix) {
+                break;
+            }
+            keys.push(key.value().to_vec());
+        }
+        for key in &keys {
+            offsets.remove(key.as_slice()).map_err(|e| self.fail(e))?;
+        }
+        Ok(())
     }
 
     /// An offset was committed to `group`: if the group is empty, or has no snapshot
@@ -419,9 +433,9 @@ impl Store for RedbStore {
         guard(&self.path, || self.write_inner(records))
     }
 
-    fn purge_expired(&self, retention: Duration) -> Result<Vec<String>, StoreError> {
+    fn expired_groups(&self, retention: Duration) -> Result<Vec<String>, StoreError> {
         let now = (self.clock)();
-        guard(&self.path, || self.purge_expired_at(now, retention))
+        guard(&self.path, || self.expired_groups_at(now, retention))
     }
 }
 

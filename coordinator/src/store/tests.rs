@@ -131,6 +131,7 @@ fn expected_sample() -> RestoredState {
         match record {
             Record::Offset(o) => state.offsets.push(o),
             Record::Group(g) => state.groups.push(g),
+            Record::GroupDeleted { .. } => unreachable!("no deletions in the sample"),
         }
     }
     sorted(state)
@@ -589,6 +590,17 @@ fn redb_purge_expired_at_uses_the_given_time() {
     let day = Duration::from_millis(DAY_MS);
     let at = |ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms);
     assert!(store
+        .expired_groups_at(at(START_MS + DAY_MS), day)
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        store
+            .expired_groups_at(at(START_MS + DAY_MS + 1), day)
+            .unwrap(),
+        ["g"]
+    );
+    assert_eq!(store.load().unwrap().groups.len(), 1);
+    assert!(store
         .purge_expired_at(at(START_MS + DAY_MS), day)
         .unwrap()
         .is_empty());
@@ -598,6 +610,189 @@ fn redb_purge_expired_at_uses_the_given_time() {
             .unwrap(),
         ["g"]
     );
+    assert_eq!(store.load().unwrap(), RestoredState::default());
+}
+
+#[test]
+fn memory_expired_groups_at_and_purge_expired_at_use_the_given_time() {
+    let clock = TestClock::at_ms(START_MS);
+    let store = MemoryStore::with_clock(clock.clock());
+    store
+        .write(&[
+            Record::Group(snapshot("g", 1, &[])),
+            offset("g", "t", 0, 1, ""),
+        ])
+        .unwrap();
+    let day = Duration::from_millis(DAY_MS);
+    let at = |ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms);
+    assert!(store
+        .expired_groups_at(at(START_MS + DAY_MS), day)
+        .is_empty());
+    assert_eq!(
+        store.expired_groups_at(at(START_MS + DAY_MS + 1), day),
+        ["g"]
+    );
+    assert!(store
+        .purge_expired_at(at(START_MS + DAY_MS), day)
+        .unwrap()
+        .is_empty());
+    assert_eq!(store.load().unwrap().offsets.len(), 1);
+    assert_eq!(
+        store
+            .purge_expired_at(at(START_MS + DAY_MS + 1), day)
+            .unwrap(),
+        ["g"]
+    );
+    assert_eq!(store.load().unwrap(), RestoredState::default());
+}
+
+// ---------------------------------------------------------------- group deletion
+
+/// What [`Record::GroupDeleted`] does, on any store whose clock `clock` drives.
+fn check_group_deleted(
+    store: &dyn Store,
+    clock: &TestClock,
+    empty_since: &dyn Fn(&str) -> Option<u64>,
+) {
+    let retention = Duration::from_millis(7 * DAY_MS);
+    let deleted = |group: &str| Record::GroupDeleted {
+        group: group.to_owned(),
+    };
+    let offsets_of = |group: &str| -> Vec<(String, u32, i64)> {
+        let mut offsets: Vec<_> = store
+            .load()
+            .unwrap()
+            .offsets
+            .into_iter()
+            .filter(|o| o.group == group)
+            .map(|o| (o.topic, o.partition, o.offset))
+            .collect();
+        offsets.sort();
+        offsets
+    };
+    let snapshot_of = |group: &str| {
+        store
+            .load()
+            .unwrap()
+            .groups
+            .into_iter()
+            .find(|g| g.group == group)
+    };
+
+    clock.set_ms(START_MS);
+    store
+        .write(&[
+            Record::Group(snapshot("gone", 2, &[])),
+            offset("gone", "t", 0, 10, ""),
+            offset("gone", "u", 3, 11, ""),
+            // Shares a prefix with "gone".
+            Record::Group(snapshot("gone2", 1, &[])),
+            offset("gone2", "t", 0, 12, ""),
+            Record::Group(snapshot("rejoined", 1, &[])),
+            offset("rejoined", "t", 0, 13, ""),
+            Record::Group(snapshot("revived", 1, &[])),
+            offset("revived", "t", 0, 14, ""),
+            offset("revived", "t", 1, 15, ""),
+        ])
+        .unwrap();
+
+    // Asking which groups expired changes nothing.
+    clock.set_ms(START_MS + 30 * DAY_MS);
+    let before = sorted(store.load().unwrap());
+    assert_eq!(
+        store.expired_groups(retention).unwrap(),
+        ["gone", "gone2", "rejoined", "revived"]
+    );
+    assert_eq!(sorted(store.load().unwrap()), before);
+    assert_eq!(empty_since("gone"), Some(START_MS));
+
+    // A deletion removes the group's offsets, snapshot and mark, and nothing else's.
+    store.write(&[deleted("gone")]).unwrap();
+    assert_eq!(offsets_of("gone"), []);
+    assert_eq!(snapshot_of("gone"), None);
+    assert_eq!(empty_since("gone"), None);
+    assert_eq!(offsets_of("gone2"), [("t".to_owned(), 0, 12)]);
+    assert_eq!(empty_since("gone2"), Some(START_MS));
+
+    // Records after a deletion in the same batch apply afresh: a member rejoined.
+    store
+        .write(&[
+            offset("rejoined", "t", 1, 16, ""),
+            deleted("rejoined"),
+            Record::Group(snapshot("rejoined", 1, &["m-1"])),
+        ])
+        .unwrap();
+    assert_eq!(
+        snapshot_of("rejoined"),
+        Some(snapshot("rejoined", 1, &["m-1"]))
+    );
+    assert_eq!(offsets_of("rejoined"), []);
+    assert_eq!(empty_since("rejoined"), None);
+
+    // An offset committed after the deletion in the same batch survives, and its group
+    // is idle from now.
+    store
+        .write(&[
+            offset("gone2", "t", 0, 17, ""),
+            deleted("gone2"),
+            offset("gone2", "t", 1, 18, ""),
+        ])
+        .unwrap();
+    assert_eq!(offsets_of("gone2"), [("t".to_owned(), 1, 18)]);
+    assert_eq!(snapshot_of("gone2"), None);
+    assert_eq!(empty_since("gone2"), Some(START_MS + 30 * DAY_MS));
+
+    // Offsets committed in a later batch survive the deletion.
+    store.write(&[deleted("revived")]).unwrap();
+    clock.set_ms(START_MS + 31 * DAY_MS);
+    store
+        .write(&[offset("revived", "t", 1, 19, "after")])
+        .unwrap();
+    assert_eq!(offsets_of("revived"), [("t".to_owned(), 1, 19)]);
+    assert_eq!(empty_since("revived"), Some(START_MS + 31 * DAY_MS));
+
+    // Deleting a group the store does not have is harmless.
+    store.write(&[deleted("never-was")]).unwrap();
+
+    // The groups written to after their deletion are marked from then on.
+    assert_eq!(
+        store.expired_groups(retention).unwrap(),
+        Vec::<String>::new()
+    );
+    clock.set_ms(START_MS + 38 * DAY_MS + 1);
+    assert_eq!(
+        store.expired_groups(retention).unwrap(),
+        ["gone2", "revived"]
+    );
+    let state = sorted(store.load().unwrap());
+    let groups: Vec<&str> = state.groups.iter().map(|g| g.group.as_str()).collect();
+    assert_eq!(groups, ["rejoined"]);
+    let offsets: Vec<(&str, i64)> = state
+        .offsets
+        .iter()
+        .map(|o| (o.group.as_str(), o.offset))
+        .collect();
+    assert_eq!(offsets, [("gone2", 18), ("revived", 19)]);
+}
+
+#[test]
+fn redb_group_deleted_removes_the_group_in_record_order() {
+    let dir = TempDir::new("deleted");
+    let clock = TestClock::at_ms(START_MS);
+    let store = RedbStore::open_with_clock(dir.path(), clock.clock()).unwrap();
+    check_group_deleted(&store, &clock, &|group| store.empty_since(group).unwrap());
+    let expected = sorted(store.load().unwrap());
+    drop(store);
+    // The deletions were durable.
+    let store = RedbStore::open(dir.path()).unwrap();
+    assert_eq!(sorted(store.load().unwrap()), expected);
+}
+
+#[test]
+fn memory_group_deleted_removes_the_group_in_record_order() {
+    let clock = TestClock::at_ms(START_MS);
+    let store = MemoryStore::with_clock(clock.clock());
+    check_group_deleted(&store, &clock, &|group| store.empty_since(group));
 }
 
 // ---------------------------------------------------------------- memory
@@ -791,7 +986,7 @@ fn group_commit_survives_a_panicking_store() {
         fn write(&self, _: &[Record]) -> Result<(), StoreError> {
             panic!("simulated failure inside the store")
         }
-        fn purge_expired(&self, _: Duration) -> Result<Vec<String>, StoreError> {
+        fn expired_groups(&self, _: Duration) -> Result<Vec<String>, StoreError> {
             Ok(Vec::new())
         }
     }

@@ -588,6 +588,10 @@ fn restart_restores_groups_without_a_rebalance() {
                 state.groups.push(g);
             }
             Record::Offset(o) => state.offsets.push(o),
+            Record::GroupDeleted { group } => {
+                state.groups.retain(|s| s.group != group);
+                state.offsets.retain(|o| o.group != group);
+            }
         }
     }
 
@@ -732,4 +736,143 @@ fn a_rejoin_naming_a_gone_member_is_refused_with_the_reason() {
     req.member_id = Some(a.id.clone());
     let again = t.join_with(5, req).unwrap();
     assert_eq!(again.id, a.id);
+}
+
+fn fetch_offsets(t: &mut TestContext, group: &str) -> Vec<(String, u32, i64)> {
+    let request = Request::FetchOffsets(rollcall_protocol::FetchOffsetsRequest {
+        group: group.into(),
+        topics: vec![],
+    });
+    match t.request(0, request) {
+        Response::FetchOffsets(f) => f
+            .offsets
+            .into_iter()
+            .map(|o| (o.topic, o.partition, o.offset))
+            .collect(),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn deleted(group: &str) -> Record {
+    Record::GroupDeleted {
+        group: group.to_owned(),
+    }
+}
+
+/// Retention: an empty group with offsets is deleted, offsets and all, and the store is
+/// told so by a record.
+#[test]
+fn retention_deletes_an_empty_group_with_its_offsets() {
+    let mut t = TestContext::new();
+    let a = t.join(1, "g", &[("orders", 2)]);
+    t.advance(SETTLE);
+    assert_eq!(t.commit_result(&a, "orders", 0, 42), ErrorCode::None);
+    t.leave(&a);
+    t.advance(SETTLE);
+    assert_eq!(fetch_offsets(&mut t, "g"), [("orders".to_owned(), 0, 42)]);
+    t.records.clear();
+
+    assert!(t.core.remove_offsets("g"));
+    t.advance(SETTLE);
+    assert_eq!(t.records, [deleted("g")]);
+    assert_eq!(fetch_offsets(&mut t, "g"), []);
+    match t.request(0, Request::ListGroups) {
+        Response::ListGroups(l) => assert!(l.groups.is_empty(), "{l:?}"),
+        other => panic!("{other:?}"),
+    }
+
+    // The name is free for a new group, whose records follow the deletion.
+    let b = t.join(2, "g", &[("orders", 2)]);
+    t.advance(SETTLE);
+    assert_eq!(t.generation_of(&b), 1);
+    assert!(matches!(&t.records[1..], [Record::Group(s), ..] if s.members.len() == 1));
+}
+
+/// Retention: a group that has a member (it may have joined while the store still saw
+/// the group empty) is kept, offsets and all, and nothing is recorded.
+#[test]
+fn retention_keeps_a_group_that_has_a_member() {
+    let mut t = TestContext::new();
+    let mut a = t.join(1, "g", &[("orders", 2)]);
+    t.advance(SETTLE);
+    assert_eq!(t.commit_result(&a, "orders", 1, 7), ErrorCode::None);
+    t.records.clear();
+
+    assert!(!t.core.remove_offsets("g"));
+    t.advance(SETTLE);
+    assert_eq!(t.records, []);
+    assert_eq!(fetch_offsets(&mut t, "g"), [("orders".to_owned(), 1, 7)]);
+    t.expect_beat_ok(&mut a);
+    assert_eq!(t.describe("g").state, GroupState::Stable);
+}
+
+/// Retention: the last member leaves and the group is deleted before the batch's
+/// records are taken. The deletion is the group's last record: no empty snapshot after
+/// it recreates the group in the store.
+#[test]
+fn retention_deletion_is_the_last_record_of_its_batch() {
+    let mut t = TestContext::new();
+    let a = t.join(1, "g", &[("orders", 2)]);
+    t.advance(SETTLE);
+    assert_eq!(t.commit_result(&a, "orders", 0, 5), ErrorCode::None);
+    t.records.clear();
+
+    let leave = Request::Leave(rollcall_protocol::LeaveRequest {
+        group: "g".into(),
+        member_id: a.id.clone(),
+    });
+    assert!(matches!(
+        t.core.handle_request(t.now, 1, leave),
+        Response::Leave
+    ));
+    assert!(t.core.remove_offsets("g"));
+    t.core.handle_timeout(t.now);
+    let records = t.core.take_records();
+    assert_eq!(records.last(), Some(&deleted("g")), "{records:?}");
+    t.advance(Duration::from_secs(60));
+    assert!(
+        t.records.iter().all(|r| !matches!(r, Record::Group(_))),
+        "{:?}",
+        t.records
+    );
+    assert_eq!(fetch_offsets(&mut t, "g"), []);
+}
+
+/// Retention: a group the core does not know is still deleted from the store.
+#[test]
+fn retention_deletes_a_group_unknown_to_the_core_from_the_store() {
+    let mut t = TestContext::new();
+    assert!(t.core.remove_offsets("ghost"));
+    t.advance(SETTLE);
+    assert_eq!(t.records, [deleted("ghost")]);
+}
+
+/// Retention: partitions held for an expelled member keep the group until the hold
+/// ends, so a newcomer cannot be granted them while the expelled member's lease runs.
+#[test]
+fn retention_waits_for_partitions_held_for_an_expelled_member() {
+    let mut t = TestContext::new();
+    let mut a = t.join(1, "g", &[("orders", 2)]);
+    t.advance(SETTLE);
+    t.expect_beat_ok(&mut a);
+    assert_eq!(t.commit_result(&a, "orders", 0, 3), ErrorCode::None);
+    while t.expelled(&a).is_none() {
+        t.advance(Duration::from_secs(2));
+        if t.expelled(&a).is_none() {
+            assert!(matches!(t.beat_stalled(&mut a), Response::Heartbeat(_)));
+        }
+        assert!(t.elapsed() < Duration::from_secs(600), "never expelled");
+    }
+    assert_eq!(t.expelled(&a), Some(ExpelReason::ProgressExpired));
+    t.records.clear();
+
+    assert!(!t.core.remove_offsets("g"));
+    assert_eq!(t.core.take_records(), []);
+    assert_eq!(fetch_offsets(&mut t, "g"), [("orders".to_owned(), 0, 3)]);
+
+    t.advance(SESSION);
+    assert!(t.core.remove_offsets("g"));
+    t.advance(SETTLE);
+    assert_eq!(t.records.last(), Some(&deleted("g")));
+    assert_eq!(fetch_offsets(&mut t, "g"), []);
 }
