@@ -174,6 +174,8 @@ pub(crate) struct Group {
     pub(crate) timer_at: Option<Instant>,
     /// State changed since the last snapshot record.
     pub(crate) snapshot_dirty: bool,
+    /// The group is on the coordinator's list of groups to snapshot.
+    pub(crate) listed: bool,
 }
 
 impl Group {
@@ -196,6 +198,7 @@ impl Group {
             reconciling: None,
             timer_at: None,
             snapshot_dirty: false,
+            listed: false,
         }
     }
 

@@ -244,6 +244,9 @@ pub struct Coordinator {
     records: Vec<Record>,
     next_member: u64,
     isolation: Isolation,
+    /// Groups whose state changed since the last [`Coordinator::take_records`], so that
+    /// call snapshots only them instead of scanning every group.
+    dirty: Vec<Arc<str>>,
 }
 
 /// What the isolation guard knows about the shard as a whole.
@@ -289,6 +292,7 @@ impl Coordinator {
             records: Vec::new(),
             next_member: 0,
             isolation: Isolation::default(),
+            dirty: Vec::new(),
         }
     }
 
@@ -364,9 +368,19 @@ impl Coordinator {
                 ErrorCode::InvalidRequest,
                 "ApiVersions is answered by the connection, not a group",
             ),
-            Request::Join(r) => self.join(now, conn, r),
+            Request::Join(r) => {
+                let group = r.group.clone();
+                let response = self.join(now, conn, r);
+                self.note_dirty(&group);
+                response
+            }
             Request::Heartbeat(r) => self.heartbeat(now, conn, r),
-            Request::Leave(r) => self.leave(now, conn, r),
+            Request::Leave(r) => {
+                let group = r.group.clone();
+                let response = self.leave(now, conn, r);
+                self.note_dirty(&group);
+                response
+            }
             Request::CommitOffsets(r) => self.commit(now, conn, r),
             Request::FetchOffsets(r) => self.fetch(r),
             Request::ListGroups => self.list_groups(),
@@ -698,8 +712,10 @@ impl Coordinator {
             group.push_state(&mut ctx, &id);
         }
         group.acknowledge_and_grant(&mut ctx, &id, &acked);
+        let generation = group.members[&id].generation;
+        self.note_dirty(&r.group);
         Response::Heartbeat(HeartbeatResponse {
-            generation: group.members[&id].generation,
+            generation,
             session_timeout_ms,
         })
     }
@@ -956,17 +972,19 @@ impl Coordinator {
                     if let Some(g) = groups.get_mut(&group) {
                         g.on_member_timer(&mut ctx, &member, at);
                         if g.is_disposable() {
-                            disposable.push(group);
+                            disposable.push(group.clone());
                         }
                     }
+                    self.note_dirty(&group);
                 }
                 TimerKey::Group(group) => {
                     if let Some(g) = groups.get_mut(&group) {
                         g.on_group_timer(&mut ctx, at);
                         if g.is_disposable() {
-                            disposable.push(group);
+                            disposable.push(group.clone());
                         }
                     }
+                    self.note_dirty(&group);
                 }
             }
         }
@@ -999,23 +1017,39 @@ impl Coordinator {
 
     /// Takes every record produced since the last call. The shell must make them
     /// durable before it sends the responses and pushes of the same inputs.
+    ///
+    /// Each changed group is snapshotted once per call however many inputs changed it,
+    /// so a shell that calls this once per batch of inputs writes each group once.
     pub fn take_records(&mut self) -> Vec<Record> {
-        let mut names: Vec<&Arc<str>> = self
-            .groups
-            .iter()
-            .filter(|(_, g)| g.snapshot_dirty)
-            .map(|(k, _)| k)
-            .collect();
+        let mut names = std::mem::take(&mut self.dirty);
         names.sort();
-        let names: Vec<Arc<str>> = names.into_iter().cloned().collect();
         for name in names {
             if let Some(g) = self.groups.get_mut(&name) {
-                g.snapshot_dirty = false;
-                let snapshot = g.snapshot();
-                self.records.push(Record::Group(snapshot));
+                g.listed = false;
+                if g.snapshot_dirty {
+                    g.snapshot_dirty = false;
+                    let snapshot = g.snapshot();
+                    self.records.push(Record::Group(snapshot));
+                }
             }
         }
         std::mem::take(&mut self.records)
+    }
+
+    /// How many records [`Self::take_records`] would return at least: a shell compares
+    /// it before and after an input to learn whether that input changed durable state.
+    pub fn records_pending(&self) -> usize {
+        self.records.len() + self.dirty.len()
+    }
+
+    /// Puts `group` on the list of groups to snapshot if its state changed.
+    fn note_dirty(&mut self, group: &str) {
+        if let Some(g) = self.groups.get_mut(group) {
+            if g.snapshot_dirty && !g.listed {
+                g.listed = true;
+                self.dirty.push(g.name.clone());
+            }
+        }
     }
 
     /// The store found `group` empty for longer than the offsets retention; the core,

@@ -182,8 +182,11 @@ impl Shard {
                     received,
                 } => {
                     let api = request.api_key();
+                    let pending = self.core.records_pending();
                     let response = self.core.handle_request(std_now, conn, request);
-                    let wrote = self.collect_records(&mut records);
+                    // Records are taken once per batch (each changed group is written
+                    // once); this request wrote if it added to them.
+                    let wrote = self.core.records_pending() > pending;
                     outgoing.push(Outgoing::Response {
                         to: reply,
                         frame: Frame::response(correlation_id, response),
@@ -212,7 +215,10 @@ impl Shard {
             }
             self.drain_outputs(&mut outgoing);
         }
-        if self.core.poll_timeout().is_some_and(|d| d <= std_now) {
+        // Timers wait while requests are queued: a member whose heartbeat sits in the
+        // queue is not silent, the shard is behind. If the backlog lasts, the core's
+        // pause guard gives every member the time the shard lost.
+        if self.inputs.is_empty() && self.core.poll_timeout().is_some_and(|d| d <= std_now) {
             self.core.handle_timeout(std_now);
             self.drain_outputs(&mut outgoing);
         }

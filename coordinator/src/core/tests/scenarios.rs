@@ -876,3 +876,28 @@ fn retention_waits_for_partitions_held_for_an_expelled_member() {
     assert_eq!(t.records.last(), Some(&deleted("g")));
     assert_eq!(fetch_offsets(&mut t, "g"), []);
 }
+
+/// However many inputs change a group between two takes, its snapshot is written once,
+/// and a take with nothing changed writes nothing.
+#[test]
+fn a_group_is_snapshotted_once_per_take_however_many_changes() {
+    let mut core = crate::core::Coordinator::new(CoreConfig::default());
+    let now = std::time::Instant::now();
+    let mut t = TestContext::new();
+    for conn in 0..10 {
+        let req = t.join_request("g", &[("orders", 8)]);
+        let before = core.records_pending();
+        assert!(matches!(
+            core.handle_request(now, conn, Request::Join(req)),
+            Response::Join(_)
+        ));
+        assert!(conn > 0 || core.records_pending() > before);
+    }
+    let records = core.take_records();
+    let snapshots = records
+        .iter()
+        .filter(|r| matches!(r, Record::Group(g) if g.group == "g"))
+        .count();
+    assert_eq!(snapshots, 1, "{records:?}");
+    assert!(core.take_records().is_empty());
+}
