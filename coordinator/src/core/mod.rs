@@ -247,7 +247,13 @@ pub struct Coordinator {
     /// Groups whose state changed since the last [`Coordinator::take_records`], so that
     /// call snapshots only them instead of scanning every group.
     dirty: Vec<Arc<str>>,
+    /// Members bound to each connection (group, member), so a disconnect touches only
+    /// them. Entries may be stale (the member moved on or left); they are checked.
+    bound: HashMap<ConnId, Vec<MemberRef>>,
 }
+
+/// A member by (group, member id).
+type MemberRef = (Arc<str>, Arc<str>);
 
 /// What the isolation guard knows about the shard as a whole.
 #[derive(Debug, Default)]
@@ -293,6 +299,7 @@ impl Coordinator {
             next_member: 0,
             isolation: Isolation::default(),
             dirty: Vec::new(),
+            bound: HashMap::new(),
         }
     }
 
@@ -371,6 +378,9 @@ impl Coordinator {
             Request::Join(r) => {
                 let group = r.group.clone();
                 let response = self.join(now, conn, r);
+                if let Response::Join(j) = &response {
+                    self.bind(conn, &group, &j.member_id);
+                }
                 self.note_dirty(&group);
                 response
             }
@@ -713,6 +723,9 @@ impl Coordinator {
         }
         group.acknowledge_and_grant(&mut ctx, &id, &acked);
         let generation = group.members[&id].generation;
+        if rebound {
+            self.bind(conn, &r.group, &r.member_id);
+        }
         self.note_dirty(&r.group);
         Response::Heartbeat(HeartbeatResponse {
             generation,
@@ -792,6 +805,7 @@ impl Coordinator {
         let Some(group) = groups.get_mut(r.group.as_str()) else {
             return refuse(ApiKey::CommitOffsets, ErrorCode::Internal, "group vanished");
         };
+        let mut rebound = false;
         if r.generation > group.generation && member.is_some() {
             reject(&mut ctx, ErrorCode::IllegalGeneration);
             return refuse(
@@ -809,6 +823,7 @@ impl Coordinator {
             if m.conn != Some(conn) {
                 m.conn = Some(conn);
                 group.push_state(&mut ctx, id);
+                rebound = true;
             }
         }
         let mut results = Vec::with_capacity(r.offsets.len());
@@ -849,9 +864,12 @@ impl Coordinator {
         }
         if accepted > 0 {
             ctx.outputs.push_back(Output::Event(Event::CommitsAccepted {
-                group: r.group,
+                group: r.group.clone(),
                 count: accepted,
             }));
+        }
+        if let (true, Some(id)) = (rebound, &member) {
+            self.bind(conn, &r.group, id);
         }
         Response::CommitOffsets(CommitOffsetsResponse { results })
     }
@@ -932,13 +950,43 @@ impl Coordinator {
 
     /// Connection `conn` closed. Its members keep their sessions and may resume on
     /// another connection.
+    ///
+    /// Costs O(members that were bound to `conn`), not O(members).
     pub fn handle_disconnect(&mut self, _now: Instant, conn: ConnId) {
-        for group in self.groups.values_mut() {
-            for m in group.members.values_mut() {
+        for (group, member) in self.bound.remove(&conn).unwrap_or_default() {
+            let m = self
+                .groups
+                .get_mut(&group)
+                .and_then(|g| g.members.get_mut(&member));
+            if let Some(m) = m {
                 if m.conn == Some(conn) {
                     m.conn = None;
                 }
             }
+        }
+    }
+
+    /// Records that `member` of `group` now talks over `conn`.
+    fn bind(&mut self, conn: ConnId, group: &str, member: &str) {
+        let Some(g) = self.groups.get(group) else {
+            return;
+        };
+        let Some((id, _)) = g.members.get_key_value(member) else {
+            return;
+        };
+        let entry = (g.name.clone(), id.clone());
+        let list = self.bound.entry(conn).or_default();
+        list.push(entry);
+        // A long-lived connection whose members come and go would pile up stale
+        // entries; drop them whenever the list doubles.
+        if list.len() >= 64 && list.len().is_power_of_two() {
+            let groups = &self.groups;
+            list.retain(|(group, member)| {
+                groups
+                    .get(group)
+                    .and_then(|g| g.members.get(member))
+                    .is_some_and(|m| m.conn == Some(conn))
+            });
         }
     }
 

@@ -901,3 +901,20 @@ fn a_group_is_snapshotted_once_per_take_however_many_changes() {
     assert_eq!(snapshots, 1, "{records:?}");
     assert!(core.take_records().is_empty());
 }
+
+/// A closed connection unbinds exactly its own members: nothing more is pushed to it,
+/// while members on other connections keep being told of changes.
+#[test]
+fn a_disconnect_unbinds_only_the_members_of_that_connection() {
+    let mut t = TestContext::new();
+    let _a = t.join(1, "g", &[("orders", 4)]);
+    let _b = t.join(2, "g", &[("orders", 4)]);
+    t.advance(SETTLE);
+    t.core.handle_disconnect(t.now, 1);
+    let before = t.pushes.len();
+    let _c = t.join(3, "g", &[("orders", 4)]);
+    t.advance(SETTLE);
+    let after = &t.pushes[before..];
+    assert!(after.iter().all(|(_, conn, _)| *conn != 1), "{after:?}");
+    assert!(after.iter().any(|(_, conn, _)| *conn == 2));
+}
