@@ -83,6 +83,10 @@ pub(crate) struct CommonArgs {
     /// The coordinator's store (in-process or spawned coordinators only).
     #[arg(long, value_enum, default_value_t = StoreKind::Redb)]
     pub(crate) store: StoreKind,
+    /// Frames the coordinator queues per connection before it disconnects the client
+    /// as too slow (its --send-buffer); default: the coordinator's own default.
+    #[arg(long)]
+    pub(crate) send_buffer: Option<usize>,
     /// The coordinator's shards; default: the number of CPUs.
     #[arg(long)]
     pub(crate) shards: Option<usize>,
@@ -92,6 +96,10 @@ pub(crate) struct CommonArgs {
     /// Heartbeat interval of each member (default depends on the scenario).
     #[arg(long, value_parser = duration)]
     pub(crate) interval: Option<Duration>,
+    /// Joins outstanding at once while members are joining (lower it to ramp large
+    /// member counts up gently; join-storm sends every join at once regardless).
+    #[arg(long, default_value_t = 1_000)]
+    pub(crate) join_concurrency: usize,
     /// Time allowed to connect and join every member before giving up.
     #[arg(long, value_parser = duration, default_value = "5m")]
     pub(crate) setup_timeout: Duration,
@@ -150,6 +158,7 @@ impl CommonArgs {
             max_connections: self.max_conns.max(16) + 1_000,
             min_session_timeout: Duration::from_millis(100),
             max_members_per_group: 100_000,
+            send_buffer: self.send_buffer,
         })
     }
 }

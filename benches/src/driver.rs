@@ -375,12 +375,18 @@ impl Driver {
         false
     }
 
-    /// Waits until every member's join was answered, or `limit` passes.
+    /// Waits until every member's join was answered, or `limit` passes, or a
+    /// connection is lost (the coordinator closed it).
     pub(crate) async fn wait_joined(&self, limit: Duration) -> bool {
         let deadline = Instant::now() + limit;
         let c = &self.shared.counters;
         let members = self.shared.members as u64;
         while Instant::now() < deadline {
+            let lost = Counters::get(&c.conns_lost);
+            if lost > 0 {
+                eprintln!("{lost} connection(s) closed by the coordinator while joining");
+                return false;
+            }
             let answered = Counters::get(&c.joins_ok) + Counters::get(&c.joins_err);
             let failed_conns = Counters::get(&c.conns_failed);
             if answered + failed_conns * self.per_conn as u64 >= members {
@@ -632,6 +638,8 @@ impl ConnTask {
             }
             let may_join = self.joins_waiting > 0 && self.shared.join_go.is_cancelled();
             let permits = self.shared.join_permits.clone();
+            // Biased so that a flood of answers (closed loop) cannot starve the joins
+            // still to send; timers fire after every wake whichever branch woke it.
             tokio::select! {
                 biased;
                 () = self.shared.stop.cancelled() => return Exit::Stop,
@@ -640,6 +648,12 @@ impl ConnTask {
                         if let Some(exit) = self.on_command(cmd) {
                             return exit;
                         }
+                    }
+                }
+                () = self.shared.join_go.cancelled(), if self.joins_waiting > 0 && !may_join => {}
+                permit = permits.acquire_owned(), if may_join => {
+                    if let Ok(permit) = permit {
+                        self.send_join(permit);
                     }
                 }
                 frame = framed.next() => {
@@ -660,12 +674,6 @@ impl ConnTask {
                             }
                             None => break,
                         }
-                    }
-                }
-                () = self.shared.join_go.cancelled(), if self.joins_waiting > 0 && !may_join => {}
-                permit = permits.acquire_owned(), if may_join => {
-                    if let Ok(permit) = permit {
-                        self.send_join(permit);
                     }
                 }
                 () = &mut sleep, if armed_for.is_some() => {

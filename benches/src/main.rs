@@ -108,12 +108,16 @@ fn main() -> ExitCode {
     };
     let cap = cli.scenario.hard_cap();
     let outcome = runtime.block_on(async {
-        match tokio::time::timeout(cap, cli.scenario.run()).await {
-            Ok(r) => r,
-            Err(_) => Err(format!(
-                "the run exceeded its hard cap of {} s and was stopped",
-                cap.as_secs()
-            )),
+        tokio::select! {
+            result = tokio::time::timeout(cap, cli.scenario.run()) => match result {
+                Ok(r) => r,
+                Err(_) => Err(format!(
+                    "the run exceeded its hard cap of {} s and was stopped",
+                    cap.as_secs()
+                )),
+            },
+            // Dropping the scenario stops a spawned coordinator and removes its data.
+            signal = interrupted() => Err(format!("interrupted by {signal}")),
         }
     });
     runtime.shutdown_timeout(Duration::from_secs(2));
@@ -124,6 +128,21 @@ fn main() -> ExitCode {
             eprintln!("rollcall-bench: {e}");
             ExitCode::from(2)
         }
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn interrupted() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
     }
 }
 

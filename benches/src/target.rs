@@ -43,6 +43,7 @@ pub(crate) struct TargetOptions {
     pub(crate) max_connections: usize,
     pub(crate) min_session_timeout: Duration,
     pub(crate) max_members_per_group: usize,
+    pub(crate) send_buffer: Option<usize>,
 }
 
 #[derive(Debug)]
@@ -159,6 +160,9 @@ impl Target {
             max_connections: opts.max_connections,
             ..ServerConfig::default()
         };
+        if let Some(frames) = opts.send_buffer {
+            config.send_buffer = frames;
+        }
         config.core.min_session_timeout = opts.min_session_timeout;
         config.core.max_members_per_group = opts.max_members_per_group;
         // The coordinator gets its own runtime and threads, named apart from the load
@@ -205,6 +209,9 @@ impl Target {
             ]);
         if opts.store == StoreKind::Memory {
             cmd.arg("--in-memory");
+        }
+        if let Some(frames) = opts.send_buffer {
+            cmd.args(["--send-buffer", &frames.to_string()]);
         }
         // Per-member logs would cost the coordinator more than the work measured; keep
         // the start-up line (it names the bound port) and warnings.
@@ -359,6 +366,29 @@ impl Target {
                             break;
                         }
                     }
+                }
+            }
+            Running::External { .. } => {}
+        }
+        if let Some(dir) = self.data_dir.take() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+impl Drop for Target {
+    /// A run interrupted or abandoned still leaves no coordinator or data behind.
+    fn drop(&mut self) {
+        match &mut self.running {
+            Running::InProcess { runtime, .. } => {
+                if let Some(rt) = runtime.take() {
+                    rt.shutdown_background();
+                }
+            }
+            Running::Spawned { child } => {
+                if matches!(child.try_wait(), Ok(None)) {
+                    let _ = child.kill();
+                    let _ = child.wait();
                 }
             }
             Running::External { .. } => {}

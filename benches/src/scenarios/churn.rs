@@ -145,7 +145,7 @@ pub(crate) async fn run(args: &ChurnArgs) -> Result<bool, String> {
             per_conn,
             load: Load::Periodic { period: interval },
             connect_concurrency: 256,
-            join_concurrency: 2_000,
+            join_concurrency: common.join_concurrency,
             auto_join: true,
             observe: true,
         },

@@ -82,7 +82,7 @@ pub(crate) async fn run(args: &CommitArgs) -> Result<bool, String> {
                 period: interval,
             },
             connect_concurrency: 256,
-            join_concurrency: 2_000,
+            join_concurrency: common.join_concurrency,
             auto_join: true,
             observe: false,
         },

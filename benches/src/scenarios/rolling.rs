@@ -98,7 +98,7 @@ pub(crate) async fn run(args: &RollingArgs) -> Result<bool, String> {
             per_conn: 1,
             load: Load::Periodic { period: interval },
             connect_concurrency: 256,
-            join_concurrency: 2_000,
+            join_concurrency: common.join_concurrency,
             auto_join: true,
             observe: true,
         },

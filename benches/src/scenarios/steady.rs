@@ -111,7 +111,7 @@ pub(crate) async fn measure(
             Load::Periodic { period }
         },
         connect_concurrency: 256,
-        join_concurrency: 2_000,
+        join_concurrency: common.join_concurrency,
         auto_join: true,
         observe: false,
     };
