@@ -328,9 +328,10 @@ pub(crate) async fn run(args: &ChurnArgs) -> Result<bool, String> {
     let mut orphan_from_expulsion = Vec::new();
     let mut orphan_keys = HashSet::new();
     for k in &killed {
+        // A killed member's partitions lose their owner at the very instant of its kill.
         for gap in tracker.gaps.iter().filter(|gap| {
             gap.group == k.group
-                && gap.since >= k.killed_at
+                && gap.since == k.killed_at
                 && k.orphans.binary_search(&gap.partition).is_ok()
         }) {
             if orphan_keys.insert((gap.group, gap.partition, gap.since)) {
