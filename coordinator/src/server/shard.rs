@@ -216,9 +216,12 @@ impl Shard {
             self.drain_outputs(&mut outgoing);
         }
         // Timers wait while requests are queued: a member whose heartbeat sits in the
-        // queue is not silent, the shard is behind. If the backlog lasts, the core's
-        // pause guard gives every member the time the shard lost.
-        if self.inputs.is_empty() && self.core.poll_timeout().is_some_and(|d| d <= std_now) {
+        // queue is not silent, the shard is behind. They wait at most the pause guard:
+        // a backlog that never drains must not starve rebalances, and by then the core's
+        // pause guard gives every member the time the shard lost before judging anyone.
+        let due = self.core.poll_timeout().filter(|d| *d <= std_now);
+        let held_too_long = |d: std::time::Instant| std_now - d > self.core.config().pause_guard;
+        if due.is_some_and(|d| self.inputs.is_empty() || held_too_long(d)) {
             self.core.handle_timeout(std_now);
             self.drain_outputs(&mut outgoing);
         }
