@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use rollcall_coordinator::core::{Record, RestoredState};
-use rollcall_coordinator::server::{ServerConfig, StoreConfig};
+use rollcall_coordinator::server::{ServerConfig, ServerError, StoreConfig};
 use rollcall_coordinator::store::{Clock, MemoryStore, Store, StoreError};
 use rollcall_protocol::{
     supported_versions, ApiKey, Body, CommitOffsetsRequest, DescribeGroupRequest, ErrorCode,
@@ -787,7 +787,7 @@ async fn answers_wait_for_durability_and_leave_in_order() {
 }
 
 #[tokio::test]
-async fn a_failing_store_answers_storage_failure() {
+async fn a_failing_store_answers_storage_failure_and_stops_the_server() {
     let store = Arc::new(MemoryStore::new());
     let server = start(ServerConfig {
         store: StoreConfig::Custom(store.clone()),
@@ -800,10 +800,13 @@ async fn a_failing_store_answers_storage_failure() {
     assert_eq!(e.code, ErrorCode::StorageFailure);
     assert_eq!(e.api_key, ApiKey::CommitOffsets as u16);
 
-    store.set_fail_writes(None);
-    let r = c.request(admin_commit("fragile", 2)).await;
-    assert!(matches!(r, Response::CommitOffsets(_)), "{r:?}");
-    server.shutdown().await.unwrap();
+    // A failed durable write is fatal: the server stops rather than serve state the
+    // store does not have, and says why.
+    let stopped = bounded("server stops", server.shutdown()).await;
+    assert!(
+        matches!(&stopped, Err(ServerError::Runtime(m)) if m.contains("shard failed")),
+        "{stopped:?}"
+    );
 }
 
 #[tokio::test]

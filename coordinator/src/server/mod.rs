@@ -200,6 +200,7 @@ impl Server {
                 registry: registry.clone(),
                 metrics: metrics.clone(),
                 stats_interval: config.stats_interval,
+                fatal: fatal.clone(),
             };
             let failed = FailGuard(Some(fatal.clone()));
             shard_tasks.push(tokio::spawn(async move {
@@ -270,6 +271,12 @@ impl Server {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
             }
+        }
+        if failure.is_none() && fatal.is_cancelled() {
+            // A shard failed while a shutdown was being asked for: still a failure.
+            failure = Some(ServerError::Runtime(
+                "a shard failed (see the log); restart to restore its groups from the store".into(),
+            ));
         }
         drop(listener);
         info!("shutting down: no new connections, finishing in-flight requests");

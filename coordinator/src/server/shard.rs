@@ -15,6 +15,7 @@ use std::time::Duration;
 use rollcall_protocol::{ApiKey, ErrorCode, Frame, Request, Response};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use super::metrics::Metrics;
@@ -106,6 +107,8 @@ pub(crate) struct Shard {
     pub(crate) registry: Arc<Registry>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) stats_interval: Duration,
+    /// Cancelled to stop the server when this shard cannot go on (a failed durable write).
+    pub(crate) fatal: CancellationToken,
 }
 
 impl Shard {
@@ -118,6 +121,7 @@ impl Shard {
             stage_rx,
             self.registry.clone(),
             self.metrics.clone(),
+            self.fatal.clone(),
         ));
         let mut inputs = Vec::with_capacity(MAX_BATCH);
         let mut stats = CoreStats::default();
@@ -157,9 +161,13 @@ impl Shard {
         // Take this shard's members out of the gauges it contributed to.
         self.refresh_stats_to(CoreStats::default(), stats);
         drop(stage_tx);
-        if stage.await.is_err() {
-            error!(shard = self.index, "shard sender stage panicked");
-            clean = false;
+        match stage.await {
+            Ok(true) => {}
+            Ok(false) => clean = false,
+            Err(_) => {
+                error!(shard = self.index, "shard sender stage panicked");
+                clean = false;
+            }
         }
         debug!(shard = self.index, "shard stopped");
         clean
@@ -397,18 +405,28 @@ fn duration_ms(d: Duration) -> u64 {
 }
 
 /// Sends each batch once its records are durable, in order.
+///
+/// A failed durable write is fatal (fail-stop, as databases do after a failed fsync):
+/// the store's state can no longer be trusted to match the core's, and a store like redb
+/// refuses every later write anyway. The batch's requests that wrote are answered
+/// `storage_failure`, its pushes (which announce state that is not durable) are dropped,
+/// and the stage stops, which stops the shard and with it the server. A restart
+/// restores every group from what is durable, and members resume without a rebalance.
+/// Returns false if it stopped for that reason.
 async fn send_stage(
     mut batches: mpsc::Receiver<Batch>,
     registry: Arc<Registry>,
     metrics: Arc<Metrics>,
-) {
+    fatal: CancellationToken,
+) -> bool {
     while let Some(batch) = batches.recv().await {
         let durable = match batch.durable {
             None => Ok(()),
             Some(answer) => answer.await.unwrap_or(Err(StoreError::Closed)),
         };
         if let Err(e) = &durable {
-            error!(error = %e, "records could not be made durable; their requests are answered storage_failure");
+            error!(error = %e, "records could not be made durable; answering storage_failure and stopping");
+            fatal.cancel();
         }
         for item in batch.outgoing {
             match item {
@@ -437,11 +455,17 @@ async fn send_stage(
                         .record(received.elapsed().as_secs_f64());
                 }
                 Outgoing::Push { conn, frame } => {
-                    registry.send(conn, frame);
+                    if durable.is_ok() {
+                        registry.send(conn, frame);
+                    }
                 }
             }
         }
+        if durable.is_err() {
+            return false;
+        }
     }
+    true
 }
 
 #[cfg(test)]
