@@ -41,6 +41,24 @@ pub(crate) struct Tracker {
 }
 
 impl Tracker {
+    /// Applies observations as they arrive until `until`, or sooner once `done` holds.
+    pub(crate) async fn absorb(
+        &mut self,
+        observations: &mut tokio::sync::mpsc::UnboundedReceiver<Obs>,
+        until: Instant,
+        mut done: impl FnMut(&Self) -> bool,
+    ) {
+        let mut batch = Vec::with_capacity(256);
+        while Instant::now() < until && !done(self) {
+            tokio::select! {
+                _ = observations.recv_many(&mut batch, 256) => {
+                    for obs in batch.drain(..) { self.apply(&obs); }
+                }
+                () = tokio::time::sleep(std::time::Duration::from_millis(20)) => {}
+            }
+        }
+    }
+
     pub(crate) fn new(members: usize, groups: usize, partitions: u32) -> Self {
         let member_group: Vec<usize> = (0..members).map(|i| i % groups).collect();
         let mut group_members = vec![Vec::new(); groups];

@@ -176,14 +176,7 @@ pub(crate) async fn run(args: &ChurnArgs) -> Result<bool, String> {
         }
         // Every member has heartbeated before the first kill.
         let beats = Instant::now() + interval * 2 + Duration::from_millis(50);
-        while Instant::now() < beats {
-            tokio::select! {
-                _ = observations.recv_many(&mut batch, 1024) => {
-                    for obs in batch.drain(..) { tracker.apply(&obs); }
-                }
-                () = tokio::time::sleep(Duration::from_millis(20)) => {}
-            }
-        }
+        tracker.absorb(&mut observations, beats, |_| false).await;
         let mut snapshots = spawn_poller(
             target.addr,
             args.poll,

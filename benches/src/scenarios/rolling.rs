@@ -114,12 +114,9 @@ pub(crate) async fn run(args: &RollingArgs) -> Result<bool, String> {
         let mut batch = Vec::with_capacity(256);
         progress.phase("settling");
         let deadline = Instant::now() + common.setup_timeout;
-        while !tracker.all_settled() && Instant::now() < deadline {
-            tokio::select! {
-                _ = observations.recv_many(&mut batch, 256) => for obs in batch.drain(..) { tracker.apply(&obs); },
-                () = tokio::time::sleep(Duration::from_millis(50)) => {}
-            }
-        }
+        tracker
+            .absorb(&mut observations, deadline, Tracker::all_settled)
+            .await;
         if !tracker.all_settled() {
             return Err("the groups did not settle".to_owned());
         }
@@ -166,12 +163,7 @@ pub(crate) async fn run(args: &RollingArgs) -> Result<bool, String> {
         }
         progress.phase("checking");
         let limit = Instant::now() + Duration::from_secs(1);
-        while Instant::now() < limit {
-            tokio::select! {
-                _ = observations.recv_many(&mut batch, 256) => for obs in batch.drain(..) { tracker.apply(&obs); },
-                () = tokio::time::sleep(Duration::from_millis(50)) => {}
-            }
-        }
+        tracker.absorb(&mut observations, limit, |_| false).await;
         let after = generations(&mut admin, groups).await?;
         let rebalances: u64 = before.iter().zip(&after).map(|(b, a)| u64::from(a.saturating_sub(*b))).sum();
         let pushed: u64 = pushed_before

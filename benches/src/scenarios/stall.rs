@@ -12,7 +12,7 @@ use serde::Serialize;
 use tokio::sync::oneshot;
 
 use crate::common::{member_specs, Check, CommonArgs, GeneratorInfo, Machine, Progress, Report};
-use crate::driver::{Cmd, Driver, Load, Obs, Plan};
+use crate::driver::{Cmd, Driver, Load, Plan};
 use crate::stats::{fmt_ms, kv, table, Percentiles, LATENCY_HEADER};
 use crate::target::Target;
 use crate::tracker::Tracker;
@@ -63,23 +63,6 @@ pub(crate) struct StallFigures {
     pub(crate) missed_expulsions: usize,
 }
 
-async fn absorb(
-    observations: &mut tokio::sync::mpsc::UnboundedReceiver<Obs>,
-    tracker: &mut Tracker,
-    until: Instant,
-    mut done: impl FnMut(&Tracker) -> bool,
-) {
-    let mut batch = Vec::with_capacity(256);
-    while Instant::now() < until && !done(tracker) {
-        tokio::select! {
-            _ = observations.recv_many(&mut batch, 256) => {
-                for obs in batch.drain(..) { tracker.apply(&obs); }
-            }
-            () = tokio::time::sleep(Duration::from_millis(20)) => {}
-        }
-    }
-}
-
 pub(crate) async fn run(args: &StallArgs) -> Result<bool, String> {
     let common = &args.common;
     let mut machine = Machine::now();
@@ -126,19 +109,19 @@ pub(crate) async fn run(args: &StallArgs) -> Result<bool, String> {
         }
         let mut tracker = Tracker::new(members, groups, partitions);
         progress.phase("settling");
-        absorb(
-            &mut observations,
-            &mut tracker,
-            Instant::now() + common.setup_timeout,
-            Tracker::all_settled,
-        )
-        .await;
+        tracker
+            .absorb(
+                &mut observations,
+                Instant::now() + common.setup_timeout,
+                Tracker::all_settled,
+            )
+            .await;
         if !tracker.all_settled() {
             return Err("the groups did not settle".to_owned());
         }
         // Every member has heartbeated (and reported progress) before it is steered.
         let beats = Instant::now() + interval * 2 + Duration::from_millis(50);
-        absorb(&mut observations, &mut tracker, beats, |_| false).await;
+        tracker.absorb(&mut observations, beats, |_| false).await;
 
         // Stalls: progress stops, heartbeats go on.
         progress.phase("stalling");
@@ -152,20 +135,21 @@ pub(crate) async fn run(args: &StallArgs) -> Result<bool, String> {
         }
         let stalled: HashSet<usize> = (0..args.stalled).collect();
         let limit = Instant::now() + args.progress_timeout + Duration::from_secs(5);
-        absorb(&mut observations, &mut tracker, limit, |t| {
-            stalled
-                .iter()
-                .all(|m| t.expelled.iter().any(|(e, _, _)| e == m))
-        })
-        .await;
+        tracker
+            .absorb(&mut observations, limit, |t| {
+                stalled
+                    .iter()
+                    .all(|m| t.expelled.iter().any(|(e, _, _)| e == m))
+            })
+            .await;
         // Let the group settle again before the pauses.
-        absorb(
-            &mut observations,
-            &mut tracker,
-            Instant::now() + Duration::from_secs(10),
-            Tracker::all_settled,
-        )
-        .await;
+        tracker
+            .absorb(
+                &mut observations,
+                Instant::now() + Duration::from_secs(10),
+                Tracker::all_settled,
+            )
+            .await;
 
         // Pauses: silence for a while, then carry on.
         progress.phase("pausing");
@@ -187,7 +171,7 @@ pub(crate) async fn run(args: &StallArgs) -> Result<bool, String> {
         }
         let longest = args.pause.iter().copied().max().unwrap_or_default();
         let limit = Instant::now() + longest.max(session) + Duration::from_secs(2);
-        absorb(&mut observations, &mut tracker, limit, |_| false).await;
+        tracker.absorb(&mut observations, limit, |_| false).await;
         Ok((tracker, last_progress, paused))
     }
     .await;
