@@ -4,7 +4,6 @@
 //!
 //! Timeouts are short (session 400-600 ms) and every wait is bounded.
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -14,32 +13,22 @@ use rollcall_client::{
     Client, ClientConfig, CommitError, Event, ExpelReason, LostReason, Member, MemberConfig,
     Offset, PartitionSet, TopicPartition,
 };
-use rollcall_coordinator::server::{Server, ServerConfig, ServerHandle, StoreConfig};
+use rollcall_coordinator::server::{ServerConfig, ServerHandle, StoreConfig};
 use rollcall_coordinator::store::MemoryStore;
+use rollcall_tests::{bounded, start};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 const SESSION: Duration = Duration::from_millis(400);
-const STEP: Duration = Duration::from_secs(10);
-
-async fn bounded<F: Future>(what: &str, fut: F) -> F::Output {
-    match tokio::time::timeout(STEP, fut).await {
-        Ok(out) => out,
-        Err(_) => panic!("timed out after {STEP:?}: {what}"),
-    }
-}
 
 async fn start_server(store: StoreConfig) -> ServerHandle {
-    let config = ServerConfig {
+    start(ServerConfig {
         store,
         ..ServerConfig::default()
-    };
-    bounded("server bind", Server::bind(config))
-        .await
-        .expect("server binds")
-        .spawn()
+    })
+    .await
 }
 
 fn client_config() -> ClientConfig {
