@@ -10,8 +10,9 @@ use rollcall_protocol::{
 };
 
 use super::assignor::{AssignmentInput, AssignorMember, TopicPartition};
+use super::guards::Hold;
 use super::liveness::{FixedTimeout, LivenessPolicy};
-use super::records::{GroupSnapshot, MemberSnapshot};
+use super::records::{GroupSnapshot, HeldSnapshot, InstanceSnapshot, MemberSnapshot};
 use super::timers::{TimerKey, Timers};
 use super::{Assignor, ConnId, CoreConfig, Event, Output, RebalanceCause};
 
@@ -23,7 +24,6 @@ pub(crate) struct Ctx<'a> {
     pub(crate) timers: &'a mut Timers,
     pub(crate) outputs: &'a mut VecDeque<Output>,
     pub(crate) records: &'a mut Vec<super::Record>,
-    pub(crate) isolation: &'a mut super::Isolation,
 }
 
 impl Ctx<'_> {
@@ -79,6 +79,12 @@ pub(crate) struct Member {
     pub(crate) released: BTreeSet<TopicPartition>,
     /// The assignment changed since it was last pushed.
     pub(crate) assignment_dirty: bool,
+    /// The latest instant the member's own lease can run to: every answer the
+    /// coordinator sends promises the member its session timeout from the moment the
+    /// member sent the request, which is never later than the moment it was received.
+    /// Only ever moves later, except when the member stands down (it then ends now).
+    /// Partitions of a removed member are held until then.
+    pub(crate) lease_until: Instant,
     pub(crate) timer_at: Option<Instant>,
 }
 
@@ -95,9 +101,24 @@ impl Member {
         next
     }
 
-    /// Any frame from the member renews its session.
+    /// Any frame from the member renews its session (and, with the answer, its lease).
     pub(crate) fn heard(&mut self, now: Instant) {
         self.liveness.heard(now);
+        self.lease_until = self.lease_until.max(now + self.session_timeout);
+    }
+
+    /// Applies the timeouts of a rejoin. The session deadline follows the new session
+    /// timeout at once; the lease already promised is kept (it only grows), so a shorter
+    /// timeout never frees partitions before the member's longer lease ran out.
+    pub(crate) fn set_timeouts(&mut self, timeouts: (Duration, Duration, Duration)) {
+        let (session, progress, rebalance) = timeouts;
+        self.session_timeout = session;
+        self.liveness.set_timeout(session);
+        if progress != self.progress_timeout {
+            self.progress_timeout = progress;
+            self.progress_deadline = self.last_progress_at + progress;
+        }
+        self.rebalance_timeout = rebalance;
     }
 
     /// The progress clock renews only when the counter advances.
@@ -139,6 +160,23 @@ pub(crate) struct Refusal {
     pub(crate) message: String,
 }
 
+/// The latest incarnation of a static instance. Kept (and made durable) after that
+/// member leaves or is expelled, so that a request naming any older incarnation is
+/// fenced, across restarts and however many replacements there were.
+#[derive(Debug, Clone)]
+pub(crate) struct Instance {
+    /// Incarnations of the instance so far; the latest is number `epoch`.
+    pub(crate) epoch: u64,
+    /// The latest incarnation's member id.
+    pub(crate) member_id: Arc<str>,
+}
+
+/// The instance id a static member id names: static member ids are
+/// `<instance id>#<unique suffix>`, and suffixes never contain `#`.
+pub(crate) fn instance_of(member_id: &str) -> Option<&str> {
+    member_id.rfind('#').map(|i| &member_id[..i])
+}
+
 #[derive(Debug)]
 struct PendingRebalance {
     first: Instant,
@@ -153,15 +191,16 @@ pub(crate) struct Group {
     pub(crate) topics: Vec<Topic>,
     pub(crate) topic_index: HashMap<String, u32>,
     pub(crate) members: BTreeMap<Arc<str>, Member>,
-    pub(crate) instances: HashMap<String, Arc<str>>,
+    /// Every static instance that ever joined, with its latest incarnation.
+    pub(crate) instances: HashMap<String, Instance>,
     pub(crate) tokens: HashMap<u64, Arc<str>>,
     /// Current owner of every granted partition.
     pub(crate) owners: HashMap<TopicPartition, Arc<str>>,
     /// Which member the current target assigns each partition to, so a released
     /// partition is granted onward without scanning every member.
     target_owner: HashMap<TopicPartition, Arc<str>>,
-    /// Partitions of expelled members, held until the member's session deadline so the
-    /// member's lease has run out before anyone else gets them.
+    /// Partitions of removed (or replaced) members, held until the member's lease has
+    /// run out, so that it stood down before anyone else gets them.
     pub(crate) held: Vec<(Instant, Vec<TopicPartition>)>,
     /// Recently removed members and why, oldest first.
     pub(crate) removed: HashMap<Arc<str>, ExpelReason>,
@@ -179,10 +218,11 @@ pub(crate) struct Group {
 }
 
 impl Group {
-    pub(crate) fn new(name: Arc<str>) -> Self {
+    /// A new group whose first generation will be above `generation_floor`.
+    pub(crate) fn new(name: Arc<str>, generation_floor: u32) -> Self {
         Self {
             name,
-            generation: 0,
+            generation: generation_floor,
             topics: Vec::new(),
             topic_index: HashMap::new(),
             members: BTreeMap::new(),
@@ -212,9 +252,42 @@ impl Group {
         }
     }
 
-    /// A group with no members, no offsets and nothing held can be forgotten.
+    /// A group with no members, no offsets, nothing held and no static instances to
+    /// fence can be forgotten (its generation lives on in the coordinator's floor).
     pub(crate) fn is_disposable(&self) -> bool {
-        self.members.is_empty() && self.offsets.is_empty() && self.held.is_empty()
+        self.members.is_empty()
+            && self.offsets.is_empty()
+            && self.held.is_empty()
+            && self.instances.is_empty()
+            && self.pending.is_none()
+    }
+
+    /// The member that is the current incarnation of `instance`, if it is in the group.
+    pub(crate) fn instance_member(&self, instance: &str) -> Option<Arc<str>> {
+        self.instances
+            .get(instance)
+            .filter(|i| self.members.contains_key(&i.member_id))
+            .map(|i| i.member_id.clone())
+    }
+
+    /// Records a new incarnation of `instance` and returns its epoch.
+    pub(crate) fn register_instance(&mut self, instance: &str, member_id: Arc<str>) -> u64 {
+        let epoch = self.instances.get(instance).map_or(1, |i| i.epoch + 1);
+        self.instances
+            .insert(instance.to_owned(), Instance { epoch, member_id });
+        self.snapshot_dirty = true;
+        epoch
+    }
+
+    /// Why a member id that is not in the group is gone, if known: a static member id
+    /// older than its instance's latest incarnation is fenced, whatever else is known.
+    pub(crate) fn gone_reason(&self, member_id: &str) -> Option<ExpelReason> {
+        if let Some(latest) = instance_of(member_id).and_then(|i| self.instances.get(i)) {
+            if &*latest.member_id != member_id {
+                return Some(ExpelReason::Fenced);
+            }
+        }
+        self.removed.get(member_id).copied()
     }
 
     // ----------------------------------------------------------------------------------
@@ -314,15 +387,29 @@ impl Group {
         subscription
     }
 
-    pub(crate) fn pending_is_none(&self) -> bool {
-        self.pending.is_none()
-    }
-
     fn unsubscribe(&mut self, subscription: &[u32]) {
         for &idx in subscription {
             let t = &mut self.topics[idx as usize];
             t.subscribers = t.subscribers.saturating_sub(1);
         }
+    }
+
+    /// Whether `m` subscribes to exactly `subscription` (names and partition counts, in
+    /// any order).
+    pub(crate) fn subscription_is(&self, m: &Member, subscription: &[(String, u32)]) -> bool {
+        let mut have: Vec<(&str, u32)> = m
+            .subscription
+            .iter()
+            .map(|&t| {
+                let topic = &self.topics[t as usize];
+                (topic.name.as_str(), topic.partitions)
+            })
+            .collect();
+        let mut wanted: Vec<(&str, u32)> =
+            subscription.iter().map(|(n, c)| (n.as_str(), *c)).collect();
+        have.sort_unstable();
+        wanted.sort_unstable();
+        have == wanted
     }
 
     pub(crate) fn resolve(&self, topic: &str, partition: u32) -> Option<TopicPartition> {
@@ -395,15 +482,13 @@ impl Group {
             revoke_pushed: Vec::new(),
             released: BTreeSet::new(),
             assignment_dirty: true,
+            lease_until: now + session_timeout,
             timer_at: None,
         }
     }
 
     /// Adds a member and schedules its deadlines.
     pub(crate) fn insert_member(&mut self, ctx: &mut Ctx<'_>, mut member: Member) {
-        if let Some(instance) = &member.instance_id {
-            self.instances.insert(instance.clone(), member.id.clone());
-        }
         self.tokens.insert(member.join_token, member.id.clone());
         for tp in &member.owned {
             self.owners.insert(*tp, member.id.clone());
@@ -415,7 +500,6 @@ impl Group {
         let next = member.next_deadline();
         ctx.timers.schedule(&mut member.timer_at, next, key);
         self.members.insert(member.id.clone(), member);
-        ctx.isolation.members += 1;
         self.snapshot_dirty = true;
     }
 
@@ -429,8 +513,22 @@ impl Group {
         }
     }
 
-    /// Removes a member. Its partitions are held until its session deadline (so its
-    /// lease runs out first), except after a leave, when it released them itself.
+    /// Makes sure the member's timer fires by its earliest deadline.
+    pub(crate) fn schedule_member(&mut self, ctx: &mut Ctx<'_>, id: &Arc<str>) {
+        let Some(m) = self.members.get_mut(id) else {
+            return;
+        };
+        let key = TimerKey::Member {
+            group: self.name.clone(),
+            member: id.clone(),
+        };
+        let next = m.next_deadline();
+        ctx.timers.schedule(&mut m.timer_at, next, key);
+    }
+
+    /// Removes a member. Its partitions are held until its lease has run out
+    /// ([`Member::lease_until`]); a member that left after releasing everything ended
+    /// its lease itself, so its partitions move at once.
     pub(crate) fn remove_member(
         &mut self,
         ctx: &mut Ctx<'_>,
@@ -441,12 +539,6 @@ impl Group {
         let Some(member) = self.members.remove(id) else {
             return;
         };
-        ctx.isolation.members -= 1;
-        if let Some(instance) = &member.instance_id {
-            if self.instances.get(instance) == Some(id) {
-                self.instances.remove(instance);
-            }
-        }
         if self.tokens.get(&member.join_token) == Some(id) {
             self.tokens.remove(&member.join_token);
         }
@@ -455,8 +547,8 @@ impl Group {
         for tp in &owned {
             self.owners.remove(tp);
         }
-        let hold_until = member.session_deadline();
-        if reason != ExpelReason::Left && hold_until > ctx.now && !owned.is_empty() {
+        let hold_until = member.lease_until;
+        if hold_until > ctx.now && !owned.is_empty() {
             self.held.push((hold_until, owned));
             let key = TimerKey::Group(self.name.clone());
             ctx.timers.schedule(&mut self.timer_at, hold_until, key);
@@ -488,7 +580,12 @@ impl Group {
     }
 
     /// Replaces a static member by a new process under a new member id: it takes over
-    /// the old member's partitions and generation; the old id is fenced.
+    /// the old member's target and generation without a rebalance; the old id is fenced.
+    ///
+    /// The old process may still be acting on its partitions (a replacement does not
+    /// prove the old process is dead), so they are held until its lease has run out and
+    /// granted to the replacement then. An old process that stood down (or whose lease
+    /// is over) hands them over at once, which keeps planned restarts instant.
     pub(crate) fn replace_member(
         &mut self,
         ctx: &mut Ctx<'_>,
@@ -499,7 +596,6 @@ impl Group {
         let Some(old) = self.members.remove(old_id) else {
             return false;
         };
-        ctx.isolation.members -= 1;
         self.unsubscribe(&old.subscription);
         if self.tokens.get(&old.join_token) == Some(old_id) {
             self.tokens.remove(&old.join_token);
@@ -507,10 +603,22 @@ impl Group {
         for tp in &old.target {
             self.target_owner.insert(*tp, new.id.clone());
         }
-        new.owned = old.owned;
+        for tp in &old.owned {
+            self.owners.remove(tp);
+        }
+        if old.lease_until > ctx.now && !old.owned.is_empty() {
+            let held: Vec<TopicPartition> = old.owned.iter().copied().collect();
+            self.held.push((old.lease_until, held));
+            let key = TimerKey::Group(self.name.clone());
+            ctx.timers
+                .schedule(&mut self.timer_at, old.lease_until, key);
+        } else {
+            new.owned = old.owned;
+        }
         new.target = old.target;
         new.generation = old.generation;
-        new.revoke_deadline = old.revoke_deadline;
+        // The replacement gets its own rebalance timeout for anything it must release.
+        new.revoke_deadline = None;
         new.assignment_dirty = true;
         self.forget(old_id, ExpelReason::Fenced, ctx.config.expelled_memory);
         ctx.push(
@@ -568,7 +676,15 @@ impl Group {
     // ----------------------------------------------------------------------------------
 
     /// A member's timer fired: expel it if a deadline passed, otherwise sleep again.
-    pub(crate) fn on_member_timer(&mut self, ctx: &mut Ctx<'_>, id: &Arc<str>, fired_at: Instant) {
+    /// `hold` is a guard's decision to hold an expiry for silence (the coordinator asks
+    /// the guards before it calls this, for a member whose session has expired).
+    pub(crate) fn on_member_timer(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        id: &Arc<str>,
+        fired_at: Instant,
+        hold: Option<Hold>,
+    ) {
         let now = ctx.now;
         let Some(m) = self.members.get_mut(id) else {
             return;
@@ -577,30 +693,12 @@ impl Group {
             m.timer_at = None;
         }
         let session_expired = m.session_deadline() <= now;
-        if session_expired
-            && ctx
-                .isolation
-                .blames_self(now, m.session_timeout, ctx.config.isolation_min_members)
-        {
-            // Nobody at all is heard: more likely our network than every member.
-            if !ctx.isolation.suspected {
-                ctx.isolation.suspected = true;
-                let silent_for = ctx
-                    .isolation
-                    .last_frame_at
-                    .map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
-                let members = ctx.isolation.members;
-                ctx.event(Event::IsolationSuspected {
-                    silent_for,
-                    members,
-                });
-            }
+        if let (true, Some(hold)) = (session_expired, hold) {
             let key = TimerKey::Member {
                 group: self.name.clone(),
                 member: id.clone(),
             };
-            let recheck = now + m.session_timeout;
-            ctx.timers.schedule(&mut m.timer_at, recheck, key);
+            ctx.timers.schedule(&mut m.timer_at, hold.recheck_at(), key);
             return;
         }
         let expired = if session_expired {
@@ -966,7 +1064,22 @@ impl Group {
         }
     }
 
-    pub(crate) fn snapshot(&self) -> GroupSnapshot {
+    /// The group's durable state at `now`.
+    pub(crate) fn snapshot(&self, now: Instant) -> GroupSnapshot {
+        let remaining = |until: Instant| duration_ms(until.saturating_duration_since(now));
+        let pairs = |tps: &mut dyn Iterator<Item = &TopicPartition>| -> Vec<(u32, u32)> {
+            tps.map(|tp| (tp.topic, tp.partition)).collect()
+        };
+        let mut instances: Vec<InstanceSnapshot> = self
+            .instances
+            .iter()
+            .map(|(instance_id, i)| InstanceSnapshot {
+                instance_id: instance_id.clone(),
+                epoch: i.epoch,
+                member_id: i.member_id.to_string(),
+            })
+            .collect();
+        instances.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
         GroupSnapshot {
             group: self.name.to_string(),
             generation: self.generation,
@@ -988,16 +1101,31 @@ impl Group {
                     rebalance_timeout_ms: duration_ms(m.rebalance_timeout) as u32,
                     subscription: m.subscription.clone(),
                     generation: m.generation,
-                    owned: m.owned.iter().map(|tp| (tp.topic, tp.partition)).collect(),
-                    target: m.target.iter().map(|tp| (tp.topic, tp.partition)).collect(),
+                    owned: pairs(&mut m.owned.iter()),
+                    target: pairs(&mut m.target.iter()),
+                    lease_remaining_ms: remaining(m.lease_until),
                 })
                 .collect(),
+            held: self
+                .held
+                .iter()
+                .filter(|(until, _)| *until > now)
+                .map(|(until, tps)| HeldSnapshot {
+                    remaining_ms: remaining(*until),
+                    partitions: pairs(&mut tps.iter()),
+                })
+                .collect(),
+            rebalance_pending: self.pending.as_ref().map(|p| p.cause.as_str().to_owned()),
+            instances,
         }
     }
 
     /// Rebuilds a group from its snapshot; every member gets fresh deadlines from `now`.
+    /// Holds and leases run for what they had left when the snapshot was taken, counted
+    /// again from `now`; a rebalance that was pending is asked for again.
     pub(crate) fn restore(ctx: &mut Ctx<'_>, snapshot: GroupSnapshot) -> Self {
-        let mut group = Self::new(Arc::from(snapshot.group.as_str()));
+        let now = ctx.now;
+        let mut group = Self::new(Arc::from(snapshot.group.as_str()), 0);
         group.generation = snapshot.generation;
         for (name, partitions) in snapshot.topics {
             let idx = group.topics.len() as u32;
@@ -1009,6 +1137,19 @@ impl Group {
             });
         }
         let topic_count = group.topics.len() as u32;
+        let tp = |(topic, partition): &(u32, u32)| TopicPartition {
+            topic: *topic,
+            partition: *partition,
+        };
+        for i in snapshot.instances {
+            group.instances.insert(
+                i.instance_id,
+                Instance {
+                    epoch: i.epoch,
+                    member_id: Arc::from(i.member_id.as_str()),
+                },
+            );
+        }
         for ms in snapshot.members {
             let subscription: Vec<u32> = ms
                 .subscription
@@ -1019,12 +1160,8 @@ impl Group {
             for &t in &subscription {
                 group.topics[t as usize].subscribers += 1;
             }
-            let tp = |(topic, partition): &(u32, u32)| TopicPartition {
-                topic: *topic,
-                partition: *partition,
-            };
             let mut member = group.new_member(
-                ctx.now,
+                now,
                 Arc::from(ms.member_id.as_str()),
                 ms.instance_id,
                 ms.client_id,
@@ -1038,6 +1175,22 @@ impl Group {
                 subscription,
             );
             member.generation = ms.generation;
+            member.lease_until = member
+                .lease_until
+                .max(now + Duration::from_millis(ms.lease_remaining_ms));
+            // A snapshot written before instances were recorded: the member is its
+            // instance's latest incarnation.
+            if let Some(instance) = &member.instance_id {
+                if !group.instances.contains_key(instance) {
+                    group.instances.insert(
+                        instance.clone(),
+                        Instance {
+                            epoch: 1,
+                            member_id: member.id.clone(),
+                        },
+                    );
+                }
+            }
             // A partition claimed twice (impossible unless the file was edited) stays
             // with the first claimant.
             member.owned = ms
@@ -1052,8 +1205,17 @@ impl Group {
             }
             group.insert_member(ctx, member);
         }
+        for h in snapshot.held {
+            let until = now + Duration::from_millis(h.remaining_ms);
+            let partitions: Vec<TopicPartition> = h.partitions.iter().map(tp).collect();
+            group.held.push((until, partitions));
+        }
         if group.members.values().any(|m| m.owned != m.target) {
-            group.reconciling = Some((ctx.now, group.generation));
+            group.reconciling = Some((now, group.generation));
+        }
+        if let Some(cause) = snapshot.rebalance_pending {
+            let cause = RebalanceCause::parse(&cause).unwrap_or(RebalanceCause::Join);
+            group.trigger_rebalance(ctx, cause);
         }
         group.snapshot_dirty = false;
         group.reconcile(ctx);

@@ -21,6 +21,8 @@ pub trait LivenessPolicy: Debug + Send {
     fn extend(&mut self, by: Duration);
     /// When the member was last heard from.
     fn last_heard(&self) -> Instant;
+    /// The member asked for a new session timeout (a rejoin); the deadline follows it.
+    fn set_timeout(&mut self, timeout: Duration);
 }
 
 /// A fixed session timeout: dead `timeout` after the last frame, suspect after half of it.
@@ -65,5 +67,9 @@ impl LivenessPolicy for FixedTimeout {
 
     fn last_heard(&self) -> Instant {
         self.last_heard
+    }
+
+    fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = timeout;
     }
 }

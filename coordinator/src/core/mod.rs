@@ -7,6 +7,7 @@
 
 pub mod assignor;
 mod group;
+pub mod guards;
 pub mod liveness;
 pub mod records;
 #[cfg(test)]
@@ -25,11 +26,15 @@ use rollcall_protocol::{
 };
 
 use group::{duration_ms, Ctx, Group};
+use guards::{Census, Guards, Hold};
 use timers::{TimerKey, Timers};
 
 pub use assignor::{Assignor, AssignorKind, TopicPartition};
 pub use liveness::{FixedTimeout, LivenessPolicy};
-pub use records::{GroupSnapshot, MemberSnapshot, OffsetRecord, Record, RestoredState};
+pub use records::{
+    GroupSnapshot, HeldSnapshot, InstanceSnapshot, MemberSnapshot, OffsetRecord, Record,
+    RestoredState,
+};
 
 /// Identifies a client connection to the core. Chosen by the shell; never reused while
 /// the connection is open.
@@ -110,6 +115,9 @@ pub enum RebalanceCause {
 }
 
 impl RebalanceCause {
+    /// Every cause.
+    pub const ALL: [Self; 4] = [Self::Join, Self::Leave, Self::Expulsion, Self::Subscription];
+
     /// Snake-case name, for logs and metric labels.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -118,6 +126,11 @@ impl RebalanceCause {
             Self::Expulsion => "expulsion",
             Self::Subscription => "subscription",
         }
+    }
+
+    /// The cause named `name` by [`Self::as_str`].
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.as_str() == name)
     }
 }
 
@@ -195,15 +208,33 @@ pub enum Event {
         /// Members in the shard.
         members: usize,
     },
-    /// Members are heard again after a suspected isolation; every member got the
-    /// silence back.
+    /// Members are heard again after a suspected isolation; every member that was not
+    /// already overdue when the silence began got the silence back.
     IsolationEnded {
         /// How long no member was heard.
         silent_for: Duration,
     },
-    /// The core was woken much later than it asked and extended every deadline.
+    /// The isolation guard held a member for as long as it may (one more session
+    /// timeout past its deadline) and lets it be expelled.
+    IsolationHoldExpired {
+        /// Group.
+        group: String,
+        /// Member.
+        member_id: String,
+        /// How long past its deadline it was held.
+        held_for: Duration,
+    },
+    /// The core was woken much later than it asked: it extended every deadline and
+    /// holds expulsions for silence until `until`.
     PauseDetected {
         /// How late it was woken.
+        late_by: Duration,
+        /// End of the grace in which queued frames are read before anyone is judged.
+        until: Instant,
+    },
+    /// The grace after a pause is over; expulsions for silence proceed.
+    PauseGraceEnded {
+        /// How long after the grace's end the core noticed.
         late_by: Duration,
     },
 }
@@ -243,7 +274,13 @@ pub struct Coordinator {
     outputs: VecDeque<Output>,
     records: Vec<Record>,
     next_member: u64,
-    isolation: Isolation,
+    /// Every generation this core ever handed out for a group it has since forgotten
+    /// is at most this; a new group starts above it, so a group id never sees a
+    /// generation twice. Made durable through the store (see [`RestoredState`]).
+    generation_floor: u32,
+    /// The latest `now` seen, to express deadlines as durations in snapshots.
+    now: Option<Instant>,
+    guards: Guards,
     /// Groups whose state changed since the last [`Coordinator::take_records`], so that
     /// call snapshots only them instead of scanning every group.
     dirty: Vec<Arc<str>>,
@@ -254,29 +291,6 @@ pub struct Coordinator {
 
 /// A member by (group, member id).
 type MemberRef = (Arc<str>, Arc<str>);
-
-/// What the isolation guard knows about the shard as a whole.
-#[derive(Debug, Default)]
-pub(crate) struct Isolation {
-    /// When any member was last heard from.
-    pub(crate) last_frame_at: Option<Instant>,
-    /// Set while expulsions for silence are held.
-    pub(crate) suspected: bool,
-    /// Members in the shard.
-    pub(crate) members: usize,
-}
-
-impl Isolation {
-    /// Whether a member's silence past `session_timeout` should be blamed on the
-    /// coordinator's own connectivity rather than on the member.
-    pub(crate) fn blames_self(&self, now: Instant, session_timeout: Duration, min: usize) -> bool {
-        min > 0
-            && self.members >= min
-            && self
-                .last_frame_at
-                .is_some_and(|t| now.saturating_duration_since(t) >= session_timeout)
-    }
-}
 
 /// Longest group, topic, member, instance and client id accepted, in bytes.
 pub const MAX_NAME_BYTES: usize = 255;
@@ -297,7 +311,9 @@ impl Coordinator {
             outputs: VecDeque::new(),
             records: Vec::new(),
             next_member: 0,
-            isolation: Isolation::default(),
+            generation_floor: 0,
+            now: None,
+            guards: Guards::default(),
             dirty: Vec::new(),
             bound: HashMap::new(),
         }
@@ -306,6 +322,13 @@ impl Coordinator {
     /// The configuration.
     pub fn config(&self) -> &CoreConfig {
         &self.config
+    }
+
+    /// Notes the latest `now` an input carried.
+    fn tick(&mut self, now: Instant) {
+        if self.now.is_none_or(|n| now > n) {
+            self.now = Some(now);
+        }
     }
 
     /// Splits `self` into the group table and the context group methods need.
@@ -317,7 +340,6 @@ impl Coordinator {
             timers,
             outputs,
             records,
-            isolation,
             ..
         } = self;
         (
@@ -329,7 +351,6 @@ impl Coordinator {
                 timers,
                 outputs,
                 records,
-                isolation,
             },
         )
     }
@@ -337,7 +358,10 @@ impl Coordinator {
     /// Restores groups and offsets loaded from the store. Every member gets fresh
     /// session and progress deadlines counted from `now`: a restart is no one's fault.
     pub fn restore(&mut self, now: Instant, state: RestoredState) {
-        self.isolation.last_frame_at = Some(now);
+        self.tick(now);
+        self.guards.heard(now);
+        self.generation_floor = self.generation_floor.max(state.generation_floor);
+        let floor = self.generation_floor;
         let (groups, mut ctx) = self.parts(now);
         for snapshot in state.groups {
             let group = Group::restore(&mut ctx, snapshot);
@@ -346,7 +370,7 @@ impl Coordinator {
         for o in state.offsets {
             let group = groups
                 .entry(Arc::from(o.group.as_str()))
-                .or_insert_with_key(|name| Group::new(name.clone()));
+                .or_insert_with_key(|name| Group::new(name.clone(), floor));
             group
                 .offsets
                 .insert((o.topic, o.partition), (o.offset, o.metadata));
@@ -357,6 +381,7 @@ impl Coordinator {
     ///
     /// `ApiVersions` is the connection's business and is refused here.
     pub fn handle_request(&mut self, now: Instant, conn: ConnId, request: Request) -> Response {
+        self.tick(now);
         if matches!(
             request,
             Request::Join(_)
@@ -499,43 +524,53 @@ impl Coordinator {
             .iter()
             .map(|t| (t.topic.clone(), t.partitions))
             .collect();
-        let member_id = Arc::<str>::from(format!(
-            "{}{}",
-            self.config.member_id_prefix, self.next_member
-        ));
+        // Static member ids name their instance, so a request from any older
+        // incarnation can be fenced from the id alone (see `Group::gone_reason`).
+        let member_id = Arc::<str>::from(match &r.instance_id {
+            Some(instance) => format!(
+                "{instance}#{}{}",
+                self.config.member_id_prefix, self.next_member
+            ),
+            None => format!("{}{}", self.config.member_id_prefix, self.next_member),
+        });
         let max_members = self.config.max_members_per_group;
-        // A rejoin naming a member that is gone (and not a retry of the join that created
-        // it) is told so: the member's partitions are lost, and it joins again afresh.
+        // A rejoin naming a member that is gone is told so (a stale incarnation of a
+        // static instance is fenced): the member's partitions are lost, and it joins
+        // again afresh, or gives up if fenced.
         if let Some(old) = &r.member_id {
             let group = self.groups.get(r.group.as_str());
-            let known = group.is_some_and(|g| {
-                g.members.contains_key(old.as_str()) || g.tokens.contains_key(&r.join_token)
-            });
+            let known = group.is_some_and(|g| g.members.contains_key(old.as_str()));
             if !known {
                 return Self::member_gone(group, ApiKey::Join, old);
             }
         }
+        let floor = self.generation_floor;
         let (groups, mut ctx) = self.parts(now);
         let group = groups
             .entry(Arc::from(r.group.as_str()))
-            .or_insert_with_key(|name| Group::new(name.clone()));
+            .or_insert_with_key(|name| Group::new(name.clone(), floor));
 
-        // A retried join (same token), or a rejoin naming a live member: same member.
-        let existing = group
-            .tokens
-            .get(&r.join_token)
-            .cloned()
-            .or_else(|| {
-                r.member_id
-                    .as_deref()
-                    .and_then(|id| group.members.get_key_value(id).map(|(k, _)| k.clone()))
-            })
-            .filter(|id| {
-                group
-                    .members
-                    .get(id)
-                    .is_some_and(|m| m.instance_id == r.instance_id || r.instance_id.is_none())
-            });
+        // A rejoin naming a live member, or a retried join (same token, and the same
+        // instance, client and subscription: a token that merely collides with another
+        // member's is not that member): same member.
+        let existing = match &r.member_id {
+            Some(id) => group
+                .members
+                .get_key_value(id.as_str())
+                .filter(|(_, m)| r.instance_id.is_none() || m.instance_id == r.instance_id)
+                .map(|(k, _)| k.clone()),
+            None => group
+                .tokens
+                .get(&r.join_token)
+                .filter(|id| {
+                    group.members.get(*id).is_some_and(|m| {
+                        m.instance_id == r.instance_id
+                            && m.client_id == r.client_id
+                            && group.subscription_is(m, &subscription)
+                    })
+                })
+                .cloned(),
+        };
         if let Some(id) = existing {
             let resp = Self::rejoin(group, &mut ctx, conn, &id, &subscription, timeouts);
             return resp;
@@ -544,7 +579,7 @@ impl Coordinator {
         let replacing = r
             .instance_id
             .as_ref()
-            .and_then(|i| group.instances.get(i).cloned());
+            .and_then(|i| group.instance_member(i));
         let replaced = replacing.as_ref().and_then(|id| group.members.get(id));
         if let Err(refusal) = group.check_subscription(&subscription, ctx.config, replaced) {
             return refuse(ApiKey::Join, refusal.code, refusal.message);
@@ -569,6 +604,9 @@ impl Coordinator {
             .map(|old| group.unsubscribe_for_replacement(old));
         let topics = group.subscribe(&subscription);
         let subscription_changed = old_subscription.is_some_and(|old| old != topics);
+        if let Some(instance) = &r.instance_id {
+            group.register_instance(instance, member_id.clone());
+        }
         let member = group.new_member(
             now,
             member_id.clone(),
@@ -611,21 +649,7 @@ impl Coordinator {
         timeouts: (Duration, Duration, Duration),
     ) -> Response {
         let now = ctx.now;
-        let current: Vec<(String, u32)> = {
-            let m = &group.members[id];
-            m.subscription
-                .iter()
-                .map(|&t| {
-                    let topic = &group.topics[t as usize];
-                    (topic.name.clone(), topic.partitions)
-                })
-                .collect()
-        };
-        let mut wanted = subscription.to_vec();
-        wanted.sort();
-        let mut have = current;
-        have.sort();
-        if wanted != have {
+        if !group.subscription_is(&group.members[id], subscription) {
             if let Err(refusal) =
                 group.check_subscription(subscription, ctx.config, group.members.get(id))
             {
@@ -642,9 +666,11 @@ impl Coordinator {
         let Some(m) = group.members.get_mut(id) else {
             return refuse(ApiKey::Join, ErrorCode::Internal, "member vanished");
         };
+        m.set_timeouts(timeouts);
         m.heard(now);
         m.conn = Some(conn);
-        (m.session_timeout, m.progress_timeout, m.rebalance_timeout) = timeouts;
+        // A shorter timeout can bring a deadline forward.
+        group.schedule_member(ctx, id);
         let generation = group.generation;
         group.push_state(ctx, id);
         Response::Join(JoinResponse {
@@ -656,7 +682,7 @@ impl Coordinator {
 
     /// The error for a request naming a member that is not in the group.
     fn member_gone(group: Option<&Group>, key: ApiKey, member_id: &str) -> Response {
-        match group.and_then(|g| g.removed.get(member_id)) {
+        match group.and_then(|g| g.gone_reason(member_id)) {
             Some(ExpelReason::Fenced) => refuse(
                 key,
                 ErrorCode::FencedInstance,
@@ -745,6 +771,10 @@ impl Coordinator {
         else {
             return Self::member_gone(Some(group), ApiKey::Leave, &r.member_id);
         };
+        if let Some(m) = group.members.get_mut(&id) {
+            // The member released everything before leaving: its lease ends now.
+            m.lease_until = now;
+        }
         group.remove_member(&mut ctx, &id, ExpelReason::Left, "left".to_owned());
         group.reconcile(&mut ctx);
         Response::Leave
@@ -752,6 +782,7 @@ impl Coordinator {
 
     fn commit(&mut self, now: Instant, conn: ConnId, r: CommitOffsetsRequest) -> Response {
         let max_metadata = self.config.max_metadata_bytes;
+        let floor = self.generation_floor;
         let (groups, mut ctx) = self.parts(now);
         let group_name = r.group.clone();
         let reject = |ctx: &mut Ctx<'_>, reason: ErrorCode| {
@@ -771,7 +802,7 @@ impl Coordinator {
             None => {
                 let group = groups
                     .entry(Arc::from(r.group.as_str()))
-                    .or_insert_with_key(|name| Group::new(name.clone()));
+                    .or_insert_with_key(|name| Group::new(name.clone(), floor));
                 if !group.members.is_empty() {
                     reject(&mut ctx, ErrorCode::InvalidRequest);
                     return refuse(
@@ -928,31 +959,103 @@ impl Coordinator {
         })
     }
 
-    /// A frame from some member arrived: the coordinator is reachable. Ends a suspected
-    /// isolation by giving every member back the time nobody could be heard.
+    /// A frame from a member of this shard arrived at `now`.
     fn member_heard(&mut self, now: Instant) {
-        if self.isolation.suspected {
-            let silent_for = self
-                .isolation
-                .last_frame_at
-                .map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
-            for group in self.groups.values_mut() {
-                for m in group.members.values_mut() {
+        self.observe_traffic(now);
+    }
+
+    /// The server read a member frame at `at`, on any connection of any shard. The
+    /// shell reports the whole server's latest before each batch, so the isolation
+    /// guard judges silence across the server, not within one shard. Ends a held
+    /// isolation: members that were not already overdue when the silence began get the
+    /// silent time back; members silent since before it get nothing.
+    pub fn observe_traffic(&mut self, at: Instant) {
+        self.guards.heard(at);
+        let Some(since) = self.guards.isolated_since else {
+            return;
+        };
+        if at <= since {
+            return;
+        }
+        self.guards.isolated_since = None;
+        let silent_for = at.saturating_duration_since(since);
+        for group in self.groups.values_mut() {
+            for m in group.members.values_mut() {
+                if !guards::silent_before(since, m.liveness.last_heard(), m.session_timeout) {
                     m.extend(silent_for);
                 }
             }
-            self.isolation.suspected = false;
-            self.outputs
-                .push_back(Output::Event(Event::IsolationEnded { silent_for }));
         }
-        self.isolation.last_frame_at = Some(now);
+        self.outputs
+            .push_back(Output::Event(Event::IsolationEnded { silent_for }));
+    }
+
+    /// Whether a guard holds the expiry of `member`, whose session expired at `now`.
+    fn silence_hold(&mut self, now: Instant, group: &str, member: &str) -> Option<Hold> {
+        let m = self.groups.get(group)?.members.get(member)?;
+        let deadline = m.session_deadline();
+        if deadline > now {
+            return None;
+        }
+        if let Some(until) = self.guards.pause_grace_until.filter(|u| now < *u) {
+            return Some(Hold::Pause { until });
+        }
+        let session = m.session_timeout;
+        let min = self.config.isolation_min_members;
+        if min == 0 || m.conn.is_none() || self.guards.server_silence(now) < session / 2 {
+            return None;
+        }
+        let census = match self.guards.census {
+            Some((at, census)) if at == now => census,
+            _ => {
+                let mut census = Census::default();
+                for g in self.groups.values() {
+                    for m in g.members.values() {
+                        census.count(
+                            now,
+                            m.conn.is_some(),
+                            m.liveness.last_heard(),
+                            m.session_timeout,
+                        );
+                    }
+                }
+                self.guards.census = Some((now, census));
+                census
+            }
+        };
+        if !census.mass_silence(min) {
+            return None;
+        }
+        let bound = deadline + session;
+        if now >= bound {
+            self.outputs
+                .push_back(Output::Event(Event::IsolationHoldExpired {
+                    group: group.to_owned(),
+                    member_id: member.to_owned(),
+                    held_for: now.saturating_duration_since(deadline),
+                }));
+            return None;
+        }
+        if self.guards.isolated_since.is_none() {
+            let since = self.guards.last_frame_at.unwrap_or(now);
+            self.guards.isolated_since = Some(since);
+            self.outputs
+                .push_back(Output::Event(Event::IsolationSuspected {
+                    silent_for: now.saturating_duration_since(since),
+                    members: census.connected,
+                }));
+        }
+        Some(Hold::Isolation {
+            recheck: bound.min(now + session / 4),
+        })
     }
 
     /// Connection `conn` closed. Its members keep their sessions and may resume on
     /// another connection.
     ///
     /// Costs O(members that were bound to `conn`), not O(members).
-    pub fn handle_disconnect(&mut self, _now: Instant, conn: ConnId) {
+    pub fn handle_disconnect(&mut self, now: Instant, conn: ConnId) {
+        self.tick(now);
         for (group, member) in self.bound.remove(&conn).unwrap_or_default() {
             let m = self
                 .groups
@@ -994,9 +1097,11 @@ impl Coordinator {
     ///
     /// If `now` is far past the earliest deadline the core asked to be woken for (more
     /// than [`CoreConfig::pause_guard`]), the coordinator itself was not running: every
-    /// member's deadlines are shifted by the delay first, so nobody is expelled for
-    /// silence the coordinator could not have heard.
+    /// member's deadlines are shifted by the delay first, and nobody is expelled for
+    /// silence for one more `pause_guard`, so that frames queued during the pause are
+    /// read before anyone is judged (see [`guards`]).
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.tick(now);
         if let Some(expected) = self.timers.peek() {
             let late_by = now.saturating_duration_since(expected);
             if late_by > self.config.pause_guard {
@@ -1008,17 +1113,27 @@ impl Coordinator {
                         *until += late_by;
                     }
                 }
+                let until = now + self.config.pause_guard;
+                self.guards.pause_grace_until = Some(until);
                 self.outputs
-                    .push_back(Output::Event(Event::PauseDetected { late_by }));
+                    .push_back(Output::Event(Event::PauseDetected { late_by, until }));
             }
+        }
+        if let Some(until) = self.guards.pause_grace_until.filter(|u| now >= *u) {
+            self.guards.pause_grace_until = None;
+            self.outputs
+                .push_back(Output::Event(Event::PauseGraceEnded {
+                    late_by: now.saturating_duration_since(until),
+                }));
         }
         let mut disposable = Vec::new();
         while let Some((at, key)) = self.timers.pop_due(now) {
-            let (groups, mut ctx) = self.parts(now);
             match key {
                 TimerKey::Member { group, member } => {
+                    let hold = self.silence_hold(now, &group, &member);
+                    let (groups, mut ctx) = self.parts(now);
                     if let Some(g) = groups.get_mut(&group) {
-                        g.on_member_timer(&mut ctx, &member, at);
+                        g.on_member_timer(&mut ctx, &member, at, hold);
                         if g.is_disposable() {
                             disposable.push(group.clone());
                         }
@@ -1026,6 +1141,7 @@ impl Coordinator {
                     self.note_dirty(&group);
                 }
                 TimerKey::Group(group) => {
+                    let (groups, mut ctx) = self.parts(now);
                     if let Some(g) = groups.get_mut(&group) {
                         g.on_group_timer(&mut ctx, at);
                         if g.is_disposable() {
@@ -1037,16 +1153,17 @@ impl Coordinator {
             }
         }
         for name in disposable {
-            self.dispose_if_unused(&name);
+            self.dispose_if_unused(now, &name);
         }
     }
 
     /// Forgets a group that has no members, offsets or held partitions, after writing
     /// its final (empty) snapshot.
-    fn dispose_if_unused(&mut self, name: &str) {
+    fn dispose_if_unused(&mut self, now: Instant, name: &str) {
         if let Some(g) = self.groups.get(name) {
-            if g.is_disposable() && g.pending_is_none() {
-                let snapshot = g.snapshot();
+            if g.is_disposable() {
+                let snapshot = g.snapshot(now);
+                self.generation_floor = self.generation_floor.max(g.generation);
                 self.records.push(Record::Group(snapshot));
                 self.groups.remove(name);
             }
@@ -1072,11 +1189,12 @@ impl Coordinator {
         let mut names = std::mem::take(&mut self.dirty);
         names.sort();
         for name in names {
+            let Some(now) = self.now else { break };
             if let Some(g) = self.groups.get_mut(&name) {
                 g.listed = false;
                 if g.snapshot_dirty {
                     g.snapshot_dirty = false;
-                    let snapshot = g.snapshot();
+                    let snapshot = g.snapshot(now);
                     self.records.push(Record::Group(snapshot));
                 }
             }
@@ -1115,6 +1233,7 @@ impl Coordinator {
             if !g.members.is_empty() || !g.held.is_empty() {
                 return false;
             }
+            self.generation_floor = self.generation_floor.max(g.generation);
             // Out of the table, so no dirty snapshot of it follows the deletion. Its
             // timer entries are dropped when they fire (or re-check a new group of the
             // same name, as any early entry does).

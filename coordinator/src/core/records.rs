@@ -16,7 +16,9 @@ pub enum Record {
     Group(GroupSnapshot),
     /// The group had no members and its offsets retention expired: the store removes
     /// its offsets, snapshot and metadata. Records after it in the same stream apply
-    /// to the group afresh.
+    /// to the group afresh. The store keeps the deleted group's generation in its
+    /// generation floor ([`RestoredState::generation_floor`]), so a group created again
+    /// under the same id never repeats a generation.
     GroupDeleted {
         /// Group id.
         group: String,
@@ -38,8 +40,13 @@ pub struct OffsetRecord {
     pub metadata: String,
 }
 
-/// What is needed to resume a group after a restart without a rebalance. Heartbeat
-/// times are deliberately absent: a restored member gets fresh deadlines.
+/// What is needed to resume a group after a restart without a rebalance, and to make
+/// the same ownership, fencing and liveness decisions the running coordinator would
+/// have made. Heartbeat times are deliberately absent: a restored member gets fresh
+/// deadlines. Remaining durations are counted from the moment the snapshot was taken;
+/// a restore counts them again from its own start, which can only make holds longer.
+///
+/// Fields added after the first release default when absent, so older snapshots load.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GroupSnapshot {
     /// Group id.
@@ -50,6 +57,35 @@ pub struct GroupSnapshot {
     pub topics: Vec<(String, u32)>,
     /// Members, by id.
     pub members: Vec<MemberSnapshot>,
+    /// Partitions held for removed or replaced members until their leases run out.
+    #[serde(default)]
+    pub held: Vec<HeldSnapshot>,
+    /// The cause of a rebalance that was asked for and has not run yet.
+    #[serde(default)]
+    pub rebalance_pending: Option<String>,
+    /// Every static instance that joined the group, with its latest incarnation.
+    #[serde(default)]
+    pub instances: Vec<InstanceSnapshot>,
+}
+
+/// Partitions held for a member that may still be acting on them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldSnapshot {
+    /// How long the hold still had to run when the snapshot was taken, ms.
+    pub remaining_ms: u64,
+    /// The partitions, as (topic index, partition).
+    pub partitions: Vec<(u32, u32)>,
+}
+
+/// The latest incarnation of a static instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstanceSnapshot {
+    /// Instance id.
+    pub instance_id: String,
+    /// Number of incarnations so far.
+    pub epoch: u64,
+    /// The latest incarnation's member id; any other id of the instance is fenced.
+    pub member_id: String,
 }
 
 /// One member of a [`GroupSnapshot`].
@@ -77,6 +113,10 @@ pub struct MemberSnapshot {
     pub owned: Vec<(u32, u32)>,
     /// Target partitions, as (topic index, partition).
     pub target: Vec<(u32, u32)>,
+    /// How long the lease the coordinator had promised the member still had to run
+    /// when the snapshot was taken, ms.
+    #[serde(default)]
+    pub lease_remaining_ms: u64,
 }
 
 /// Everything the core is restored from at start.
@@ -86,4 +126,6 @@ pub struct RestoredState {
     pub groups: Vec<GroupSnapshot>,
     /// Every committed offset.
     pub offsets: Vec<OffsetRecord>,
+    /// The largest generation of any group the store deleted: new groups start above it.
+    pub generation_floor: u32,
 }

@@ -97,6 +97,10 @@ impl ServerConfig {
         if self.shards == 0 {
             return Err("shards must be at least 1".into());
         }
+        if self.core.member_id_prefix.contains('#') {
+            // `#` separates a static member id's instance id from its suffix.
+            return Err("member id prefix must not contain '#'".into());
+        }
         if self.shards > 1024 {
             return Err(format!("shards is {}, at most 1024 allowed", self.shards));
         }

@@ -330,6 +330,12 @@ impl Connection {
     async fn on_request(&mut self, correlation_id: u32, request: Request) -> Option<Exit> {
         let received = Instant::now();
         let api = request.api_key();
+        if matches!(
+            api,
+            ApiKey::Join | ApiKey::Heartbeat | ApiKey::Leave | ApiKey::CommitOffsets
+        ) {
+            self.ctx.registry.traffic.heard(received);
+        }
         let metrics = &self.ctx.metrics;
         metrics.request(api).increment(1);
         if api == ApiKey::Heartbeat {

@@ -117,8 +117,56 @@ fn describe() {
     );
     describe_counter!(
         "rollcall_isolations_suspected_total",
-        "Times every member of a shard fell silent at once and expulsions were held."
+        "Times most members of a shard fell silent while the whole server heard nothing, and expulsions were held."
     );
+    describe_counter!(
+        "rollcall_guard_transitions_total",
+        "Guards that hold expulsions for silence (pause, isolation): when one starts holding, lets go, or expels a member it held as long as it may."
+    );
+}
+
+/// A guard that holds expulsions for silence, the `guard` label of
+/// `rollcall_guard_transitions_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Guard {
+    /// The coordinator was woken late (paused).
+    Pause,
+    /// The whole server heard nothing while most members fell silent.
+    Isolation,
+}
+
+impl Guard {
+    const ALL: [Self; 2] = [Self::Pause, Self::Isolation];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Pause => "pause",
+            Self::Isolation => "isolation",
+        }
+    }
+}
+
+/// What a guard did, the `transition` label of `rollcall_guard_transitions_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GuardTransition {
+    /// Started holding.
+    Held,
+    /// Let go: members are heard again, or the grace is over.
+    Released,
+    /// Held one member as long as it may, and let it be expelled.
+    BoundReached,
+}
+
+impl GuardTransition {
+    const ALL: [Self; 3] = [Self::Held, Self::Released, Self::BoundReached];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Held => "held",
+            Self::Released => "released",
+            Self::BoundReached => "bound_reached",
+        }
+    }
 }
 
 /// Kinds of protocol error, the label of `rollcall_protocol_errors_total`.
@@ -204,6 +252,7 @@ pub(crate) struct Metrics {
     pub(crate) store_failures: Counter,
     pub(crate) pauses: Counter,
     pub(crate) isolations: Counter,
+    guards: Vec<Counter>,
 }
 
 impl Metrics {
@@ -248,11 +297,27 @@ impl Metrics {
             store_failures: metrics::counter!("rollcall_store_failures_total"),
             pauses: metrics::counter!("rollcall_pauses_detected_total"),
             isolations: metrics::counter!("rollcall_isolations_suspected_total"),
+            guards: Guard::ALL
+                .iter()
+                .flat_map(|g| {
+                    GuardTransition::ALL.iter().map(|t| {
+                        metrics::counter!(
+                            "rollcall_guard_transitions_total",
+                            "guard" => g.as_str(),
+                            "transition" => t.as_str()
+                        )
+                    })
+                })
+                .collect(),
         }
     }
 
     pub(crate) fn request(&self, api: ApiKey) -> &Counter {
         &self.requests[api as usize]
+    }
+
+    pub(crate) fn guard(&self, guard: Guard, transition: GuardTransition) -> &Counter {
+        &self.guards[guard as usize * GuardTransition::ALL.len() + transition as usize]
     }
 
     pub(crate) fn duration(&self, api: ApiKey) -> &Histogram {

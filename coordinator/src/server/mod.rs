@@ -399,7 +399,13 @@ async fn open_store(config: &StoreConfig) -> Result<Arc<dyn Store>, ServerError>
 /// One core per shard, each restored with the groups and offsets that hash to it.
 fn restore_cores(config: &ServerConfig, restored: RestoredState) -> Vec<Coordinator> {
     let shards = config.shards;
-    let mut parts: Vec<RestoredState> = (0..shards).map(|_| RestoredState::default()).collect();
+    let floor = restored.generation_floor;
+    let mut parts: Vec<RestoredState> = (0..shards)
+        .map(|_| RestoredState {
+            generation_floor: floor,
+            ..RestoredState::default()
+        })
+        .collect();
     for group in restored.groups {
         parts[shard_of(&group.group, shards)].groups.push(group);
     }
@@ -423,7 +429,7 @@ fn restore_cores(config: &ServerConfig, restored: RestoredState) -> Vec<Coordina
                 config.core.member_id_prefix
             );
             let mut core = Coordinator::new(core_config);
-            if !part.groups.is_empty() || !part.offsets.is_empty() {
+            if !part.groups.is_empty() || !part.offsets.is_empty() || part.generation_floor > 0 {
                 debug!(
                     shard = index,
                     groups = part.groups.len(),

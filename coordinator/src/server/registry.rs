@@ -6,12 +6,13 @@
 //! that does not read, and is disconnected instead of letting the server's memory grow.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::RwLock;
 use rollcall_protocol::Frame;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::core::ConnId;
@@ -82,6 +83,8 @@ impl ConnHandle {
 #[derive(Debug)]
 pub(crate) struct Registry {
     parts: Box<[RwLock<HashMap<ConnId, ConnHandle>>]>,
+    /// When a request was last read on any connection.
+    pub(crate) traffic: Traffic,
 }
 
 const PARTS: usize = 16;
@@ -90,6 +93,44 @@ impl Default for Registry {
     fn default() -> Self {
         Self {
             parts: (0..PARTS).map(|_| RwLock::default()).collect(),
+            traffic: Traffic::default(),
+        }
+    }
+}
+
+/// When the server last read a request on any connection: the evidence the isolation
+/// guard needs that the coordinator, not its members, has gone deaf. Kept at
+/// millisecond resolution in one atomic, written only when it moves.
+#[derive(Debug)]
+pub(crate) struct Traffic {
+    epoch: Instant,
+    last_ms: AtomicU64,
+}
+
+impl Default for Traffic {
+    fn default() -> Self {
+        Self {
+            epoch: Instant::now(),
+            last_ms: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Traffic {
+    /// A request was read at `at`.
+    pub(crate) fn heard(&self, at: Instant) {
+        let ms =
+            u64::try_from(at.saturating_duration_since(self.epoch).as_millis()).unwrap_or(u64::MAX);
+        if self.last_ms.load(Ordering::Relaxed) < ms {
+            self.last_ms.fetch_max(ms, Ordering::Relaxed);
+        }
+    }
+
+    /// When a request was last read, if ever.
+    pub(crate) fn last(&self) -> Option<Instant> {
+        match self.last_ms.load(Ordering::Relaxed) {
+            0 => None,
+            ms => Some(self.epoch + std::time::Duration::from_millis(ms)),
         }
     }
 }

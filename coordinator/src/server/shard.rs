@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-use super::metrics::Metrics;
+use super::metrics::{Guard, GuardTransition, Metrics};
 use super::registry::{ConnHandle, Registry};
 use crate::core::{ConnId, Coordinator, CoreStats, Event, Output, Record};
 use crate::store::group_commit::CommitResult;
@@ -26,6 +26,9 @@ use crate::store::{GroupCommitter, StoreError};
 
 /// Most inputs the shard handles in one wake.
 const MAX_BATCH: usize = 512;
+
+/// Most queued inputs handled before due timers run (the shard queue's capacity).
+const DRAIN_BEFORE_TIMERS: usize = super::SHARD_QUEUE;
 
 /// Batches queued between a shard and its sender stage.
 const STAGE_QUEUE: usize = 1024;
@@ -177,9 +180,27 @@ impl Shard {
     /// shutdown was asked for.
     fn process(&mut self, now: Instant, inputs: &mut Vec<ShardInput>) -> (Option<Batch>, bool) {
         let std_now = now.into_std();
+        if let Some(last) = self.registry.traffic.last() {
+            self.core.observe_traffic(last.into_std().min(std_now));
+        }
         let mut outgoing = Vec::with_capacity(inputs.len());
         let mut records: Vec<Record> = Vec::new();
         let mut stop = false;
+        // Timers due now run after every request already queued has been handled: a
+        // member whose heartbeat waits in the queue is not silent, the shard is behind.
+        // The queue is bounded, so this drains at most what was queued when the timer
+        // fell due (plus what arrives meanwhile, up to a bound) and never starves timers.
+        let timers_due = self.core.poll_timeout().is_some_and(|d| d <= std_now);
+        let mut budget = if timers_due { DRAIN_BEFORE_TIMERS } else { 0 };
+        while budget > 0 {
+            match self.inputs.try_recv() {
+                Ok(input) => {
+                    inputs.push(input);
+                    budget -= 1;
+                }
+                Err(_) => break,
+            }
+        }
         for input in inputs.drain(..) {
             match input {
                 ShardInput::Request {
@@ -223,13 +244,7 @@ impl Shard {
             }
             self.drain_outputs(&mut outgoing);
         }
-        // Timers wait while requests are queued: a member whose heartbeat sits in the
-        // queue is not silent, the shard is behind. They wait at most the pause guard:
-        // a backlog that never drains must not starve rebalances, and by then the core's
-        // pause guard gives every member the time the shard lost before judging anyone.
-        let due = self.core.poll_timeout().filter(|d| *d <= std_now);
-        let held_too_long = |d: std::time::Instant| std_now - d > self.core.config().pause_guard;
-        if due.is_some_and(|d| self.inputs.is_empty() || held_too_long(d)) {
+        if self.core.poll_timeout().is_some_and(|d| d <= std_now) {
             self.core.handle_timeout(std_now);
             self.drain_outputs(&mut outgoing);
         }
@@ -358,6 +373,8 @@ impl Shard {
                 members,
             } => {
                 m.isolations.increment(1);
+                m.guard(Guard::Isolation, GuardTransition::Held)
+                    .increment(1);
                 warn!(
                     shard,
                     silent_for_ms = duration_ms(silent_for),
@@ -365,18 +382,43 @@ impl Shard {
                     "every member is silent; suspecting the coordinator's own network and holding expulsions"
                 );
             }
-            Event::IsolationEnded { silent_for } => info!(
-                shard,
-                silent_for_ms = duration_ms(silent_for),
-                "members heard again; every member got the silence back"
-            ),
-            Event::PauseDetected { late_by } => {
+            Event::IsolationEnded { silent_for } => {
+                m.guard(Guard::Isolation, GuardTransition::Released)
+                    .increment(1);
+                info!(
+                    shard,
+                    silent_for_ms = duration_ms(silent_for),
+                    "members heard again; members not already overdue got the silence back"
+                );
+            }
+            Event::IsolationHoldExpired {
+                group,
+                member_id,
+                held_for,
+            } => {
+                m.guard(Guard::Isolation, GuardTransition::BoundReached)
+                    .increment(1);
+                warn!(
+                    shard,
+                    group,
+                    member_id,
+                    held_for_ms = duration_ms(held_for),
+                    "isolation guard held a silent member as long as it may; expelling it"
+                );
+            }
+            Event::PauseDetected { late_by, .. } => {
                 m.pauses.increment(1);
+                m.guard(Guard::Pause, GuardTransition::Held).increment(1);
                 warn!(
                     shard,
                     late_by_ms = duration_ms(late_by),
-                    "coordinator was paused; every member's deadlines were extended"
+                    "coordinator was paused; every member's deadlines were extended and expulsions for silence wait for queued frames"
                 );
+            }
+            Event::PauseGraceEnded { .. } => {
+                m.guard(Guard::Pause, GuardTransition::Released)
+                    .increment(1);
+                debug!(shard, "grace after a pause is over");
             }
         }
     }

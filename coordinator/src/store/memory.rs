@@ -33,6 +33,8 @@ struct State {
     groups: BTreeMap<String, GroupSnapshot>,
     /// Group → wall-clock ms since which it has been empty and idle.
     empty_since: BTreeMap<String, u64>,
+    /// Largest generation of any deleted group.
+    generation_floor: u32,
 }
 
 impl fmt::Debug for MemoryStore {
@@ -157,7 +159,9 @@ impl State {
                 Record::GroupDeleted { group } => {
                     touched.remove(group.as_str());
                     self.empty_since.remove(group);
-                    self.groups.remove(group);
+                    if let Some(snapshot) = self.groups.remove(group) {
+                        self.generation_floor = self.generation_floor.max(snapshot.generation);
+                    }
                     let first = (group.clone(), String::new(), 0);
                     let keys: Vec<_> = self
                         .offsets
@@ -192,6 +196,7 @@ impl Store for MemoryStore {
                     },
                 )
                 .collect(),
+            generation_floor: state.generation_floor,
         })
     }
 

@@ -8,6 +8,7 @@
 //! | table        | key                                            | value                                   |
 //! |--------------|------------------------------------------------|-----------------------------------------|
 //! | `info`       | `"format"`                                     | format version, one byte                |
+//! | `info`       | `"generation_floor"` (absent until a deletion) | u32 LE: largest generation of a deleted group |
 //! | `offsets`    | u32 BE group len, group, u32 BE topic len, topic, u32 BE partition | format byte, i64 LE offset, metadata |
 //! | `groups`     | group                                          | format byte, JSON of [`GroupSnapshot`]  |
 //! | `group_meta` | group                                          | u64 LE wall-clock ms since empty        |
@@ -53,6 +54,10 @@ const VALUE_FORMAT: u8 = 1;
 
 /// Key of the format version in [`INFO`].
 const FORMAT_KEY: &[u8] = b"format";
+
+/// Key of the generation floor in [`INFO`]: the largest generation of any group that
+/// was deleted, so that a group created again never repeats a generation.
+const GENERATION_FLOOR_KEY: &[u8] = b"generation_floor";
 
 /// Page cache limit. redb's default of 1 GiB is more than the coordinator's working set
 /// needs; pages beyond this are read from the file.
@@ -212,6 +217,17 @@ impl RedbStore {
                 .push(self.decode_offset(key.value(), value.value())?);
         }
 
+        let info = txn.open_table(INFO).map_err(|e| self.fail(e))?;
+        if let Some(value) = info.get(GENERATION_FLOOR_KEY).map_err(|e| self.fail(e))? {
+            let bytes: [u8; 4] = value.value().try_into().map_err(|_| {
+                self.corrupt(format!(
+                    "generation floor is {} bytes, not 4",
+                    value.value().len()
+                ))
+            })?;
+            state.generation_floor = u32::from_le_bytes(bytes);
+        }
+
         // Not part of the restored state, but checked so that damage is found at start
         // rather than at the first retention pass.
         let meta = txn.open_table(GROUP_META).map_err(|e| self.fail(e))?;
@@ -232,6 +248,7 @@ impl RedbStore {
             let mut offsets = txn.open_table(OFFSETS).map_err(|e| self.fail(e))?;
             let mut groups = txn.open_table(GROUPS).map_err(|e| self.fail(e))?;
             let mut meta = txn.open_table(GROUP_META).map_err(|e| self.fail(e))?;
+            let mut info = txn.open_table(INFO).map_err(|e| self.fail(e))?;
             let mut key = Vec::with_capacity(256);
             let mut value = Vec::with_capacity(256);
             // Groups whose idleness an offset commit of this batch already updated; every
@@ -274,13 +291,38 @@ impl RedbStore {
                     Record::GroupDeleted { group } => {
                         touched.remove(group.as_str());
                         meta.remove(group.as_bytes()).map_err(|e| self.fail(e))?;
-                        groups.remove(group.as_bytes()).map_err(|e| self.fail(e))?;
+                        let removed = groups.remove(group.as_bytes()).map_err(|e| self.fail(e))?;
+                        if let Some(value) = removed {
+                            let generation = self.decode_snapshot(group, value.value())?.generation;
+                            self.raise_generation_floor(&mut info, generation)?;
+                        }
                         self.delete_offsets(group, &mut offsets, &mut key)?;
                     }
                 }
             }
         }
         txn.commit().map_err(|e| self.fail(e))
+    }
+
+    /// Keeps `generation` in the generation floor if it is above it.
+    fn raise_generation_floor(
+        &self,
+        info: &mut Table<'_, &'static [u8], &'static [u8]>,
+        generation: u32,
+    ) -> Result<(), StoreError> {
+        let floor = match info.get(GENERATION_FLOOR_KEY).map_err(|e| self.fail(e))? {
+            Some(value) => value
+                .value()
+                .try_into()
+                .map(u32::from_le_bytes)
+                .unwrap_or(0),
+            None => 0,
+        };
+        if generation > floor {
+            info.insert(GENERATION_FLOOR_KEY, generation.to_le_bytes().as_slice())
+                .map_err(|e| self.fail(e))?;
+        }
+        Ok(())
     }
 
     /// Removes every offset of `group` (contiguous in key order); `prefix` is scratch.

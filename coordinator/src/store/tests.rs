@@ -5,7 +5,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::*;
-use crate::core::{GroupSnapshot, MemberSnapshot, OffsetRecord, Record, RestoredState};
+use crate::core::{
+    GroupSnapshot, HeldSnapshot, InstanceSnapshot, MemberSnapshot, OffsetRecord, Record,
+    RestoredState,
+};
 
 /// A fresh directory under the system temp dir, removed on drop.
 struct TempDir(PathBuf);
@@ -83,6 +86,7 @@ fn member(id: &str) -> MemberSnapshot {
         generation: 3,
         owned: vec![(0, 0), (1, 2)],
         target: vec![(0, 0), (0, 1), (1, 2)],
+        lease_remaining_ms: 7_000,
     }
 }
 
@@ -92,6 +96,19 @@ fn snapshot(group: &str, generation: u32, members: &[&str]) -> GroupSnapshot {
         generation,
         topics: vec![("orders".to_owned(), 2), ("payments".to_owned(), 3)],
         members: members.iter().map(|id| member(id)).collect(),
+        held: vec![HeldSnapshot {
+            remaining_ms: 4_000,
+            partitions: vec![(1, 0)],
+        }],
+        rebalance_pending: Some("join".to_owned()),
+        instances: members
+            .iter()
+            .map(|id| InstanceSnapshot {
+                instance_id: format!("{id}-instance"),
+                epoch: 2,
+                member_id: (*id).to_owned(),
+            })
+            .collect(),
     }
 }
 
@@ -610,7 +627,14 @@ fn redb_purge_expired_at_uses_the_given_time() {
             .unwrap(),
         ["g"]
     );
-    assert_eq!(store.load().unwrap(), RestoredState::default());
+    // Everything is gone but the deleted group's generation, kept as the floor.
+    assert_eq!(
+        store.load().unwrap(),
+        RestoredState {
+            generation_floor: 1,
+            ..RestoredState::default()
+        }
+    );
 }
 
 #[test]
@@ -643,7 +667,14 @@ fn memory_expired_groups_at_and_purge_expired_at_use_the_given_time() {
             .unwrap(),
         ["g"]
     );
-    assert_eq!(store.load().unwrap(), RestoredState::default());
+    // Everything is gone but the deleted group's generation, kept as the floor.
+    assert_eq!(
+        store.load().unwrap(),
+        RestoredState {
+            generation_floor: 1,
+            ..RestoredState::default()
+        }
+    );
 }
 
 // ---------------------------------------------------------------- group deletion
