@@ -28,7 +28,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rollcall_protocol::{
     ClientAction, CommitOffsetsRequest, ErrorCode, ExpelReason, HeartbeatRequest, JoinRequest,
-    LeaveRequest, OffsetCommit, Push, Request, Response,
+    LeaveMode, LeaveRequest, OffsetCommit, Push, Request, Response,
 };
 
 use crate::backoff::{heartbeat_delay, Backoff};
@@ -329,6 +329,19 @@ impl Membership {
                     let all_acked = !self.holdings.values().any(|h| *h == Hold::Revoking);
                     if all_acked || now >= leaving.deadline {
                         leaving.sent = Some(now);
+                        let mode = if !all_acked {
+                            // The application did not release everything in time: it is
+                            // told now that the rest is lost, and the coordinator holds
+                            // those partitions until this member's lease has run out.
+                            self.report_unreleased_lost();
+                            LeaveMode::Unconfirmed
+                        } else if self.settings.instance_id.is_some() {
+                            // A static member's process stops (for a restart, usually):
+                            // it stays a member, and its next process takes over at once.
+                            LeaveMode::StandDown
+                        } else {
+                            LeaveMode::Released
+                        };
                         let id = self.request_id();
                         self.in_flight.insert(
                             id,
@@ -339,6 +352,7 @@ impl Membership {
                         let request = Request::Leave(LeaveRequest {
                             group: self.settings.group.clone(),
                             member_id,
+                            mode,
                         });
                         return Some((id, request));
                     }
@@ -1001,6 +1015,27 @@ impl Membership {
             in_flight: None,
             not_before: now,
             early_pushes: Vec::new(),
+        });
+    }
+
+    /// Reports every partition the application has not released as lost (reason
+    /// `Left`), before a leave that does not wait for them any longer.
+    fn report_unreleased_lost(&mut self) {
+        let lost: PartitionSet = self
+            .holdings
+            .iter()
+            .filter(|(_, h)| **h != Hold::Released)
+            .map(|(tp, _)| tp.clone())
+            .collect();
+        if lost.is_empty() {
+            return;
+        }
+        for tp in &lost {
+            self.holdings.remove(tp);
+        }
+        self.events.push_back(Event::Lost {
+            partitions: lost,
+            reason: LostReason::Left,
         });
     }
 

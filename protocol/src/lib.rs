@@ -146,19 +146,30 @@ impl PushKey {
     }
 }
 
-/// The one version of every API this build speaks.
+/// The version of every response, every push, and every request but Leave.
 pub const CURRENT_VERSION: u16 = 0;
 
-/// What this build supports: every request API and every push at version 0.
+/// The highest version of `key` this build speaks (the lowest is always 0). Leave is
+/// at version 1, which adds the leave mode; its response is the same at both versions
+/// and is sent as version 0, like every response.
+pub fn max_request_version(key: ApiKey) -> u16 {
+    match key {
+        ApiKey::Leave => 1,
+        _ => CURRENT_VERSION,
+    }
+}
+
+/// What this build supports: every request API from version 0 to its
+/// [`max_request_version`], and every push at version 0.
 pub fn supported_versions() -> Vec<ApiVersionRange> {
     ApiKey::ALL
         .iter()
-        .map(|k| *k as u16)
-        .chain(PushKey::ALL.iter().map(|k| *k as u16))
-        .map(|api_key| ApiVersionRange {
+        .map(|k| (*k as u16, max_request_version(*k)))
+        .chain(PushKey::ALL.iter().map(|k| (*k as u16, CURRENT_VERSION)))
+        .map(|(api_key, max_version)| ApiVersionRange {
             api_key,
             min_version: CURRENT_VERSION,
-            max_version: CURRENT_VERSION,
+            max_version,
         })
         .collect()
 }
@@ -230,7 +241,7 @@ impl Frame {
     /// The header this frame is encoded with.
     pub fn header(&self) -> Header {
         let (kind, api_key, api_version) = match &self.body {
-            Body::Request(r) => (FrameKind::Request, r.api_key() as u16, CURRENT_VERSION),
+            Body::Request(r) => (FrameKind::Request, r.api_key() as u16, r.version()),
             Body::Response(r) => (FrameKind::Response, r.api_key(), CURRENT_VERSION),
             Body::Push(p) => (FrameKind::Push, p.key() as u16, CURRENT_VERSION),
             Body::Unsupported(h) => (h.kind, h.api_key, h.api_version),
@@ -313,16 +324,21 @@ impl Frame {
                 body,
             }
         };
-        if header.api_version != CURRENT_VERSION {
-            return Ok(unsupported(&mut r));
-        }
+        let version = header.api_version;
         let body = match header.kind {
             FrameKind::Request | FrameKind::Response => {
                 let Some(key) = ApiKey::from_u16(header.api_key) else {
                     return Ok(unsupported(&mut r));
                 };
+                let max = match header.kind {
+                    FrameKind::Request => max_request_version(key),
+                    _ => CURRENT_VERSION,
+                };
+                if version > max {
+                    return Ok(unsupported(&mut r));
+                }
                 if header.kind == FrameKind::Request {
-                    Request::decode(key, &mut r).map(Body::Request)
+                    Request::decode(key, version, &mut r).map(Body::Request)
                 } else {
                     Response::decode(key, &mut r).map(Body::Response)
                 }
@@ -331,6 +347,9 @@ impl Frame {
                 let Some(key) = PushKey::from_u16(header.api_key) else {
                     return Ok(unsupported(&mut r));
                 };
+                if version != CURRENT_VERSION {
+                    return Ok(unsupported(&mut r));
+                }
                 Push::decode(key, &mut r).map(Body::Push)
             }
         };

@@ -146,6 +146,46 @@ pub struct LeaveRequest {
     pub group: String,
     /// The member id from join.
     pub member_id: String,
+    /// What the member did with its partitions. [`LeaveMode::Released`] is sent at
+    /// version 0 (which has no such field); any other mode needs version 1.
+    pub mode: LeaveMode,
+}
+
+/// How a member leaves (Leave version 1; version 0 always means `Released`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum LeaveMode {
+    /// The application released every partition: they move at once.
+    #[default]
+    Released = 0,
+    /// The member leaves without the application having confirmed that it released
+    /// every partition (its leave deadline passed): the member is removed at once, but
+    /// its partitions move only when its lease has run out.
+    Unconfirmed = 1,
+    /// A static member's process shuts down for a restart and has stopped acting on
+    /// its partitions: it stays a member (no rebalance) until a new process joins with
+    /// the same instance id, which takes over at once, or until its session expires.
+    StandDown = 2,
+}
+
+impl LeaveMode {
+    /// From wire value.
+    pub fn from_u8(v: u8) -> Option<Self> {
+        match v {
+            0 => Some(Self::Released),
+            1 => Some(Self::Unconfirmed),
+            2 => Some(Self::StandDown),
+            _ => None,
+        }
+    }
+
+    /// Snake-case name, for logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Released => "released",
+            Self::Unconfirmed => "unconfirmed",
+            Self::StandDown => "stand_down",
+        }
+    }
 }
 
 /// One offset to commit.
@@ -240,6 +280,14 @@ impl Request {
         }
     }
 
+    /// The API version the request is encoded in: the lowest that can carry it.
+    pub fn version(&self) -> u16 {
+        match self {
+            Self::Leave(r) if r.mode != LeaveMode::Released => 1,
+            _ => 0,
+        }
+    }
+
     pub(crate) fn encode(&self, buf: &mut BytesMut) -> Result<(), EncodeError> {
         match self {
             Self::ApiVersions(r) => {
@@ -272,6 +320,9 @@ impl Request {
             Self::Leave(r) => {
                 put_string(buf, &r.group)?;
                 put_string(buf, &r.member_id)?;
+                if r.mode != LeaveMode::Released {
+                    buf.put_u8(r.mode as u8);
+                }
             }
             Self::CommitOffsets(r) => {
                 put_string(buf, &r.group)?;
@@ -298,7 +349,11 @@ impl Request {
         Ok(())
     }
 
-    pub(crate) fn decode(key: ApiKey, r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+    pub(crate) fn decode(
+        key: ApiKey,
+        version: u16,
+        r: &mut Reader<'_>,
+    ) -> Result<Self, DecodeError> {
         let req = match key {
             ApiKey::ApiVersions => Self::ApiVersions(ApiVersionsRequest {
                 client_software: r.string("client software")?,
@@ -331,6 +386,14 @@ impl Request {
             ApiKey::Leave => Self::Leave(LeaveRequest {
                 group: r.string("group")?,
                 member_id: r.string("member id")?,
+                mode: if version >= 1 {
+                    LeaveMode::from_u8(r.u8("leave mode")?).ok_or(DecodeError::Invalid {
+                        what: "leave mode",
+                        reason: "must be 0 (released), 1 (unconfirmed) or 2 (stand down)",
+                    })?
+                } else {
+                    LeaveMode::Released
+                },
             }),
             ApiKey::CommitOffsets => Self::CommitOffsets(CommitOffsetsRequest {
                 group: r.string("group")?,

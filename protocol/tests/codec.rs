@@ -4,8 +4,8 @@
 use bytes::{BufMut, BytesMut};
 use rollcall_protocol::{
     ApiKey, Body, Codec, DecodeError, EncodeError, ErrorCode, Frame, FrameError, FrameKind, Header,
-    HeartbeatRequest, LeaveRequest, Push, Request, Response, ShutdownPush, DEFAULT_MAX_FRAME_SIZE,
-    HEADER_SIZE, LENGTH_PREFIX_SIZE,
+    HeartbeatRequest, LeaveMode, LeaveRequest, Push, Request, Response, ShutdownPush,
+    DEFAULT_MAX_FRAME_SIZE, HEADER_SIZE, LENGTH_PREFIX_SIZE,
 };
 use tokio_util::codec::{Decoder, Encoder};
 
@@ -218,6 +218,7 @@ fn invalid_utf8_is_an_error() {
         Request::Leave(LeaveRequest {
             group: "é".into(),
             member_id: "m".into(),
+            mode: LeaveMode::Released,
         }),
     );
     let (result, _) = decode_one(&encoded(&valid));
@@ -309,6 +310,7 @@ fn an_overlong_string_fails_and_leaves_the_buffer_unchanged() {
         Request::Leave(LeaveRequest {
             group: "g".into(),
             member_id: "m".repeat(65_536),
+            mode: LeaveMode::Released,
         }),
     );
     let mut buf = BytesMut::from(&b"kept"[..]);
@@ -324,6 +326,7 @@ fn an_overlong_string_fails_and_leaves_the_buffer_unchanged() {
         Request::Leave(LeaveRequest {
             group: "g".into(),
             member_id: "m".repeat(65_535),
+            mode: LeaveMode::Released,
         }),
     );
     let bytes = encoded(&frame);

@@ -11,8 +11,9 @@ use std::collections::BTreeMap;
 use bytes::BytesMut;
 use rollcall_protocol::{
     supported_versions, ApiKey, ApiVersionsRequest, ApiVersionsResponse, AssignmentPush, ErrorCode,
-    Frame, HeartbeatRequest, HeartbeatResponse, JoinRequest, JoinResponse, Push, Request, Response,
-    TopicPartitions, TopicSubscription, DEFAULT_MAX_FRAME_SIZE, LENGTH_PREFIX_SIZE,
+    Frame, HeartbeatRequest, HeartbeatResponse, JoinRequest, JoinResponse, LeaveMode, LeaveRequest,
+    Push, Request, Response, TopicPartitions, TopicSubscription, DEFAULT_MAX_FRAME_SIZE,
+    LENGTH_PREFIX_SIZE,
 };
 
 const DOC: &str = include_str!("../../docs/PROTOCOL.md");
@@ -30,6 +31,17 @@ fn examples() -> Vec<(&'static str, Frame)> {
                 Request::ApiVersions(ApiVersionsRequest {
                     client_software: "example/1.0".into(),
                     versions: supported_versions(),
+                }),
+            ),
+        ),
+        (
+            "leave-request-v1",
+            Frame::request(
+                4,
+                Request::Leave(LeaveRequest {
+                    group: GROUP.into(),
+                    member_id: MEMBER.into(),
+                    mode: LeaveMode::Unconfirmed,
                 }),
             ),
         ),

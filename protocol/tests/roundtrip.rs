@@ -5,14 +5,14 @@
 use bytes::BytesMut;
 use proptest::prelude::*;
 use rollcall_protocol::{
-    ApiKey, ApiVersionRange, ApiVersionsRequest, ApiVersionsResponse, AssignmentPush, Body, Codec,
-    CommitOffsetsRequest, CommitOffsetsResponse, CommittedOffset, DescribeGroupRequest,
-    DescribeGroupResponse, ErrorCode, ErrorResponse, ExpelReason, ExpelledPush,
-    FetchOffsetsRequest, FetchOffsetsResponse, Frame, FrameError, FrameKind, GroupListing,
-    GroupState, Header, HeartbeatRequest, HeartbeatResponse, JoinRequest, JoinResponse,
-    LeaveRequest, ListGroupsResponse, Liveness, MemberDescription, OffsetCommit, PartitionResult,
-    Push, PushKey, Request, Response, RevokePush, ShutdownPush, TopicPartitions, TopicSubscription,
-    CURRENT_VERSION, LENGTH_PREFIX_SIZE,
+    max_request_version, ApiKey, ApiVersionRange, ApiVersionsRequest, ApiVersionsResponse,
+    AssignmentPush, Body, Codec, CommitOffsetsRequest, CommitOffsetsResponse, CommittedOffset,
+    DescribeGroupRequest, DescribeGroupResponse, ErrorCode, ErrorResponse, ExpelReason,
+    ExpelledPush, FetchOffsetsRequest, FetchOffsetsResponse, Frame, FrameError, FrameKind,
+    GroupListing, GroupState, Header, HeartbeatRequest, HeartbeatResponse, JoinRequest,
+    JoinResponse, LeaveMode, LeaveRequest, ListGroupsResponse, Liveness, MemberDescription,
+    OffsetCommit, PartitionResult, Push, PushKey, Request, Response, RevokePush, ShutdownPush,
+    TopicPartitions, TopicSubscription, CURRENT_VERSION, LENGTH_PREFIX_SIZE,
 };
 use tokio_util::codec::{Decoder, Encoder};
 
@@ -143,8 +143,18 @@ fn request() -> impl Strategy<Value = Request> {
                 })
             },
         );
-    let leave = (text(), text())
-        .prop_map(|(group, member_id)| Request::Leave(LeaveRequest { group, member_id }));
+    let mode = prop_oneof![
+        Just(LeaveMode::Released),
+        Just(LeaveMode::Unconfirmed),
+        Just(LeaveMode::StandDown),
+    ];
+    let leave = (text(), text(), mode).prop_map(|(group, member_id, mode)| {
+        Request::Leave(LeaveRequest {
+            group,
+            member_id,
+            mode,
+        })
+    });
     let offset_commit = (text(), any::<u32>(), any::<i64>(), text()).prop_map(
         |(topic, partition, offset, metadata)| OffsetCommit {
             topic,
@@ -365,11 +375,12 @@ fn unsupported_header() -> impl Strategy<Value = Header> {
     (kind, any::<u16>(), any::<u16>(), any::<u32>()).prop_filter_map(
         "a key and version this build knows",
         |(kind, api_key, api_version, correlation_id)| {
-            let known_key = match kind {
-                FrameKind::Request | FrameKind::Response => ApiKey::from_u16(api_key).is_some(),
-                FrameKind::Push => PushKey::from_u16(api_key).is_some(),
+            let max_version = match kind {
+                FrameKind::Request => ApiKey::from_u16(api_key).map(max_request_version),
+                FrameKind::Response => ApiKey::from_u16(api_key).map(|_| CURRENT_VERSION),
+                FrameKind::Push => PushKey::from_u16(api_key).map(|_| CURRENT_VERSION),
             };
-            (!known_key || api_version != CURRENT_VERSION).then_some(Header {
+            (max_version.is_none_or(|max| api_version > max)).then_some(Header {
                 kind,
                 api_key,
                 api_version,

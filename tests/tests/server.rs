@@ -349,6 +349,7 @@ async fn join_heartbeat_commit_fetch_describe_leave() {
         .request(Request::Leave(LeaveRequest {
             group: m.group.clone(),
             member_id: m.id.clone(),
+            mode: rollcall_protocol::LeaveMode::Released,
         }))
         .await;
     assert_eq!(left, Response::Leave);

@@ -7,7 +7,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rollcall_protocol::{
     AssignmentPush, CommitOffsetsResponse, ErrorCode, ExpelReason, ExpelledPush, HeartbeatResponse,
-    JoinResponse, PartitionResult, Push, Request, Response, RevokePush,
+    JoinResponse, LeaveMode, PartitionResult, Push, Request, Response, RevokePush,
 };
 
 use super::{BackoffConfig, Membership, RequestId};
@@ -895,8 +895,9 @@ fn leave_goes_ahead_at_its_deadline_without_the_ack() {
     h.outbox.clear();
     h.advance(MS);
     let (id, req, _) = h.pop();
-    assert!(matches!(req, Request::Leave(_)));
-    h.respond(id, Response::Leave);
+    // The application hears that the partitions are lost as the leave goes out, not
+    // after the coordinator confirms it; the leave says the release is unconfirmed, so
+    // the coordinator holds them until this member's lease has run out.
     assert_eq!(
         h.events(),
         vec![Event::Lost {
@@ -904,7 +905,35 @@ fn leave_goes_ahead_at_its_deadline_without_the_ack() {
             reason: LostReason::Left
         }]
     );
+    assert!(matches!(req, Request::Leave(l) if l.mode == LeaveMode::Unconfirmed));
+    h.respond(id, Response::Leave);
+    assert!(h.events().is_empty());
     assert_eq!(h.m.take_leave_result(), Some(Ok(())));
+}
+
+#[test]
+fn a_static_member_stands_down_on_a_graceful_leave() {
+    let mut h = Harness::with_config(config().with_instance_id("worker-1"), 1);
+    h.connect();
+    let (id, _) = h.pop_join();
+    h.respond(id, join_ok("worker-1#m1"));
+    assert_eq!(h.m.take_join_result(), Some(Ok(())));
+    h.assign("worker-1#m1", 1, &[0]);
+    h.events();
+    h.m.leave(Duration::from_secs(1), h.now);
+    h.events();
+    h.m.ack([tp(0)], h.now);
+    h.flush();
+    let leave = h
+        .outbox
+        .iter()
+        .find_map(|(_, r, _)| match r {
+            Request::Leave(l) => Some(l.clone()),
+            _ => None,
+        })
+        .expect("a leave is sent");
+    assert_eq!(leave.mode, LeaveMode::StandDown);
+    assert!(h.events().is_empty(), "released partitions are not lost");
 }
 
 #[test]

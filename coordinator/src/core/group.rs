@@ -1103,7 +1103,7 @@ impl Group {
                     generation: m.generation,
                     owned: pairs(&mut m.owned.iter()),
                     target: pairs(&mut m.target.iter()),
-                    lease_remaining_ms: remaining(m.lease_until),
+                    lease_remaining_ms: Some(remaining(m.lease_until)),
                 })
                 .collect(),
             held: self
@@ -1175,9 +1175,9 @@ impl Group {
                 subscription,
             );
             member.generation = ms.generation;
-            member.lease_until = member
-                .lease_until
-                .max(now + Duration::from_millis(ms.lease_remaining_ms));
+            if let Some(remaining) = ms.lease_remaining_ms {
+                member.lease_until = now + Duration::from_millis(remaining);
+            }
             // A snapshot written before instances were recorded: the member is its
             // instance's latest incarnation.
             if let Some(instance) = &member.instance_id {

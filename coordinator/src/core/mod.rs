@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use rollcall_protocol::{
     ApiKey, CommitOffsetsRequest, CommitOffsetsResponse, CommittedOffset, DescribeGroupResponse,
     ErrorCode, ExpelReason, FetchOffsetsRequest, FetchOffsetsResponse, GroupListing,
-    HeartbeatRequest, HeartbeatResponse, JoinRequest, JoinResponse, LeaveRequest,
+    HeartbeatRequest, HeartbeatResponse, JoinRequest, JoinResponse, LeaveMode, LeaveRequest,
     ListGroupsResponse, PartitionResult, Push, Request, Response,
 };
 
@@ -771,9 +771,26 @@ impl Coordinator {
         else {
             return Self::member_gone(Some(group), ApiKey::Leave, &r.member_id);
         };
-        if let Some(m) = group.members.get_mut(&id) {
-            // The member released everything before leaving: its lease ends now.
-            m.lease_until = now;
+        let Some(m) = group.members.get_mut(&id) else {
+            return refuse(ApiKey::Leave, ErrorCode::Internal, "member vanished");
+        };
+        match r.mode {
+            // The member stopped acting on everything before it asked: its lease ends
+            // now, and its partitions move at once.
+            LeaveMode::Released => m.lease_until = now,
+            // The application may still be acting: the partitions wait for the lease.
+            LeaveMode::Unconfirmed => {}
+            // A static member's process stopped acting and goes away; the member stays
+            // (no rebalance) until its next process takes over, at once, or its session
+            // expires. A dynamic member can never be taken over: it simply leaves.
+            LeaveMode::StandDown => {
+                m.lease_until = now;
+                if m.instance_id.is_some() {
+                    m.conn = None;
+                    group.snapshot_dirty = true;
+                    return Response::Leave;
+                }
+            }
         }
         group.remove_member(&mut ctx, &id, ExpelReason::Left, "left".to_owned());
         group.reconcile(&mut ctx);

@@ -114,9 +114,10 @@ pub struct MemberSnapshot {
     /// Target partitions, as (topic index, partition).
     pub target: Vec<(u32, u32)>,
     /// How long the lease the coordinator had promised the member still had to run
-    /// when the snapshot was taken, ms.
+    /// when the snapshot was taken, ms. Absent in older snapshots: a whole session
+    /// timeout is assumed.
     #[serde(default)]
-    pub lease_remaining_ms: u64,
+    pub lease_remaining_ms: Option<u64>,
 }
 
 /// Everything the core is restored from at start.

@@ -86,7 +86,7 @@ fn member(id: &str) -> MemberSnapshot {
         generation: 3,
         owned: vec![(0, 0), (1, 2)],
         target: vec![(0, 0), (0, 1), (1, 2)],
-        lease_remaining_ms: 7_000,
+        lease_remaining_ms: Some(7_000),
     }
 }
 

@@ -250,6 +250,7 @@ impl TestContext {
             Request::Leave(LeaveRequest {
                 group: m.group.clone(),
                 member_id: m.id.clone(),
+                mode: rollcall_protocol::LeaveMode::Released,
             }),
         )
     }

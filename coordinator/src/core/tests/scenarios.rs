@@ -830,6 +830,7 @@ fn retention_deletion_is_the_last_record_of_its_batch() {
     let leave = Request::Leave(rollcall_protocol::LeaveRequest {
         group: "g".into(),
         member_id: a.id.clone(),
+        mode: rollcall_protocol::LeaveMode::Released,
     });
     assert!(matches!(
         t.core.handle_request(t.now, 1, leave),
