@@ -380,12 +380,14 @@ fn unsupported_header() -> impl Strategy<Value = Header> {
                 FrameKind::Response => ApiKey::from_u16(api_key).map(|_| CURRENT_VERSION),
                 FrameKind::Push => PushKey::from_u16(api_key).map(|_| CURRENT_VERSION),
             };
-            (max_version.is_none_or(|max| api_version > max)).then_some(Header {
-                kind,
-                api_key,
-                api_version,
-                correlation_id,
-            })
+            max_version
+                .map_or(true, |max| api_version > max)
+                .then_some(Header {
+                    kind,
+                    api_key,
+                    api_version,
+                    correlation_id,
+                })
         },
     )
 }

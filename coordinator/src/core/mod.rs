@@ -326,7 +326,7 @@ impl Coordinator {
 
     /// Notes the latest `now` an input carried.
     fn tick(&mut self, now: Instant) {
-        if self.now.is_none_or(|n| now > n) {
+        if self.now.map_or(true, |n| now > n) {
             self.now = Some(now);
         }
     }

@@ -4,6 +4,7 @@
 //! microseconds. Time only moves through [`TestContext::advance`], which wakes the
 //! core at every deadline it asked for on the way, exactly as the shell does.
 
+mod defects;
 mod scenarios;
 mod simulation;
 
@@ -86,7 +87,7 @@ impl TestContext {
         self.now - self.start
     }
 
-    fn drain(&mut self) {
+    pub(super) fn drain(&mut self) {
         while let Some(out) = self.core.poll_output() {
             match out {
                 Output::Push { conn, push } => self.pushes.push((self.now, conn, push)),

@@ -1,0 +1,660 @@
+//! Regression tests for ways ownership or liveness once broke: one test per defect,
+//! each written to fail on the code that had it.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rollcall_protocol::{ErrorCode, ExpelReason, LeaveMode, LeaveRequest, Request, Response};
+
+use super::*;
+use crate::core::{Coordinator, Event, GroupSnapshot, OffsetRecord, RestoredState};
+
+const MS: Duration = Duration::from_millis(1);
+const SETTLE: Duration = Duration::from_millis(300);
+
+fn error_code(r: &Response) -> Option<ErrorCode> {
+    match r {
+        Response::Error(e) => Some(e.code),
+        _ => None,
+    }
+}
+
+/// What a store holds after applying `records` in order, as `MemoryStore` does.
+fn durable(records: &[Record]) -> RestoredState {
+    let mut groups: BTreeMap<String, GroupSnapshot> = BTreeMap::new();
+    let mut offsets: BTreeMap<(String, String, u32), OffsetRecord> = BTreeMap::new();
+    let mut generation_floor = 0;
+    for r in records {
+        match r {
+            Record::Group(g) => {
+                groups.insert(g.group.clone(), g.clone());
+            }
+            Record::Offset(o) => {
+                offsets.insert((o.group.clone(), o.topic.clone(), o.partition), o.clone());
+            }
+            Record::GroupDeleted { group } => {
+                if let Some(g) = groups.remove(group) {
+                    generation_floor = generation_floor.max(g.generation);
+                }
+                offsets.retain(|(g, _, _), _| g != group);
+            }
+        }
+    }
+    RestoredState {
+        groups: groups.into_values().collect(),
+        offsets: offsets.into_values().collect(),
+        generation_floor,
+    }
+}
+
+/// Restarts the coordinator from exactly what was made durable: a new core with the
+/// same configuration (and a new member id prefix, as every start of the server has),
+/// restored at the current instant. Every connection is gone.
+fn restart(t: &mut TestContext) {
+    let state = durable(&t.records);
+    let mut config = t.core.config().clone();
+    config.member_id_prefix = format!("r{}-", t.records.len());
+    t.core = Coordinator::new(config);
+    t.core.restore(t.now, state);
+    t.drain();
+}
+
+fn join_with_session(t: &mut TestContext, conn: ConnId, session: Duration) -> M {
+    let mut req = t.join_request("g", &[("orders", 6)]);
+    req.session_timeout_ms = session.as_millis() as u32;
+    t.join_with(conn, req).expect("join accepted")
+}
+
+fn leave_with(t: &mut TestContext, m: &M, mode: LeaveMode) -> Response {
+    t.request(
+        m.conn,
+        Request::Leave(LeaveRequest {
+            group: m.group.clone(),
+            member_id: m.id.clone(),
+            mode,
+        }),
+    )
+}
+
+/// Why `m` was removed, from the core's events (an expelled member whose connection is
+/// closed gets no push).
+fn removed(t: &TestContext, m: &M) -> Option<ExpelReason> {
+    t.events.iter().find_map(|e| match e {
+        Event::MemberRemoved {
+            member_id, reason, ..
+        } if *member_id == m.id => Some(*reason),
+        _ => None,
+    })
+}
+
+/// When a partition of `from` was first pushed to another member, if ever.
+fn first_grant_elsewhere(
+    t: &TestContext,
+    from: &M,
+    partitions: &[(String, u32)],
+) -> Option<Duration> {
+    t.pushes.iter().find_map(|(at, _, p)| match p {
+        rollcall_protocol::Push::Assignment(a)
+            if a.member_id != from.id
+                && flatten(&a.partitions)
+                    .iter()
+                    .any(|tp| partitions.contains(tp)) =>
+        {
+            Some(*at - t.start)
+        }
+        _ => None,
+    })
+}
+
+// ------------------------------------------------------------------------------------
+// 1. A dead member can stay a member forever.
+// ------------------------------------------------------------------------------------
+
+/// A member on a 10 s session dies among members on 60 s sessions that beat every
+/// 20 s. Their beats are no evidence that the coordinator is deaf: it is expelled at
+/// its deadline (it once stayed for minutes, each frame giving it its silence back).
+#[test]
+fn defect_1_a_dead_member_among_slow_beating_members_is_expelled_at_its_deadline() {
+    let mut t = TestContext::new();
+    let dead = join_with_session(&mut t, 1, Duration::from_secs(10));
+    let mut slow: Vec<M> = (2..4)
+        .map(|c| join_with_session(&mut t, c, Duration::from_secs(60)))
+        .collect();
+    t.advance(SETTLE);
+    let died_at = t.now;
+    for step in 0..30 {
+        t.advance(Duration::from_secs(1));
+        if step % 20 == 19 {
+            for m in &mut slow {
+                t.expect_beat_ok(m);
+            }
+        }
+        if t.expelled(&dead).is_some() {
+            break;
+        }
+    }
+    assert_eq!(t.expelled(&dead), Some(ExpelReason::SessionExpired));
+    let removed_at = t
+        .pushes
+        .iter()
+        .find_map(|(at, _, p)| match p {
+            rollcall_protocol::Push::Expelled(e) if e.member_id == dead.id => Some(*at),
+            _ => None,
+        })
+        .unwrap();
+    assert!(
+        removed_at - died_at <= Duration::from_secs(11),
+        "{:?}",
+        removed_at - died_at
+    );
+}
+
+/// Every member of the shard crashes together (one host loses power: connections stay
+/// open, nothing is heard). The isolation guard may blame the coordinator, but only
+/// for one more session timeout: then they are expelled (they once stayed forever).
+#[test]
+fn defect_1_a_shard_whose_members_all_crash_together_expels_them_within_the_bound() {
+    let mut t = TestContext::new();
+    let ms: Vec<M> = (0..3).map(|c| t.join(c, "g", &[("orders", 6)])).collect();
+    t.advance(SETTLE);
+    let crash = t.now;
+    t.advance(2 * SESSION + SETTLE);
+    for m in &ms {
+        assert_eq!(t.expelled(m), Some(ExpelReason::SessionExpired), "{}", m.id);
+    }
+    assert!(t
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::IsolationHoldExpired { .. })));
+    assert!(t.now - crash <= 2 * SESSION + SETTLE);
+}
+
+/// The same crash with the connections closed (a crashed process closes its sockets):
+/// a closed connection is no evidence against the coordinator, so nobody is held.
+#[test]
+fn defect_1_members_whose_connections_closed_are_expelled_at_their_deadline() {
+    let mut t = TestContext::new();
+    let ms: Vec<M> = (0..3).map(|c| t.join(c, "g", &[("orders", 6)])).collect();
+    t.advance(SETTLE);
+    for m in &ms {
+        t.core.handle_disconnect(t.now, m.conn);
+    }
+    t.advance(SESSION + MS);
+    for m in &ms {
+        assert_eq!(
+            removed(&t, m),
+            Some(ExpelReason::SessionExpired),
+            "{}",
+            m.id
+        );
+    }
+}
+
+/// Silence in one shard while the rest of the server hears frames is the members'
+/// fault: the shell reports the server's traffic and nobody is held.
+#[test]
+fn defect_1_silence_in_one_shard_while_the_server_hears_others_is_not_isolation() {
+    let mut t = TestContext::new();
+    let ms: Vec<M> = (0..3).map(|c| t.join(c, "g", &[("orders", 6)])).collect();
+    t.advance(SETTLE);
+    for _ in 0..11 {
+        t.advance(Duration::from_secs(1));
+        let now = t.now;
+        t.core.observe_traffic(now);
+    }
+    for m in &ms {
+        assert_eq!(t.expelled(m), Some(ExpelReason::SessionExpired), "{}", m.id);
+    }
+}
+
+// ------------------------------------------------------------------------------------
+// 2. A coordinator pause expels live, heartbeating members.
+// ------------------------------------------------------------------------------------
+
+/// The coordinator stops for longer than the pause guard right over a member's
+/// deadline (its timer is the earliest). The member's heartbeat, queued meanwhile, is
+/// read just after the wake-up: the member stays (it was once expelled at the wake).
+#[test]
+fn defect_2_a_pause_over_a_members_deadline_does_not_expel_it_before_its_beat_is_read() {
+    let mut t = TestContext::new();
+    let mut m = t.join(1, "g", &[("orders", 4)]);
+    t.advance(SETTLE);
+    t.expect_beat_ok(&mut m);
+    // Frozen from before the deadline (the earliest timer) until well after it.
+    t.freeze_for(SESSION + Duration::from_secs(5));
+    assert!(t
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::PauseDetected { .. })));
+    assert_eq!(t.expelled(&m), None);
+    t.expect_beat_ok(&mut m);
+    t.advance(Duration::from_secs(3));
+    t.expect_beat_ok(&mut m);
+    assert_eq!(t.expelled(&m), None);
+}
+
+/// A member that really died before the pause is still expelled once the coordinator
+/// has run again for the grace: the pause guard is bounded.
+#[test]
+fn defect_2_a_member_dead_before_the_pause_is_expelled_after_the_grace() {
+    let mut t = TestContext::new();
+    let m = t.join(1, "g", &[("orders", 4)]);
+    t.advance(SETTLE);
+    t.freeze_for(SESSION + Duration::from_secs(5));
+    let pause_guard = t.core.config().pause_guard;
+    t.advance(pause_guard + MS);
+    assert_eq!(t.expelled(&m), Some(ExpelReason::SessionExpired));
+}
+
+// ------------------------------------------------------------------------------------
+// 3. Restore forgets partitions held for an expelled member.
+// ------------------------------------------------------------------------------------
+
+/// A member expelled for progress is still inside its lease, so its partitions are
+/// held. A restart keeps holding them until that lease has run out.
+#[test]
+fn defect_3_a_restart_keeps_partitions_held_for_an_expelled_member() {
+    let mut t = TestContext::new();
+    let mut stuck = t.join(1, "g", &[("orders", 4)]);
+    t.advance(SETTLE);
+    t.expect_beat_ok(&mut stuck);
+    let owned = flatten(&t.owned(&stuck));
+    let mut other = t.join(2, "g", &[("orders", 4)]);
+    t.advance(SETTLE);
+    // `stuck` beats without progress until the progress timeout expels it; its lease
+    // runs a session from its last beat.
+    let mut last_beat = t.now;
+    while t.expelled(&stuck).is_none() {
+        t.advance(Duration::from_secs(1));
+        if t.expelled(&stuck).is_none() {
+            t.beat_stalled(&mut stuck);
+            last_beat = t.now;
+        }
+        t.expect_beat_ok(&mut other);
+    }
+    // Expelled for not releasing what `other` is to get, or for progress: either way
+    // while its lease still runs.
+    assert!(matches!(
+        t.expelled(&stuck),
+        Some(ExpelReason::RebalanceTimeout | ExpelReason::ProgressExpired)
+    ));
+    restart(&mut t);
+    other.conn = 12;
+    for _ in 0..20 {
+        t.advance(Duration::from_millis(500));
+        t.expect_beat_ok(&mut other);
+        t.ack_all(&mut other);
+    }
+    let granted = first_grant_elsewhere(&t, &stuck, &owned).expect("granted in the end");
+    let lease_end = last_beat - t.start + SESSION;
+    assert!(
+        granted >= lease_end,
+        "granted at {granted:?}, lease to {lease_end:?}"
+    );
+}
+
+// ------------------------------------------------------------------------------------
+// 4. Restore drops a pending rebalance.
+// ------------------------------------------------------------------------------------
+
+/// A restart inside the coalescing window after a join: the new member still gets
+/// its share (it once got nothing, with the group reporting Stable).
+#[test]
+fn defect_4_a_restart_inside_the_coalescing_window_after_a_join_still_rebalances() {
+    let mut t = TestContext::new();
+    let mut a = t.join(1, "g", &[("orders", 8)]);
+    t.advance(SETTLE);
+    t.expect_beat_ok(&mut a);
+    let mut b = t.join(2, "g", &[("orders", 8)]);
+    restart(&mut t);
+    a.conn = 11;
+    b.conn = 12;
+    for _ in 0..10 {
+        t.advance(Duration::from_millis(100));
+        t.ack_all(&mut a);
+        t.expect_beat_ok(&mut b);
+    }
+    assert_eq!(count(&t.owned(&a)), 4);
+    assert_eq!(count(&t.owned(&b)), 4);
+    t.assert_exclusive("g");
+}
+
+/// The same after a leave: the leaver's partitions do not stay owned by nobody.
+#[test]
+fn defect_4_a_restart_inside_the_coalescing_window_after_a_leave_still_rebalances() {
+    let mut t = TestContext::new();
+    let mut a = t.join(1, "g", &[("orders", 8)]);
+    let mut b = t.join(2, "g", &[("orders", 8)]);
+    t.advance(SETTLE);
+    t.ack_all(&mut a);
+    t.ack_all(&mut b);
+    t.advance(SETTLE);
+    assert_eq!(count(&t.owned(&a)), 4);
+    t.leave(&b);
+    restart(&mut t);
+    a.conn = 11;
+    for _ in 0..5 {
+        t.advance(Duration::from_millis(100));
+        t.expect_beat_ok(&mut a);
+    }
+    assert_eq!(count(&t.owned(&a)), 8);
+}
+
+// ------------------------------------------------------------------------------------
+// 5. Restore forgets fencing.
+// ------------------------------------------------------------------------------------
+
+/// After a restart, a replaced static member's stale process is still fenced: its
+/// heartbeat and its rejoin under the instance id are refused, and the new process
+/// keeps the instance (the stale one once took it back).
+#[test]
+fn defect_5_fencing_of_a_replaced_static_member_survives_a_restart() {
+    let mut t = TestContext::new();
+    let mut req = t.join_request("g", &[("orders", 4)]);
+    req.instance_id = Some("worker-1".into());
+    let mut old = t.join_with(1, req.clone()).unwrap();
+    t.advance(SETTLE);
+    req.join_token = 777;
+    let mut new = t.join_with(2, req.clone()).unwrap();
+    t.advance(SETTLE);
+    restart(&mut t);
+    old.conn = 11;
+    new.conn = 12;
+    assert_eq!(
+        error_code(&t.beat(&mut old)),
+        Some(ErrorCode::FencedInstance)
+    );
+    let mut rejoin = req.clone();
+    rejoin.member_id = Some(old.id.clone());
+    rejoin.join_token = 778;
+    let resp = t.request(old.conn, Request::Join(rejoin));
+    assert_eq!(error_code(&resp), Some(ErrorCode::FencedInstance));
+    t.expect_beat_ok(&mut new);
+}
+
+/// Fencing does not depend on a bounded memory of removed members.
+#[test]
+fn defect_5_fencing_outlives_the_memory_of_removed_members() {
+    let mut t = TestContext::with_config(CoreConfig {
+        expelled_memory: 1,
+        ..CoreConfig::default()
+    });
+    let mut req = t.join_request("g", &[("orders", 4)]);
+    req.instance_id = Some("worker-1".into());
+    let mut first = t.join_with(1, req.clone()).unwrap();
+    for token in 100..105 {
+        req.join_token = token;
+        t.join_with(token, req.clone()).unwrap();
+        // Unrelated removals push the first incarnation out of the memory.
+        let other = t.join(token + 1000, "g", &[("orders", 4)]);
+        t.leave(&other);
+    }
+    assert_eq!(
+        error_code(&t.beat(&mut first)),
+        Some(ErrorCode::FencedInstance)
+    );
+}
+
+// ------------------------------------------------------------------------------------
+// 6. A rejoin with a longer session timeout breaks the lease.
+// ------------------------------------------------------------------------------------
+
+/// A member rejoins with a longer session timeout, then goes silent: the coordinator
+/// judges it by the new timeout and holds its partitions for the longer lease (it once
+/// expired and granted them on the old, shorter one).
+#[test]
+fn defect_6_a_rejoin_with_a_longer_session_timeout_applies_it_to_expiry_and_hold() {
+    let mut t = TestContext::new();
+    let mut a = t.join(1, "g", &[("orders", 4)]);
+    t.advance(SETTLE);
+    t.expect_beat_ok(&mut a);
+    let owned = flatten(&t.owned(&a));
+    let mut b = t.join(2, "g", &[("orders", 4)]);
+    t.advance(SETTLE);
+    let mut rejoin = t.join_request("g", &[("orders", 4)]);
+    rejoin.member_id = Some(a.id.clone());
+    rejoin.session_timeout_ms = 30_000;
+    assert!(matches!(
+        t.request(a.conn, Request::Join(rejoin)),
+        Response::Join(_)
+    ));
+    let promised = t.now - t.start + Duration::from_secs(30);
+    // `a` goes silent; `b` keeps beating.
+    for _ in 0..40 {
+        t.advance(Duration::from_secs(1));
+        t.expect_beat_ok(&mut b);
+    }
+    assert!(removed(&t, &a).is_some());
+    let granted = first_grant_elsewhere(&t, &a, &owned).expect("granted");
+    assert!(
+        granted >= promised,
+        "granted at {granted:?}, lease to {promised:?}"
+    );
+}
+
+/// A changed progress timeout is applied too.
+#[test]
+fn defect_6_a_rejoin_with_a_shorter_progress_timeout_applies_it() {
+    let mut t = TestContext::new();
+    let mut a = t.join(1, "g", &[("orders", 4)]);
+    t.advance(SETTLE);
+    t.expect_beat_ok(&mut a);
+    let mut rejoin = t.join_request("g", &[("orders", 4)]);
+    rejoin.member_id = Some(a.id.clone());
+    rejoin.progress_timeout_ms = 5_000;
+    assert!(matches!(
+        t.request(a.conn, Request::Join(rejoin)),
+        Response::Join(_)
+    ));
+    for _ in 0..7 {
+        t.advance(Duration::from_secs(1));
+        if t.expelled(&a).is_none() {
+            t.beat_stalled(&mut a);
+        }
+    }
+    assert_eq!(t.expelled(&a), Some(ExpelReason::ProgressExpired));
+}
+
+// ------------------------------------------------------------------------------------
+// 7. Generations go backwards.
+// ------------------------------------------------------------------------------------
+
+/// An empty group with no offsets is forgotten; joined again, it continues above its
+/// old generation (it once started again at 1).
+#[test]
+fn defect_7_a_forgotten_group_joined_again_never_repeats_a_generation() {
+    let mut t = TestContext::new();
+    let a = t.join(1, "g", &[("orders", 4)]);
+    t.advance(SETTLE);
+    t.leave(&a);
+    t.advance(SETTLE);
+    let last = t
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::RebalanceStarted { generation, .. } => Some(*generation),
+            _ => None,
+        })
+        .max()
+        .unwrap();
+    let b = t.join(2, "g", &[("orders", 4)]);
+    t.advance(SETTLE);
+    assert!(
+        t.generation_of(&b) > last,
+        "{} after {last}",
+        t.generation_of(&b)
+    );
+    // Also after retention deleted it and the coordinator restarted.
+    let last = t.generation_of(&b);
+    t.leave(&b);
+    t.advance(SETTLE);
+    t.core.remove_offsets("g");
+    t.drain();
+    restart(&mut t);
+    let c = t.join(3, "g", &[("orders", 4)]);
+    t.advance(SETTLE);
+    assert!(
+        t.generation_of(&c) > last,
+        "{} after {last}",
+        t.generation_of(&c)
+    );
+}
+
+// ------------------------------------------------------------------------------------
+// 8. Smaller: leaves at the deadline, colliding tokens, inherited revocations.
+// ------------------------------------------------------------------------------------
+
+/// A leave whose application did not release everything (the client's leave deadline
+/// passed) removes the member at once but holds its partitions for its lease.
+#[test]
+fn defect_8_an_unconfirmed_leave_holds_the_partitions_for_the_lease() {
+    let mut t = TestContext::new();
+    let mut a = t.join(1, "g", &[("orders", 4)]);
+    t.advance(SETTLE);
+    t.expect_beat_ok(&mut a);
+    let owned = flatten(&t.owned(&a));
+    let beat_at = t.now - t.start;
+    let mut b = t.join(2, "g", &[("orders", 4)]);
+    t.advance(SETTLE);
+    assert!(matches!(
+        leave_with(&mut t, &a, LeaveMode::Unconfirmed),
+        Response::Leave
+    ));
+    for _ in 0..12 {
+        t.advance(Duration::from_secs(1));
+        t.expect_beat_ok(&mut b);
+    }
+    let granted = first_grant_elsewhere(&t, &a, &owned).expect("granted");
+    assert!(granted >= beat_at + SESSION, "granted at {granted:?}");
+    assert_eq!(count(&t.owned(&b)), 4);
+}
+
+/// A join whose token collides with another member's (a different instance and
+/// client) is a new member, not that one.
+#[test]
+fn defect_8_a_colliding_join_token_does_not_adopt_another_member() {
+    let mut t = TestContext::new();
+    let mut req = t.join_request("g", &[("orders", 4)]);
+    req.instance_id = Some("worker-1".into());
+    req.join_token = 42;
+    let s = t.join_with(1, req).unwrap();
+    let mut other = t.join_request("g", &[("orders", 4)]);
+    other.join_token = 42;
+    other.client_id = "someone-else".into();
+    let o = t.join_with(2, other).unwrap();
+    assert_ne!(o.id, s.id);
+    assert_eq!(t.describe("g").members.len(), 2);
+}
+
+/// A static replacement does not inherit the old member's revocation deadline.
+#[test]
+fn defect_8_a_static_replacement_gets_its_own_rebalance_timeout() {
+    let mut t = TestContext::new();
+    let mut req = t.join_request("g", &[("orders", 4)]);
+    req.instance_id = Some("worker-1".into());
+    let mut old = t.join_with(1, req.clone()).unwrap();
+    t.advance(SETTLE);
+    t.expect_beat_ok(&mut old);
+    // Another member joins: `old` is asked to revoke and never acknowledges.
+    let mut b = t.join(2, "g", &[("orders", 4)]);
+    t.advance(SETTLE);
+    // Its process stands down and a new one takes over just before the deadline.
+    for _ in 0..29 {
+        t.advance(Duration::from_secs(1));
+        t.expect_beat_ok(&mut old);
+        t.expect_beat_ok(&mut b);
+    }
+    assert!(matches!(
+        leave_with(&mut t, &old, LeaveMode::StandDown),
+        Response::Leave
+    ));
+    req.join_token = 99;
+    let mut new = t.join_with(3, req).unwrap();
+    for _ in 0..5 {
+        t.advance(Duration::from_secs(1));
+        t.expect_beat_ok(&mut new);
+        t.expect_beat_ok(&mut b);
+    }
+    assert_eq!(t.expelled(&new), None);
+}
+
+// ------------------------------------------------------------------------------------
+// Static replacement and leases.
+// ------------------------------------------------------------------------------------
+
+/// A static member whose process stood down is replaced at once, without a
+/// rebalance: planned restarts stay instant.
+#[test]
+fn a_static_member_that_stood_down_is_taken_over_at_once() {
+    let mut t = TestContext::new();
+    let mut req = t.join_request("g", &[("orders", 4)]);
+    req.instance_id = Some("worker-1".into());
+    let mut old = t.join_with(1, req.clone()).unwrap();
+    t.advance(SETTLE);
+    t.expect_beat_ok(&mut old);
+    let owned = t.owned(&old);
+    let rebalances = t.rebalances_started();
+    assert!(matches!(
+        leave_with(&mut t, &old, LeaveMode::StandDown),
+        Response::Leave
+    ));
+    req.join_token = 5;
+    let new = t.join_with(2, req).unwrap();
+    assert_eq!(t.owned(&new), owned);
+    assert_eq!(t.rebalances_started(), rebalances);
+}
+
+/// A static member that stood down and is never replaced expires after its session
+/// timeout, and its partitions move at once (its lease ended when it stood down).
+#[test]
+fn a_stood_down_member_that_is_not_replaced_expires_and_its_partitions_move_at_once() {
+    let mut t = TestContext::new();
+    let mut req = t.join_request("g", &[("orders", 4)]);
+    req.instance_id = Some("worker-1".into());
+    let mut old = t.join_with(1, req).unwrap();
+    t.advance(SETTLE);
+    t.expect_beat_ok(&mut old);
+    let mut b = t.join(2, "g", &[("orders", 4)]);
+    t.advance(SETTLE);
+    t.ack_all(&mut old);
+    t.advance(SETTLE);
+    assert!(matches!(
+        leave_with(&mut t, &old, LeaveMode::StandDown),
+        Response::Leave
+    ));
+    for _ in 0..11 {
+        t.advance(Duration::from_secs(1));
+        t.expect_beat_ok(&mut b);
+    }
+    assert_eq!(removed(&t, &old), Some(ExpelReason::SessionExpired));
+    t.advance(SETTLE);
+    t.expect_beat_ok(&mut b);
+    assert_eq!(count(&t.owned(&b)), 4);
+}
+
+/// A member that was already overdue when the server's silence began gets no time
+/// back when members are heard again.
+#[test]
+fn silence_is_given_back_only_to_members_that_were_not_already_overdue() {
+    let mut t = TestContext::new();
+    let mut ms: Vec<M> = (0..4).map(|c| t.join(c, "g", &[("orders", 8)])).collect();
+    t.advance(SETTLE);
+    for m in &mut ms {
+        t.expect_beat_ok(m);
+    }
+    // ms[3] dies; the others beat for six more seconds, then the network goes.
+    for _ in 0..6 {
+        t.advance(Duration::from_secs(1));
+        for m in ms.iter_mut().take(3) {
+            t.expect_beat_ok(m);
+        }
+    }
+    t.advance(Duration::from_secs(9));
+    // The network returns.
+    for m in ms.iter_mut().take(3) {
+        t.expect_beat_ok(m);
+    }
+    t.advance(MS);
+    assert_eq!(t.expelled(&ms[3]), Some(ExpelReason::SessionExpired));
+    assert!(ms.iter().take(3).all(|m| t.expelled(m).is_none()));
+}
