@@ -4,14 +4,16 @@
 //! Both act only on evidence about the coordinator, and both are bounded, so that no
 //! guard can keep a dead member forever:
 //!
-//! - **Pause guard.** Evidence: the core was woken more than
-//!   [`CoreConfig::pause_guard`](super::CoreConfig::pause_guard) later than the deadline
-//!   it asked for, so the coordinator itself was not running (a stopped process, a
-//!   stalled runtime). Every deadline is shifted by the delay (the pause is nobody's
-//!   fault), and for one more `pause_guard` after waking nobody is expelled for silence,
-//!   so frames that queued up during the pause are read before anyone is judged. Bound:
-//!   the window is `pause_guard` long and opens only on a measured pause; silence while
-//!   the coordinator runs counts as usual.
+//! - **Pause guard.** Evidence: the core was woken later than the deadline it asked for
+//!   by more than a quarter of the shortest session timeout in the shard (at least
+//!   [`PAUSE_FLOOR`], at most
+//!   [`CoreConfig::pause_guard`](super::CoreConfig::pause_guard)), so the coordinator
+//!   itself was not running (a stopped process, a stalled runtime). Every deadline is
+//!   shifted by the delay (the pause is nobody's fault), and for one more `pause_guard`
+//!   after waking nobody is expelled for silence, so frames that queued up during the
+//!   pause are read before anyone is judged. Bound: the window is `pause_guard` long
+//!   and opens only on a measured pause; silence while the coordinator runs counts as
+//!   usual.
 //! - **Isolation guard.** Evidence: the whole server (every connection of every shard,
 //!   as the shell reports it) has heard nothing for at least half the expiring member's
 //!   session timeout, the shard has at least
@@ -25,6 +27,10 @@
 //!   began get the silent time back; those that were get nothing.
 
 use std::time::{Duration, Instant};
+
+/// A wake-up later than this may be a pause of the coordinator; below it, lateness is
+/// scheduling noise and never counts.
+pub const PAUSE_FLOOR: Duration = Duration::from_millis(50);
 
 /// Share of a shard's connected members that must be overdue before a mass silence is
 /// blamed on the coordinator (Kubernetes' node lifecycle controller uses 55% of a zone).

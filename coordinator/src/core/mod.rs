@@ -1007,6 +1007,25 @@ impl Coordinator {
             .push_back(Output::Event(Event::IsolationEnded { silent_for }));
     }
 
+    /// How late a wake-up must be to count as a pause of the coordinator: a quarter of
+    /// the shortest session timeout in the shard (a stall that ate that much of a
+    /// member's session is the coordinator's, not the member's), at least
+    /// [`guards::PAUSE_FLOOR`] and at most [`CoreConfig::pause_guard`]. Scans the
+    /// members; asked only when a wake-up is later than the floor.
+    fn pause_threshold(&self) -> Duration {
+        let shortest = self
+            .groups
+            .values()
+            .flat_map(|g| g.members.values())
+            .map(|m| m.session_timeout)
+            .min()
+            .unwrap_or(self.config.pause_guard);
+        (shortest / 4).clamp(
+            guards::PAUSE_FLOOR,
+            self.config.pause_guard.max(guards::PAUSE_FLOOR),
+        )
+    }
+
     /// Whether a guard holds the expiry of `member`, whose session expired at `now`.
     fn silence_hold(&mut self, now: Instant, group: &str, member: &str) -> Option<Hold> {
         let m = self.groups.get(group)?.members.get(member)?;
@@ -1113,7 +1132,8 @@ impl Coordinator {
     /// Runs every timer due at or before `now`.
     ///
     /// If `now` is far past the earliest deadline the core asked to be woken for (more
-    /// than [`CoreConfig::pause_guard`]), the coordinator itself was not running: every
+    /// than a quarter of the shortest session timeout, capped at
+    /// [`CoreConfig::pause_guard`]), the coordinator itself was not running: every
     /// member's deadlines are shifted by the delay first, and nobody is expelled for
     /// silence for one more `pause_guard`, so that frames queued during the pause are
     /// read before anyone is judged (see [`guards`]).
@@ -1121,7 +1141,7 @@ impl Coordinator {
         self.tick(now);
         if let Some(expected) = self.timers.peek() {
             let late_by = now.saturating_duration_since(expected);
-            if late_by > self.config.pause_guard {
+            if late_by > guards::PAUSE_FLOOR && late_by > self.pause_threshold() {
                 for group in self.groups.values_mut() {
                     for m in group.members.values_mut() {
                         m.extend(late_by);
