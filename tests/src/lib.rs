@@ -5,10 +5,12 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
 use futures_util::{SinkExt, StreamExt};
+use parking_lot::Mutex;
 use rollcall_coordinator::server::{Server, ServerConfig, ServerHandle};
 use rollcall_protocol::{
     supported_versions, ApiVersionsRequest, ApiVersionsResponse, Body, Codec, ExpelledPush, Frame,
@@ -422,21 +424,50 @@ pub async fn serve_process(
     bin: &str,
     dir: &std::path::Path,
 ) -> (tokio::process::Child, SocketAddr) {
+    let listen = SocketAddr::from(([127, 0, 0, 1], 0));
+    let started = bounded(
+        "serve start",
+        spawn_serve(bin, dir, listen, &["--shards", "2"], None),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    (started.child, started.addr)
+}
+
+/// Lines of a coordinator's log kept for failure messages (the most recent ones).
+const LOG_LINES_KEPT: usize = 4_000;
+
+/// A process started by [`spawn_serve`].
+struct Started {
+    child: tokio::process::Child,
+    addr: SocketAddr,
+}
+
+/// Spawns `bin serve --listen listen ... args` with its store in `dir` and waits until it
+/// logs its address. Every line of its log is appended to `log` (when given) and the log
+/// is drained for as long as the process lives. An error if it exits first.
+async fn spawn_serve(
+    bin: &str,
+    dir: &std::path::Path,
+    listen: SocketAddr,
+    args: &[&str],
+    log: Option<Arc<Mutex<VecDeque<String>>>>,
+) -> Result<Started, String> {
     use tokio::io::AsyncBufReadExt;
+    let listen = listen.to_string();
     let mut child = tokio::process::Command::new(bin)
         .args([
             "serve",
             "--listen",
-            "127.0.0.1:0",
+            &listen,
             "--metrics-addr",
             "off",
-            "--shards",
-            "2",
             "--shutdown-timeout",
             "5s",
             "--data-dir",
             dir.to_str().expect("utf-8 path"),
         ])
+        .args(args)
         .env("RUST_LOG", "info")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
@@ -446,17 +477,156 @@ pub async fn serve_process(
         .expect("spawns");
     let stderr = child.stderr.take().expect("stderr piped");
     let mut lines = tokio::io::BufReader::new(stderr).lines();
-    let addr = bounded("serve start", async {
-        while let Some(line) = lines.next_line().await.expect("read log") {
-            if let Some(rest) = line.split("listen=").nth(1) {
-                let addr = rest.split_whitespace().next().expect("address");
-                return addr.parse().expect("socket address");
+    let keep = |log: &Option<Arc<Mutex<VecDeque<String>>>>, line: &str| {
+        if let Some(log) = log {
+            let mut log = log.lock();
+            if log.len() == LOG_LINES_KEPT {
+                log.pop_front();
             }
+            log.push_back(line.to_owned());
         }
-        panic!("serve exited before listening");
-    })
-    .await;
+    };
+    let mut seen = Vec::new();
+    let addr = loop {
+        let Some(line) = lines.next_line().await.expect("read log") else {
+            let status = child.wait().await.expect("wait");
+            return Err(format!(
+                "serve {listen} exited ({status}) before listening: {}",
+                seen.join(" | ")
+            ));
+        };
+        keep(&log, &line);
+        if let Some(rest) = line.split("listen=").nth(1) {
+            let addr = rest.split_whitespace().next().expect("address");
+            break addr.parse().expect("socket address");
+        }
+        seen.push(line);
+    };
     // Keep draining the log so the process never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    (child, addr)
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            keep(&log, &line);
+        }
+    });
+    Ok(Started { child, addr })
+}
+
+/// A `rollcall serve` process under a test's control: it can be paused (SIGSTOP) and
+/// resumed (SIGCONT), killed (SIGKILL) or terminated (SIGTERM), and restarted on the same
+/// data directory, port and options. Its log is kept for failure messages.
+#[derive(Debug)]
+pub struct ServeProcess {
+    bin: String,
+    dir: std::path::PathBuf,
+    args: Vec<String>,
+    addr: SocketAddr,
+    child: Option<tokio::process::Child>,
+    log: Arc<Mutex<VecDeque<String>>>,
+}
+
+impl ServeProcess {
+    /// Starts `bin serve` on a free port of 127.0.0.1 with its store in `dir` and the
+    /// extra options `args` (e.g. `["--shards", "4"]`).
+    pub async fn start(bin: &str, dir: &std::path::Path, args: &[&str]) -> Self {
+        let mut process = Self {
+            bin: bin.to_owned(),
+            dir: dir.to_owned(),
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            child: None,
+            log: Arc::new(Mutex::new(VecDeque::new())),
+        };
+        process.spawn().await;
+        process
+    }
+
+    async fn spawn(&mut self) {
+        assert!(self.child.is_none(), "serve is already running");
+        let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        // A restart binds the port the previous process had; give the kernel a few tries.
+        let mut tries = 0;
+        let started = bounded("serve start", async {
+            loop {
+                let log = Some(self.log.clone());
+                match spawn_serve(&self.bin, &self.dir, self.addr, &args, log).await {
+                    Ok(started) => return started,
+                    Err(e) if tries < 20 => {
+                        tries += 1;
+                        eprintln!("retrying serve start: {e}");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        })
+        .await;
+        self.addr = started.addr;
+        self.child = Some(started.child);
+    }
+
+    /// The address it listens on (the same across restarts).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The running process's id.
+    pub fn pid(&self) -> u32 {
+        self.child
+            .as_ref()
+            .and_then(tokio::process::Child::id)
+            .expect("serve is running")
+    }
+
+    /// Sends `signal` (a name `kill` knows: STOP, CONT, TERM, KILL) to the process.
+    pub fn signal(&self, signal: &str) {
+        let pid = self.pid().to_string();
+        let status = std::process::Command::new("kill")
+            .args([&format!("-{signal}"), &pid])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -{signal} {pid} failed: {status}");
+    }
+
+    /// Freezes the process (SIGSTOP): its sockets stay open, nothing is read or answered.
+    pub fn pause(&self) {
+        self.signal("STOP");
+    }
+
+    /// Thaws a frozen process (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("CONT");
+    }
+
+    /// Kills the process (SIGKILL) and waits for it to exit.
+    pub async fn kill(&mut self) -> std::process::ExitStatus {
+        self.signal("KILL");
+        self.reap().await
+    }
+
+    /// Asks the process to shut down gracefully (SIGTERM) and waits for it to exit.
+    pub async fn terminate(&mut self) -> std::process::ExitStatus {
+        self.signal("TERM");
+        self.reap().await
+    }
+
+    async fn reap(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("serve is running");
+        bounded("serve exits", child.wait()).await.expect("wait")
+    }
+
+    /// Starts the process again (after [`Self::kill`] or [`Self::terminate`]) on the same
+    /// data directory, port and options.
+    pub async fn restart(&mut self) {
+        self.spawn().await;
+    }
+
+    /// The log lines kept so far that contain any of `patterns`.
+    pub fn log_lines(&self, patterns: &[&str]) -> Vec<String> {
+        self.log
+            .lock()
+            .iter()
+            .filter(|line| patterns.iter().any(|p| line.contains(p)))
+            .cloned()
+            .collect()
+    }
 }
