@@ -286,12 +286,14 @@ struct ServeArgs {
     /// Longest a rebalance is delayed by coalescing after its first trigger.
     #[arg(long, env = "ROLLCALL_REBALANCE_COALESCE_MAX", value_name = "DURATION", default_value_t = Dur(core_default().rebalance_coalesce_max))]
     rebalance_coalesce_max: Dur,
-    /// A wake-up this much later than the core asked is taken for a pause of the
-    /// coordinator itself: members get fresh time instead of being expelled.
+    /// Upper bound of the lateness that counts as a pause of the coordinator itself (a
+    /// quarter of the shortest session counts already), and the grace after a pause in
+    /// which nobody is expelled for silence while queued frames are read.
     #[arg(long, env = "ROLLCALL_PAUSE_GUARD", value_name = "DURATION", default_value_t = Dur(core_default().pause_guard))]
     pause_guard: Dur,
-    /// With at least this many members in a shard all silent for a session timeout,
-    /// the coordinator blames its own network and holds expulsions; 0 disables it.
+    /// Fewest connected members in a shard for the isolation guard: when the whole
+    /// server hears nothing and most of them are overdue, expulsions for silence are
+    /// held (at most one more session timeout); 0 disables it.
     #[arg(long, env = "ROLLCALL_ISOLATION_MIN_MEMBERS", value_name = "N", default_value_t = core_default().isolation_min_members)]
     isolation_min_members: usize,
     /// Partition assignor: sticky, range or round-robin.

@@ -66,14 +66,13 @@ pub struct CoreConfig {
     /// How many expelled member ids each group remembers, to answer them with the reason
     /// rather than "unknown member".
     pub expelled_memory: usize,
-    /// If the core is woken this much later than the deadline it asked for, it assumes
-    /// that the coordinator itself was paused and gives every member fresh time instead
-    /// of expelling them.
+    /// The most lateness a wake-up needs to be taken for a pause of the coordinator
+    /// itself (a quarter of the shortest session timeout suffices), and the grace after
+    /// a pause in which nobody is expelled for silence (see [`guards`]).
     pub pause_guard: Duration,
-    /// When every member of the shard has been silent for a whole session timeout and
-    /// the shard has at least this many members, the coordinator blames its own
-    /// connectivity and expels nobody for silence until members are heard again; then
-    /// every member gets back the time the silence lasted. `0` disables the guard.
+    /// Fewest members with open connections a shard needs before the isolation guard
+    /// may blame the coordinator's own connectivity for a mass silence (see
+    /// [`guards`]). `0` disables the guard.
     pub isolation_min_members: usize,
     /// Prefix of generated member ids; the shell makes it unique per process start, so
     /// ids never repeat across restarts.
