@@ -238,9 +238,13 @@ impl Member {
     /// [`Event::RevokeRequested`] is delivered so the application can commit and
     /// [`Member::ack_revocation`]; the leave is sent once everything is acknowledged or
     /// `timeout` has passed, whichever is first (partitions still unacknowledged then
-    /// are reported [`Event::Lost`] with reason `Left`). Keep taking events while this
-    /// runs, for instance in a `select!` with `next_event`. Resolves once the
-    /// coordinator confirms, or with [`LeaveError::Unconfirmed`] if it could not.
+    /// are reported [`Event::Lost`] with reason `Left` as the leave is sent, and the
+    /// coordinator holds them until this member's lease has run out). A static member
+    /// stands down instead: it stays in the group, and the next process with the same
+    /// instance id takes its partitions over at once without a rebalance. Keep taking
+    /// events while this runs, for instance in a `select!` with `next_event`. Resolves
+    /// once the coordinator confirms, or with [`LeaveError::Unconfirmed`] if it could
+    /// not.
     pub async fn leave(&self, timeout: Duration) -> Result<(), LeaveError> {
         let (reply, result) = oneshot::channel();
         self.commands

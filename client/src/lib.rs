@@ -40,13 +40,20 @@
 //!   `Lost` event; it is never reported lost while held, nor held after it was lost.
 //! - **Leases.** Each acknowledged heartbeat extends the member's lease to the instant
 //!   that heartbeat was *sent* plus the session timeout, less a safety margin. The
-//!   coordinator never hands a silent member's partitions to another member before its
-//!   session deadline (last receipt plus the session timeout), which comes later. When
+//!   coordinator never hands a member's unreleased partitions to another member before
+//!   the latest lease it promised (last receipt plus the session timeout), which comes
+//!   later, also across a coordinator restart. When
 //!   the lease runs out without a newer acknowledgement, the member reports its
 //!   partitions [`LostReason::LeaseExpired`] at once and rejoins when it can;
 //!   [`Member::lease_deadline`] bounds writes made outside the coordinator.
 //! - **Fencing.** Commits are checked against ownership locally and by the coordinator;
 //!   a member that was expelled or fenced gets a typed [`CommitError`].
+//! - **Leaving.** [`Member::leave`] revokes every partition locally and leaves once the
+//!   application has released them all. If the leave deadline passes first, the rest
+//!   is reported [`LostReason::Left`] as the leave goes out, and the coordinator holds
+//!   those partitions until this member's lease has run out. A static member (with an
+//!   instance id) stands down instead of leaving: it stays in the group without a
+//!   rebalance, and the next process with its instance id takes over at once.
 //! - **Connection loss.** After a reconnect each member heartbeats with its member id
 //!   and generation: it resumes if the coordinator still knows it (partitions it no
 //!   longer holds are reported lost), and otherwise reports everything lost and joins
