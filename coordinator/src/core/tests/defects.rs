@@ -233,8 +233,8 @@ fn defect_2_a_pause_over_a_members_deadline_does_not_expel_it_before_its_beat_is
     assert_eq!(t.expelled(&m), None);
 }
 
-/// Not a defect, a bound: a member that really died before the pause is still expelled once the coordinator
-/// has run again for the grace: the pause guard is bounded.
+/// Not a defect but the guard's bound: a member that really died before the pause is
+/// still expelled once the coordinator has run again for the grace.
 #[test]
 fn the_pause_guard_is_bounded_a_member_dead_before_the_pause_is_expelled_after_the_grace() {
     let mut t = TestContext::new();
