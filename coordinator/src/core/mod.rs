@@ -294,6 +294,10 @@ type MemberRef = (Arc<str>, Arc<str>);
 /// Longest group, topic, member, instance and client id accepted, in bytes.
 pub const MAX_NAME_BYTES: usize = 255;
 
+/// Longest member id the coordinator hands out, in bytes: a static member's id is its
+/// instance id, `#`, and a suffix.
+pub const MAX_MEMBER_ID_BYTES: usize = 2 * MAX_NAME_BYTES;
+
 fn refuse(key: ApiKey, code: ErrorCode, message: impl Into<String>) -> Response {
     Response::error(key as u16, code, message)
 }
@@ -438,11 +442,16 @@ impl Coordinator {
             );
         }
         let too_long = |s: &Option<String>| s.as_ref().is_some_and(|s| s.len() > MAX_NAME_BYTES);
-        if r.client_id.len() > MAX_NAME_BYTES || too_long(&r.instance_id) || too_long(&r.member_id)
-        {
+        if r.client_id.len() > MAX_NAME_BYTES || too_long(&r.instance_id) {
             return bad(
                 ErrorCode::InvalidRequest,
-                format!("client, instance and member ids are at most {MAX_NAME_BYTES} bytes"),
+                format!("client and instance ids are at most {MAX_NAME_BYTES} bytes"),
+            );
+        }
+        if r.member_id.as_ref().is_some_and(|id| id.len() > MAX_MEMBER_ID_BYTES) {
+            return bad(
+                ErrorCode::InvalidRequest,
+                format!("member ids are at most {MAX_MEMBER_ID_BYTES} bytes"),
             );
         }
         if r.instance_id.as_deref() == Some("") {
