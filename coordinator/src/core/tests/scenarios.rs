@@ -929,3 +929,17 @@ fn a_disconnect_unbinds_only_the_members_of_that_connection() {
     assert!(after.iter().all(|(_, conn, _)| *conn != 1), "{after:?}");
     assert!(after.iter().any(|(_, conn, _)| *conn == 2));
 }
+
+/// A static member's id carries its instance id, so even the longest instance id
+/// leaves a member id that a rejoin may name.
+#[test]
+fn a_static_member_with_the_longest_instance_id_can_rejoin_by_its_id() {
+    let mut t = TestContext::new();
+    let mut req = t.join_request("g", &[("orders", 2)]);
+    req.instance_id = Some("i".repeat(crate::core::MAX_NAME_BYTES));
+    let m = t.join_with(1, req.clone()).unwrap();
+    assert!(m.id.len() > crate::core::MAX_NAME_BYTES);
+    req.member_id = Some(m.id.clone());
+    let again = t.join_with(2, req).unwrap();
+    assert_eq!(again.id, m.id);
+}
