@@ -28,6 +28,8 @@
 
 use std::time::{Duration, Instant};
 
+use super::{Coordinator, Event, Output};
+
 /// A wake-up later than this may be a pause of the coordinator; below it, lateness is
 /// scheduling noise and never counts.
 pub const PAUSE_FLOOR: Duration = Duration::from_millis(50);
@@ -120,4 +122,146 @@ impl Guards {
 /// the server's silence began at `since`: such a member gets no time back.
 pub(crate) fn silent_before(since: Instant, last_heard: Instant, session: Duration) -> bool {
     since.saturating_duration_since(last_heard) > session / 2
+}
+
+// The guards' side of the coordinator: traffic in, decisions out.
+impl Coordinator {
+    /// The pause guard: closes a grace that is over; then, if woken later than the
+    /// threshold past the earliest deadline, shifts every deadline (and hold) by the
+    /// delay and opens a new grace.
+    pub(super) fn detect_pause(&mut self, now: Instant) {
+        if let Some(until) = self.guards.pause_grace_until.filter(|u| now >= *u) {
+            self.guards.pause_grace_until = None;
+            self.outputs
+                .push_back(Output::Event(Event::PauseGraceEnded {
+                    late_by: now.saturating_duration_since(until),
+                }));
+        }
+        let Some(expected) = self.timers.peek() else {
+            return;
+        };
+        let late_by = now.saturating_duration_since(expected);
+        if late_by <= PAUSE_FLOOR || late_by <= self.pause_threshold() {
+            return;
+        }
+        for group in self.groups.values_mut() {
+            for m in group.members.values_mut() {
+                m.extend(late_by);
+            }
+            for (until, _) in &mut group.held {
+                *until += late_by;
+            }
+        }
+        let until = now + self.config.pause_guard;
+        self.guards.pause_grace_until = Some(until);
+        self.outputs
+            .push_back(Output::Event(Event::PauseDetected { late_by, until }));
+    }
+
+    /// A frame from a member of this shard arrived at `now`.
+    pub(super) fn member_heard(&mut self, now: Instant) {
+        self.observe_traffic(now);
+    }
+
+    /// The server read a member frame at `at`, on any connection of any shard. The
+    /// shell reports the whole server's latest before each batch, so the isolation
+    /// guard judges silence across the server, not within one shard. Ends a held
+    /// isolation: members that were not already overdue when the silence began get the
+    /// silent time back; members silent since before it get nothing.
+    pub fn observe_traffic(&mut self, at: Instant) {
+        self.guards.heard(at);
+        let Some(since) = self.guards.isolated_since else {
+            return;
+        };
+        if at <= since {
+            return;
+        }
+        self.guards.isolated_since = None;
+        let silent_for = at.saturating_duration_since(since);
+        for group in self.groups.values_mut() {
+            for m in group.members.values_mut() {
+                if !silent_before(since, m.liveness.last_heard(), m.session_timeout) {
+                    m.extend(silent_for);
+                }
+            }
+        }
+        self.outputs
+            .push_back(Output::Event(Event::IsolationEnded { silent_for }));
+    }
+
+    /// How late a wake-up must be to count as a pause of the coordinator: a quarter of
+    /// the shortest session timeout in the shard (a stall that ate that much of a
+    /// member's session is the coordinator's, not the member's), at least
+    /// [`PAUSE_FLOOR`] and at most [`CoreConfig::pause_guard`]. Scans the
+    /// members; asked only when a wake-up is later than the floor.
+    pub(super) fn pause_threshold(&self) -> Duration {
+        let shortest = self
+            .groups
+            .values()
+            .flat_map(|g| g.members.values())
+            .map(|m| m.session_timeout)
+            .min()
+            .unwrap_or(self.config.pause_guard);
+        (shortest / 4).clamp(PAUSE_FLOOR, self.config.pause_guard.max(PAUSE_FLOOR))
+    }
+
+    /// Whether a guard holds the expiry of `member`, whose session expired at `now`.
+    pub(super) fn silence_hold(&mut self, now: Instant, group: &str, member: &str) -> Option<Hold> {
+        let m = self.groups.get(group)?.members.get(member)?;
+        let deadline = m.session_deadline();
+        if deadline > now {
+            return None;
+        }
+        if let Some(until) = self.guards.pause_grace_until.filter(|u| now < *u) {
+            return Some(Hold::Pause { until });
+        }
+        let session = m.session_timeout;
+        let min = self.config.isolation_min_members;
+        if min == 0 || m.conn.is_none() || self.guards.server_silence(now) < session / 2 {
+            return None;
+        }
+        let census = match self.guards.census {
+            Some((at, census)) if at == now => census,
+            _ => {
+                let mut census = Census::default();
+                for g in self.groups.values() {
+                    for m in g.members.values() {
+                        census.count(
+                            now,
+                            m.conn.is_some(),
+                            m.liveness.last_heard(),
+                            m.session_timeout,
+                        );
+                    }
+                }
+                self.guards.census = Some((now, census));
+                census
+            }
+        };
+        if !census.mass_silence(min) {
+            return None;
+        }
+        let bound = deadline + session;
+        if now >= bound {
+            self.outputs
+                .push_back(Output::Event(Event::IsolationHoldExpired {
+                    group: group.to_owned(),
+                    member_id: member.to_owned(),
+                    held_for: now.saturating_duration_since(deadline),
+                }));
+            return None;
+        }
+        if self.guards.isolated_since.is_none() {
+            let since = self.guards.last_frame_at.unwrap_or(now);
+            self.guards.isolated_since = Some(since);
+            self.outputs
+                .push_back(Output::Event(Event::IsolationSuspected {
+                    silent_for: now.saturating_duration_since(since),
+                    members: census.connected,
+                }));
+        }
+        Some(Hold::Isolation {
+            recheck: bound.min(now + session / 4),
+        })
+    }
 }

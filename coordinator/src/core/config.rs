@@ -1,0 +1,72 @@
+//! The core's limits and tunables.
+
+use std::time::Duration;
+
+use super::AssignorKind;
+
+/// Limits and tunables of the core.
+#[derive(Debug, Clone)]
+pub struct CoreConfig {
+    /// Smallest session timeout a member may ask for.
+    pub min_session_timeout: Duration,
+    /// Largest session timeout a member may ask for.
+    pub max_session_timeout: Duration,
+    /// Largest progress timeout a member may ask for.
+    pub max_progress_timeout: Duration,
+    /// Largest rebalance timeout a member may ask for.
+    pub max_rebalance_timeout: Duration,
+    /// Maximum members in one group.
+    pub max_members_per_group: usize,
+    /// Maximum partitions (over all topics) in one group.
+    pub max_partitions_per_group: u32,
+    /// Maximum commit metadata size, bytes.
+    pub max_metadata_bytes: usize,
+    /// Rebalance triggers closer together than this share one generation.
+    pub rebalance_coalesce: Duration,
+    /// A rebalance is never delayed by coalescing more than this after its first trigger.
+    pub rebalance_coalesce_max: Duration,
+    /// The assignor.
+    pub assignor: AssignorKind,
+    /// How many expelled member ids each group remembers, to answer them with the reason
+    /// rather than "unknown member".
+    pub expelled_memory: usize,
+    /// The most lateness a wake-up needs to be taken for a pause of the coordinator
+    /// itself (a quarter of the shortest session timeout suffices), and the grace after
+    /// a pause in which nobody is expelled for silence (see [`guards`]).
+    pub pause_guard: Duration,
+    /// Fewest members with open connections a shard needs before the isolation guard
+    /// may blame the coordinator's own connectivity for a mass silence (see
+    /// [`guards`]). `0` disables the guard.
+    pub isolation_min_members: usize,
+    /// Prefix of generated member ids; the shell makes it unique per process start, so
+    /// ids never repeat across restarts.
+    pub member_id_prefix: String,
+}
+
+impl Default for CoreConfig {
+    fn default() -> Self {
+        Self {
+            min_session_timeout: Duration::from_millis(100),
+            max_session_timeout: Duration::from_secs(30 * 60),
+            max_progress_timeout: Duration::from_secs(24 * 60 * 60),
+            max_rebalance_timeout: Duration::from_secs(30 * 60),
+            max_members_per_group: 10_000,
+            max_partitions_per_group: 1_000_000,
+            max_metadata_bytes: 4096,
+            rebalance_coalesce: Duration::from_millis(20),
+            rebalance_coalesce_max: Duration::from_millis(250),
+            assignor: AssignorKind::Sticky,
+            expelled_memory: 1024,
+            pause_guard: Duration::from_secs(2),
+            isolation_min_members: 3,
+            member_id_prefix: "m".to_owned(),
+        }
+    }
+}
+
+/// Longest group, topic, member, instance and client id accepted, in bytes.
+pub const MAX_NAME_BYTES: usize = 255;
+
+/// Longest member id the coordinator hands out, in bytes: a static member's id is its
+/// instance id, `#`, and a suffix.
+pub const MAX_MEMBER_ID_BYTES: usize = 2 * MAX_NAME_BYTES;

@@ -1,0 +1,171 @@
+//! What the core tells the shell besides responses: pushes for connections and events
+//! for logs and metrics.
+
+use std::time::{Duration, Instant};
+
+use rollcall_protocol::{ExpelReason, Push};
+
+use super::ConnId;
+
+/// Why a rebalance started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RebalanceCause {
+    /// A member joined.
+    Join,
+    /// A member left.
+    Leave,
+    /// A member was expelled.
+    Expulsion,
+    /// A member changed its subscription.
+    Subscription,
+}
+
+impl RebalanceCause {
+    /// Every cause.
+    pub const ALL: [Self; 4] = [Self::Join, Self::Leave, Self::Expulsion, Self::Subscription];
+
+    /// Snake-case name, for logs and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Join => "join",
+            Self::Leave => "leave",
+            Self::Expulsion => "expulsion",
+            Self::Subscription => "subscription",
+        }
+    }
+
+    /// The cause named `name` by [`Self::as_str`].
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.as_str() == name)
+    }
+}
+
+/// Something that happened, for logs and metrics. Never needed for correctness.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A member joined (a fresh member id).
+    MemberJoined {
+        /// Group.
+        group: String,
+        /// New member.
+        member_id: String,
+        /// Static instance id.
+        instance_id: Option<String>,
+    },
+    /// A static member's new process took over an old member id.
+    MemberReplaced {
+        /// Group.
+        group: String,
+        /// The fenced member id.
+        old_member_id: String,
+        /// The new member id.
+        new_member_id: String,
+        /// The instance id they share.
+        instance_id: String,
+    },
+    /// A member left the group: expelled, fenced or by its own leave.
+    MemberRemoved {
+        /// Group.
+        group: String,
+        /// Member.
+        member_id: String,
+        /// Why.
+        reason: ExpelReason,
+    },
+    /// A rebalance computed a new target assignment.
+    RebalanceStarted {
+        /// Group.
+        group: String,
+        /// The new generation.
+        generation: u32,
+        /// The first trigger.
+        cause: RebalanceCause,
+        /// Partitions whose owner changes.
+        partitions_moved: usize,
+    },
+    /// Every member holds its target assignment.
+    RebalanceCompleted {
+        /// Group.
+        group: String,
+        /// Generation.
+        generation: u32,
+        /// From the first trigger until the last grant.
+        duration: Duration,
+    },
+    /// Offsets committed.
+    CommitsAccepted {
+        /// Group.
+        group: String,
+        /// Number of offsets.
+        count: usize,
+    },
+    /// An offset commit refused.
+    CommitRejected {
+        /// Group.
+        group: String,
+        /// Why.
+        reason: rollcall_protocol::ErrorCode,
+    },
+    /// Every member went silent at once: the coordinator suspects its own network and
+    /// holds expulsions for silence.
+    IsolationSuspected {
+        /// How long no member has been heard.
+        silent_for: Duration,
+        /// Members in the shard.
+        members: usize,
+    },
+    /// Members are heard again after a suspected isolation; every member that was not
+    /// already overdue when the silence began got the silence back.
+    IsolationEnded {
+        /// How long no member was heard.
+        silent_for: Duration,
+    },
+    /// The isolation guard held a member for as long as it may (one more session
+    /// timeout past its deadline) and lets it be expelled.
+    IsolationHoldExpired {
+        /// Group.
+        group: String,
+        /// Member.
+        member_id: String,
+        /// How long past its deadline it was held.
+        held_for: Duration,
+    },
+    /// The core was woken much later than it asked: it extended every deadline and
+    /// holds expulsions for silence until `until`.
+    PauseDetected {
+        /// How late it was woken.
+        late_by: Duration,
+        /// End of the grace in which queued frames are read before anyone is judged.
+        until: Instant,
+    },
+    /// The grace after a pause is over; expulsions for silence proceed.
+    PauseGraceEnded {
+        /// How long after the grace's end the core noticed.
+        late_by: Duration,
+    },
+}
+
+/// An output of the core.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    /// Send `push` on connection `conn`.
+    Push {
+        /// Connection.
+        conn: ConnId,
+        /// What to send.
+        push: Push,
+    },
+    /// Something happened.
+    Event(Event),
+}
+
+/// Counts for gauges.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CoreStats {
+    /// Groups known.
+    pub groups: usize,
+    /// Members judged alive.
+    pub members_alive: usize,
+    /// Members judged suspect.
+    pub members_suspect: usize,
+}

@@ -1,0 +1,69 @@
+//! Inspection: ListGroups, DescribeGroup and the counts behind the gauges.
+
+use std::time::Instant;
+
+use rollcall_protocol::{
+    ApiKey, DescribeGroupResponse, ErrorCode, GroupListing, ListGroupsResponse, Response,
+};
+
+use super::{refuse, Coordinator, CoreStats};
+
+impl Coordinator {
+    pub(super) fn list_groups(&self) -> Response {
+        let mut groups: Vec<GroupListing> = self
+            .groups
+            .values()
+            .map(|g| GroupListing {
+                group: g.name.to_string(),
+                state: g.state(),
+                generation: g.generation,
+                members: g.members.len() as u32,
+            })
+            .collect();
+        groups.sort_by(|a, b| a.group.cmp(&b.group));
+        Response::ListGroups(ListGroupsResponse { groups })
+    }
+
+    pub(super) fn describe(&self, now: Instant, group: &str) -> Response {
+        let Some(g) = self.groups.get(group) else {
+            return refuse(
+                ApiKey::DescribeGroup,
+                ErrorCode::UnknownGroup,
+                format!("no group {group:?}"),
+            );
+        };
+        Response::DescribeGroup(DescribeGroupResponse {
+            group: g.name.to_string(),
+            state: g.state(),
+            generation: g.generation,
+            assignor: self.assignor.name().to_owned(),
+            members: g
+                .members
+                .values()
+                .map(|m| g.describe_member(m, now))
+                .collect(),
+        })
+    }
+
+    /// Counts for gauges at `now`.
+    pub fn stats(&self, now: Instant) -> CoreStats {
+        let mut stats = CoreStats {
+            groups: self.groups.len(),
+            ..CoreStats::default()
+        };
+        for g in self.groups.values() {
+            for m in g.members.values() {
+                match m.liveness.liveness(now) {
+                    rollcall_protocol::Liveness::Alive => stats.members_alive += 1,
+                    rollcall_protocol::Liveness::Suspect => stats.members_suspect += 1,
+                }
+            }
+        }
+        stats
+    }
+
+    /// Number of timer entries (for tests and memory accounting).
+    pub fn timer_entries(&self) -> usize {
+        self.timers.len()
+    }
+}

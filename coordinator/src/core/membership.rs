@@ -1,0 +1,458 @@
+//! Membership requests: Join (with its validation, rejoins and static replacement),
+//! Heartbeat and Leave, and the binding of members to connections.
+
+use std::sync::Arc;
+use std::time::Duration;
+use std::time::Instant;
+
+use rollcall_protocol::{
+    ApiKey, ErrorCode, ExpelReason, HeartbeatRequest, HeartbeatResponse, JoinRequest, JoinResponse,
+    LeaveMode, LeaveRequest, Response,
+};
+
+use super::group::{duration_ms, Ctx, Group};
+use super::{refuse, ConnId, Coordinator, Event, Output, RebalanceCause, TopicPartition};
+use super::{MAX_MEMBER_ID_BYTES, MAX_NAME_BYTES};
+
+impl Coordinator {
+    pub(super) fn validate_join(
+        &self,
+        r: &JoinRequest,
+    ) -> Result<(Duration, Duration, Duration), Response> {
+        let bad = |code, msg: String| Err(refuse(ApiKey::Join, code, msg));
+        let c = &self.config;
+        if r.group.is_empty() || r.group.len() > MAX_NAME_BYTES {
+            return bad(
+                ErrorCode::InvalidRequest,
+                format!("group id must be 1 to {MAX_NAME_BYTES} bytes"),
+            );
+        }
+        if r.join_token == 0 {
+            return bad(
+                ErrorCode::InvalidRequest,
+                "join token must be nonzero".into(),
+            );
+        }
+        let too_long = |s: &Option<String>| s.as_ref().is_some_and(|s| s.len() > MAX_NAME_BYTES);
+        if r.client_id.len() > MAX_NAME_BYTES || too_long(&r.instance_id) {
+            return bad(
+                ErrorCode::InvalidRequest,
+                format!("client and instance ids are at most {MAX_NAME_BYTES} bytes"),
+            );
+        }
+        if r.member_id
+            .as_ref()
+            .is_some_and(|id| id.len() > MAX_MEMBER_ID_BYTES)
+        {
+            return bad(
+                ErrorCode::InvalidRequest,
+                format!("member ids are at most {MAX_MEMBER_ID_BYTES} bytes"),
+            );
+        }
+        if r.instance_id.as_deref() == Some("") {
+            return bad(
+                ErrorCode::InvalidRequest,
+                "instance id must not be empty".into(),
+            );
+        }
+        if r.subscription.is_empty() {
+            return bad(
+                ErrorCode::InvalidRequest,
+                "subscription must name at least one topic".into(),
+            );
+        }
+        let mut names: Vec<&str> = Vec::with_capacity(r.subscription.len());
+        for t in &r.subscription {
+            if t.topic.is_empty() || t.topic.len() > MAX_NAME_BYTES {
+                return bad(
+                    ErrorCode::InvalidRequest,
+                    format!("topic names must be 1 to {MAX_NAME_BYTES} bytes"),
+                );
+            }
+            if t.partitions == 0 {
+                return bad(
+                    ErrorCode::InvalidRequest,
+                    format!("topic {:?} must have at least one partition", t.topic),
+                );
+            }
+            names.push(&t.topic);
+        }
+        names.sort_unstable();
+        if names.windows(2).any(|w| w[0] == w[1]) {
+            return bad(
+                ErrorCode::InvalidRequest,
+                "subscription names a topic twice".into(),
+            );
+        }
+        let session = Duration::from_millis(u64::from(r.session_timeout_ms));
+        if session < c.min_session_timeout || session > c.max_session_timeout {
+            return bad(
+                ErrorCode::InvalidSessionTimeout,
+                format!(
+                    "session timeout {session:?} is outside the coordinator's bounds {:?}..={:?}",
+                    c.min_session_timeout, c.max_session_timeout
+                ),
+            );
+        }
+        let progress = Duration::from_millis(u64::from(r.progress_timeout_ms));
+        if progress.is_zero() || progress > c.max_progress_timeout {
+            return bad(
+                ErrorCode::InvalidRequest,
+                format!(
+                    "progress timeout {progress:?} must be above zero and at most {:?}",
+                    c.max_progress_timeout
+                ),
+            );
+        }
+        let rebalance = Duration::from_millis(u64::from(r.rebalance_timeout_ms));
+        if rebalance.is_zero() || rebalance > c.max_rebalance_timeout {
+            return bad(
+                ErrorCode::InvalidRequest,
+                format!(
+                    "rebalance timeout {rebalance:?} must be above zero and at most {:?}",
+                    c.max_rebalance_timeout
+                ),
+            );
+        }
+        Ok((session, progress, rebalance))
+    }
+
+    pub(super) fn join(&mut self, now: Instant, conn: ConnId, r: JoinRequest) -> Response {
+        let timeouts = match self.validate_join(&r) {
+            Ok(t) => t,
+            Err(resp) => return resp,
+        };
+        let subscription: Vec<(String, u32)> = r
+            .subscription
+            .iter()
+            .map(|t| (t.topic.clone(), t.partitions))
+            .collect();
+        // Static member ids name their instance, so a request from any older
+        // incarnation can be fenced from the id alone (see `Group::gone_reason`).
+        let member_id = Arc::<str>::from(match &r.instance_id {
+            Some(instance) => format!(
+                "{instance}#{}{}",
+                self.config.member_id_prefix, self.next_member
+            ),
+            None => format!("{}{}", self.config.member_id_prefix, self.next_member),
+        });
+        let max_members = self.config.max_members_per_group;
+        // A rejoin naming a member that is gone is told so (a stale incarnation of a
+        // static instance is fenced): the member's partitions are lost, and it joins
+        // again afresh, or gives up if fenced.
+        if let Some(old) = &r.member_id {
+            let group = self.groups.get(r.group.as_str());
+            let known = group.is_some_and(|g| g.members.contains_key(old.as_str()));
+            if !known {
+                return Self::member_gone(group, ApiKey::Join, old);
+            }
+        }
+        let floor = self.generation_floor;
+        let (groups, mut ctx) = self.parts(now);
+        let group = groups
+            .entry(Arc::from(r.group.as_str()))
+            .or_insert_with_key(|name| Group::new(name.clone(), floor));
+
+        // A rejoin naming a live member, or a retried join (same token, and the same
+        // instance, client and subscription: a token that merely collides with another
+        // member's is not that member): same member.
+        let existing = match &r.member_id {
+            Some(id) => group
+                .members
+                .get_key_value(id.as_str())
+                .filter(|(_, m)| r.instance_id.is_none() || m.instance_id == r.instance_id)
+                .map(|(k, _)| k.clone()),
+            None => group
+                .tokens
+                .get(&r.join_token)
+                .filter(|id| {
+                    group.members.get(*id).is_some_and(|m| {
+                        m.instance_id == r.instance_id
+                            && m.client_id == r.client_id
+                            && group.subscription_is(m, &subscription)
+                    })
+                })
+                .cloned(),
+        };
+        if let Some(id) = existing {
+            let resp = Self::rejoin(group, &mut ctx, conn, &id, &subscription, timeouts);
+            return resp;
+        }
+
+        let replacing = r
+            .instance_id
+            .as_ref()
+            .and_then(|i| group.instance_member(i));
+        let replaced = replacing.as_ref().and_then(|id| group.members.get(id));
+        if let Err(refusal) = group.check_subscription(&subscription, ctx.config, replaced) {
+            return refuse(ApiKey::Join, refusal.code, refusal.message);
+        }
+        if replacing.is_none() && group.members.len() >= max_members {
+            return refuse(
+                ApiKey::Join,
+                ErrorCode::GroupFull,
+                format!(
+                    "group {:?} has its maximum of {max_members} members",
+                    r.group
+                ),
+            );
+        }
+        self.next_member += 1;
+        let (groups, mut ctx) = self.parts(now);
+        let Some(group) = groups.get_mut(r.group.as_str()) else {
+            return refuse(ApiKey::Join, ErrorCode::Internal, "group vanished");
+        };
+        let old_subscription = replacing
+            .as_ref()
+            .map(|old| group.unsubscribe_for_replacement(old));
+        let topics = group.subscribe(&subscription);
+        let subscription_changed = old_subscription.is_some_and(|old| old != topics);
+        if let Some(instance) = &r.instance_id {
+            group.register_instance(instance, member_id.clone());
+        }
+        let member = group.new_member(
+            now,
+            member_id.clone(),
+            r.instance_id.clone(),
+            r.client_id.clone(),
+            r.join_token,
+            Some(conn),
+            timeouts,
+            topics,
+        );
+        match replacing {
+            Some(old) => {
+                group.replace_member(&mut ctx, &old, member, subscription_changed);
+            }
+            None => {
+                group.insert_member(&mut ctx, member);
+                ctx.outputs.push_back(Output::Event(Event::MemberJoined {
+                    group: r.group.clone(),
+                    member_id: member_id.to_string(),
+                    instance_id: r.instance_id.clone(),
+                }));
+                group.trigger_rebalance(&mut ctx, RebalanceCause::Join);
+            }
+        }
+        Response::Join(JoinResponse {
+            member_id: member_id.to_string(),
+            generation: group.generation,
+            heartbeat_interval_ms: heartbeat_interval_ms(timeouts.0),
+        })
+    }
+
+    /// A join for a member that is still in the group: rebinds it, applies a changed
+    /// subscription or timeouts, and pushes its state again.
+    pub(super) fn rejoin(
+        group: &mut Group,
+        ctx: &mut Ctx<'_>,
+        conn: ConnId,
+        id: &Arc<str>,
+        subscription: &[(String, u32)],
+        timeouts: (Duration, Duration, Duration),
+    ) -> Response {
+        let now = ctx.now;
+        if !group.subscription_is(&group.members[id], subscription) {
+            if let Err(refusal) =
+                group.check_subscription(subscription, ctx.config, group.members.get(id))
+            {
+                return refuse(ApiKey::Join, refusal.code, refusal.message);
+            }
+            group.unsubscribe_for_replacement(id);
+            let topics = group.subscribe(subscription);
+            if let Some(m) = group.members.get_mut(id) {
+                m.subscription = topics;
+            }
+            group.snapshot_dirty = true;
+            group.trigger_rebalance(ctx, RebalanceCause::Subscription);
+        }
+        let Some(m) = group.members.get_mut(id) else {
+            return refuse(ApiKey::Join, ErrorCode::Internal, "member vanished");
+        };
+        m.set_timeouts(timeouts);
+        m.heard(now);
+        m.conn = Some(conn);
+        // A shorter timeout can bring a deadline forward.
+        group.schedule_member(ctx, id);
+        let generation = group.generation;
+        group.push_state(ctx, id);
+        Response::Join(JoinResponse {
+            member_id: id.to_string(),
+            generation,
+            heartbeat_interval_ms: heartbeat_interval_ms(timeouts.0),
+        })
+    }
+
+    /// The error for a request naming a member that is not in the group.
+    pub(super) fn member_gone(group: Option<&Group>, key: ApiKey, member_id: &str) -> Response {
+        match group.and_then(|g| g.gone_reason(member_id)) {
+            Some(ExpelReason::Fenced) => refuse(
+                key,
+                ErrorCode::FencedInstance,
+                format!("member {member_id:?} was fenced: a newer process took its instance id"),
+            ),
+            Some(ExpelReason::Left) | None => refuse(
+                key,
+                ErrorCode::UnknownMember,
+                format!("member {member_id:?} is not in the group"),
+            ),
+            Some(reason) => refuse(
+                key,
+                ErrorCode::MemberExpelled,
+                format!("member {member_id:?} was expelled: {}", reason.as_str()),
+            ),
+        }
+    }
+
+    pub(super) fn heartbeat(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        r: HeartbeatRequest,
+    ) -> Response {
+        let (groups, mut ctx) = self.parts(now);
+        let Some(group) = groups.get_mut(r.group.as_str()) else {
+            return Self::member_gone(None, ApiKey::Heartbeat, &r.member_id);
+        };
+        let group_generation = group.generation;
+        let Some(m) = group.members.get_mut(r.member_id.as_str()) else {
+            return Self::member_gone(Some(group), ApiKey::Heartbeat, &r.member_id);
+        };
+        if r.generation > group_generation {
+            return refuse(
+                ApiKey::Heartbeat,
+                ErrorCode::IllegalGeneration,
+                format!(
+                    "generation {} is newer than the group's {group_generation}",
+                    r.generation
+                ),
+            );
+        }
+        m.heard(now);
+        m.record_sequence(r.sequence);
+        m.report_progress(now, r.progress);
+        let rebound = m.conn != Some(conn);
+        m.conn = Some(conn);
+        let stale = r.generation != m.generation;
+        let session_timeout_ms = duration_ms(m.session_timeout) as u32;
+        // The common case ends here: no acknowledgement, same connection, same generation.
+        if r.acked_revocations.is_empty() && !rebound && !stale {
+            return Response::Heartbeat(HeartbeatResponse {
+                generation: m.generation,
+                session_timeout_ms,
+            });
+        }
+        let id = m.id.clone();
+        let acked: Vec<TopicPartition> = r
+            .acked_revocations
+            .iter()
+            .flat_map(|tps| {
+                tps.partitions
+                    .iter()
+                    .filter_map(|&p| group.resolve(&tps.topic, p))
+            })
+            .collect();
+        if rebound || stale {
+            group.push_state(&mut ctx, &id);
+        }
+        group.acknowledge_and_grant(&mut ctx, &id, &acked);
+        let generation = group.members[&id].generation;
+        if rebound {
+            self.bind(conn, &r.group, &r.member_id);
+        }
+        self.note_dirty(&r.group);
+        Response::Heartbeat(HeartbeatResponse {
+            generation,
+            session_timeout_ms,
+        })
+    }
+
+    pub(super) fn leave(&mut self, now: Instant, _conn: ConnId, r: LeaveRequest) -> Response {
+        let (groups, mut ctx) = self.parts(now);
+        let Some(group) = groups.get_mut(r.group.as_str()) else {
+            return Self::member_gone(None, ApiKey::Leave, &r.member_id);
+        };
+        let Some(id) = group
+            .members
+            .get_key_value(r.member_id.as_str())
+            .map(|(k, _)| k.clone())
+        else {
+            return Self::member_gone(Some(group), ApiKey::Leave, &r.member_id);
+        };
+        let Some(m) = group.members.get_mut(&id) else {
+            return refuse(ApiKey::Leave, ErrorCode::Internal, "member vanished");
+        };
+        match r.mode {
+            // The member stopped acting on everything before it asked: its lease ends
+            // now, and its partitions move at once.
+            LeaveMode::Released => m.lease_until = now,
+            // The application may still be acting: the partitions wait for the lease.
+            LeaveMode::Unconfirmed => {}
+            // A static member's process stopped acting and goes away; the member stays
+            // (no rebalance) until its next process takes over, at once, or its session
+            // expires. A dynamic member can never be taken over: it simply leaves.
+            LeaveMode::StandDown => {
+                m.lease_until = now;
+                if m.instance_id.is_some() {
+                    m.conn = None;
+                    group.snapshot_dirty = true;
+                    return Response::Leave;
+                }
+            }
+        }
+        group.remove_member(&mut ctx, &id, ExpelReason::Left, "left".to_owned());
+        group.reconcile(&mut ctx);
+        Response::Leave
+    }
+
+    /// Connection `conn` closed. Its members keep their sessions and may resume on
+    /// another connection.
+    ///
+    /// Costs O(members that were bound to `conn`), not O(members).
+    pub fn handle_disconnect(&mut self, now: Instant, conn: ConnId) {
+        self.tick(now);
+        for (group, member) in self.bound.remove(&conn).unwrap_or_default() {
+            let m = self
+                .groups
+                .get_mut(&group)
+                .and_then(|g| g.members.get_mut(&member));
+            if let Some(m) = m {
+                if m.conn == Some(conn) {
+                    m.conn = None;
+                }
+            }
+        }
+    }
+
+    /// Records that `member` of `group` now talks over `conn`.
+    pub(super) fn bind(&mut self, conn: ConnId, group: &str, member: &str) {
+        let Some(g) = self.groups.get(group) else {
+            return;
+        };
+        let Some((id, _)) = g.members.get_key_value(member) else {
+            return;
+        };
+        let entry = (g.name.clone(), id.clone());
+        let list = self.bound.entry(conn).or_default();
+        list.push(entry);
+        // A long-lived connection whose members come and go would pile up stale
+        // entries; drop them whenever the list doubles.
+        if list.len() >= 64 && list.len().is_power_of_two() {
+            let groups = &self.groups;
+            list.retain(|(group, member)| {
+                groups
+                    .get(group)
+                    .and_then(|g| g.members.get(member))
+                    .is_some_and(|m| m.conn == Some(conn))
+            });
+        }
+    }
+}
+
+/// The heartbeat interval suggested for a session timeout: a third of it, so a session
+/// survives two lost beats.
+fn heartbeat_interval_ms(session: Duration) -> u32 {
+    u32::try_from(session.as_millis() / 3)
+        .unwrap_or(u32::MAX)
+        .max(1)
+}

@@ -1,0 +1,190 @@
+//! Offsets: commits (fenced by membership and ownership), fetches, and the deletion of
+//! a group whose offsets retention expired.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use rollcall_protocol::{
+    ApiKey, CommitOffsetsRequest, CommitOffsetsResponse, CommittedOffset, ErrorCode,
+    FetchOffsetsRequest, FetchOffsetsResponse, PartitionResult, Response,
+};
+
+use super::group::{Ctx, Group};
+use super::{refuse, ConnId, Coordinator, Event, OffsetRecord, Output, Record, MAX_NAME_BYTES};
+
+impl Coordinator {
+    pub(super) fn commit(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        r: CommitOffsetsRequest,
+    ) -> Response {
+        let max_metadata = self.config.max_metadata_bytes;
+        let floor = self.generation_floor;
+        let (groups, mut ctx) = self.parts(now);
+        let group_name = r.group.clone();
+        let reject = |ctx: &mut Ctx<'_>, reason: ErrorCode| {
+            ctx.outputs.push_back(Output::Event(Event::CommitRejected {
+                group: group_name.clone(),
+                reason,
+            }));
+        };
+        if r.group.is_empty() || r.group.len() > MAX_NAME_BYTES {
+            return refuse(
+                ApiKey::CommitOffsets,
+                ErrorCode::InvalidRequest,
+                format!("group id must be 1 to {MAX_NAME_BYTES} bytes"),
+            );
+        }
+        let member = match &r.member_id {
+            None => {
+                let group = groups
+                    .entry(Arc::from(r.group.as_str()))
+                    .or_insert_with_key(|name| Group::new(name.clone(), floor));
+                if !group.members.is_empty() {
+                    reject(&mut ctx, ErrorCode::InvalidRequest);
+                    return refuse(
+                        ApiKey::CommitOffsets,
+                        ErrorCode::InvalidRequest,
+                        "commits without a member id are accepted only while the group has no members",
+                    );
+                }
+                None
+            }
+            Some(member_id) => {
+                let found = groups.get_mut(r.group.as_str()).and_then(|g| {
+                    g.members
+                        .get_key_value(member_id.as_str())
+                        .map(|(k, _)| k.clone())
+                });
+                let Some(id) = found else {
+                    let resp = Self::member_gone(
+                        groups.get(r.group.as_str()),
+                        ApiKey::CommitOffsets,
+                        member_id,
+                    );
+                    if let Response::Error(e) = &resp {
+                        reject(&mut ctx, e.code);
+                    }
+                    return resp;
+                };
+                Some(id)
+            }
+        };
+        let Some(group) = groups.get_mut(r.group.as_str()) else {
+            return refuse(ApiKey::CommitOffsets, ErrorCode::Internal, "group vanished");
+        };
+        let mut rebound = false;
+        if r.generation > group.generation && member.is_some() {
+            reject(&mut ctx, ErrorCode::IllegalGeneration);
+            return refuse(
+                ApiKey::CommitOffsets,
+                ErrorCode::IllegalGeneration,
+                format!(
+                    "generation {} is newer than the group's {}",
+                    r.generation, group.generation
+                ),
+            );
+        }
+        if let Some(id) = &member {
+            let m = group.members.get_mut(id).expect("member exists");
+            m.heard(now);
+            if m.conn != Some(conn) {
+                m.conn = Some(conn);
+                group.push_state(&mut ctx, id);
+                rebound = true;
+            }
+        }
+        let mut results = Vec::with_capacity(r.offsets.len());
+        let mut accepted = 0;
+        for o in r.offsets {
+            let error = if o.metadata.len() > max_metadata {
+                ErrorCode::MetadataTooLarge
+            } else if let Some(id) = &member {
+                let m = &group.members[id];
+                match group.resolve(&o.topic, o.partition) {
+                    Some(tp) if m.owned.contains(&tp) => ErrorCode::None,
+                    Some(tp) if m.released.contains(&tp) => ErrorCode::PartitionRevoked,
+                    _ => ErrorCode::NotOwner,
+                }
+            } else {
+                ErrorCode::None
+            };
+            if error == ErrorCode::None {
+                accepted += 1;
+                ctx.records.push(Record::Offset(OffsetRecord {
+                    group: r.group.clone(),
+                    topic: o.topic.clone(),
+                    partition: o.partition,
+                    offset: o.offset,
+                    metadata: o.metadata.clone(),
+                }));
+                group
+                    .offsets
+                    .insert((o.topic.clone(), o.partition), (o.offset, o.metadata));
+            } else {
+                reject(&mut ctx, error);
+            }
+            results.push(PartitionResult {
+                topic: o.topic,
+                partition: o.partition,
+                error,
+            });
+        }
+        if accepted > 0 {
+            ctx.outputs.push_back(Output::Event(Event::CommitsAccepted {
+                group: r.group.clone(),
+                count: accepted,
+            }));
+        }
+        if let (true, Some(id)) = (rebound, &member) {
+            self.bind(conn, &r.group, id);
+        }
+        Response::CommitOffsets(CommitOffsetsResponse { results })
+    }
+
+    pub(super) fn fetch(&self, r: FetchOffsetsRequest) -> Response {
+        let Some(group) = self.groups.get(r.group.as_str()) else {
+            return Response::FetchOffsets(FetchOffsetsResponse::default());
+        };
+        let offsets = group
+            .offsets
+            .iter()
+            .filter(|((topic, _), _)| r.topics.is_empty() || r.topics.iter().any(|t| t == topic))
+            .map(|((topic, partition), (offset, metadata))| CommittedOffset {
+                topic: topic.clone(),
+                partition: *partition,
+                offset: *offset,
+                metadata: metadata.clone(),
+            })
+            .collect();
+        Response::FetchOffsets(FetchOffsetsResponse { offsets })
+    }
+
+    /// The store found `group` empty for longer than the offsets retention; the core,
+    /// which is ahead of the store, decides. Returns whether the group was deleted.
+    ///
+    /// A group with members (one may have joined while its snapshot was still on its way
+    /// to the store), or with partitions held for an expelled member, is kept and
+    /// nothing is recorded; the store still finds it expired on a later pass if it stays
+    /// empty. Otherwise the group is forgotten, offsets and all, and a
+    /// [`Record::GroupDeleted`] asks the store to do the same, in order with every other
+    /// record. A group the core does not know is deleted too: the store may hold
+    /// something the core does not.
+    pub fn remove_offsets(&mut self, group: &str) -> bool {
+        if let Some(g) = self.groups.get(group) {
+            if !g.members.is_empty() || !g.held.is_empty() {
+                return false;
+            }
+            self.generation_floor = self.generation_floor.max(g.generation);
+            // Out of the table, so no dirty snapshot of it follows the deletion. Its
+            // timer entries are dropped when they fire (or re-check a new group of the
+            // same name, as any early entry does).
+            self.groups.remove(group);
+        }
+        self.records.push(Record::GroupDeleted {
+            group: group.to_owned(),
+        });
+        true
+    }
+}
