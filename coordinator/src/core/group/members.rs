@@ -1,0 +1,337 @@
+//! A group's members: adding, removing (with the hold of their partitions) and
+//! replacing them, and their timers (session, progress and revocation deadlines).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rollcall_protocol::{AssignmentPush, ExpelReason, ExpelledPush, Push, RevokePush};
+
+use super::super::guards::Hold;
+use super::super::liveness::FixedTimeout;
+use super::super::timers::TimerKey;
+use super::super::{ConnId, Event, RebalanceCause, TopicPartition};
+use super::{Ctx, Group, Member};
+
+impl Group {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new_member(
+        &self,
+        now: Instant,
+        id: Arc<str>,
+        instance_id: Option<String>,
+        client_id: String,
+        join_token: u64,
+        conn: Option<ConnId>,
+        timeouts: (Duration, Duration, Duration),
+        subscription: Vec<u32>,
+    ) -> Member {
+        let (session_timeout, progress_timeout, rebalance_timeout) = timeouts;
+        Member {
+            id,
+            instance_id,
+            client_id,
+            join_token,
+            conn,
+            session_timeout,
+            progress_timeout,
+            rebalance_timeout,
+            subscription,
+            liveness: Box::new(FixedTimeout::new(now, session_timeout)),
+            progress: 0,
+            progress_deadline: now + progress_timeout,
+            last_progress_at: now,
+            last_sequence: 0,
+            beats_lost: 0,
+            generation: self.generation,
+            owned: BTreeSet::new(),
+            target: BTreeSet::new(),
+            revoke_deadline: None,
+            revoke_pushed: Vec::new(),
+            released: BTreeSet::new(),
+            assignment_dirty: true,
+            lease_until: now + session_timeout,
+            timer_at: None,
+        }
+    }
+
+    /// Adds a member and schedules its deadlines.
+    pub(crate) fn insert_member(&mut self, ctx: &mut Ctx<'_>, mut member: Member) {
+        self.tokens.insert(member.join_token, member.id.clone());
+        for tp in &member.owned {
+            self.owners.insert(*tp, member.id.clone());
+        }
+        let key = TimerKey::Member {
+            group: self.name.clone(),
+            member: member.id.clone(),
+        };
+        let next = member.next_deadline();
+        ctx.timers.schedule(&mut member.timer_at, next, key);
+        self.members.insert(member.id.clone(), member);
+        self.snapshot_dirty = true;
+    }
+
+    pub(crate) fn forget(&mut self, id: &Arc<str>, reason: ExpelReason, memory: usize) {
+        self.removed.insert(id.clone(), reason);
+        self.removed_order.push_back(id.clone());
+        while self.removed_order.len() > memory {
+            if let Some(old) = self.removed_order.pop_front() {
+                self.removed.remove(&old);
+            }
+        }
+    }
+
+    /// Makes sure the member's timer fires by its earliest deadline.
+    pub(crate) fn schedule_member(&mut self, ctx: &mut Ctx<'_>, id: &Arc<str>) {
+        let Some(m) = self.members.get_mut(id) else {
+            return;
+        };
+        let key = TimerKey::Member {
+            group: self.name.clone(),
+            member: id.clone(),
+        };
+        let next = m.next_deadline();
+        ctx.timers.schedule(&mut m.timer_at, next, key);
+    }
+
+    /// Removes a member. Its partitions are held until its lease has run out
+    /// ([`Member::lease_until`]); a member that left after releasing everything ended
+    /// its lease itself, so its partitions move at once.
+    pub(crate) fn remove_member(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        id: &Arc<str>,
+        reason: ExpelReason,
+        message: String,
+    ) {
+        let Some(member) = self.members.remove(id) else {
+            return;
+        };
+        if self.tokens.get(&member.join_token) == Some(id) {
+            self.tokens.remove(&member.join_token);
+        }
+        self.unsubscribe(&member.subscription);
+        let owned: Vec<TopicPartition> = member.owned.iter().copied().collect();
+        for tp in &owned {
+            self.owners.remove(tp);
+        }
+        let hold_until = member.lease_until;
+        if hold_until > ctx.now && !owned.is_empty() {
+            self.held.push((hold_until, owned));
+            let key = TimerKey::Group(self.name.clone());
+            ctx.timers.schedule(&mut self.timer_at, hold_until, key);
+        }
+        self.forget(id, reason, ctx.config.expelled_memory);
+        if reason != ExpelReason::Left {
+            ctx.push(
+                member.conn,
+                Push::Expelled(ExpelledPush {
+                    group: self.name.to_string(),
+                    member_id: id.to_string(),
+                    reason,
+                    message,
+                }),
+            );
+        }
+        ctx.event(Event::MemberRemoved {
+            group: self.name.to_string(),
+            member_id: id.to_string(),
+            reason,
+        });
+        self.snapshot_dirty = true;
+        let cause = if reason == ExpelReason::Left {
+            RebalanceCause::Leave
+        } else {
+            RebalanceCause::Expulsion
+        };
+        self.trigger_rebalance(ctx, cause);
+    }
+
+    /// Replaces a static member by a new process under a new member id: it takes over
+    /// the old member's target and generation without a rebalance; the old id is fenced.
+    ///
+    /// The old process may still be acting on its partitions (a replacement does not
+    /// prove the old process is dead), so they are held until its lease has run out and
+    /// granted to the replacement then. An old process that stood down (or whose lease
+    /// is over) hands them over at once, which keeps planned restarts instant.
+    pub(crate) fn replace_member(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        old_id: &Arc<str>,
+        mut new: Member,
+        subscription_changed: bool,
+    ) -> bool {
+        let Some(old) = self.members.remove(old_id) else {
+            return false;
+        };
+        self.unsubscribe(&old.subscription);
+        if self.tokens.get(&old.join_token) == Some(old_id) {
+            self.tokens.remove(&old.join_token);
+        }
+        for tp in &old.target {
+            self.target_owner.insert(*tp, new.id.clone());
+        }
+        for tp in &old.owned {
+            self.owners.remove(tp);
+        }
+        if old.lease_until > ctx.now && !old.owned.is_empty() {
+            let held: Vec<TopicPartition> = old.owned.iter().copied().collect();
+            self.held.push((old.lease_until, held));
+            let key = TimerKey::Group(self.name.clone());
+            ctx.timers
+                .schedule(&mut self.timer_at, old.lease_until, key);
+        } else {
+            new.owned = old.owned;
+        }
+        new.target = old.target;
+        new.generation = old.generation;
+        // The replacement gets its own rebalance timeout for anything it must release.
+        new.revoke_deadline = None;
+        new.assignment_dirty = true;
+        self.forget(old_id, ExpelReason::Fenced, ctx.config.expelled_memory);
+        ctx.push(
+            old.conn,
+            Push::Expelled(ExpelledPush {
+                group: self.name.to_string(),
+                member_id: old_id.to_string(),
+                reason: ExpelReason::Fenced,
+                message: "a newer process joined with the same instance id".to_owned(),
+            }),
+        );
+        ctx.event(Event::MemberReplaced {
+            group: self.name.to_string(),
+            old_member_id: old_id.to_string(),
+            new_member_id: new.id.to_string(),
+            instance_id: new.instance_id.clone().unwrap_or_default(),
+        });
+        self.insert_member(ctx, new);
+        if subscription_changed {
+            self.trigger_rebalance(ctx, RebalanceCause::Subscription);
+        }
+        self.reconcile(ctx);
+        true
+    }
+
+    /// Pushes the member's full state again (after a rebind or a generation mismatch).
+    pub(crate) fn push_state(&mut self, ctx: &mut Ctx<'_>, id: &Arc<str>) {
+        let Some(m) = self.members.get(id) else {
+            return;
+        };
+        let assignment = Push::Assignment(AssignmentPush {
+            group: self.name.to_string(),
+            member_id: id.to_string(),
+            generation: m.generation,
+            partitions: self.to_wire(&m.owned),
+        });
+        let revoking = m.revoking();
+        let revoke = (!revoking.is_empty()).then(|| {
+            Push::Revoke(RevokePush {
+                group: self.name.to_string(),
+                member_id: id.to_string(),
+                generation: m.generation,
+                partitions: self.to_wire(&revoking),
+            })
+        });
+        let conn = m.conn;
+        ctx.push(conn, assignment);
+        if let Some(revoke) = revoke {
+            ctx.push(conn, revoke);
+        }
+    }
+
+    // ----------------------------------------------------------------------------------
+    // Timers
+    // ----------------------------------------------------------------------------------
+
+    /// A member's timer fired: expel it if a deadline passed, otherwise sleep again.
+    /// `hold` is a guard's decision to hold an expiry for silence (the coordinator asks
+    /// the guards before it calls this, for a member whose session has expired).
+    pub(crate) fn on_member_timer(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        id: &Arc<str>,
+        fired_at: Instant,
+        hold: Option<Hold>,
+    ) {
+        let now = ctx.now;
+        let Some(m) = self.members.get_mut(id) else {
+            return;
+        };
+        if m.timer_at == Some(fired_at) {
+            m.timer_at = None;
+        }
+        let session_expired = m.session_deadline() <= now;
+        if let (true, Some(hold)) = (session_expired, hold) {
+            let key = TimerKey::Member {
+                group: self.name.clone(),
+                member: id.clone(),
+            };
+            ctx.timers.schedule(&mut m.timer_at, hold.recheck_at(), key);
+            return;
+        }
+        let expired = if session_expired {
+            Some((
+                ExpelReason::SessionExpired,
+                format!(
+                    "no heartbeat within the session timeout of {:?}",
+                    m.session_timeout
+                ),
+            ))
+        } else if m.progress_deadline <= now {
+            Some((
+                ExpelReason::ProgressExpired,
+                format!(
+                    "progress counter stuck at {} for the progress timeout of {:?}",
+                    m.progress, m.progress_timeout
+                ),
+            ))
+        } else if m.revoke_deadline.is_some_and(|r| r <= now) {
+            Some((
+                ExpelReason::RebalanceTimeout,
+                format!(
+                    "revocation not acknowledged within the rebalance timeout of {:?}",
+                    m.rebalance_timeout
+                ),
+            ))
+        } else {
+            None
+        };
+        match expired {
+            Some((reason, message)) => {
+                let id = id.clone();
+                self.remove_member(ctx, &id, reason, message);
+                self.reconcile(ctx);
+            }
+            None => {
+                let key = TimerKey::Member {
+                    group: self.name.clone(),
+                    member: id.clone(),
+                };
+                let next = m.next_deadline();
+                ctx.timers.schedule(&mut m.timer_at, next, key);
+            }
+        }
+    }
+
+    /// The group's timer fired: run a due rebalance, release held partitions.
+    pub(crate) fn on_group_timer(&mut self, ctx: &mut Ctx<'_>, fired_at: Instant) {
+        if self.timer_at == Some(fired_at) {
+            self.timer_at = None;
+        }
+        if self.pending.as_ref().is_some_and(|p| p.due <= ctx.now) {
+            self.rebalance(ctx);
+        }
+        self.reconcile(ctx);
+    }
+
+    pub(crate) fn schedule_group_timer(&mut self, ctx: &mut Ctx<'_>) {
+        let mut next = self.pending.as_ref().map(|p| p.due);
+        for (until, _) in &self.held {
+            next = Some(next.map_or(*until, |n| n.min(*until)));
+        }
+        if let Some(next) = next {
+            let key = TimerKey::Group(self.name.clone());
+            ctx.timers.schedule(&mut self.timer_at, next, key);
+        }
+    }
+}

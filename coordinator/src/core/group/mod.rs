@@ -1,0 +1,451 @@
+//! One group: its members, their two clocks, the target assignment and its reconciliation.
+//!
+//! This file holds the state and the topic table; `members.rs` adds, removes and
+//! replaces members and runs their timers, `rebalance.rs` computes targets and
+//! reconciles ownership toward them, `persist.rs` describes and snapshots the group.
+
+mod members;
+mod persist;
+mod rebalance;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rollcall_protocol::{ExpelReason, GroupState, Push, TopicPartitions};
+
+use super::assignor::TopicPartition;
+use super::liveness::LivenessPolicy;
+use super::timers::Timers;
+use super::{Assignor, ConnId, CoreConfig, Event, Output, RebalanceCause};
+
+/// What a group method needs from the coordinator around it.
+pub(crate) struct Ctx<'a> {
+    pub(crate) now: Instant,
+    pub(crate) config: &'a CoreConfig,
+    pub(crate) assignor: &'a dyn Assignor,
+    pub(crate) timers: &'a mut Timers,
+    pub(crate) outputs: &'a mut VecDeque<Output>,
+    pub(crate) records: &'a mut Vec<super::Record>,
+}
+
+impl Ctx<'_> {
+    fn push(&mut self, conn: Option<ConnId>, push: Push) {
+        if let Some(conn) = conn {
+            self.outputs.push_back(Output::Push { conn, push });
+        }
+    }
+
+    fn event(&mut self, event: Event) {
+        self.outputs.push_back(Output::Event(event));
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Topic {
+    pub(crate) name: String,
+    pub(crate) partitions: u32,
+    /// Members subscribing to it; a topic with none is no longer part of the work.
+    pub(crate) subscribers: u32,
+}
+
+#[derive(Debug)]
+pub(crate) struct Member {
+    pub(crate) id: Arc<str>,
+    pub(crate) instance_id: Option<String>,
+    pub(crate) client_id: String,
+    pub(crate) join_token: u64,
+    pub(crate) conn: Option<ConnId>,
+    pub(crate) session_timeout: Duration,
+    pub(crate) progress_timeout: Duration,
+    pub(crate) rebalance_timeout: Duration,
+    /// Topic indexes, ascending.
+    pub(crate) subscription: Vec<u32>,
+    pub(crate) liveness: Box<dyn LivenessPolicy>,
+    pub(crate) progress: u64,
+    pub(crate) progress_deadline: Instant,
+    pub(crate) last_progress_at: Instant,
+    pub(crate) last_sequence: u64,
+    /// Heartbeats the member sent that never arrived, judged from sequence gaps.
+    pub(crate) beats_lost: u64,
+    /// Generation of the member's current assignment.
+    pub(crate) generation: u32,
+    /// Partitions granted to the member and not yet released.
+    pub(crate) owned: BTreeSet<TopicPartition>,
+    /// What the last rebalance wants the member to own.
+    pub(crate) target: BTreeSet<TopicPartition>,
+    /// Set while the member has partitions to release.
+    pub(crate) revoke_deadline: Option<Instant>,
+    /// The revoke set last pushed, to push again only when it changes.
+    pub(crate) revoke_pushed: Vec<TopicPartition>,
+    /// Partitions the member released, to tell a late commit "revoked" from "not owner".
+    pub(crate) released: BTreeSet<TopicPartition>,
+    /// The assignment changed since it was last pushed.
+    pub(crate) assignment_dirty: bool,
+    /// The latest instant the member's own lease can run to: every answer the
+    /// coordinator sends promises the member its session timeout from the moment the
+    /// member sent the request, which is never later than the moment it was received.
+    /// Only ever moves later, except when the member stands down (it then ends now).
+    /// Partitions of a removed member are held until then.
+    pub(crate) lease_until: Instant,
+    pub(crate) timer_at: Option<Instant>,
+}
+
+impl Member {
+    pub(crate) fn session_deadline(&self) -> Instant {
+        self.liveness.deadline()
+    }
+
+    pub(crate) fn next_deadline(&self) -> Instant {
+        let mut next = self.session_deadline().min(self.progress_deadline);
+        if let Some(r) = self.revoke_deadline {
+            next = next.min(r);
+        }
+        next
+    }
+
+    /// Any frame from the member renews its session (and, with the answer, its lease).
+    pub(crate) fn heard(&mut self, now: Instant) {
+        self.liveness.heard(now);
+        self.lease_until = self.lease_until.max(now + self.session_timeout);
+    }
+
+    /// Applies the timeouts of a rejoin. The session deadline follows the new session
+    /// timeout at once; the lease already promised is kept (it only grows), so a shorter
+    /// timeout never frees partitions before the member's longer lease ran out.
+    pub(crate) fn set_timeouts(&mut self, timeouts: (Duration, Duration, Duration)) {
+        let (session, progress, rebalance) = timeouts;
+        self.session_timeout = session;
+        self.liveness.set_timeout(session);
+        if progress != self.progress_timeout {
+            self.progress_timeout = progress;
+            self.progress_deadline = self.last_progress_at + progress;
+        }
+        self.rebalance_timeout = rebalance;
+    }
+
+    /// The progress clock renews only when the counter advances.
+    pub(crate) fn report_progress(&mut self, now: Instant, progress: u64) {
+        if progress > self.progress {
+            self.progress = progress;
+            self.progress_deadline = now + self.progress_timeout;
+            self.last_progress_at = now;
+        }
+    }
+
+    pub(crate) fn record_sequence(&mut self, sequence: u64) {
+        if sequence > self.last_sequence {
+            if self.last_sequence != 0 {
+                self.beats_lost += sequence - self.last_sequence - 1;
+            }
+            self.last_sequence = sequence;
+        }
+    }
+
+    pub(crate) fn revoking(&self) -> Vec<TopicPartition> {
+        self.owned.difference(&self.target).copied().collect()
+    }
+
+    /// Shifts every deadline by `by`: the coordinator was paused, not the member.
+    pub(crate) fn extend(&mut self, by: Duration) {
+        self.liveness.extend(by);
+        self.progress_deadline += by;
+        if let Some(r) = &mut self.revoke_deadline {
+            *r += by;
+        }
+    }
+}
+
+/// Why a join was refused, before anything changed.
+#[derive(Debug)]
+pub(crate) struct Refusal {
+    pub(crate) code: rollcall_protocol::ErrorCode,
+    pub(crate) message: String,
+}
+
+/// The latest incarnation of a static instance. Kept (and made durable) after that
+/// member leaves or is expelled, so that a request naming any older incarnation is
+/// fenced, across restarts and however many replacements there were.
+#[derive(Debug, Clone)]
+pub(crate) struct Instance {
+    /// Incarnations of the instance so far; the latest is number `epoch`.
+    pub(crate) epoch: u64,
+    /// The latest incarnation's member id.
+    pub(crate) member_id: Arc<str>,
+}
+
+/// The instance id a static member id names: static member ids are
+/// `<instance id>#<unique suffix>`, and suffixes never contain `#`.
+pub(crate) fn instance_of(member_id: &str) -> Option<&str> {
+    member_id.rfind('#').map(|i| &member_id[..i])
+}
+
+#[derive(Debug)]
+struct PendingRebalance {
+    pub(crate) first: Instant,
+    pub(crate) due: Instant,
+    pub(crate) cause: RebalanceCause,
+}
+
+#[derive(Debug)]
+pub(crate) struct Group {
+    pub(crate) name: Arc<str>,
+    pub(crate) generation: u32,
+    pub(crate) topics: Vec<Topic>,
+    pub(crate) topic_index: HashMap<String, u32>,
+    pub(crate) members: BTreeMap<Arc<str>, Member>,
+    /// Every static instance that ever joined, with its latest incarnation.
+    pub(crate) instances: HashMap<String, Instance>,
+    pub(crate) tokens: HashMap<u64, Arc<str>>,
+    /// Current owner of every granted partition.
+    pub(crate) owners: HashMap<TopicPartition, Arc<str>>,
+    /// Which member the current target assigns each partition to, so a released
+    /// partition is granted onward without scanning every member.
+    target_owner: HashMap<TopicPartition, Arc<str>>,
+    /// Partitions of removed (or replaced) members, held until the member's lease has
+    /// run out, so that it stood down before anyone else gets them.
+    pub(crate) held: Vec<(Instant, Vec<TopicPartition>)>,
+    /// Recently removed members and why, oldest first.
+    pub(crate) removed: HashMap<Arc<str>, ExpelReason>,
+    removed_order: VecDeque<Arc<str>>,
+    /// Committed offsets by (topic name, partition).
+    pub(crate) offsets: BTreeMap<(String, u32), (i64, String)>,
+    pending: Option<PendingRebalance>,
+    /// Since when, and for which generation, the group has been reconciling.
+    reconciling: Option<(Instant, u32)>,
+    pub(crate) timer_at: Option<Instant>,
+    /// State changed since the last snapshot record.
+    pub(crate) snapshot_dirty: bool,
+    /// The group is on the coordinator's list of groups to snapshot.
+    pub(crate) listed: bool,
+}
+
+impl Group {
+    /// A new group whose first generation will be above `generation_floor`.
+    pub(crate) fn new(name: Arc<str>, generation_floor: u32) -> Self {
+        Self {
+            name,
+            generation: generation_floor,
+            topics: Vec::new(),
+            topic_index: HashMap::new(),
+            members: BTreeMap::new(),
+            instances: HashMap::new(),
+            tokens: HashMap::new(),
+            owners: HashMap::new(),
+            target_owner: HashMap::new(),
+            held: Vec::new(),
+            removed: HashMap::new(),
+            removed_order: VecDeque::new(),
+            offsets: BTreeMap::new(),
+            pending: None,
+            reconciling: None,
+            timer_at: None,
+            snapshot_dirty: false,
+            listed: false,
+        }
+    }
+
+    pub(crate) fn state(&self) -> GroupState {
+        if self.members.is_empty() {
+            GroupState::Empty
+        } else if self.pending.is_some() || self.reconciling.is_some() {
+            GroupState::Reconciling
+        } else {
+            GroupState::Stable
+        }
+    }
+
+    /// A group with no members, no offsets, nothing held and no static instances to
+    /// fence can be forgotten (its generation lives on in the coordinator's floor).
+    pub(crate) fn is_disposable(&self) -> bool {
+        self.members.is_empty()
+            && self.offsets.is_empty()
+            && self.held.is_empty()
+            && self.instances.is_empty()
+            && self.pending.is_none()
+    }
+
+    /// The member that is the current incarnation of `instance`, if it is in the group.
+    pub(crate) fn instance_member(&self, instance: &str) -> Option<Arc<str>> {
+        self.instances
+            .get(instance)
+            .filter(|i| self.members.contains_key(&i.member_id))
+            .map(|i| i.member_id.clone())
+    }
+
+    /// Records a new incarnation of `instance` and returns its epoch.
+    pub(crate) fn register_instance(&mut self, instance: &str, member_id: Arc<str>) -> u64 {
+        let epoch = self.instances.get(instance).map_or(1, |i| i.epoch + 1);
+        self.instances
+            .insert(instance.to_owned(), Instance { epoch, member_id });
+        self.snapshot_dirty = true;
+        epoch
+    }
+
+    /// Why a member id that is not in the group is gone, if known: a static member id
+    /// older than its instance's latest incarnation is fenced, whatever else is known.
+    pub(crate) fn gone_reason(&self, member_id: &str) -> Option<ExpelReason> {
+        if let Some(latest) = instance_of(member_id).and_then(|i| self.instances.get(i)) {
+            if &*latest.member_id != member_id {
+                return Some(ExpelReason::Fenced);
+            }
+        }
+        self.removed.get(member_id).copied()
+    }
+
+    // ----------------------------------------------------------------------------------
+    // Topics
+    // ----------------------------------------------------------------------------------
+
+    /// Checks a subscription against the topic table without changing anything.
+    pub(crate) fn check_subscription(
+        &self,
+        subscription: &[(String, u32)],
+        config: &CoreConfig,
+        replacing: Option<&Member>,
+    ) -> Result<(), Refusal> {
+        let mut added: u64 = 0;
+        for (name, count) in subscription {
+            match self.topic_index.get(name) {
+                Some(&idx) => {
+                    let topic = &self.topics[idx as usize];
+                    let only_subscriber_is_replaced = replacing.is_some_and(|m| {
+                        topic.subscribers == 1 && m.subscription.binary_search(&idx).is_ok()
+                    });
+                    let active = topic.subscribers > 0 && !only_subscriber_is_replaced;
+                    if active && topic.partitions != *count {
+                        return Err(Refusal {
+                            code: rollcall_protocol::ErrorCode::InconsistentSubscription,
+                            message: format!(
+                                "topic {name:?} has {} partitions in group {:?}, the join declares {count}",
+                                topic.partitions, &*self.name
+                            ),
+                        });
+                    }
+                    if !active {
+                        added += u64::from(*count);
+                    }
+                }
+                None => added += u64::from(*count),
+            }
+        }
+        let current: u64 = self
+            .topics
+            .iter()
+            .filter(|t| t.subscribers > 0)
+            .map(|t| u64::from(t.partitions))
+            .sum();
+        if current + added > u64::from(config.max_partitions_per_group) {
+            return Err(Refusal {
+                code: rollcall_protocol::ErrorCode::TooManyPartitions,
+                message: format!(
+                    "group {:?} would have {} partitions, more than the maximum of {}",
+                    &*self.name,
+                    current + added,
+                    config.max_partitions_per_group
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Interns a subscription's topics (after `check_subscription`) and counts the new
+    /// subscriber. Returns the ascending topic indexes.
+    pub(crate) fn subscribe(&mut self, subscription: &[(String, u32)]) -> Vec<u32> {
+        let mut out = Vec::with_capacity(subscription.len());
+        for (name, count) in subscription {
+            let idx = match self.topic_index.get(name) {
+                Some(&idx) => idx,
+                None => {
+                    let idx = self.topics.len() as u32;
+                    self.topics.push(Topic {
+                        name: name.clone(),
+                        partitions: *count,
+                        subscribers: 0,
+                    });
+                    self.topic_index.insert(name.clone(), idx);
+                    idx
+                }
+            };
+            let topic = &mut self.topics[idx as usize];
+            if topic.subscribers == 0 {
+                topic.partitions = *count;
+            }
+            topic.subscribers += 1;
+            out.push(idx);
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// Drops a member's subscription from the topic counts (before it is replaced by a
+    /// new one) and returns it.
+    pub(crate) fn unsubscribe_for_replacement(&mut self, id: &Arc<str>) -> Vec<u32> {
+        let Some(m) = self.members.get_mut(id) else {
+            return Vec::new();
+        };
+        let subscription = std::mem::take(&mut m.subscription);
+        self.unsubscribe(&subscription);
+        subscription
+    }
+
+    pub(crate) fn unsubscribe(&mut self, subscription: &[u32]) {
+        for &idx in subscription {
+            let t = &mut self.topics[idx as usize];
+            t.subscribers = t.subscribers.saturating_sub(1);
+        }
+    }
+
+    /// Whether `m` subscribes to exactly `subscription` (names and partition counts, in
+    /// any order).
+    pub(crate) fn subscription_is(&self, m: &Member, subscription: &[(String, u32)]) -> bool {
+        let mut have: Vec<(&str, u32)> = m
+            .subscription
+            .iter()
+            .map(|&t| {
+                let topic = &self.topics[t as usize];
+                (topic.name.as_str(), topic.partitions)
+            })
+            .collect();
+        let mut wanted: Vec<(&str, u32)> =
+            subscription.iter().map(|(n, c)| (n.as_str(), *c)).collect();
+        have.sort_unstable();
+        wanted.sort_unstable();
+        have == wanted
+    }
+
+    pub(crate) fn resolve(&self, topic: &str, partition: u32) -> Option<TopicPartition> {
+        let idx = *self.topic_index.get(topic)?;
+        Some(TopicPartition {
+            topic: idx,
+            partition,
+        })
+    }
+
+    /// Converts partitions to the wire form, grouped by topic name.
+    pub(crate) fn to_wire<'a>(
+        &self,
+        partitions: impl IntoIterator<Item = &'a TopicPartition>,
+    ) -> Vec<TopicPartitions> {
+        let mut out: Vec<TopicPartitions> = Vec::new();
+        let mut current: Option<u32> = None;
+        for tp in partitions {
+            if current != Some(tp.topic) {
+                current = Some(tp.topic);
+                out.push(TopicPartitions {
+                    topic: self.topics[tp.topic as usize].name.clone(),
+                    partitions: Vec::new(),
+                });
+            }
+            if let Some(last) = out.last_mut() {
+                last.partitions.push(tp.partition);
+            }
+        }
+        out
+    }
+}
+
+pub(crate) fn duration_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,188 @@
+//! A group as others see it: a member's description, and the snapshot the store keeps
+//! and a restart restores from.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rollcall_protocol::MemberDescription;
+
+use super::super::records::{GroupSnapshot, HeldSnapshot, InstanceSnapshot, MemberSnapshot};
+use super::super::{RebalanceCause, TopicPartition};
+use super::{duration_ms, Ctx, Group, Instance, Member, Topic};
+
+impl Group {
+    pub(crate) fn describe_member(&self, m: &Member, now: Instant) -> MemberDescription {
+        let pending_revoke: Vec<TopicPartition> = m.revoking();
+        let pending_grant: Vec<TopicPartition> = m.target.difference(&m.owned).copied().collect();
+        MemberDescription {
+            member_id: m.id.to_string(),
+            instance_id: m.instance_id.clone(),
+            client_id: m.client_id.clone(),
+            liveness: m.liveness.liveness(now),
+            since_heartbeat_ms: duration_ms(now.saturating_duration_since(m.liveness.last_heard())),
+            since_progress_ms: duration_ms(now.saturating_duration_since(m.last_progress_at)),
+            owned: self.to_wire(&m.owned),
+            pending_revoke: self.to_wire(&pending_revoke),
+            pending_grant: self.to_wire(&pending_grant),
+        }
+    }
+
+    /// The group's durable state at `now`.
+    pub(crate) fn snapshot(&self, now: Instant) -> GroupSnapshot {
+        let remaining = |until: Instant| duration_ms(until.saturating_duration_since(now));
+        let pairs = |tps: &mut dyn Iterator<Item = &TopicPartition>| -> Vec<(u32, u32)> {
+            tps.map(|tp| (tp.topic, tp.partition)).collect()
+        };
+        let mut instances: Vec<InstanceSnapshot> = self
+            .instances
+            .iter()
+            .map(|(instance_id, i)| InstanceSnapshot {
+                instance_id: instance_id.clone(),
+                epoch: i.epoch,
+                member_id: i.member_id.to_string(),
+            })
+            .collect();
+        instances.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
+        GroupSnapshot {
+            group: self.name.to_string(),
+            generation: self.generation,
+            topics: self
+                .topics
+                .iter()
+                .map(|t| (t.name.clone(), t.partitions))
+                .collect(),
+            members: self
+                .members
+                .values()
+                .map(|m| MemberSnapshot {
+                    member_id: m.id.to_string(),
+                    instance_id: m.instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    join_token: m.join_token,
+                    session_timeout_ms: duration_ms(m.session_timeout) as u32,
+                    progress_timeout_ms: duration_ms(m.progress_timeout) as u32,
+                    rebalance_timeout_ms: duration_ms(m.rebalance_timeout) as u32,
+                    subscription: m.subscription.clone(),
+                    generation: m.generation,
+                    owned: pairs(&mut m.owned.iter()),
+                    target: pairs(&mut m.target.iter()),
+                    lease_remaining_ms: Some(remaining(m.lease_until)),
+                })
+                .collect(),
+            held: self
+                .held
+                .iter()
+                .filter(|(until, _)| *until > now)
+                .map(|(until, tps)| HeldSnapshot {
+                    remaining_ms: remaining(*until),
+                    partitions: pairs(&mut tps.iter()),
+                })
+                .collect(),
+            rebalance_pending: self.pending.as_ref().map(|p| p.cause.as_str().to_owned()),
+            instances,
+        }
+    }
+
+    /// Rebuilds a group from its snapshot; every member gets fresh deadlines from `now`.
+    /// Holds and leases run for what they had left when the snapshot was taken, counted
+    /// again from `now`; a rebalance that was pending is asked for again.
+    pub(crate) fn restore(ctx: &mut Ctx<'_>, snapshot: GroupSnapshot) -> Self {
+        let now = ctx.now;
+        let mut group = Self::new(Arc::from(snapshot.group.as_str()), 0);
+        group.generation = snapshot.generation;
+        for (name, partitions) in snapshot.topics {
+            let idx = group.topics.len() as u32;
+            group.topic_index.insert(name.clone(), idx);
+            group.topics.push(Topic {
+                name,
+                partitions,
+                subscribers: 0,
+            });
+        }
+        let topic_count = group.topics.len() as u32;
+        let tp = |(topic, partition): &(u32, u32)| TopicPartition {
+            topic: *topic,
+            partition: *partition,
+        };
+        for i in snapshot.instances {
+            group.instances.insert(
+                i.instance_id,
+                Instance {
+                    epoch: i.epoch,
+                    member_id: Arc::from(i.member_id.as_str()),
+                },
+            );
+        }
+        for ms in snapshot.members {
+            let subscription: Vec<u32> = ms
+                .subscription
+                .iter()
+                .copied()
+                .filter(|&t| t < topic_count)
+                .collect();
+            for &t in &subscription {
+                group.topics[t as usize].subscribers += 1;
+            }
+            let mut member = group.new_member(
+                now,
+                Arc::from(ms.member_id.as_str()),
+                ms.instance_id,
+                ms.client_id,
+                ms.join_token,
+                None,
+                (
+                    Duration::from_millis(u64::from(ms.session_timeout_ms)),
+                    Duration::from_millis(u64::from(ms.progress_timeout_ms)),
+                    Duration::from_millis(u64::from(ms.rebalance_timeout_ms)),
+                ),
+                subscription,
+            );
+            member.generation = ms.generation;
+            if let Some(remaining) = ms.lease_remaining_ms {
+                member.lease_until = now + Duration::from_millis(remaining);
+            }
+            // A snapshot written before instances were recorded: the member is its
+            // instance's latest incarnation.
+            if let Some(instance) = &member.instance_id {
+                if !group.instances.contains_key(instance) {
+                    group.instances.insert(
+                        instance.clone(),
+                        Instance {
+                            epoch: 1,
+                            member_id: member.id.clone(),
+                        },
+                    );
+                }
+            }
+            // A partition claimed twice (impossible unless the file was edited) stays
+            // with the first claimant.
+            member.owned = ms
+                .owned
+                .iter()
+                .map(tp)
+                .filter(|tp| !group.owners.contains_key(tp))
+                .collect();
+            member.target = ms.target.iter().map(tp).collect();
+            for t in &member.target {
+                group.target_owner.insert(*t, member.id.clone());
+            }
+            group.insert_member(ctx, member);
+        }
+        for h in snapshot.held {
+            let until = now + Duration::from_millis(h.remaining_ms);
+            let partitions: Vec<TopicPartition> = h.partitions.iter().map(tp).collect();
+            group.held.push((until, partitions));
+        }
+        if group.members.values().any(|m| m.owned != m.target) {
+            group.reconciling = Some((now, group.generation));
+        }
+        if let Some(cause) = snapshot.rebalance_pending {
+            let cause = RebalanceCause::parse(&cause).unwrap_or(RebalanceCause::Join);
+            group.trigger_rebalance(ctx, cause);
+        }
+        group.snapshot_dirty = false;
+        group.reconcile(ctx);
+        group.snapshot_dirty = false;
+        group
+    }
+}

@@ -1,0 +1,288 @@
+//! Rebalancing: a new target assignment per generation, and reconciliation, which moves
+//! ownership toward it without ever granting a partition that someone owns or that is
+//! held for a removed member.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use rollcall_protocol::{AssignmentPush, Push, RevokePush};
+
+use super::super::assignor::{AssignmentInput, AssignorMember};
+use super::super::timers::TimerKey;
+use super::super::{Event, RebalanceCause, TopicPartition};
+use super::{Ctx, Group, PendingRebalance};
+
+impl Group {
+    /// Asks for a rebalance. Triggers within the coalescing window share one generation.
+    pub(crate) fn trigger_rebalance(&mut self, ctx: &mut Ctx<'_>, cause: RebalanceCause) {
+        let now = ctx.now;
+        let window = ctx.config.rebalance_coalesce;
+        match &mut self.pending {
+            Some(p) => {
+                p.due = (now + window).min(p.first + ctx.config.rebalance_coalesce_max);
+            }
+            None => {
+                self.pending = Some(PendingRebalance {
+                    first: now,
+                    due: now + window,
+                    cause,
+                });
+            }
+        }
+        self.schedule_group_timer(ctx);
+    }
+
+    /// Computes a new target assignment in a new generation.
+    pub(crate) fn rebalance(&mut self, ctx: &mut Ctx<'_>) {
+        let Some(pending) = self.pending.take() else {
+            return;
+        };
+        self.generation += 1;
+        let generation = self.generation;
+        let topics: Vec<u32> = self
+            .topics
+            .iter()
+            .map(|t| if t.subscribers > 0 { t.partitions } else { 0 })
+            .collect();
+        let owned: Vec<Vec<TopicPartition>> = self
+            .members
+            .values()
+            .map(|m| m.owned.iter().copied().collect())
+            .collect();
+        let inputs: Vec<AssignorMember<'_>> = self
+            .members
+            .values()
+            .zip(&owned)
+            .map(|(m, owned)| AssignorMember {
+                id: &m.id,
+                subscription: &m.subscription,
+                owned,
+            })
+            .collect();
+        let targets = ctx.assignor.assign(&AssignmentInput {
+            topics: &topics,
+            members: &inputs,
+        });
+        drop(inputs);
+        let mut moved = 0;
+        self.target_owner.clear();
+        for (m, target) in self.members.values_mut().zip(targets) {
+            for tp in &target {
+                self.target_owner.insert(*tp, m.id.clone());
+            }
+            let target: BTreeSet<TopicPartition> = target.into_iter().collect();
+            moved += target.difference(&m.owned).count();
+            m.target = target;
+            m.generation = generation;
+            m.assignment_dirty = true;
+        }
+        // A topic no member subscribes to any more is dropped from the work.
+        let first = match self.reconciling {
+            Some((since, _)) => since.min(pending.first),
+            None => pending.first,
+        };
+        self.reconciling = Some((first, generation));
+        self.snapshot_dirty = true;
+        ctx.event(Event::RebalanceStarted {
+            group: self.name.to_string(),
+            generation,
+            cause: pending.cause,
+            partitions_moved: moved,
+        });
+    }
+
+    /// Moves the group toward its target: asks owners to release partitions that move,
+    /// grants free partitions to their targets, pushes what changed. A partition is never
+    /// granted while another member owns it or while it is held for an expelled member.
+    pub(crate) fn reconcile(&mut self, ctx: &mut Ctx<'_>) {
+        let now = ctx.now;
+        let before = self.held.len();
+        self.held.retain(|(until, _)| *until > now);
+        if self.held.len() != before {
+            self.snapshot_dirty = true;
+        }
+        let held: BTreeSet<TopicPartition> = self
+            .held
+            .iter()
+            .flat_map(|(_, tps)| tps.iter().copied())
+            .collect();
+
+        let ids: Vec<Arc<str>> = self.members.keys().cloned().collect();
+        let mut all_settled = self.pending.is_none();
+        for id in &ids {
+            // Grants: target partitions nobody owns and nobody holds.
+            let Some(m) = self.members.get(id) else {
+                continue;
+            };
+            let grants: Vec<TopicPartition> = m
+                .target
+                .difference(&m.owned)
+                .filter(|tp| !self.owners.contains_key(tp) && !held.contains(tp))
+                .copied()
+                .collect();
+            for tp in &grants {
+                self.owners.insert(*tp, id.clone());
+            }
+            let Some(m) = self.members.get_mut(id) else {
+                continue;
+            };
+            if !grants.is_empty() {
+                m.owned.extend(grants);
+                m.assignment_dirty = true;
+                self.snapshot_dirty = true;
+            }
+            if m.owned != m.target {
+                all_settled = false;
+            }
+            // Revocations: owned partitions that are no longer in the target.
+            let revoking = m.revoking();
+            if revoking.is_empty() {
+                m.revoke_deadline = None;
+            } else if m.revoke_deadline.is_none() {
+                let deadline = now + m.rebalance_timeout;
+                m.revoke_deadline = Some(deadline);
+                let key = TimerKey::Member {
+                    group: self.name.clone(),
+                    member: id.clone(),
+                };
+                ctx.timers.schedule(&mut m.timer_at, deadline, key);
+            }
+            let m = &self.members[id];
+            if m.assignment_dirty {
+                let push = Push::Assignment(AssignmentPush {
+                    group: self.name.to_string(),
+                    member_id: id.to_string(),
+                    generation: m.generation,
+                    partitions: self.to_wire(&m.owned),
+                });
+                ctx.push(m.conn, push);
+            }
+            // A revoke set that changed is pushed again, including when it became empty
+            // because a newer target gave the partitions back: the member must hear that
+            // it keeps them.
+            if revoking != m.revoke_pushed {
+                let push = Push::Revoke(RevokePush {
+                    group: self.name.to_string(),
+                    member_id: id.to_string(),
+                    generation: m.generation,
+                    partitions: self.to_wire(&revoking),
+                });
+                ctx.push(m.conn, push);
+            }
+            let m = self.members.get_mut(id).expect("member exists");
+            m.assignment_dirty = false;
+            m.revoke_pushed = revoking;
+        }
+        if all_settled {
+            if let Some((since, generation)) = self.reconciling.take() {
+                if !self.members.is_empty() {
+                    ctx.event(Event::RebalanceCompleted {
+                        group: self.name.to_string(),
+                        generation,
+                        duration: now.saturating_duration_since(since),
+                    });
+                }
+            }
+        }
+        self.schedule_group_timer(ctx);
+    }
+
+    /// Releases partitions a member acknowledged and grants each onward to the member
+    /// the target gives it to, pushing only to the members whose assignment changed.
+    /// The incremental twin of [`Self::reconcile`] for the hottest path of a rebalance:
+    /// it costs O(partitions acknowledged), not O(members).
+    pub(crate) fn acknowledge_and_grant(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        id: &Arc<str>,
+        acked: &[TopicPartition],
+    ) {
+        if !self.acknowledge(id, acked) {
+            return;
+        }
+        let mut changed: Vec<Arc<str>> = vec![id.clone()];
+        let held_any = !self.held.is_empty();
+        for tp in acked {
+            if self.owners.contains_key(tp) {
+                continue;
+            }
+            if held_any && self.held.iter().any(|(_, tps)| tps.contains(tp)) {
+                continue;
+            }
+            let Some(to) = self.target_owner.get(tp) else {
+                continue;
+            };
+            let Some(m) = self.members.get_mut(to) else {
+                continue;
+            };
+            if m.target.contains(tp) && m.owned.insert(*tp) {
+                self.owners.insert(*tp, to.clone());
+                m.assignment_dirty = true;
+                changed.push(to.clone());
+            }
+        }
+        changed.sort();
+        changed.dedup();
+        for member in &changed {
+            let Some(m) = self.members.get_mut(member) else {
+                continue;
+            };
+            if m.owned.is_subset(&m.target) {
+                m.revoke_deadline = None;
+                m.revoke_pushed.clear();
+            }
+            m.assignment_dirty = false;
+            let push = Push::Assignment(AssignmentPush {
+                group: self.name.to_string(),
+                member_id: member.to_string(),
+                generation: m.generation,
+                partitions: self.to_wire(&self.members[member].owned),
+            });
+            ctx.push(self.members[member].conn, push);
+        }
+        let unsettled = changed
+            .iter()
+            .filter_map(|id| self.members.get(id))
+            .any(|m| m.owned != m.target);
+        if !unsettled {
+            self.check_settled(ctx);
+        }
+    }
+
+    /// Emits `RebalanceCompleted` once every member holds exactly its target.
+    pub(crate) fn check_settled(&mut self, ctx: &mut Ctx<'_>) {
+        if self.reconciling.is_none() || self.pending.is_some() {
+            return;
+        }
+        if self.members.values().all(|m| m.owned == m.target) {
+            if let Some((since, generation)) = self.reconciling.take() {
+                ctx.event(Event::RebalanceCompleted {
+                    group: self.name.to_string(),
+                    generation,
+                    duration: ctx.now.saturating_duration_since(since),
+                });
+            }
+        }
+    }
+
+    /// Releases partitions a member acknowledged. Only partitions it owns and no longer
+    /// targets are released; anything else in the list is ignored.
+    pub(crate) fn acknowledge(&mut self, id: &Arc<str>, acked: &[TopicPartition]) -> bool {
+        let Some(m) = self.members.get_mut(id) else {
+            return false;
+        };
+        let mut changed = false;
+        for tp in acked {
+            if !m.target.contains(tp) && m.owned.remove(tp) {
+                m.released.insert(*tp);
+                self.owners.remove(tp);
+                changed = true;
+            }
+        }
+        if changed {
+            m.assignment_dirty = true;
+            self.snapshot_dirty = true;
+        }
+        changed
+    }
+}
