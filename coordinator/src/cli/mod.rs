@@ -1,0 +1,282 @@
+//! The `rollcall` command line: `serve` runs the coordinator; `groups`, `describe` and
+//! `offsets` ask a running one.
+//!
+//! Exit codes:
+//!
+//! | code | meaning |
+//! | --- | --- |
+//! | 0 | success (for `serve`: a clean shutdown) |
+//! | 1 | runtime error (coordinator unreachable, unknown group, failure while serving, shutdown timed out) |
+//! | 2 | bad configuration or usage |
+//! | 3 | the store cannot be used (cannot be opened, or is corrupt) |
+
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::str::FromStr;
+use std::time::Duration;
+
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use futures_util::{SinkExt, StreamExt};
+use rollcall_protocol::{
+    supported_versions, ApiVersionsRequest, Body, Codec, DescribeGroupRequest,
+    DescribeGroupResponse, ErrorCode, FetchOffsetsRequest, FetchOffsetsResponse, Frame,
+    ListGroupsResponse, Request, Response, TopicPartitions,
+};
+use serde::Serialize;
+use tokio::net::TcpStream;
+use tokio_util::codec::Framed;
+use tokio_util::sync::CancellationToken;
+
+use crate::core::{AssignorKind, CoreConfig};
+use crate::server::{
+    format_duration, parse_duration, parse_size, Server, ServerConfig, ServerError, StoreConfig,
+};
+
+mod admin;
+mod args;
+mod render;
+mod serve;
+
+use admin::*;
+use args::*;
+use serve::*;
+
+pub use render::compact_partitions;
+use render::*;
+
+/// Exit code: success.
+pub const EXIT_OK: u8 = 0;
+/// Exit code: a runtime error.
+pub const EXIT_RUNTIME: u8 = 1;
+/// Exit code: invalid configuration or usage.
+pub const EXIT_CONFIG: u8 = 2;
+/// Exit code: the store cannot be used.
+pub const EXIT_STORE: u8 = 3;
+
+/// rollcall: a consumer-group coordinator.
+#[derive(Debug, Parser)]
+#[command(name = "rollcall", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the coordinator.
+    ///
+    /// Every option can also be set by its environment variable or in a TOML file
+    /// given by --config (keys are the option names, e.g. `handshake-timeout = "5s"`).
+    /// Precedence: flags, then environment, then file, then defaults. Durations take a
+    /// unit: 500ms, 10s, 5m, 2h, 7d. Exit codes: 0 clean shutdown, 1 runtime error,
+    /// 2 bad configuration, 3 store unusable.
+    Serve(Box<ServeArgs>),
+    /// List the coordinator's groups.
+    Groups(AdminArgs),
+    /// Describe a group: its state and every member's liveness and partitions.
+    Describe {
+        /// The group.
+        group: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Show a group's committed offsets.
+    Offsets {
+        /// The group.
+        group: String,
+        /// Only these topics (repeatable); every topic by default.
+        #[arg(long = "topic", value_name = "TOPIC")]
+        topics: Vec<String>,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+}
+
+#[derive(Debug, Args)]
+struct AdminArgs {
+    /// The coordinator to ask.
+    #[arg(long, env = "ROLLCALL_ADDR", default_value = "127.0.0.1:7070")]
+    addr: String,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Give up on the coordinator after this long.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    timeout: Duration,
+}
+
+/// Runs the command line with the process's arguments.
+pub fn main() -> ExitCode {
+    run(std::env::args_os())
+}
+
+/// Runs the command line with `args` (the first is the program name).
+pub fn run<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let matches = match Cli::command().try_get_matches_from(args) {
+        Ok(m) => m,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+                let _ = e.print();
+                return ExitCode::SUCCESS;
+            }
+            // One line: clap's first line names the option and what is wrong with it.
+            let rendered = e.render().to_string();
+            let line = rendered.lines().next().unwrap_or("invalid arguments");
+            eprintln!("rollcall: {}", line.trim_start_matches("error: "));
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => {
+            eprintln!(
+                "rollcall: {}",
+                e.to_string().lines().next().unwrap_or_default()
+            );
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    match cli.command {
+        Command::Serve(args) => {
+            let sub = matches.subcommand_matches("serve").expect("serve matched");
+            serve(*args, sub)
+        }
+        Command::Groups(admin) => admin_command(&admin, Admin::Groups),
+        Command::Describe { group, admin } => admin_command(&admin, Admin::Describe(group)),
+        Command::Offsets {
+            group,
+            topics,
+            admin,
+        } => admin_command(&admin, Admin::Offsets(group, topics)),
+    }
+}
+
+fn init_logging(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tp(topic: &str, partitions: &[u32]) -> TopicPartitions {
+        TopicPartitions {
+            topic: topic.into(),
+            partitions: partitions.to_vec(),
+        }
+    }
+
+    #[test]
+    fn partitions_are_compact() {
+        assert_eq!(
+            compact_partitions(&[tp("orders", &[0, 1, 2, 3, 4, 7]), tp("pay", &[1])]),
+            "orders[0-4,7] pay[1]"
+        );
+        assert_eq!(
+            compact_partitions(&[tp("x", &[5, 3, 4, 9, 10])]),
+            "x[3-5,9-10]"
+        );
+        assert_eq!(compact_partitions(&[]), "-");
+        assert_eq!(compact_partitions(&[tp("x", &[])]), "-");
+    }
+
+    #[test]
+    fn ages_are_short() {
+        assert_eq!(format_ago(350), "350ms");
+        assert_eq!(format_ago(4_200), "4.2s");
+        assert_eq!(format_ago(185_000), "3m05s");
+        assert_eq!(format_ago(7_800_000), "2h10m");
+    }
+
+    #[test]
+    fn tables_align() {
+        let t = table(&["A", "BB"], &[vec!["long".into(), "x".into()]]);
+        assert_eq!(t, "A     BB\nlong  x\n");
+    }
+
+    #[test]
+    fn help_names_every_option() {
+        let mut cmd = Cli::command();
+        let serve = cmd.find_subcommand_mut("serve").unwrap();
+        let help = serve.render_long_help().to_string();
+        for key in FILE_KEYS {
+            assert!(
+                help.contains(&format!("--{key}")),
+                "{key} missing from help"
+            );
+        }
+        assert!(help.contains("ROLLCALL_LISTEN"));
+        assert!(help.contains("[default: 127.0.0.1:7070]"));
+        assert!(help.contains("[default: 7d]"));
+        assert!(help.contains("[default: 1MiB]"));
+    }
+
+    fn config_of(args: &[&str]) -> Result<ServerConfig, String> {
+        let matches = Cli::command()
+            .try_get_matches_from(args)
+            .map_err(|e| e.to_string())?;
+        let sub = matches.subcommand_matches("serve").unwrap();
+        let serve = ServeArgs::from_arg_matches(sub).map_err(|e| e.to_string())?;
+        serve.into_config(sub)
+    }
+
+    #[test]
+    fn flags_override_the_file_which_overrides_defaults() {
+        let dir = std::env::temp_dir().join(format!("rollcall-cli-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("rollcall.toml");
+        std::fs::write(
+            &file,
+            "listen = \"127.0.0.1:9999\"\nhandshake-timeout = \"2s\"\nshards = 3\nmetrics-addr = \"off\"\nmax-frame-size = \"64KiB\"\n",
+        )
+        .unwrap();
+        let path = file.to_str().unwrap();
+        let c = config_of(&["rollcall", "serve", "--config", path, "--shards", "5"]).unwrap();
+        assert_eq!(c.listen, "127.0.0.1:9999".parse().unwrap());
+        assert_eq!(c.handshake_timeout, Duration::from_secs(2));
+        assert_eq!(c.shards, 5);
+        assert_eq!(c.metrics_addr, None);
+        assert_eq!(c.max_frame_size, 64 << 10);
+        assert_eq!(c.send_buffer, 4096);
+
+        std::fs::write(&file, "bogus = 1\n").unwrap();
+        let e = config_of(&["rollcall", "serve", "--config", path]).unwrap_err();
+        assert!(e.contains("unknown option 'bogus'"), "{e}");
+        std::fs::write(&file, "handshake-timeout = \"soon\"\n").unwrap();
+        let e = config_of(&["rollcall", "serve", "--config", path]).unwrap_err();
+        assert!(e.contains("handshake-timeout"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn inconsistent_values_are_rejected() {
+        let e = config_of(&[
+            "rollcall",
+            "serve",
+            "--min-session-timeout",
+            "10m",
+            "--max-session-timeout",
+            "1m",
+        ])
+        .unwrap_err();
+        assert!(e.contains("min-session-timeout"), "{e}");
+        assert!(config_of(&["rollcall", "serve", "--assignor", "best"]).is_err());
+        assert!(config_of(&["rollcall", "serve", "--shards", "0"]).is_err());
+    }
+}

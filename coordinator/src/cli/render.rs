@@ -1,0 +1,283 @@
+//! Rendering admin answers as tables or JSON.
+
+use super::*;
+
+#[derive(Debug, Serialize)]
+pub(super) struct GroupsJson {
+    groups: Vec<GroupJson>,
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct GroupJson {
+    group: String,
+    state: &'static str,
+    generation: u32,
+    members: u32,
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct DescribeJson {
+    group: String,
+    state: &'static str,
+    generation: u32,
+    assignor: String,
+    members: Vec<MemberJson>,
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct MemberJson {
+    member_id: String,
+    instance_id: Option<String>,
+    client_id: String,
+    liveness: &'static str,
+    since_heartbeat_ms: u64,
+    since_progress_ms: u64,
+    owned: Vec<TopicJson>,
+    pending_revoke: Vec<TopicJson>,
+    pending_grant: Vec<TopicJson>,
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct TopicJson {
+    topic: String,
+    partitions: Vec<u32>,
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct OffsetsJson {
+    group: String,
+    offsets: Vec<OffsetJson>,
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct OffsetJson {
+    topic: String,
+    partition: u32,
+    offset: i64,
+    metadata: String,
+}
+
+pub(super) fn topics_json(tps: &[TopicPartitions]) -> Vec<TopicJson> {
+    tps.iter()
+        .map(|tp| TopicJson {
+            topic: tp.topic.clone(),
+            partitions: tp.partitions.clone(),
+        })
+        .collect()
+}
+
+pub(super) fn to_json<T: Serialize>(value: &T) -> String {
+    let mut text =
+        serde_json::to_string_pretty(value).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+    text.push('\n');
+    text
+}
+
+pub(super) fn render_groups(r: &ListGroupsResponse, json: bool) -> String {
+    if json {
+        return to_json(&GroupsJson {
+            groups: r
+                .groups
+                .iter()
+                .map(|g| GroupJson {
+                    group: g.group.clone(),
+                    state: g.state.as_str(),
+                    generation: g.generation,
+                    members: g.members,
+                })
+                .collect(),
+        });
+    }
+    if r.groups.is_empty() {
+        return "no groups\n".into();
+    }
+    let rows = r
+        .groups
+        .iter()
+        .map(|g| {
+            vec![
+                g.group.clone(),
+                g.state.as_str().to_owned(),
+                g.generation.to_string(),
+                g.members.to_string(),
+            ]
+        })
+        .collect::<Vec<_>>();
+    table(&["GROUP", "STATE", "GENERATION", "MEMBERS"], &rows)
+}
+
+pub(super) fn render_describe(r: &DescribeGroupResponse, json: bool) -> String {
+    if json {
+        return to_json(&DescribeJson {
+            group: r.group.clone(),
+            state: r.state.as_str(),
+            generation: r.generation,
+            assignor: r.assignor.clone(),
+            members: r
+                .members
+                .iter()
+                .map(|m| MemberJson {
+                    member_id: m.member_id.clone(),
+                    instance_id: m.instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    liveness: m.liveness.as_str(),
+                    since_heartbeat_ms: m.since_heartbeat_ms,
+                    since_progress_ms: m.since_progress_ms,
+                    owned: topics_json(&m.owned),
+                    pending_revoke: topics_json(&m.pending_revoke),
+                    pending_grant: topics_json(&m.pending_grant),
+                })
+                .collect(),
+        });
+    }
+    let mut out = format!(
+        "group:      {}\nstate:      {}\ngeneration: {}\nassignor:   {}\nmembers:    {}\n",
+        r.group,
+        r.state.as_str(),
+        r.generation,
+        r.assignor,
+        r.members.len()
+    );
+    if r.members.is_empty() {
+        return out;
+    }
+    out.push('\n');
+    let rows = r
+        .members
+        .iter()
+        .map(|m| {
+            vec![
+                m.member_id.clone(),
+                m.instance_id.clone().unwrap_or_else(|| "-".into()),
+                if m.client_id.is_empty() {
+                    "-".into()
+                } else {
+                    m.client_id.clone()
+                },
+                m.liveness.as_str().to_owned(),
+                format_ago(m.since_heartbeat_ms),
+                format_ago(m.since_progress_ms),
+                compact_partitions(&m.owned),
+                compact_partitions(&m.pending_revoke),
+                compact_partitions(&m.pending_grant),
+            ]
+        })
+        .collect::<Vec<_>>();
+    out.push_str(&table(
+        &[
+            "MEMBER",
+            "INSTANCE",
+            "CLIENT",
+            "LIVENESS",
+            "HEARTBEAT",
+            "PROGRESS",
+            "OWNED",
+            "REVOKING",
+            "GRANTING",
+        ],
+        &rows,
+    ));
+    out
+}
+
+pub(super) fn render_offsets(group: &str, r: &FetchOffsetsResponse, json: bool) -> String {
+    if json {
+        return to_json(&OffsetsJson {
+            group: group.to_owned(),
+            offsets: r
+                .offsets
+                .iter()
+                .map(|o| OffsetJson {
+                    topic: o.topic.clone(),
+                    partition: o.partition,
+                    offset: o.offset,
+                    metadata: o.metadata.clone(),
+                })
+                .collect(),
+        });
+    }
+    if r.offsets.is_empty() {
+        return format!("no committed offsets for group '{group}'\n");
+    }
+    let rows = r
+        .offsets
+        .iter()
+        .map(|o| {
+            vec![
+                o.topic.clone(),
+                o.partition.to_string(),
+                o.offset.to_string(),
+                o.metadata.clone(),
+            ]
+        })
+        .collect::<Vec<_>>();
+    table(&["TOPIC", "PARTITION", "OFFSET", "METADATA"], &rows)
+}
+
+/// Left-aligned columns separated by two spaces; no trailing spaces.
+pub(super) fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let header_row: Vec<String> = headers.iter().map(|h| (*h).to_owned()).collect();
+    for row in std::iter::once(&header_row).chain(rows) {
+        let mut line = String::new();
+        for (i, (cell, width)) in row.iter().zip(&widths).enumerate() {
+            if i > 0 {
+                line.push_str("  ");
+            }
+            line.push_str(cell);
+            if i + 1 < row.len() {
+                line.extend(std::iter::repeat(' ').take(width - cell.chars().count()));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// `orders[0-4,7] payments[1]`, or `-` for none.
+pub fn compact_partitions(tps: &[TopicPartitions]) -> String {
+    let parts: Vec<String> = tps
+        .iter()
+        .filter(|tp| !tp.partitions.is_empty())
+        .map(|tp| {
+            let sorted: BTreeSet<u32> = tp.partitions.iter().copied().collect();
+            let mut ranges: Vec<String> = Vec::new();
+            let mut iter = sorted.into_iter().peekable();
+            while let Some(start) = iter.next() {
+                let mut end = start;
+                while iter.peek() == Some(&(end + 1)) {
+                    end += 1;
+                    iter.next();
+                }
+                ranges.push(if start == end {
+                    start.to_string()
+                } else {
+                    format!("{start}-{end}")
+                });
+            }
+            format!("{}[{}]", tp.topic, ranges.join(","))
+        })
+        .collect();
+    if parts.is_empty() {
+        "-".into()
+    } else {
+        parts.join(" ")
+    }
+}
+
+/// `350ms`, `4.2s`, `3m05s`, `2h10m`.
+pub(super) fn format_ago(ms: u64) -> String {
+    match ms {
+        0..=999 => format!("{ms}ms"),
+        1_000..=59_999 => format!("{:.1}s", ms as f64 / 1000.0),
+        60_000..=3_599_999 => format!("{}m{:02}s", ms / 60_000, (ms / 1000) % 60),
+        _ => format!("{}h{:02}m", ms / 3_600_000, (ms / 60_000) % 60),
+    }
+}
