@@ -1,0 +1,106 @@
+//! Join (API key 1): join a group, or rejoin it with a known member id.
+
+use bytes::{BufMut, BytesMut};
+
+use crate::wire::{put_count, put_opt_string, put_string, Reader};
+use crate::{DecodeError, EncodeError};
+
+/// A topic a member subscribes to, with the partition count it believes the topic has.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TopicSubscription {
+    /// Topic name.
+    pub topic: String,
+    /// Number of partitions (partitions are numbered `0..partitions`).
+    pub partitions: u32,
+}
+
+/// Join a group, or rejoin it with a known member id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinRequest {
+    /// Group to join; created by its first join.
+    pub group: String,
+    /// The member id from an earlier join, when rejoining after a lost connection.
+    pub member_id: Option<String>,
+    /// Static membership: a stable id for this process across restarts.
+    pub instance_id: Option<String>,
+    /// Free-form client name, shown by describe.
+    pub client_id: String,
+    /// Client-chosen nonzero token; a join retried with the same token (after a lost
+    /// response) returns the same member instead of creating a second one.
+    pub join_token: u64,
+    /// Topics with the partition counts the member believes they have.
+    pub subscription: Vec<TopicSubscription>,
+    /// Session clock: silence longer than this expels the member.
+    pub session_timeout_ms: u32,
+    /// Progress clock: no advance of the progress counter for this long expels the member.
+    pub progress_timeout_ms: u32,
+    /// How long the member may take to acknowledge a revocation.
+    pub rebalance_timeout_ms: u32,
+}
+
+impl JoinRequest {
+    pub(crate) fn encode(&self, buf: &mut BytesMut) -> Result<(), EncodeError> {
+        put_string(buf, &self.group)?;
+        put_opt_string(buf, self.member_id.as_deref())?;
+        put_opt_string(buf, self.instance_id.as_deref())?;
+        put_string(buf, &self.client_id)?;
+        buf.put_u64(self.join_token);
+        put_count(buf, self.subscription.len())?;
+        for s in &self.subscription {
+            put_string(buf, &s.topic)?;
+            buf.put_u32(s.partitions);
+        }
+        buf.put_u32(self.session_timeout_ms);
+        buf.put_u32(self.progress_timeout_ms);
+        buf.put_u32(self.rebalance_timeout_ms);
+        Ok(())
+    }
+
+    pub(crate) fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        Ok(Self {
+            group: r.string("group")?,
+            member_id: r.opt_string("member id")?,
+            instance_id: r.opt_string("instance id")?,
+            client_id: r.string("client id")?,
+            join_token: r.u64("join token")?,
+            subscription: r.array("subscription", 6, |r| {
+                Ok(TopicSubscription {
+                    topic: r.string("topic")?,
+                    partitions: r.u32("partition count")?,
+                })
+            })?,
+            session_timeout_ms: r.u32("session timeout")?,
+            progress_timeout_ms: r.u32("progress timeout")?,
+            rebalance_timeout_ms: r.u32("rebalance timeout")?,
+        })
+    }
+}
+
+/// The answer to a join.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinResponse {
+    /// The member's id (fresh, or the one the same join token received before).
+    pub member_id: String,
+    /// The group's generation at the time of the join. The member's first assignment
+    /// follows by push.
+    pub generation: u32,
+    /// The heartbeat interval the coordinator suggests.
+    pub heartbeat_interval_ms: u32,
+}
+
+impl JoinResponse {
+    pub(crate) fn encode(&self, buf: &mut BytesMut) -> Result<(), EncodeError> {
+        put_string(buf, &self.member_id)?;
+        buf.put_u32(self.generation);
+        buf.put_u32(self.heartbeat_interval_ms);
+        Ok(())
+    }
+
+    pub(crate) fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        Ok(Self {
+            member_id: r.string("member id")?,
+            generation: r.u32("generation")?,
+            heartbeat_interval_ms: r.u32("heartbeat interval")?,
+        })
+    }
+}
