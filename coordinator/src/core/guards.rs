@@ -28,6 +28,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::timers::TimerKey;
 use super::{Coordinator, Event, Output};
 
 /// A wake-up later than this may be a pause of the coordinator; below it, lateness is
@@ -63,8 +64,10 @@ pub(crate) struct Guards {
     pub(crate) last_frame_at: Option<Instant>,
     /// Set while the isolation guard holds: when the silence began.
     pub(crate) isolated_since: Option<Instant>,
-    /// After a measured pause: no expulsion for silence before this instant.
-    pub(crate) pause_grace_until: Option<Instant>,
+    /// After a measured pause: when the core woke. A member whose connection is open
+    /// is not expelled for silence before a grace has passed since then (a quarter of
+    /// its session timeout, at least `PAUSE_FLOOR`, at most `pause_guard`).
+    pub(crate) pause_woken_at: Option<Instant>,
     /// The shard's connected and overdue member counts, computed at most once per
     /// instant (only when an expiry needs them).
     pub(crate) census: Option<(Instant, Census)>,
@@ -130,12 +133,14 @@ impl Coordinator {
     /// threshold past the earliest deadline, shifts every deadline (and hold) by the
     /// delay and opens a new grace.
     pub(super) fn detect_pause(&mut self, now: Instant) {
-        if let Some(until) = self.guards.pause_grace_until.filter(|u| now >= *u) {
-            self.guards.pause_grace_until = None;
-            self.outputs
-                .push_back(Output::Event(Event::PauseGraceEnded {
-                    late_by: now.saturating_duration_since(until),
-                }));
+        if let Some(woken) = self.guards.pause_woken_at {
+            if now.saturating_duration_since(woken) >= self.config.pause_guard {
+                self.guards.pause_woken_at = None;
+                self.outputs
+                    .push_back(Output::Event(Event::PauseGraceEnded {
+                        late_by: now.saturating_duration_since(woken + self.config.pause_guard),
+                    }));
+            }
         }
         let Some(expected) = self.timers.peek() else {
             return;
@@ -146,14 +151,14 @@ impl Coordinator {
         }
         for group in self.groups.values_mut() {
             for m in group.members.values_mut() {
-                m.extend(late_by);
+                m.pause_passed(now, late_by);
             }
             for (until, _) in &mut group.held {
                 *until += late_by;
             }
         }
         let until = now + self.config.pause_guard;
-        self.guards.pause_grace_until = Some(until);
+        self.guards.pause_woken_at = Some(now);
         self.outputs
             .push_back(Output::Event(Event::PauseDetected { late_by, until }));
     }
@@ -180,8 +185,18 @@ impl Coordinator {
         let silent_for = at.saturating_duration_since(since);
         for group in self.groups.values_mut() {
             for m in group.members.values_mut() {
-                if !silent_before(since, m.liveness.last_heard(), m.session_timeout) {
-                    m.extend(silent_for);
+                // A member whose connection closed was not cut off by the coordinator.
+                if m.conn.is_some() && !silent_before(since, m.heard_at, m.session_timeout) {
+                    m.give_back(silent_for);
+                }
+                if m.session_deadline() <= at {
+                    // Held past its deadline and given nothing back: judged now, not at
+                    // its next recheck.
+                    let key = TimerKey::Member {
+                        group: group.name.clone(),
+                        member: m.id.clone(),
+                    };
+                    self.timers.schedule(&mut m.timer_at, at, key);
                 }
             }
         }
@@ -212,10 +227,14 @@ impl Coordinator {
         if deadline > now {
             return None;
         }
-        if let Some(until) = self.guards.pause_grace_until.filter(|u| now < *u) {
-            return Some(Hold::Pause { until });
-        }
         let session = m.session_timeout;
+        if let (Some(woken), Some(_)) = (self.guards.pause_woken_at, m.conn) {
+            let grace = (session / 4).clamp(PAUSE_FLOOR, self.config.pause_guard.max(PAUSE_FLOOR));
+            let until = woken + grace;
+            if now < until {
+                return Some(Hold::Pause { until });
+            }
+        }
         let min = self.config.isolation_min_members;
         if min == 0 || m.conn.is_none() || self.guards.server_silence(now) < session / 2 {
             return None;
@@ -226,12 +245,7 @@ impl Coordinator {
                 let mut census = Census::default();
                 for g in self.groups.values() {
                     for m in g.members.values() {
-                        census.count(
-                            now,
-                            m.conn.is_some(),
-                            m.liveness.last_heard(),
-                            m.session_timeout,
-                        );
+                        census.count(now, m.conn.is_some(), m.heard_at, m.session_timeout);
                     }
                 }
                 self.guards.census = Some((now, census));
@@ -241,7 +255,9 @@ impl Coordinator {
         if !census.mass_silence(min) {
             return None;
         }
-        let bound = deadline + session;
+        // One more session timeout past the deadline, and never past two session
+        // timeouts of real silence unless a pause moved the deadline itself.
+        let bound = (deadline + session).min((m.heard_at + 2 * session).max(deadline));
         if now >= bound {
             self.outputs
                 .push_back(Output::Event(Event::IsolationHoldExpired {

@@ -269,7 +269,10 @@ impl Coordinator {
         let Some(m) = group.members.get_mut(id) else {
             return refuse(ApiKey::Join, ErrorCode::Internal, "member vanished");
         };
-        m.set_timeouts(timeouts);
+        if m.set_timeouts(timeouts) {
+            // Timeouts decide expiry and holds: a restart must bring the new ones back.
+            group.snapshot_dirty = true;
+        }
         m.heard(now);
         m.conn = Some(conn);
         // A shorter timeout can bring a deadline forward.
@@ -392,12 +395,15 @@ impl Coordinator {
             // (no rebalance) until its next process takes over, at once, or its session
             // expires. A dynamic member can never be taken over: it simply leaves.
             LeaveMode::StandDown => {
-                m.lease_until = now;
                 if m.instance_id.is_some() {
+                    // Its session runs from the stand-down, its lease is over.
+                    m.liveness.heard(now);
+                    m.lease_until = now;
                     m.conn = None;
                     group.snapshot_dirty = true;
                     return Response::Leave;
                 }
+                m.lease_until = now;
             }
         }
         group.remove_member(&mut ctx, &id, ExpelReason::Left, "left".to_owned());

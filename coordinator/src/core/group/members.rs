@@ -51,6 +51,7 @@ impl Group {
             released: BTreeSet::new(),
             assignment_dirty: true,
             lease_until: now + session_timeout,
+            heard_at: now,
             timer_at: None,
         }
     }

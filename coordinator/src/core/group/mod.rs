@@ -88,6 +88,9 @@ pub(crate) struct Member {
     /// Only ever moves later, except when the member stands down (it then ends now).
     /// Partitions of a removed member are held until then.
     pub(crate) lease_until: Instant,
+    /// When a frame from the member last arrived. Unlike the liveness policy's view,
+    /// never shifted by a guard: the guards judge real silence by it.
+    pub(crate) heard_at: Instant,
     pub(crate) timer_at: Option<Instant>,
 }
 
@@ -107,14 +110,21 @@ impl Member {
     /// Any frame from the member renews its session (and, with the answer, its lease).
     pub(crate) fn heard(&mut self, now: Instant) {
         self.liveness.heard(now);
+        self.heard_at = self.heard_at.max(now);
         self.lease_until = self.lease_until.max(now + self.session_timeout);
     }
 
     /// Applies the timeouts of a rejoin. The session deadline follows the new session
     /// timeout at once; the lease already promised is kept (it only grows), so a shorter
     /// timeout never frees partitions before the member's longer lease ran out.
-    pub(crate) fn set_timeouts(&mut self, timeouts: (Duration, Duration, Duration)) {
+    /// Returns whether anything changed.
+    pub(crate) fn set_timeouts(&mut self, timeouts: (Duration, Duration, Duration)) -> bool {
         let (session, progress, rebalance) = timeouts;
+        let changed = (
+            self.session_timeout,
+            self.progress_timeout,
+            self.rebalance_timeout,
+        ) != timeouts;
         self.session_timeout = session;
         self.liveness.set_timeout(session);
         if progress != self.progress_timeout {
@@ -122,6 +132,7 @@ impl Member {
             self.progress_deadline = self.last_progress_at + progress;
         }
         self.rebalance_timeout = rebalance;
+        changed
     }
 
     /// The progress clock renews only when the counter advances.
@@ -144,6 +155,28 @@ impl Member {
 
     pub(crate) fn revoking(&self) -> Vec<TopicPartition> {
         self.owned.difference(&self.target).copied().collect()
+    }
+
+    /// Gives back up to `silent_for` that the isolation guard blamed on the coordinator,
+    /// but never past two session timeouts of real silence: a member that died as the
+    /// silence began is still expelled within that bound.
+    pub(crate) fn give_back(&mut self, silent_for: Duration) {
+        let cap = self.heard_at + 2 * self.session_timeout;
+        let room = cap.saturating_duration_since(self.session_deadline());
+        self.extend(silent_for.min(room));
+    }
+
+    /// The coordinator was paused for `paused` up to `now`: only the part of the
+    /// member's silence (and of its wait for progress) that the pause overlaps is not
+    /// counted. A member heard in the queued frames read on waking gets nothing.
+    pub(crate) fn pause_passed(&mut self, now: Instant, paused: Duration) {
+        let silent = now.saturating_duration_since(self.heard_at);
+        self.liveness.extend(paused.min(silent));
+        let stuck = now.saturating_duration_since(self.last_progress_at);
+        self.progress_deadline += paused.min(stuck);
+        if let Some(r) = &mut self.revoke_deadline {
+            *r += paused;
+        }
     }
 
     /// Shifts every deadline by `by`: the coordinator was paused, not the member.
