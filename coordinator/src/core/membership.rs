@@ -399,6 +399,7 @@ impl Coordinator {
                     // Its session runs from the stand-down, its lease is over.
                     m.liveness.heard(now);
                     m.lease_until = now;
+                    m.stood_down = true;
                     m.conn = None;
                     group.snapshot_dirty = true;
                     return Response::Leave;

@@ -114,10 +114,15 @@ pub struct MemberSnapshot {
     /// Target partitions, as (topic index, partition).
     pub target: Vec<(u32, u32)>,
     /// How long the lease the coordinator had promised the member still had to run
-    /// when the snapshot was taken, ms. Absent in older snapshots: a whole session
-    /// timeout is assumed.
+    /// when the snapshot was taken, ms. Heartbeats renew leases without a snapshot, so
+    /// a restore assumes at least a whole session timeout from the restore; this only
+    /// matters when it is longer (a rejoin shortened the session timeout).
     #[serde(default)]
     pub lease_remaining_ms: Option<u64>,
+    /// The member's process stood down (a static member's `stand_down` leave): its
+    /// lease is over and a replacement takes over at once.
+    #[serde(default)]
+    pub stood_down: bool,
 }
 
 /// Everything the core is restored from at start.

@@ -87,6 +87,7 @@ fn member(id: &str) -> MemberSnapshot {
         owned: vec![(0, 0), (1, 2)],
         target: vec![(0, 0), (0, 1), (1, 2)],
         lease_remaining_ms: Some(7_000),
+        stood_down: false,
     }
 }
 

@@ -52,6 +52,7 @@ impl Group {
             assignment_dirty: true,
             lease_until: now + session_timeout,
             heard_at: now,
+            stood_down: false,
             timer_at: None,
         }
     }

@@ -91,6 +91,8 @@ pub(crate) struct Member {
     /// When a frame from the member last arrived. Unlike the liveness policy's view,
     /// never shifted by a guard: the guards judge real silence by it.
     pub(crate) heard_at: Instant,
+    /// The member's process stood down and has not been heard since.
+    pub(crate) stood_down: bool,
     pub(crate) timer_at: Option<Instant>,
 }
 
@@ -111,6 +113,7 @@ impl Member {
     pub(crate) fn heard(&mut self, now: Instant) {
         self.liveness.heard(now);
         self.heard_at = self.heard_at.max(now);
+        self.stood_down = false;
         self.lease_until = self.lease_until.max(now + self.session_timeout);
     }
 

@@ -67,6 +67,7 @@ impl Group {
                     owned: pairs(&mut m.owned.iter()),
                     target: pairs(&mut m.target.iter()),
                     lease_remaining_ms: Some(remaining(m.lease_until)),
+                    stood_down: m.stood_down,
                 })
                 .collect(),
             held: self
@@ -138,9 +139,16 @@ impl Group {
                 subscription,
             );
             member.generation = ms.generation;
-            if let Some(remaining) = ms.lease_remaining_ms {
-                member.lease_until = now + Duration::from_millis(remaining);
-            }
+            // Heartbeats renew the lease without a snapshot: any lease promised before
+            // the restart ends within a session timeout of it, or later if a longer one
+            // was promised before a rejoin shortened the timeout.
+            member.lease_until = if ms.stood_down {
+                now
+            } else {
+                let remaining = Duration::from_millis(ms.lease_remaining_ms.unwrap_or(0));
+                member.lease_until.max(now + remaining)
+            };
+            member.stood_down = ms.stood_down;
             // A snapshot written before instances were recorded: the member is its
             // instance's latest incarnation.
             if let Some(instance) = &member.instance_id {
