@@ -220,20 +220,23 @@ impl Coordinator {
         (shortest / 4).clamp(PAUSE_FLOOR, self.config.pause_guard.max(PAUSE_FLOOR))
     }
 
-    /// Whether a guard holds the expiry of `member`, whose session expired at `now`.
-    pub(super) fn silence_hold(&mut self, now: Instant, group: &str, member: &str) -> Option<Hold> {
+    /// Whether a guard holds an expiry of `member` at `now`: the pause guard holds
+    /// expiries for silence and for progress, the isolation guard for silence only.
+    pub(super) fn expiry_hold(&mut self, now: Instant, group: &str, member: &str) -> Option<Hold> {
         let m = self.groups.get(group)?.members.get(member)?;
         let deadline = m.session_deadline();
-        if deadline > now {
-            return None;
-        }
         let session = m.session_timeout;
-        if let (Some(woken), Some(_)) = (self.guards.pause_woken_at, m.conn) {
+        // After a pause, queued frames may carry heartbeats and progress alike.
+        let due = deadline <= now || m.progress_deadline <= now;
+        if let (true, Some(woken), Some(_)) = (due, self.guards.pause_woken_at, m.conn) {
             let grace = (session / 4).clamp(PAUSE_FLOOR, self.config.pause_guard.max(PAUSE_FLOOR));
             let until = woken + grace;
             if now < until {
                 return Some(Hold::Pause { until });
             }
+        }
+        if deadline > now {
+            return None;
         }
         let min = self.config.isolation_min_members;
         if min == 0 || m.conn.is_none() || self.guards.server_silence(now) < session / 2 {

@@ -232,7 +232,7 @@ impl Coordinator {
         while let Some((at, key)) = self.timers.pop_due(now) {
             match key {
                 TimerKey::Member { group, member } => {
-                    let hold = self.silence_hold(now, &group, &member);
+                    let hold = self.expiry_hold(now, &group, &member);
                     let (groups, mut ctx) = self.parts(now);
                     if let Some(g) = groups.get_mut(&group) {
                         g.on_member_timer(&mut ctx, &member, at, hold);

@@ -263,7 +263,8 @@ impl Group {
             m.timer_at = None;
         }
         let session_expired = m.session_deadline() <= now;
-        if let (true, Some(hold)) = (session_expired, hold) {
+        let held = session_expired || m.progress_deadline <= now;
+        if let (true, Some(hold)) = (held, hold) {
             let key = TimerKey::Member {
                 group: self.name.clone(),
                 member: id.clone(),
