@@ -1,0 +1,543 @@
+//! What happens to the world: its random shape, the faults injected while the run is
+//! noisy, and the restarts aimed at the moments a restart is most likely to lose state.
+
+use std::time::Duration;
+
+use rand::Rng;
+use rollcall_protocol::{ExpelReason, TopicSubscription};
+
+use super::client::{Membership, Settings};
+use super::process::AckPolicy;
+use super::world::{Action, Ev, GroupSpec, World};
+use crate::core::Event;
+
+/// Session timeouts (ms) and how often members pick them. The longest is only used in
+/// some seeds: it makes the quiet tail long.
+const SESSIONS: [(u64, u32); 4] = [(1_000, 35), (3_000, 30), (10_000, 25), (60_000, 10)];
+/// Most live processes per group.
+const MAX_PER_GROUP: usize = 10;
+/// Mean time between two faults.
+const FAULT_GAP: f64 = 0.6;
+
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    Cut,
+    Crash,
+    CrashGroup,
+    CrashAll,
+    Join,
+    StaticReplace,
+    Leave,
+    Reconfigure,
+    Stall,
+    AckPolicy,
+    Pause,
+    Restart,
+    Drain,
+}
+
+const FAULTS: [(Fault, f64); 13] = [
+    (Fault::Cut, 10.0),
+    (Fault::Crash, 4.0),
+    (Fault::CrashGroup, 0.5),
+    (Fault::CrashAll, 0.25),
+    (Fault::Join, 4.0),
+    (Fault::StaticReplace, 2.0),
+    (Fault::Leave, 2.5),
+    (Fault::Reconfigure, 2.0),
+    (Fault::Stall, 2.0),
+    (Fault::AckPolicy, 2.0),
+    (Fault::Pause, 1.2),
+    (Fault::Restart, 0.8),
+    (Fault::Drain, 0.4),
+];
+
+fn ms(ms: u64) -> Duration {
+    Duration::from_millis(ms)
+}
+
+impl World {
+    /// The world's random shape: groups, topics, first members, how long faults last.
+    pub(super) fn setup(&mut self) {
+        let groups = self.rng.gen_range(1..=3);
+        self.long_sessions = self.rng.gen_bool(0.3);
+        self.max_restarts = self.rng.gen_range(1..=6);
+        for g in 0..groups {
+            let topics = (0..self.rng.gen_range(1..=3))
+                .map(|i| (["a", "b", "c"][i].to_owned(), self.rng.gen_range(1..=12)))
+                .collect();
+            let commits = self.rng.gen_bool(0.5);
+            self.groups.push(GroupSpec {
+                name: format!("g{g}"),
+                topics,
+                commits,
+            });
+        }
+        for g in 0..groups {
+            let n = if groups == 1 {
+                self.rng.gen_range(2..=10)
+            } else {
+                self.rng.gen_range(2..=7)
+            };
+            for _ in 0..n {
+                let instance = self.rng.gen_bool(0.4).then(|| self.new_instance(g));
+                let delay = self.rng.gen_range(Duration::ZERO..ms(500));
+                self.schedule_spawn(g, instance, delay);
+            }
+        }
+        let faulty = self
+            .rng
+            .gen_range(Duration::from_secs(20)..Duration::from_secs(40));
+        self.fault_end = self.start + faulty;
+        self.push(self.fault_end, Ev::Quiet);
+        let first = self.start + self.rng.gen_range(ms(500)..ms(1500));
+        self.push(first, Ev::NextFault);
+    }
+
+    fn new_instance(&mut self, group: usize) -> String {
+        self.next_instance += 1;
+        format!("g{group}-i{}", self.next_instance)
+    }
+
+    fn pick_session(&mut self, not: Option<Duration>) -> Duration {
+        let choices: Vec<(u64, u32)> = SESSIONS
+            .iter()
+            .copied()
+            .filter(|(s, _)| (self.long_sessions || *s < 60_000) && Some(ms(*s)) != not)
+            .collect();
+        let total: u32 = choices.iter().map(|(_, w)| w).sum();
+        let mut x = self.rng.gen_range(0..total);
+        for (s, w) in choices {
+            if x < w {
+                return ms(s);
+            }
+            x -= w;
+        }
+        unreachable!("weights cover the range")
+    }
+
+    /// Timeouts for a session timeout: heartbeats every third (or fifth) of it, the
+    /// client's default margin, and progress and rebalance timeouts of a few seconds.
+    fn with_session(&mut self, settings: &mut Settings, session: Duration) {
+        settings.session_timeout = session;
+        settings.heartbeat_interval = if self.rng.gen_bool(0.7) {
+            session / 3
+        } else {
+            session / 5
+        };
+        settings.lease_margin = (session / 20).max(ms(5));
+        settings.progress_timeout = self
+            .rng
+            .gen_range(Duration::from_secs(2)..Duration::from_secs(20))
+            .max(settings.heartbeat_interval * 3);
+        settings.rebalance_timeout = self.rng.gen_range(ms(1000)..ms(6000));
+    }
+
+    fn new_settings(&mut self, group: usize, instance: Option<String>) -> Settings {
+        let spec = &self.groups[group];
+        let topics = spec.topics.clone();
+        let name = spec.name.clone();
+        let mut subscription: Vec<TopicSubscription> = topics
+            .iter()
+            .filter(|_| self.rng.gen_bool(0.7))
+            .map(|(topic, partitions)| TopicSubscription {
+                topic: topic.clone(),
+                partitions: *partitions,
+            })
+            .collect();
+        if subscription.is_empty() {
+            let (topic, partitions) = topics[self.rng.gen_range(0..topics.len())].clone();
+            subscription.push(TopicSubscription { topic, partitions });
+        }
+        let mut settings = Settings {
+            group: name,
+            subscription,
+            instance_id: instance,
+            client_id: format!("p{}", self.procs.len()),
+            session_timeout: Duration::ZERO,
+            heartbeat_interval: Duration::ZERO,
+            progress_timeout: Duration::ZERO,
+            rebalance_timeout: Duration::ZERO,
+            lease_margin: Duration::ZERO,
+        };
+        let session = self.pick_session(None);
+        self.with_session(&mut settings, session);
+        settings
+    }
+
+    /// A new process starts in `group`, with `instance` as its static instance id.
+    pub(super) fn spawn(&mut self, group: usize, instance: Option<String>) {
+        let live = self.live_in(group).len();
+        if instance.is_none() && live >= MAX_PER_GROUP {
+            return;
+        }
+        let settings = self.new_settings(group, instance.clone());
+        let epoch = match &instance {
+            Some(i) => {
+                let next = self.instances.entry(i.clone()).or_insert(0);
+                *next += 1;
+                *next - 1
+            }
+            None => 0,
+        };
+        let seed = self.rng.gen();
+        let line = format!(
+            "process {} starts in {} ({}, session {:?}, rebalance {:?}, progress {:?})",
+            self.procs.len(),
+            settings.group,
+            instance
+                .as_ref()
+                .map_or_else(|| "dynamic".to_owned(), |i| format!("static {i} #{epoch}")),
+            settings.session_timeout,
+            settings.rebalance_timeout,
+            settings.progress_timeout,
+        );
+        self.log(line);
+        let m = Membership::new(settings, seed, self.now);
+        let ack = self.ack_policy();
+        self.add_process(group, m, epoch, ack);
+    }
+
+    fn ack_policy(&mut self) -> AckPolicy {
+        match self.rng.gen_range(0..10) {
+            0..=6 => AckPolicy::Prompt,
+            7..=8 => AckPolicy::Late,
+            _ => AckPolicy::Never,
+        }
+    }
+
+    fn schedule_spawn(&mut self, group: usize, instance: Option<String>, delay: Duration) {
+        self.pending_spawns += 1;
+        self.push(self.now + delay, Ev::Do(Action::Spawn { group, instance }));
+    }
+
+    fn live_in(&self, group: usize) -> Vec<usize> {
+        (0..self.procs.len())
+            .filter(|&p| self.procs[p].group == group && self.procs[p].is_live())
+            .collect()
+    }
+
+    fn pick(&mut self, filter: impl Fn(&Self, usize) -> bool) -> Option<usize> {
+        let candidates: Vec<usize> = (0..self.procs.len())
+            .filter(|&p| self.procs[p].is_live() && filter(self, p))
+            .collect();
+        (!candidates.is_empty()).then(|| candidates[self.rng.gen_range(0..candidates.len())])
+    }
+
+    fn restart_downtime(&mut self) -> Duration {
+        match self.rng.gen_range(0..10) {
+            0..=3 => Duration::ZERO,
+            4..=7 => self.rng.gen_range(Duration::ZERO..ms(300)),
+            _ => self.rng.gen_range(ms(300)..ms(3000)),
+        }
+    }
+
+    fn schedule_restart(&mut self, delay: Duration, why: &'static str) {
+        let downtime = self.restart_downtime();
+        self.push(self.now + delay, Ev::Do(Action::Restart { downtime, why }));
+    }
+
+    /// Restarts aimed at the moments the core's durable state is most likely to miss
+    /// something: inside the coalescing window after a join or a leave, while partitions
+    /// are held for an expelled member, and after a static replacement.
+    pub(super) fn react(&mut self, event: &Event) {
+        if self.quiet || self.counts.restarts >= self.max_restarts {
+            return;
+        }
+        let window = self.config.rebalance_coalesce;
+        match event {
+            Event::MemberJoined { .. } if self.rng.gen_bool(0.04) => {
+                let d = self.rng.gen_range(Duration::ZERO..window);
+                self.schedule_restart(d, "inside the coalescing window after a join");
+            }
+            Event::MemberRemoved {
+                reason: ExpelReason::Left,
+                ..
+            } if self.rng.gen_bool(0.08) => {
+                let d = self.rng.gen_range(Duration::ZERO..window);
+                self.schedule_restart(d, "inside the coalescing window after a leave");
+            }
+            Event::MemberRemoved {
+                member_id, reason, ..
+            } if *reason != ExpelReason::Left && self.rng.gen_bool(0.12) => {
+                let session = self
+                    .oracle
+                    .members
+                    .get(member_id)
+                    .map_or(ms(1000), |m| m.session);
+                let d = if self.rng.gen_bool(0.5) {
+                    self.rng.gen_range(Duration::ZERO..ms(100))
+                } else {
+                    self.rng.gen_range(Duration::ZERO..session)
+                };
+                self.schedule_restart(d, "while an expelled member's partitions may be held");
+            }
+            Event::MemberReplaced { .. } if self.rng.gen_bool(0.2) => {
+                let d = self.rng.gen_range(Duration::ZERO..ms(1000));
+                self.schedule_restart(d, "after a static replacement");
+            }
+            _ => {}
+        }
+    }
+
+    /// The fault generator: one random fault, then the next one later.
+    pub(super) fn next_fault(&mut self) {
+        if self.quiet {
+            return;
+        }
+        let total: f64 = FAULTS.iter().map(|(_, w)| w).sum();
+        let mut x = self.rng.gen_range(0.0..total);
+        let mut fault = FAULTS[0].0;
+        for (f, w) in FAULTS {
+            if x < w {
+                fault = f;
+                break;
+            }
+            x -= w;
+        }
+        self.inject(fault);
+        let u: f64 = self.rng.gen_range(0.0..1.0);
+        let gap = Duration::from_secs_f64((-FAULT_GAP * (1.0 - u).ln()).min(5.0));
+        self.push(self.now + gap, Ev::NextFault);
+    }
+
+    fn inject(&mut self, fault: Fault) {
+        let now = self.now;
+        match fault {
+            Fault::Cut => {
+                let Some(p) = self.pick(|_, _| true) else {
+                    return;
+                };
+                let session = self.procs[p].m.settings.session_timeout;
+                let len = session.mul_f64(self.rng.gen_range(0.1..2.5));
+                let hold = self.rng.gen_bool(0.5);
+                self.cut(p, len, hold);
+                if hold && session >= ms(3000) && self.rng.gen_bool(0.35) {
+                    self.pause_at_deadline(p);
+                }
+            }
+            Fault::Crash => {
+                let Some(p) = self.pick(|_, _| true) else {
+                    return;
+                };
+                let close = self.rng.gen_bool(0.5);
+                self.crash(p, close);
+                let group = self.procs[p].group;
+                let session = self.procs[p].m.settings.session_timeout;
+                match self.procs[p].m.settings.instance_id.clone() {
+                    // A static process comes back under its instance id, before or after
+                    // its old member is expelled.
+                    Some(instance) if self.rng.gen_bool(0.8) => {
+                        let d = self.rng.gen_range(Duration::ZERO..session * 2);
+                        self.schedule_spawn(group, Some(instance), d);
+                    }
+                    None if self.rng.gen_bool(0.8) => {
+                        let d = self.rng.gen_range(ms(200)..ms(4000));
+                        self.schedule_spawn(group, None, d);
+                    }
+                    _ => {}
+                }
+            }
+            Fault::CrashGroup => {
+                let g = self.rng.gen_range(0..self.groups.len());
+                self.log(format!("every process of g{g} crashes"));
+                self.crash_group(g);
+            }
+            Fault::CrashAll => {
+                self.log("every process of the coordinator crashes");
+                for g in 0..self.groups.len() {
+                    self.crash_group(g);
+                }
+            }
+            Fault::Join => {
+                let g = self.rng.gen_range(0..self.groups.len());
+                if self.live_in(g).len() < MAX_PER_GROUP {
+                    let instance = self.rng.gen_bool(0.3).then(|| self.new_instance(g));
+                    self.spawn(g, instance);
+                }
+            }
+            Fault::StaticReplace => {
+                let Some(p) = self.pick(|w, p| {
+                    w.procs[p].m.settings.instance_id.is_some() && w.procs[p].m.is_active()
+                }) else {
+                    return;
+                };
+                // The old process is alive; now and then it is also cut off, so that it
+                // misses the news and comes back with its old member id later.
+                if self.rng.gen_bool(0.5) {
+                    let session = self.procs[p].m.settings.session_timeout;
+                    let len = session.mul_f64(self.rng.gen_range(0.3..1.5));
+                    let hold = self.rng.gen_bool(0.5);
+                    self.cut(p, len, hold);
+                }
+                self.counts.replacements += 1;
+                let instance = self.procs[p].m.settings.instance_id.clone();
+                self.log(format!("process {p} is replaced by a new process"));
+                self.spawn(self.procs[p].group, instance);
+            }
+            Fault::Leave => {
+                let Some(p) =
+                    self.pick(|w, p| w.procs[p].m.is_active() && !w.procs[p].m.is_leaving())
+                else {
+                    return;
+                };
+                self.leave(p);
+                if self.rng.gen_bool(0.7) {
+                    let group = self.procs[p].group;
+                    let instance = self.rng.gen_bool(0.3).then(|| self.new_instance(group));
+                    let d = self.rng.gen_range(ms(500)..ms(5000));
+                    self.schedule_spawn(group, instance, d);
+                }
+            }
+            Fault::Reconfigure => {
+                let Some(p) =
+                    self.pick(|w, p| w.procs[p].m.is_active() && !w.procs[p].m.is_leaving())
+                else {
+                    return;
+                };
+                let mut settings = self.procs[p].m.settings.clone();
+                let session = self.pick_session(Some(settings.session_timeout));
+                let old = settings.session_timeout;
+                self.with_session(&mut settings, session);
+                self.log(format!(
+                    "process {p} ({}) rejoins with session {old:?} -> {session:?}, rebalance \
+                     {:?}, progress {:?}",
+                    self.procs[p].m.member_id().unwrap_or("-"),
+                    settings.rebalance_timeout,
+                    settings.progress_timeout
+                ));
+                if self.procs[p].m.reconfigure(settings, now) {
+                    self.counts.reconfigurations += 1;
+                    self.process_wake(p);
+                }
+            }
+            Fault::Stall => {
+                let Some(p) = self.pick(|_, _| true) else {
+                    return;
+                };
+                let progress = self.procs[p].m.settings.progress_timeout;
+                let len = progress.mul_f64(self.rng.gen_range(0.5..2.0));
+                self.procs[p].stalled_until = Some(now + len);
+                self.log(format!("process {p}: application stalls for {len:?}"));
+            }
+            Fault::AckPolicy => {
+                let Some(p) = self.pick(|_, _| true) else {
+                    return;
+                };
+                let policy = self.ack_policy();
+                self.procs[p].ack = policy;
+                self.log(format!("process {p}: acknowledges revocations {policy:?}"));
+            }
+            Fault::Pause => {
+                let len = if self.rng.gen_bool(0.3) {
+                    self.rng.gen_range(ms(100)..ms(2500))
+                } else {
+                    let session = match self.pick(|_, _| true) {
+                        Some(p) => self.procs[p].m.settings.session_timeout,
+                        None => ms(1000),
+                    };
+                    session
+                        .mul_f64(self.rng.gen_range(0.2..3.0))
+                        .min(Duration::from_secs(30))
+                };
+                self.pause_begin(len);
+            }
+            Fault::Restart => {
+                let downtime = self.restart_downtime();
+                self.restart_begin(downtime, "at random");
+            }
+            Fault::Drain => {
+                let g = self.rng.gen_range(0..self.groups.len());
+                self.log(format!("every process of g{g} leaves"));
+                for p in self.live_in(g) {
+                    if self.procs[p].m.is_active() {
+                        self.leave(p);
+                    } else {
+                        self.procs[p].m.leave(Duration::ZERO, now);
+                    }
+                }
+                let n = self.rng.gen_range(2..=5);
+                let d = self.rng.gen_range(ms(3000)..ms(8000));
+                for _ in 0..n {
+                    let instance = self.rng.gen_bool(0.3).then(|| self.new_instance(g));
+                    let jitter = self.rng.gen_range(Duration::ZERO..ms(500));
+                    self.schedule_spawn(g, instance, d + jitter);
+                }
+            }
+        }
+    }
+
+    /// A coordinator pause that starts just before the session deadline of cut-off
+    /// process `p` and outlasts the pause guard, while `p`'s traffic, held by the cut,
+    /// reaches the paused coordinator: its frames wait in the backlog when the core
+    /// wakes up late.
+    fn pause_at_deadline(&mut self, p: usize) {
+        let Some(member) = self.procs[p].m.member_id() else {
+            return;
+        };
+        let Some(info) = self.oracle.members.get(member) else {
+            return;
+        };
+        let deadline = info.last_arrival + info.session;
+        let start = deadline
+            .checked_sub(self.rng.gen_range(Duration::ZERO..ms(300)))
+            .unwrap_or(deadline)
+            .max(self.now);
+        let longest = (info.session * 3).min(Duration::from_secs(30));
+        let len = self.rng.gen_range(
+            self.config.pause_guard + ms(200)..longest.max(self.config.pause_guard + ms(400)),
+        );
+        let heal = start + len.mul_f64(self.rng.gen_range(0.3..0.9));
+        self.procs[p].cut_until = heal;
+        self.log(format!(
+            "process {p}: cut until t={}, coordinator pause of {len:?} planned at t={}",
+            self.t(heal),
+            self.t(start)
+        ));
+        self.push(start, Ev::Do(Action::Pause(len)));
+    }
+
+    /// A graceful leave: the application is asked to release everything and the leave
+    /// goes out once it did, or at the leave deadline with revocations still pending.
+    fn leave(&mut self, p: usize) {
+        let timeout = self.rng.gen_range(ms(200)..ms(3000));
+        self.counts.leaves += 1;
+        self.log(format!(
+            "process {p} ({}) leaves within {timeout:?}",
+            self.procs[p].m.member_id().unwrap_or("-")
+        ));
+        self.procs[p].m.leave(timeout, self.now);
+        self.process_wake(p);
+    }
+
+    /// Every live process of a group crashes at once; the group comes back later.
+    fn crash_group(&mut self, g: usize) {
+        let mode = self.rng.gen_range(0..3);
+        let mut instances = Vec::new();
+        for p in self.live_in(g) {
+            let close = match mode {
+                0 => true,
+                1 => false,
+                _ => self.rng.gen_bool(0.5),
+            };
+            if let Some(i) = self.procs[p].m.settings.instance_id.clone() {
+                instances.push(i);
+            }
+            self.crash(p, close);
+        }
+        let d = self.rng.gen_range(ms(1000)..ms(8000));
+        let mut spawned = 0;
+        for i in instances {
+            if self.rng.gen_bool(0.7) {
+                let jitter = self.rng.gen_range(Duration::ZERO..ms(500));
+                self.schedule_spawn(g, Some(i), d + jitter);
+                spawned += 1;
+            }
+        }
+        let dynamic = self.rng.gen_range(1..=3).max(2 - spawned.min(2));
+        for _ in 0..dynamic {
+            let jitter = self.rng.gen_range(Duration::ZERO..ms(500));
+            self.schedule_spawn(g, None, d + jitter);
+        }
+    }
+}

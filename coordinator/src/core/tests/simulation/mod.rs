@@ -1,0 +1,232 @@
+//! Seeded fault simulation of the core.
+//!
+//! Each seed builds a small world around one [`Coordinator`](crate::core::Coordinator)
+//! and runs it through a minute or so of simulated time, checking the core's promises
+//! after every step. Time jumps from one event to the next ([`world`]), so a seed costs
+//! what its events cost, and a seed always replays the same run.
+//!
+//! # The model
+//!
+//! - **Groups**: one to three, each with one to three topics of 1 to 12 partitions; 2 to
+//!   10 members per group, each subscribing to a subset of the group's topics. About 40 %
+//!   are static (instance ids). Session timeouts are mixed in one core: 1 s, 3 s, 10 s and,
+//!   in some seeds, 60 s, each member beating every third (or fifth) of its own.
+//! - **Clients** ([`client`], run by [`process`]) are a port of the client crate's membership state machine:
+//!   the lease is the send time of the last acknowledged heartbeat (or join) plus the
+//!   session timeout that response reported, less the margin; an `Expelled` push or a
+//!   `MemberExpelled`/`UnknownMember` error stops the member at once and it rejoins as a
+//!   new member; `FencedInstance` stops it for good; a lease that runs out makes it rejoin
+//!   naming its member id. Their connections detect stalls and reconnect with backoff as
+//!   the client driver does.
+//! - **Applications** make progress, or stall for a while; they acknowledge revocations
+//!   promptly, late, or not until the faults stop; they commit offsets in some groups
+//!   (a group without offsets is forgotten by the core when it empties).
+//! - **The network** delays frames (with occasional spikes of up to 1.2 s) and keeps each
+//!   connection in order. A cut either kills a connection's stream silently both ways
+//!   (neither end is told; the client finds out through its stall detection, or when the
+//!   kernel gives up retransmitting, scaled down here to 5 to 15 s) or holds its traffic
+//!   until it heals, as TCP retransmission does. New connections fail during a cut.
+//! - **Faults** ([`faults`]): cuts; crashes of one process with its connection closed or
+//!   left open (power loss); every process of a group, or of the whole core, crashing at
+//!   once; joins; graceful leaves, including leaves sent at the leave deadline with
+//!   revocations unacknowledged; rejoins with changed session, progress and rebalance
+//!   timeouts (naming the member id, with a new join token); static replacements while
+//!   the old process is alive (sometimes cut off as well) and after it crashed; whole
+//!   groups leaving and being joined again; retention deleting an empty group's offsets;
+//!   coordinator pauses of up to three session timeouts (handled late, as
+//!   `TestContext::freeze_for` does, while frames queue up; some aimed just before a
+//!   cut-off member's deadline); coordinator restarts at random and aimed at the
+//!   coalescing window after a join or a leave, at expulsions whose partitions are held,
+//!   and after static replacements. A restart builds a new core (a new member id prefix)
+//!   restored from exactly the records made durable ([`store`]); every connection is
+//!   lost and the clients reconnect and carry on.
+//! - After 20 to 40 s the faults stop (delay spikes included) and a **quiet tail** runs
+//!   until membership has been stable, and the partitions of the last expelled member
+//!   free, for the longest session plus the longest rebalance timeout plus a second.
+//!
+//! # The checks ([`oracle`])
+//!
+//! After every step:
+//!
+//! 1. No partition is owned by two members (`DescribeGroup` after every input that
+//!    changed a group).
+//! 2. Leases: a partition is granted to member B only when the member A that was last
+//!    granted it released it (an acknowledged revocation, or a leave sent after the
+//!    application released everything), or A's lease has run out, or B is the process
+//!    that took over A's static instance. A crashed process keeps its lease: the
+//!    coordinator cannot tell a crash from a partition.
+//! 3. Fencing: a static member replaced by a newer process is answered `FencedInstance`
+//!    to every heartbeat, join, commit or leave naming it, also after restarts, and the
+//!    old process never gets a join accepted again (it would take the instance back).
+//! 6. Generations strictly increase per group id over the whole run, across restarts and
+//!    across the group being forgotten and created again.
+//!
+//! Two more, so that every defect below is caught where it happens rather than through
+//! its consequences:
+//!
+//! - *5b.* A rebalance follows every join, and every removal from a group that still has
+//!   members, within 1 s of coordinator running time.
+//! - *7.* Nobody is expelled before its deadline: not for session expiry while a frame of it
+//!   reached the coordinator less than its session timeout ago (a frame queued at a
+//!   paused coordinator counts from its arrival), not for lack of progress, not for a
+//!   rebalance timeout before its revocation was pending that long.
+//!
+//! At the end of the quiet tail:
+//!
+//! 4. Every member of a crashed process was expelled within its session timeout + 500 ms
+//!    of its last frame if the crash closed the connection, 2 × session timeout + 500 ms
+//!    if it left it open; time the coordinator was paused or restarting does not count
+//!    (the bound restarts from the end of such downtime, and is the looser one after a
+//!    restart).
+//! 5. Every live process is a member, and every partition of every subscribed topic is
+//!    owned by a live member.
+//!
+//! A failure names the check and, in brackets, the kind of case, with the seed, a
+//! readable explanation and the last events of the run.
+//!
+//! # Defects it found
+//!
+//! Each of these was in the core when the simulation was written, and each is fixed; the
+//! check named is the one that fails when the fix is reverted (`defects.rs` in the tests
+//! holds a focused regression test for each).
+//!
+//! 1. A dead member stays a member: the isolation guard compares the shard's last frame
+//!    with the expiring member's own timeout, and frames from anyone give every member
+//!    its silence back. Check 4 \[held by the isolation guard\] (mixed timeouts; every
+//!    member of a group or of the core crashing at once; a long pause, after which the
+//!    pause guard and then the isolation guard both give everyone the pause back, which
+//!    also holds the partitions of members expelled afterwards far beyond their leases:
+//!    check 5).
+//! 2. A coordinator pause extends deadlines by `now` minus the earliest timer: a member
+//!    whose timer is its real deadline gets a deadline of exactly `now` and is expelled
+//!    while its frames wait in the backlog, check 7 \[session expiry\] and \[progress
+//!    expiry\]; a member heard in the backlog (frames handled first) gets a deadline a
+//!    pause length in the future and stays long after it dies, check 4 \[kept past a
+//!    coordinator pause\].
+//! 3. Restore forgets partitions held for an expelled member and grants them at once:
+//!    check 2 \[coordinator restarted since the grant\].
+//! 4. Restore drops a pending rebalance: check 5b \[restart after a join\], \[restart
+//!    after a removal\] (and check 5 when nothing rebalances the group later).
+//! 5. Restore forgets fencing: check 3 \[replaced member not told it is fenced after a
+//!    restart\], then \[fenced process took the instance back\].
+//! 6. A rejoin with other timeouts keeps expiring with the old ones: a longer session is
+//!    expelled early, check 7 \[session expiry, timeouts changed by a rejoin\], while its
+//!    lease runs, check 2 \[holder rejoined with another session timeout\]; a shorter one
+//!    is expelled late, check 4 \[timeouts changed by a rejoin\]. A rejoin that changes
+//!    only timeouts is not snapshotted either, so a restart restores the old ones: check 7
+//!    \[rebalance timeout, timeouts changed by a rejoin\].
+//! 7. Generations restart from zero when an empty group without offsets is forgotten and
+//!    joined again: check 6.
+//! 8. A static replacement inherits the old member's revocation deadline: check 7
+//!    \[rebalance timeout of a static replacement\].
+//!
+//! Also: a leave sent at the leave deadline, while the application still holds
+//! partitions, released them at once while the leaver's lease still ran: check 2
+//! \[holder left while holding\]. Leave version 1 now says so (`unconfirmed`), and the
+//! coordinator holds those partitions for the leaver's lease. And a restore took the
+//! lease remaining in the last snapshot, which heartbeats do not refresh: check 2
+//! \[coordinator restarted since the grant\].
+//!
+//! # Running it
+//!
+//! `cargo test -p rollcall-coordinator --lib simulation` runs 200 seeds.
+//! `ROLLCALL_SIM_SEEDS=10000` runs more; `ROLLCALL_SIM_SEED=N` replays one seed and
+//! prints its summary; `ROLLCALL_SIM_TRACE=1` prints every event of it as it happens;
+//! `ROLLCALL_SIM_KEEP_GOING=1` runs every seed to the end and lists every failing seed
+//! with the checks it broke instead of stopping at the first.
+
+mod client;
+mod faults;
+mod oracle;
+mod process;
+mod store;
+mod world;
+
+use std::collections::BTreeMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Instant;
+
+use oracle::Check;
+use world::{Outcome, World};
+
+/// Seeds run by default, as part of the workspace's tests.
+const DEFAULT_SEEDS: u64 = 200;
+
+fn env_u64(name: &str) -> Option<u64> {
+    let value = std::env::var(name).ok()?;
+    Some(
+        value
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{name} must be a number, not {value:?}")),
+    )
+}
+
+fn run_seed(seed: u64, keep_going: bool) -> Outcome {
+    match catch_unwind(AssertUnwindSafe(|| World::new(seed).run(keep_going))) {
+        Ok(outcome) => outcome,
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_default();
+            panic!("seed {seed} panicked: {message}\nreplay: ROLLCALL_SIM_SEED={seed}");
+        }
+    }
+}
+
+/// Every seed keeps ownership exclusive, grants out of leases, fencing across restarts,
+/// and liveness at the end (see the module documentation for the model and checks).
+#[test]
+fn seeded_faults_keep_ownership_leases_fencing_and_liveness() {
+    let started = Instant::now();
+    let keep_going = std::env::var_os("ROLLCALL_SIM_KEEP_GOING").is_some();
+    let seeds: Vec<u64> = match env_u64("ROLLCALL_SIM_SEED") {
+        Some(seed) => vec![seed],
+        None => (0..env_u64("ROLLCALL_SIM_SEEDS").unwrap_or(DEFAULT_SEEDS)).collect(),
+    };
+    let single = seeds.len() == 1;
+    let mut failing: BTreeMap<(Check, &str), Vec<u64>> = BTreeMap::new();
+    let mut failed_seeds = 0;
+    for &seed in &seeds {
+        let outcome = run_seed(seed, keep_going);
+        if single {
+            println!("seed {seed}: {}", outcome.summary);
+        }
+        let Some(first) = outcome.violations.first() else {
+            continue;
+        };
+        if !keep_going {
+            panic!(
+                "seed {seed}: {first}\n\nlast events:\n{}\nrun: {}\nreplay: \
+                 ROLLCALL_SIM_SEED={seed} cargo test -p rollcall-coordinator --lib simulation",
+                outcome.trace, outcome.summary
+            );
+        }
+        failed_seeds += 1;
+        println!("seed {seed}:");
+        for v in &outcome.violations {
+            println!("    {v}");
+            failing.entry((v.check, v.kind)).or_default().push(seed);
+        }
+    }
+    println!(
+        "{} seeds in {:.1} s",
+        seeds.len(),
+        started.elapsed().as_secs_f64()
+    );
+    if failed_seeds > 0 {
+        let mut report = format!("{failed_seeds} of {} seeds failed:\n", seeds.len());
+        for ((check, kind), seeds) in &failing {
+            let shown: Vec<String> = seeds.iter().take(12).map(u64::to_string).collect();
+            report.push_str(&format!(
+                "  {} [{kind}]: {} seeds, e.g. {}\n",
+                check.label(),
+                seeds.len(),
+                shown.join(" ")
+            ));
+        }
+        panic!("{report}");
+    }
+}

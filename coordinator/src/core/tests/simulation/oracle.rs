@@ -1,0 +1,1075 @@
+//! The checks, and what the simulation tracks to make them: which member the core gave
+//! each partition to, which leases cover which partitions, who fenced whom, the largest
+//! generation seen per group, and when each member was last heard.
+//!
+//! The oracle learns only from the core's public outputs (responses, pushes, events,
+//! `DescribeGroup`) and from the simulated clients; it keeps everything across
+//! coordinator restarts, which is the point: the core forgets, the oracle does not.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use rollcall_protocol::{DescribeGroupResponse, ErrorCode, ExpelReason, Push, Request, Response};
+
+use super::client::{from_wire, Tp};
+use super::process::Process;
+use crate::core::{ConnId, Event};
+
+/// Slack for comparisons of instants computed along different paths.
+const EPS: Duration = Duration::from_millis(1);
+/// A rebalance must start this long (coordinator running time) after the membership
+/// change that calls for it; the coalescing window is at most 250 ms.
+const REBALANCE_WITHIN: Duration = Duration::from_secs(1);
+/// Extra time a crashed member may stay a member beyond its bound.
+pub(super) const CRASH_SLACK: Duration = Duration::from_millis(500);
+/// How many trace lines a failure report shows.
+const TRACE_LINES: usize = 60;
+
+/// The properties checked. The numbers are those of the module documentation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(super) enum Check {
+    Exclusive,
+    Lease,
+    Fencing,
+    CrashedExpelled,
+    Ownership,
+    RebalanceFollows,
+    Generations,
+    DeservedExpulsion,
+}
+
+impl Check {
+    pub(super) fn label(self) -> &'static str {
+        match self {
+            Self::Exclusive => "check 1 (exclusive ownership)",
+            Self::Lease => "check 2 (leases)",
+            Self::Fencing => "check 3 (fencing)",
+            Self::CrashedExpelled => "check 4 (crashed members are expelled)",
+            Self::Ownership => "check 5 (every partition owned once membership settles)",
+            Self::RebalanceFollows => "check 5b (a rebalance follows every membership change)",
+            Self::Generations => "check 6 (generations increase)",
+            Self::DeservedExpulsion => "check 7 (no member expelled before its deadline)",
+        }
+    }
+}
+
+/// A broken property.
+#[derive(Debug, Clone)]
+pub(super) struct Violation {
+    pub(super) check: Check,
+    /// What kind of case within the check, to classify failures.
+    pub(super) kind: &'static str,
+    pub(super) at: Duration,
+    pub(super) message: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} [{}] violated at t={:.3}s: {}",
+            self.check.label(),
+            self.kind,
+            self.at.as_secs_f64(),
+            self.message
+        )
+    }
+}
+
+/// A stretch of time the coordinator was not running: paused, or restarting.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Downtime {
+    pub(super) from: Instant,
+    pub(super) to: Instant,
+    pub(super) restart: bool,
+}
+
+/// A crashed process.
+#[derive(Debug, Clone)]
+pub(super) struct Crash {
+    pub(super) proc: usize,
+    pub(super) at: Instant,
+    /// The connection the crash closed (the coordinator sees the close), if any.
+    pub(super) closed_conn: Option<ConnId>,
+}
+
+/// What the oracle knows of one member id.
+#[derive(Debug)]
+pub(super) struct MemberInfo {
+    pub(super) proc: usize,
+    pub(super) group: String,
+    pub(super) joined_at: Instant,
+    /// Session timeout of the latest accepted join naming this member.
+    pub(super) session: Duration,
+    rebalance: Duration,
+    /// Smallest rebalance timeout in effect since the current revocation began.
+    rebalance_min: Duration,
+    progress: Duration,
+    /// Smallest progress timeout in effect since progress last advanced.
+    progress_min: Duration,
+    /// When a frame naming the member last reached the coordinator (a frame waiting in
+    /// a paused coordinator's backlog counts from its arrival), or the restore.
+    pub(super) last_arrival: Instant,
+    last_arrival_conn: Option<ConnId>,
+    max_progress: u64,
+    progress_since: Instant,
+    /// Since when the core has had partitions to take from it (from `DescribeGroup`).
+    revoking_since: Option<Instant>,
+    pub(super) removed: Option<(Instant, ExpelReason)>,
+    replaced_by: Option<String>,
+    /// Timeouts (session, progress, rebalance) before a rejoin changed them, and until
+    /// when.
+    history: Vec<(Instant, [Duration; 3])>,
+    /// Left with a leave sent while its application still held partitions.
+    left_holding: bool,
+    /// Took over a static instance from another member.
+    replacement: bool,
+}
+
+impl MemberInfo {
+    /// "; its timeouts were session 1s, progress 5s, rebalance 2s until a rejoin at t=5s".
+    fn history(&self, oracle: &Oracle) -> String {
+        self.history
+            .iter()
+            .map(|(until, [s, p, r])| {
+                format!(
+                    "; its timeouts were session {s:?}, progress {p:?}, rebalance {r:?} until \
+                     a rejoin at t={}",
+                    oracle.t(*until)
+                )
+            })
+            .collect()
+    }
+
+    fn session_changed(&self) -> bool {
+        self.history.iter().any(|(_, [s, _, _])| *s != self.session)
+    }
+}
+
+#[derive(Debug)]
+struct Holder {
+    member: String,
+    since: Instant,
+    released: bool,
+}
+
+#[derive(Debug)]
+struct Obligation {
+    group: String,
+    after_generation: u32,
+    since: Instant,
+    what: String,
+}
+
+/// See the module documentation.
+#[derive(Debug)]
+pub(super) struct Oracle {
+    start: Instant,
+    pub(super) members: HashMap<String, MemberInfo>,
+    tokens: HashMap<u64, String>,
+    /// Owners per group as the last `DescribeGroup` showed them.
+    owners: HashMap<String, BTreeMap<Tp, String>>,
+    /// The member each partition was last granted to, and whether it released it.
+    holders: HashMap<String, BTreeMap<Tp, Holder>>,
+    max_generation: HashMap<String, u32>,
+    obligations: Vec<Obligation>,
+    /// Processes whose member was replaced by a newer process: (member, by, when).
+    fenced_procs: HashMap<usize, (String, String, Instant)>,
+    /// Periods the core suspected its own isolation (held expulsions), and the open one.
+    isolation: Vec<(Instant, Instant)>,
+    isolated_since: Option<Instant>,
+    /// When the core last forgot each group (`DescribeGroup` found none).
+    forgotten: HashMap<String, Instant>,
+    pub(super) downtime: Vec<Downtime>,
+    pub(super) last_change: Instant,
+    pub(super) violations: Vec<Violation>,
+    seen: HashSet<(Check, &'static str)>,
+    trace: VecDeque<String>,
+    /// Print every trace line as it happens (`ROLLCALL_SIM_TRACE`).
+    pub(super) verbose: bool,
+}
+
+impl Oracle {
+    pub(super) fn new(start: Instant) -> Self {
+        Self {
+            start,
+            members: HashMap::new(),
+            tokens: HashMap::new(),
+            owners: HashMap::new(),
+            holders: HashMap::new(),
+            max_generation: HashMap::new(),
+            obligations: Vec::new(),
+            fenced_procs: HashMap::new(),
+            forgotten: HashMap::new(),
+            isolation: Vec::new(),
+            isolated_since: None,
+            downtime: Vec::new(),
+            last_change: start,
+            violations: Vec::new(),
+            seen: HashSet::new(),
+            trace: VecDeque::new(),
+            verbose: std::env::var_os("ROLLCALL_SIM_TRACE").is_some(),
+        }
+    }
+
+    pub(super) fn t(&self, at: Instant) -> String {
+        format!(
+            "{:.3}s",
+            at.saturating_duration_since(self.start).as_secs_f64()
+        )
+    }
+
+    /// Adds a line to the trace shown with a failure.
+    pub(super) fn log(&mut self, at: Instant, line: impl fmt::Display) {
+        if self.trace.len() == TRACE_LINES {
+            self.trace.pop_front();
+        }
+        let line = format!("  t={} {line}", self.t(at));
+        if self.verbose {
+            println!("{line}");
+        }
+        self.trace.push_back(line);
+    }
+
+    pub(super) fn trace(&self) -> String {
+        self.trace.iter().map(|l| format!("{l}\n")).collect()
+    }
+
+    fn violate(&mut self, at: Instant, check: Check, kind: &'static str, message: String) {
+        // One report per kind of case and seed is enough to classify a run.
+        if !self.seen.insert((check, kind)) {
+            return;
+        }
+        self.log(at, format!("VIOLATION {} [{kind}]", check.label()));
+        self.violations.push(Violation {
+            check,
+            kind,
+            at: at.saturating_duration_since(self.start),
+            message,
+        });
+    }
+
+    /// "s1-m4 (process 7, static i3 #1, session 1s)".
+    pub(super) fn who(&self, member: &str, procs: &[Process]) -> String {
+        match self.members.get(member) {
+            Some(info) => {
+                let p = &procs[info.proc];
+                let kind = match &p.m.settings.instance_id {
+                    Some(i) => format!("static {i} #{}", p.epoch),
+                    None => "dynamic".to_owned(),
+                };
+                format!(
+                    "{member} (process {}, {kind}, session {:?})",
+                    info.proc, info.session
+                )
+            }
+            None => format!("{member} (unknown to the simulation)"),
+        }
+    }
+
+    fn status(&self, member: &str) -> String {
+        let Some(info) = self.members.get(member) else {
+            return "unknown".to_owned();
+        };
+        let mut out = match info.removed {
+            Some((at, reason)) => format!("removed at t={} ({})", self.t(at), reason.as_str()),
+            None => "still a member".to_owned(),
+        };
+        if info.left_holding {
+            out.push_str(
+                ", by a leave sent at the leave deadline while its application still held \
+                 partitions",
+            );
+        }
+        out.push_str(&info.history(self));
+        out
+    }
+
+    /// The coordinator's downtime around `at`, for context in reports.
+    fn downtime_context(&self, since: Instant) -> String {
+        let mut out = String::new();
+        for d in self.downtime.iter().filter(|d| d.to >= since) {
+            out.push_str(&format!(
+                "; coordinator {} from t={} to t={}",
+                if d.restart { "restarting" } else { "paused" },
+                self.t(d.from),
+                self.t(d.to)
+            ));
+        }
+        out
+    }
+
+    /// The lease `member`'s process holds for it now, if any. A crashed process keeps the
+    /// lease it had: the coordinator cannot tell a crash from a partition.
+    fn lease_of(&self, member: &str, procs: &[Process]) -> Option<Instant> {
+        let info = self.members.get(member)?;
+        let p = &procs[info.proc];
+        if p.m.member_id() == Some(member) {
+            p.m.lease()
+        } else {
+            None
+        }
+    }
+
+    /// Whether `b` took over `a`'s instance, directly or through a chain of replacements.
+    fn replaced_chain(&self, a: &str, b: &str) -> bool {
+        let mut cur = a;
+        for _ in 0..64 {
+            match self.members.get(cur).and_then(|i| i.replaced_by.as_deref()) {
+                Some(next) if next == b => return true,
+                Some(next) => cur = next,
+                None => return false,
+            }
+        }
+        false
+    }
+
+    fn group_has_members(&self, group: &str) -> bool {
+        self.members
+            .values()
+            .any(|i| i.group == group && i.removed.is_none())
+    }
+
+    /// The end of a span of `len` of coordinator running time from `start`: downtime
+    /// that overlaps it restarts the count from its end. Also says whether a restart
+    /// was among it.
+    pub(super) fn deadline_after(&self, start: Instant, len: Duration) -> (Instant, bool) {
+        let mut s = start;
+        let mut restarted = false;
+        for d in &self.downtime {
+            if d.from <= s + len && d.to >= s {
+                s = s.max(d.to);
+                restarted |= d.restart;
+            }
+        }
+        (s + len, restarted)
+    }
+
+    pub(super) fn add_downtime(&mut self, from: Instant, to: Instant, restart: bool) {
+        self.downtime.push(Downtime { from, to, restart });
+    }
+
+    fn named_member(&self, request: &Request) -> Option<String> {
+        match request {
+            Request::Heartbeat(h) => Some(h.member_id.clone()),
+            Request::Leave(l) => Some(l.member_id.clone()),
+            Request::CommitOffsets(c) => c.member_id.clone(),
+            Request::Join(j) => j
+                .member_id
+                .clone()
+                .or_else(|| self.tokens.get(&j.join_token).cloned()),
+            _ => None,
+        }
+    }
+
+    // ----------------------------------------------------------------------------------
+    // Inputs
+    // ----------------------------------------------------------------------------------
+
+    /// A request reached the coordinator (processed now, or queued while it is paused).
+    pub(super) fn on_arrival(&mut self, now: Instant, conn: ConnId, request: &Request) {
+        let Some(id) = self.named_member(request) else {
+            return;
+        };
+        let Some(info) = self.members.get_mut(&id) else {
+            return;
+        };
+        if info.removed.is_some() {
+            return;
+        }
+        info.last_arrival = now;
+        info.last_arrival_conn = Some(conn);
+        if let Request::Heartbeat(h) = request {
+            if h.progress > info.max_progress {
+                info.max_progress = h.progress;
+                info.progress_since = now;
+                info.progress_min = info.progress;
+            }
+        }
+    }
+
+    /// The coordinator answered `request` from process `proc`.
+    pub(super) fn on_response(
+        &mut self,
+        now: Instant,
+        proc: usize,
+        request: &Request,
+        response: &Response,
+        leave_released_all: bool,
+        procs: &[Process],
+    ) {
+        // Check 3: a replaced member is told it was fenced, whatever it sends.
+        let named = match request {
+            Request::Heartbeat(h) => Some(("heartbeat", h.member_id.as_str())),
+            Request::Leave(l) => Some(("leave", l.member_id.as_str())),
+            Request::CommitOffsets(c) => c.member_id.as_deref().map(|m| ("commit", m)),
+            Request::Join(j) => j.member_id.as_deref().map(|m| ("join", m)),
+            _ => None,
+        };
+        if let Some((kind, member)) = named {
+            let replaced = self
+                .members
+                .get(member)
+                .and_then(|i| i.replaced_by.clone().map(|by| (by, i.removed)));
+            if let Some((by, removed)) = replaced {
+                let fenced =
+                    matches!(response, Response::Error(e) if e.code == ErrorCode::FencedInstance);
+                if !fenced {
+                    let answer = match response {
+                        Response::Error(e) => format!("{:?} ({})", e.code, e.message),
+                        other => format!("accepted ({other:?})"),
+                    };
+                    let when = removed.map_or_else(String::new, |(t, _)| self.t(t));
+                    let msg = format!(
+                        "{} was replaced by the newer process of {} at t={when}, but its {kind} \
+                         was answered {answer} instead of FencedInstance{}",
+                        self.who(member, procs),
+                        self.who(&by, procs),
+                        self.downtime_context(removed.map_or(now, |r| r.0)),
+                    );
+                    let restarted = self
+                        .downtime
+                        .iter()
+                        .any(|d| d.restart && removed.is_some_and(|(t, _)| d.from >= t));
+                    let kind = if restarted {
+                        "replaced member not told it is fenced after a restart"
+                    } else {
+                        "replaced member not told it is fenced"
+                    };
+                    self.violate(now, Check::Fencing, kind, msg);
+                }
+            }
+        }
+        match (request, response) {
+            (Request::Join(req), Response::Join(r)) => {
+                if let Some((old, by, at)) = self.fenced_procs.get(&proc).cloned() {
+                    let msg = format!(
+                        "process {proc}, whose member {old} was replaced by {} at t={}, had a \
+                         join accepted as {}: the old process takes the instance back",
+                        self.who(&by, procs),
+                        self.t(at),
+                        r.member_id
+                    );
+                    self.violate(
+                        now,
+                        Check::Fencing,
+                        "fenced process took the instance back",
+                        msg,
+                    );
+                }
+                self.tokens.insert(req.join_token, r.member_id.clone());
+                self.note_generation(&req.group, r.generation);
+                let session = Duration::from_millis(req.session_timeout_ms.into());
+                let progress = Duration::from_millis(req.progress_timeout_ms.into());
+                let rebalance = Duration::from_millis(req.rebalance_timeout_ms.into());
+                match self.members.get_mut(&r.member_id) {
+                    Some(info) => {
+                        let old = [info.session, info.progress, info.rebalance];
+                        if old != [session, progress, rebalance] {
+                            info.history.push((now, old));
+                        }
+                        info.session = session;
+                        info.progress = progress;
+                        info.progress_min = info.progress_min.min(progress);
+                        info.rebalance = rebalance;
+                        info.rebalance_min = info.rebalance_min.min(rebalance);
+                        info.last_arrival = now;
+                    }
+                    None => {
+                        self.members.insert(
+                            r.member_id.clone(),
+                            MemberInfo {
+                                proc,
+                                group: req.group.clone(),
+                                joined_at: now,
+                                session,
+                                rebalance,
+                                rebalance_min: rebalance,
+                                progress,
+                                progress_min: progress,
+                                last_arrival: now,
+                                last_arrival_conn: None,
+                                max_progress: 0,
+                                progress_since: now,
+                                revoking_since: None,
+                                removed: None,
+                                replaced_by: None,
+                                history: Vec::new(),
+                                left_holding: false,
+                                replacement: false,
+                            },
+                        );
+                        self.last_change = now;
+                    }
+                }
+            }
+            (Request::Heartbeat(h), Response::Heartbeat(_)) => {
+                // Acknowledged revocations: the application released them.
+                if let Some(holders) = self.holders.get_mut(&h.group) {
+                    for tp in from_wire(&h.acked_revocations) {
+                        if let Some(holder) = holders.get_mut(&tp) {
+                            if holder.member == h.member_id {
+                                holder.released = true;
+                            }
+                        }
+                    }
+                }
+            }
+            (Request::Leave(l), Response::Leave) if leave_released_all => {
+                if let Some(holders) = self.holders.get_mut(&l.group) {
+                    for holder in holders.values_mut() {
+                        if holder.member == l.member_id {
+                            holder.released = true;
+                        }
+                    }
+                }
+            }
+            (Request::Leave(l), Response::Leave) => {
+                if let Some(info) = self.members.get_mut(&l.member_id) {
+                    info.left_holding = true;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn note_generation(&mut self, group: &str, generation: u32) {
+        let g = self.max_generation.entry(group.to_owned()).or_insert(0);
+        *g = (*g).max(generation);
+    }
+
+    pub(super) fn on_push(&mut self, push: &Push) {
+        if let Push::Assignment(a) = push {
+            self.note_generation(&a.group, a.generation);
+        }
+    }
+
+    pub(super) fn on_event(&mut self, now: Instant, event: &Event, procs: &[Process]) {
+        match event {
+            Event::MemberJoined {
+                group, member_id, ..
+            } => {
+                self.last_change = now;
+                self.log(now, format!("joined {}", self.who(member_id, procs)));
+                let after_generation = self.max_generation.get(group).copied().unwrap_or(0);
+                self.obligations.push(Obligation {
+                    group: group.clone(),
+                    after_generation,
+                    since: now,
+                    what: format!("{} joined", self.who(member_id, procs)),
+                });
+            }
+            Event::MemberReplaced {
+                old_member_id,
+                new_member_id,
+                instance_id,
+                ..
+            } => {
+                self.last_change = now;
+                self.log(
+                    now,
+                    format!(
+                        "{} replaced {} (instance {instance_id})",
+                        self.who(new_member_id, procs),
+                        self.who(old_member_id, procs)
+                    ),
+                );
+                let old_proc = self.members.get(old_member_id).map(|i| i.proc);
+                let new_proc = self.members.get(new_member_id).map(|i| i.proc);
+                if let (Some(op), Some(np)) = (old_proc, new_proc) {
+                    if op != np {
+                        self.fenced_procs.entry(op).or_insert((
+                            old_member_id.clone(),
+                            new_member_id.clone(),
+                            now,
+                        ));
+                    }
+                }
+                if let Some(info) = self.members.get_mut(old_member_id) {
+                    info.removed = Some((now, ExpelReason::Fenced));
+                    info.replaced_by = Some(new_member_id.clone());
+                }
+                if let Some(info) = self.members.get_mut(new_member_id) {
+                    info.replacement = true;
+                }
+            }
+            Event::MemberRemoved {
+                group,
+                member_id,
+                reason,
+            } => {
+                self.last_change = now;
+                self.log(
+                    now,
+                    format!(
+                        "removed {} ({})",
+                        self.who(member_id, procs),
+                        reason.as_str()
+                    ),
+                );
+                self.check_deserved(now, member_id, *reason, procs);
+                if let Some(info) = self.members.get_mut(member_id) {
+                    info.removed = Some((now, *reason));
+                }
+                if self.group_has_members(group) {
+                    let after_generation = self.max_generation.get(group).copied().unwrap_or(0);
+                    self.obligations.push(Obligation {
+                        group: group.clone(),
+                        after_generation,
+                        since: now,
+                        what: format!(
+                            "{} was removed ({})",
+                            self.who(member_id, procs),
+                            reason.as_str()
+                        ),
+                    });
+                }
+            }
+            Event::RebalanceStarted {
+                group, generation, ..
+            } => {
+                self.log(
+                    now,
+                    format!("rebalance of {group}: generation {generation}"),
+                );
+                let max = self.max_generation.get(group).copied().unwrap_or(0);
+                if *generation <= max {
+                    let forgotten = self.forgotten.get(group).map_or_else(String::new, |t| {
+                        format!("; the core forgot the group at t={}", self.t(*t))
+                    });
+                    let msg = format!(
+                        "group {group} started a rebalance with generation {generation}, but \
+                         generation {max} was already seen for it{forgotten}{}",
+                        self.downtime_context(self.start)
+                    );
+                    let kind = if self.forgotten.contains_key(group) {
+                        "group forgotten and created again"
+                    } else {
+                        "generation reused"
+                    };
+                    self.violate(now, Check::Generations, kind, msg);
+                }
+                self.note_generation(group, *generation);
+                // Any rebalance answers the changes before it; whether its generation is
+                // larger is check 6's business.
+                self.obligations.retain(|o| o.group != *group);
+            }
+            Event::IsolationSuspected {
+                silent_for,
+                members,
+            } => {
+                self.isolated_since.get_or_insert(now);
+                self.log(
+                    now,
+                    format!("isolation suspected: {members} members silent for {silent_for:?}"),
+                );
+            }
+            Event::IsolationEnded { silent_for } => {
+                if let Some(since) = self.isolated_since.take() {
+                    self.isolation.push((since, now));
+                }
+                self.log(now, format!("isolation ended after {silent_for:?}"));
+            }
+            Event::PauseDetected { late_by, .. } => {
+                self.log(now, format!("pause detected, late by {late_by:?}"));
+            }
+            _ => {}
+        }
+    }
+
+    /// Check 7: an expulsion for a deadline happens only once the deadline has passed.
+    fn check_deserved(
+        &mut self,
+        now: Instant,
+        member: &str,
+        reason: ExpelReason,
+        procs: &[Process],
+    ) {
+        let Some(info) = self.members.get(member) else {
+            return;
+        };
+        let rejoined = !info.history.is_empty();
+        let kind = match reason {
+            ExpelReason::SessionExpired if rejoined => {
+                "session expiry, timeouts changed by a rejoin"
+            }
+            ExpelReason::SessionExpired => "session expiry",
+            ExpelReason::ProgressExpired if rejoined => {
+                "progress expiry, timeouts changed by a rejoin"
+            }
+            ExpelReason::ProgressExpired => "progress expiry",
+            _ if rejoined => "rebalance timeout, timeouts changed by a rejoin",
+            _ if info.replacement => "rebalance timeout of a static replacement",
+            _ => "rebalance timeout",
+        };
+        let msg = match reason {
+            ExpelReason::SessionExpired => {
+                let silent = now.saturating_duration_since(info.last_arrival);
+                (silent + EPS < info.session).then(|| {
+                    format!(
+                        "{} was expelled for session expiry although a frame from it reached \
+                         the coordinator at t={}, only {silent:?} earlier; its session timeout \
+                         is {:?}{}{}",
+                        self.who(member, procs),
+                        self.t(info.last_arrival),
+                        info.session,
+                        info.history(self),
+                        self.downtime_context(info.last_arrival)
+                    )
+                })
+            }
+            ExpelReason::ProgressExpired => {
+                let stuck = now.saturating_duration_since(info.progress_since);
+                (stuck + EPS < info.progress_min).then(|| {
+                    format!(
+                        "{} was expelled for lack of progress although its progress advanced \
+                         at t={}, only {stuck:?} earlier; its progress timeout is {:?}{}{}",
+                        self.who(member, procs),
+                        self.t(info.progress_since),
+                        info.progress_min,
+                        info.history(self),
+                        self.downtime_context(info.progress_since)
+                    )
+                })
+            }
+            ExpelReason::RebalanceTimeout => match info.revoking_since {
+                Some(since) => {
+                    let waited = now.saturating_duration_since(since);
+                    (waited + EPS < info.rebalance_min).then(|| {
+                        format!(
+                            "{} was expelled for not acknowledging a revocation, but it has had \
+                             partitions to release only since t={} ({waited:?}); its rebalance \
+                             timeout is {:?} (it joined at t={}){}{}",
+                            self.who(member, procs),
+                            self.t(since),
+                            info.rebalance_min,
+                            self.t(info.joined_at),
+                            info.history(self),
+                            self.downtime_context(since)
+                        )
+                    })
+                }
+                None => Some(format!(
+                    "{} was expelled for not acknowledging a revocation, but it had no \
+                     partitions to release",
+                    self.who(member, procs)
+                )),
+            },
+            _ => None,
+        };
+        if let Some(msg) = msg {
+            self.violate(now, Check::DeservedExpulsion, kind, msg);
+        }
+    }
+
+    /// The core's view of `group` after an input changed it: checks exclusivity (1),
+    /// that every grant respects the previous holder's lease (2), and notes revocations.
+    pub(super) fn on_describe(
+        &mut self,
+        now: Instant,
+        group: &str,
+        described: Option<&DescribeGroupResponse>,
+        procs: &[Process],
+    ) {
+        let mut owners: BTreeMap<Tp, String> = BTreeMap::new();
+        let mut revoking: Vec<(String, bool)> = Vec::new();
+        if described.is_none() {
+            self.forgotten.insert(group.to_owned(), now);
+        }
+        if let Some(d) = described {
+            for m in &d.members {
+                for tp in from_wire(&m.owned) {
+                    if let Some(other) = owners.insert(tp.clone(), m.member_id.clone()) {
+                        let msg = format!(
+                            "partition {}/{} of group {group} is owned by both {} and {}",
+                            tp.0,
+                            tp.1,
+                            self.who(&other, procs),
+                            self.who(&m.member_id, procs)
+                        );
+                        self.violate(now, Check::Exclusive, "two owners", msg);
+                    }
+                }
+                revoking.push((m.member_id.clone(), !m.pending_revoke.is_empty()));
+            }
+        }
+        let prev = self.owners.remove(group).unwrap_or_default();
+        let mut conflicts = Vec::new();
+        if let Some(holders) = self.holders.get(group) {
+            for (tp, to) in &owners {
+                if prev.get(tp) == Some(to) {
+                    continue;
+                }
+                let Some(h) = holders.get(tp) else { continue };
+                if h.member == *to || h.released || self.replaced_chain(&h.member, to) {
+                    continue;
+                }
+                if let Some(lease) = self.lease_of(&h.member, procs) {
+                    if lease > now {
+                        conflicts.push((tp.clone(), to.clone(), h.member.clone(), h.since, lease));
+                    }
+                }
+            }
+        }
+        for (tp, to, from, since, lease) in conflicts {
+            let info = &self.members[&from];
+            let kind = if info.left_holding {
+                "holder left while holding"
+            } else if info.session_changed() {
+                "holder rejoined with another session timeout"
+            } else if self.downtime.iter().any(|d| d.restart && d.from >= since) {
+                "coordinator restarted since the grant"
+            } else {
+                "other"
+            };
+            let msg = format!(
+                "partition {}/{} of group {group} was granted to {} while {} still held a lease \
+                 covering it until t={} ({:?} more). The holder was granted it at t={} and never \
+                 released it (no acknowledged revocation, no leave after releasing everything); \
+                 the holder is {} and its process is {}{}",
+                tp.0,
+                tp.1,
+                self.who(&to, procs),
+                self.who(&from, procs),
+                self.t(lease),
+                lease - now,
+                self.t(since),
+                self.status(&from),
+                self.proc_state(&from, procs),
+                self.downtime_context(since)
+            );
+            self.violate(now, Check::Lease, kind, msg);
+        }
+        let holders = self.holders.entry(group.to_owned()).or_default();
+        for (tp, to) in &owners {
+            if prev.get(tp) != Some(to) {
+                holders.insert(
+                    tp.clone(),
+                    Holder {
+                        member: to.clone(),
+                        since: now,
+                        released: false,
+                    },
+                );
+            }
+        }
+        self.owners.insert(group.to_owned(), owners);
+        for (id, pending) in revoking {
+            let Some(info) = self.members.get_mut(&id) else {
+                continue;
+            };
+            let before = info.revoking_since.is_some();
+            if !pending {
+                info.revoking_since = None;
+            } else if info.revoking_since.is_none() {
+                info.revoking_since = Some(now);
+                info.rebalance_min = info.rebalance;
+            }
+            if self.verbose && before != pending {
+                let line = if pending {
+                    "has partitions to release"
+                } else {
+                    "has nothing to release"
+                };
+                self.log(now, format!("{id} {line}"));
+            }
+        }
+    }
+
+    fn proc_state(&self, member: &str, procs: &[Process]) -> String {
+        match self.members.get(member) {
+            Some(info) => {
+                let p = &procs[info.proc];
+                if p.alive {
+                    format!("{} (cut until t={})", p.m.phase_name(), self.t(p.cut_until))
+                } else {
+                    "crashed".to_owned()
+                }
+            }
+            None => "unknown".to_owned(),
+        }
+    }
+
+    /// A new coordinator was restored at `now`: every restored member has fresh
+    /// deadlines from now, as the core promises.
+    pub(super) fn on_restored(&mut self, now: Instant, restored: &[String]) {
+        for id in restored {
+            if let Some(info) = self.members.get_mut(id) {
+                info.last_arrival = now;
+                info.max_progress = 0;
+                info.progress_since = now;
+                info.progress_min = info.progress;
+                // A revocation still pending keeps its start: the core may give it fresh
+                // time or carry the remaining time over, and either passes.
+            }
+        }
+    }
+
+    /// Check 5b: rebalances called for by membership changes happen. Call only while the
+    /// coordinator is running (downtime is recorded when it ends).
+    pub(super) fn check_obligations(&mut self, now: Instant) {
+        let mut overdue = Vec::new();
+        for (i, o) in self.obligations.iter().enumerate() {
+            let (deadline, _) = self.deadline_after(o.since, REBALANCE_WITHIN);
+            if now > deadline {
+                overdue.push(i);
+            }
+        }
+        for i in overdue.into_iter().rev() {
+            let o = self.obligations.remove(i);
+            if !self.group_has_members(&o.group) {
+                continue;
+            }
+            let msg = format!(
+                "{} at t={}, but group {} (at generation {}) started no rebalance within {:?} \
+                 of coordinator running time{}",
+                o.what,
+                self.t(o.since),
+                o.group,
+                o.after_generation,
+                REBALANCE_WITHIN,
+                self.downtime_context(o.since)
+            );
+            let restarted = self
+                .downtime
+                .iter()
+                .any(|d| d.restart && d.from >= o.since && d.from <= now);
+            let kind = match (o.what.ends_with("joined"), restarted) {
+                (true, true) => "restart after a join",
+                (false, true) => "restart after a removal",
+                (true, false) => "after a join, no restart",
+                (false, false) => "after a removal, no restart",
+            };
+            self.violate(now, Check::RebalanceFollows, kind, msg);
+        }
+    }
+
+    /// The bound for a crashed member (check 4): its session timeout after its last frame,
+    /// or twice that if the connection was not seen to close, plus slack; time the
+    /// coordinator was down does not count.
+    pub(super) fn crash_deadline(&self, info: &MemberInfo, crash: &Crash) -> Instant {
+        let tight = crash.closed_conn.is_some() && info.last_arrival_conn == crash.closed_conn;
+        let loose = info.session * 2 + CRASH_SLACK;
+        if tight {
+            let (d, restarted) = self.deadline_after(info.last_arrival, info.session + CRASH_SLACK);
+            if !restarted {
+                return d;
+            }
+        }
+        self.deadline_after(info.last_arrival, loose).0
+    }
+
+    /// Check 4, at the end of the run.
+    pub(super) fn check_crashed(&mut self, now: Instant, crashes: &[Crash], procs: &[Process]) {
+        let mut found = Vec::new();
+        for crash in crashes {
+            for (id, info) in &self.members {
+                if info.proc != crash.proc || info.removed.is_some_and(|(t, _)| t <= crash.at) {
+                    continue;
+                }
+                let deadline = self.crash_deadline(info, crash);
+                let kind = if crash.closed_conn.is_some() {
+                    "its connection closed"
+                } else {
+                    "silently, its connection left open"
+                };
+                let until = info.removed.map_or(now, |(t, _)| t);
+                let guard = self
+                    .isolation
+                    .iter()
+                    .copied()
+                    .chain(self.isolated_since.map(|s| (s, now)))
+                    .any(|(a, b)| a <= until && b >= info.last_arrival);
+                // A pause extends deadlines by up to its length once it ends, which may
+                // reach past frames heard after it.
+                let paused = self.downtime.iter().any(|d| {
+                    !d.restart && d.from <= until && d.to + (d.to - d.from) >= info.last_arrival
+                });
+                let class = match (info.history.is_empty(), guard, paused) {
+                    (false, _, _) => "timeouts changed by a rejoin",
+                    (true, true, _) => "held by the isolation guard",
+                    (true, false, true) => "kept past a coordinator pause",
+                    (true, false, false) => "other",
+                };
+                match info.removed {
+                    Some((t, _)) if t <= deadline + EPS => {}
+                    Some((t, reason)) => found.push((
+                        class,
+                        format!(
+                            "{} crashed at t={} ({kind}); its last frame reached the coordinator \
+                         at t={}, so it should have been expelled by t={}, but it was removed \
+                         only at t={} ({}){}{}",
+                            self.who(id, procs),
+                            self.t(crash.at),
+                            self.t(info.last_arrival),
+                            self.t(deadline),
+                            self.t(t),
+                            reason.as_str(),
+                            info.history(self),
+                            self.downtime_context(info.last_arrival)
+                        ),
+                    )),
+                    None if now > deadline => found.push((
+                        class,
+                        format!(
+                            "{} crashed at t={} ({kind}); its last frame reached the coordinator \
+                         at t={}, so it should have been expelled by t={}, but it is still a \
+                         member at the end of the run (t={}){}{}",
+                            self.who(id, procs),
+                            self.t(crash.at),
+                            self.t(info.last_arrival),
+                            self.t(deadline),
+                            self.t(now),
+                            info.history(self),
+                            self.downtime_context(info.last_arrival)
+                        ),
+                    )),
+                    None => {}
+                }
+            }
+        }
+        found.sort();
+        for (class, msg) in found {
+            self.violate(now, Check::CrashedExpelled, class, msg);
+        }
+    }
+
+    /// Whether every crashed member is gone or past its bound (the tail may end).
+    pub(super) fn crashed_resolved(&self, now: Instant, crashes: &[Crash]) -> bool {
+        crashes.iter().all(|crash| {
+            self.members.values().all(|info| {
+                info.proc != crash.proc
+                    || info.removed.is_some()
+                    || now > self.crash_deadline(info, crash) + Duration::from_secs(1)
+            })
+        })
+    }
+
+    /// When the partitions of the last expelled member may be held until at the latest:
+    /// its removal plus its session timeout.
+    pub(super) fn last_hold_end(&self) -> Instant {
+        self.members
+            .values()
+            .filter_map(|i| match i.removed {
+                Some((at, reason))
+                    if reason != ExpelReason::Left && reason != ExpelReason::Fenced =>
+                {
+                    Some(at + i.session)
+                }
+                _ => None,
+            })
+            .max()
+            .unwrap_or(self.start)
+    }
+
+    pub(super) fn report_violation(
+        &mut self,
+        now: Instant,
+        check: Check,
+        kind: &'static str,
+        message: String,
+    ) {
+        self.violate(now, check, kind, message);
+    }
+}

@@ -1,0 +1,909 @@
+//! The simulated world and its event loop: the coordinator with its durable store, its
+//! pauses and restarts; the network between it and the clients; the client processes and
+//! their applications.
+//!
+//! Time only moves from one scheduled event to the next, so a run covering minutes of
+//! simulated time costs what its events cost. Everything random comes from one seeded
+//! generator and events at the same instant run in the order they were scheduled, so a
+//! seed always replays the same run.
+
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use rollcall_protocol::{DescribeGroupRequest, Push, Request, Response};
+
+use super::client::{ReqId, Tp};
+use super::oracle::{Check, Crash, Oracle, Violation};
+use super::process::{AckPolicy, Process};
+use super::store::Durable;
+use crate::core::{ConnId, Coordinator, CoreConfig, Output, Record};
+
+/// Hard bound on the events of one run.
+const MAX_EVENTS: u64 = 5_000_000;
+/// How often the quiet tail checks whether everything settled.
+const TAIL_CHECK: Duration = Duration::from_millis(250);
+
+/// Something due at an instant.
+#[derive(Debug)]
+pub(super) enum Ev {
+    /// The core asked to be woken now.
+    CoreWake,
+    /// A frame reaches the coordinator's end of a connection.
+    Arrive { conn: ConnId, msg: ToCore },
+    /// A frame reaches a client's end of a connection.
+    Deliver {
+        proc: usize,
+        conn: ConnId,
+        msg: ToClient,
+    },
+    /// A process's timers (client, application, connection).
+    Wake(usize),
+    /// A connection attempt completes.
+    Connected { proc: usize, attempt: u64 },
+    /// The kernel gives up on a connection whose stream died (retransmission timeout).
+    ConnError { proc: usize, conn: ConnId },
+    /// The fault generator's next step.
+    NextFault,
+    /// A scheduled action.
+    Do(Action),
+    /// Faults stop; the quiet tail begins.
+    Quiet,
+    /// The quiet tail checks whether everything settled.
+    TailCheck,
+}
+
+#[derive(Debug)]
+pub(super) enum ToCore {
+    Request {
+        proc: usize,
+        id: ReqId,
+        request: Request,
+    },
+    /// The client closed the connection.
+    Closed,
+}
+
+#[derive(Debug)]
+pub(super) enum ToClient {
+    Response { id: ReqId, response: Response },
+    Push(Push),
+}
+
+#[derive(Debug)]
+pub(super) enum Action {
+    Restart {
+        downtime: Duration,
+        why: &'static str,
+    },
+    RestartEnd(u64),
+    PauseEnd(u64),
+    Spawn {
+        group: usize,
+        instance: Option<String>,
+    },
+    Retention(String),
+    Pause(Duration),
+}
+
+struct Scheduled {
+    at: Instant,
+    seq: u64,
+    ev: Ev,
+}
+
+impl PartialEq for Scheduled {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+
+impl Eq for Scheduled {}
+
+impl PartialOrd for Scheduled {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Scheduled {
+    /// Reversed: the heap pops the earliest, then the first scheduled.
+    fn cmp(&self, other: &Self) -> Ordering {
+        (other.at, other.seq).cmp(&(self.at, self.seq))
+    }
+}
+
+/// A group and the topics its members subscribe to (each a subset of them).
+#[derive(Debug)]
+pub(super) struct GroupSpec {
+    pub(super) name: String,
+    pub(super) topics: Vec<(String, u32)>,
+    /// Whether members commit offsets (a group without offsets is forgotten when empty).
+    pub(super) commits: bool,
+}
+
+#[derive(Debug)]
+pub(super) enum CoreState {
+    Running,
+    Paused {
+        since: Instant,
+        until: Instant,
+        epoch: u64,
+        backlog: Vec<(ConnId, ToCore)>,
+    },
+    Down {
+        since: Instant,
+        epoch: u64,
+    },
+}
+
+/// Counts for the run summary.
+#[derive(Debug, Default)]
+pub(super) struct Counts {
+    pub(super) events: u64,
+    pub(super) restarts: u32,
+    pub(super) pauses: u32,
+    pub(super) crashes: u32,
+    pub(super) replacements: u32,
+    pub(super) reconfigurations: u32,
+    pub(super) leaves: u32,
+}
+
+/// What one seed produced.
+#[derive(Debug)]
+pub(super) struct Outcome {
+    pub(super) violations: Vec<Violation>,
+    pub(super) trace: String,
+    pub(super) summary: String,
+}
+
+/// The whole simulation of one seed.
+pub(super) struct World {
+    pub(super) seed: u64,
+    pub(super) rng: SmallRng,
+    pub(super) start: Instant,
+    pub(super) now: Instant,
+    queue: BinaryHeap<Scheduled>,
+    seq: u64,
+    pub(super) config: CoreConfig,
+    core: Coordinator,
+    starts: u64,
+    pub(super) state: CoreState,
+    core_wake: Option<Instant>,
+    store: Durable,
+    pub(super) open_conns: HashMap<ConnId, usize>,
+    /// Connections whose stream a cut killed: nothing gets through any more, and neither
+    /// end is told.
+    pub(super) broken: HashSet<ConnId>,
+    fifo: HashMap<(ConnId, bool), Instant>,
+    pub(super) next_conn: ConnId,
+    next_epoch: u64,
+    pub(super) groups: Vec<GroupSpec>,
+    pub(super) procs: Vec<Process>,
+    pub(super) instances: HashMap<String, u64>,
+    pub(super) next_instance: usize,
+    pub(super) oracle: Oracle,
+    pub(super) crashes: Vec<Crash>,
+    pub(super) quiet: bool,
+    pub(super) fault_end: Instant,
+    tail_cap: Option<Instant>,
+    pub(super) pending_spawns: usize,
+    pub(super) max_restarts: u32,
+    pub(super) long_sessions: bool,
+    pub(super) counts: Counts,
+}
+
+impl World {
+    pub(super) fn new(seed: u64) -> Self {
+        let now = Instant::now();
+        let config = CoreConfig {
+            member_id_prefix: "s0-".to_owned(),
+            ..CoreConfig::default()
+        };
+        Self {
+            seed,
+            rng: SmallRng::seed_from_u64(seed),
+            start: now,
+            now,
+            queue: BinaryHeap::new(),
+            seq: 0,
+            core: Coordinator::new(config.clone()),
+            config,
+            starts: 0,
+            state: CoreState::Running,
+            core_wake: None,
+            store: Durable::default(),
+            open_conns: HashMap::new(),
+            broken: HashSet::new(),
+            fifo: HashMap::new(),
+            next_conn: 1,
+            next_epoch: 0,
+            groups: Vec::new(),
+            procs: Vec::new(),
+            instances: HashMap::new(),
+            next_instance: 0,
+            oracle: Oracle::new(now),
+            crashes: Vec::new(),
+            quiet: false,
+            fault_end: now,
+            tail_cap: None,
+            pending_spawns: 0,
+            max_restarts: 0,
+            long_sessions: false,
+            counts: Counts::default(),
+        }
+    }
+
+    pub(super) fn t(&self, at: Instant) -> String {
+        self.oracle.t(at)
+    }
+
+    pub(super) fn push(&mut self, at: Instant, ev: Ev) {
+        self.seq += 1;
+        self.queue.push(Scheduled {
+            at: at.max(self.now),
+            seq: self.seq,
+            ev,
+        });
+    }
+
+    pub(super) fn log(&mut self, line: impl std::fmt::Display) {
+        let now = self.now;
+        self.oracle.log(now, line);
+    }
+
+    /// A trace line only worth its cost when tracing (`ROLLCALL_SIM_TRACE`).
+    pub(super) fn vlog(&mut self, line: impl FnOnce(&Self) -> String) {
+        if self.oracle.verbose {
+            let line = line(self);
+            self.log(line);
+        }
+    }
+
+    pub(super) fn running(&self) -> bool {
+        matches!(self.state, CoreState::Running)
+    }
+
+    /// Runs the seed: setup, faults, quiet tail, final checks.
+    pub(super) fn run(mut self, keep_going: bool) -> Outcome {
+        self.setup();
+        let mut stopped = false;
+        for _ in 0..MAX_EVENTS {
+            let Some(s) = self.queue.pop() else {
+                break;
+            };
+            self.now = s.at;
+            self.counts.events += 1;
+            if let Ev::TailCheck = s.ev {
+                if self.tail_done() {
+                    stopped = true;
+                    break;
+                }
+                self.push(self.now + TAIL_CHECK, Ev::TailCheck);
+                continue;
+            }
+            self.handle(s.ev);
+            if !keep_going && !self.oracle.violations.is_empty() {
+                return self.outcome();
+            }
+        }
+        assert!(
+            stopped,
+            "seed {}: the run did not finish within {MAX_EVENTS} events",
+            self.seed
+        );
+        self.final_checks();
+        self.outcome()
+    }
+
+    fn outcome(self) -> Outcome {
+        let summary = format!(
+            "{:.1} s simulated, {} events, {} groups, {} processes, {} crashes, {} restarts, \
+             {} pauses, {} static replacements, {} reconfigurations, {} leaves",
+            (self.now - self.start).as_secs_f64(),
+            self.counts.events,
+            self.groups.len(),
+            self.procs.len(),
+            self.counts.crashes,
+            self.counts.restarts,
+            self.counts.pauses,
+            self.counts.replacements,
+            self.counts.reconfigurations,
+            self.counts.leaves,
+        );
+        Outcome {
+            trace: self.oracle.trace(),
+            violations: self.oracle.violations,
+            summary,
+        }
+    }
+
+    fn handle(&mut self, ev: Ev) {
+        match ev {
+            Ev::CoreWake => {
+                if self.core_wake == Some(self.now) {
+                    self.core_wake = None;
+                }
+                if self.running() && self.core.poll_timeout().is_some_and(|t| t <= self.now) {
+                    self.core_timeout();
+                }
+                // Another input may have run the timers already: ask again.
+                self.schedule_core_wake();
+            }
+            Ev::Arrive { conn, msg } => self.arrive(conn, msg),
+            Ev::Deliver { proc, conn, msg } => self.deliver(proc, conn, msg),
+            Ev::Wake(p) => {
+                if self.procs[p].wake_at == Some(self.now) {
+                    self.procs[p].wake_at = None;
+                }
+                self.process_wake(p);
+            }
+            Ev::Connected { proc, attempt } => self.connected(proc, attempt),
+            Ev::ConnError { proc, conn } => {
+                if self.procs[proc].alive && self.procs[proc].conn == Some(conn) {
+                    self.vlog(|_| format!("process {proc}: conn {conn} reported dead"));
+                    self.client_disconnect(proc);
+                    self.process_wake(proc);
+                }
+            }
+            Ev::NextFault => self.next_fault(),
+            Ev::Do(action) => self.act(action),
+            Ev::Quiet => self.go_quiet(),
+            Ev::TailCheck => {}
+        }
+    }
+
+    fn act(&mut self, action: Action) {
+        match action {
+            Action::Restart { downtime, why } => self.restart_begin(downtime, why),
+            Action::RestartEnd(epoch) => self.restart_end(epoch),
+            Action::PauseEnd(epoch) => self.pause_end(epoch),
+            Action::Spawn { group, instance } => {
+                self.pending_spawns -= 1;
+                self.spawn(group, instance);
+            }
+            Action::Pause(len) => self.pause_begin(len),
+            Action::Retention(group) => {
+                if !self.quiet && self.running() {
+                    let deleted = self.core.remove_offsets(&group);
+                    self.log(format!("retention: remove_offsets({group}) = {deleted}"));
+                    self.after_core(BTreeSet::from([group]));
+                }
+            }
+        }
+    }
+
+    // ----------------------------------------------------------------------------------
+    // The coordinator
+    // ----------------------------------------------------------------------------------
+
+    fn core_timeout(&mut self) {
+        self.core.handle_timeout(self.now);
+        self.after_core(BTreeSet::new());
+    }
+
+    fn core_in(&mut self, conn: ConnId, msg: ToCore) {
+        match msg {
+            ToCore::Request { proc, id, request } => {
+                let now = self.now;
+                let response = self.core.handle_request(now, conn, request.clone());
+                self.vlog(|_| format!("process {proc} conn {conn}: {request:?} -> {response:?}"));
+                let released_all = self.procs[proc]
+                    .leave_released_all
+                    .remove(&id)
+                    .unwrap_or(false);
+                self.oracle
+                    .on_response(now, proc, &request, &response, released_all, &self.procs);
+                self.send_to_client(proc, conn, ToClient::Response { id, response });
+                self.after_core(BTreeSet::new());
+            }
+            ToCore::Closed => {
+                self.open_conns.remove(&conn);
+                self.core.handle_disconnect(self.now, conn);
+                self.after_core(BTreeSet::new());
+            }
+        }
+    }
+
+    /// Drains the core after an input: routes pushes, feeds events to the oracle, makes
+    /// records durable, and shows the oracle every group whose state changed.
+    fn after_core(&mut self, mut touched: BTreeSet<String>) {
+        let now = self.now;
+        while let Some(out) = self.core.poll_output() {
+            match out {
+                Output::Push { conn, push } => {
+                    if let Some(group) = push_group(&push) {
+                        touched.insert(group.to_owned());
+                    }
+                    self.oracle.on_push(&push);
+                    if let Some(&p) = self.open_conns.get(&conn) {
+                        self.send_to_client(p, conn, ToClient::Push(push));
+                    }
+                }
+                Output::Event(e) => {
+                    self.oracle.on_event(now, &e, &self.procs);
+                    self.react(&e);
+                }
+            }
+        }
+        let records = self.core.take_records();
+        self.store.apply(&records);
+        for r in &records {
+            let group = match r {
+                Record::Offset(o) => &o.group,
+                Record::Group(g) => {
+                    if g.members.is_empty()
+                        && !self.quiet
+                        && self.store.has_offsets(&g.group)
+                        && self.rng.gen_bool(0.3)
+                    {
+                        let at = now + self.rng.gen_range(Duration::ZERO..Duration::from_secs(3));
+                        self.push(at, Ev::Do(Action::Retention(g.group.clone())));
+                    }
+                    &g.group
+                }
+                Record::GroupDeleted { group } => group,
+            };
+            touched.insert(group.clone());
+        }
+        for group in touched {
+            let request = Request::DescribeGroup(DescribeGroupRequest {
+                group: group.clone(),
+            });
+            let described = match self.core.handle_request(now, 0, request) {
+                Response::DescribeGroup(d) => Some(d),
+                _ => None,
+            };
+            self.oracle
+                .on_describe(now, &group, described.as_ref(), &self.procs);
+        }
+        if self.running() {
+            self.oracle.check_obligations(now);
+        }
+        self.schedule_core_wake();
+    }
+
+    fn schedule_core_wake(&mut self) {
+        if !self.running() {
+            return;
+        }
+        if let Some(t) = self.core.poll_timeout() {
+            let t = t.max(self.now);
+            if self.core_wake.map_or(true, |w| t < w) {
+                self.core_wake = Some(t);
+                self.push(t, Ev::CoreWake);
+            }
+        }
+    }
+
+    /// A frame reaches the coordinator.
+    fn arrive(&mut self, conn: ConnId, msg: ToCore) {
+        if !self.open_conns.contains_key(&conn) || self.broken.contains(&conn) {
+            return;
+        }
+        if let ToCore::Request { request, .. } = &msg {
+            if !matches!(self.state, CoreState::Down { .. }) {
+                self.oracle.on_arrival(self.now, conn, request);
+            }
+        }
+        match &mut self.state {
+            CoreState::Down { .. } => {}
+            CoreState::Paused { backlog, .. } => backlog.push((conn, msg)),
+            CoreState::Running => self.core_in(conn, msg),
+        }
+    }
+
+    /// The coordinator process stops for `len`: nothing is processed, frames queue up.
+    pub(super) fn pause_begin(&mut self, len: Duration) {
+        if self.quiet || !self.running() {
+            return;
+        }
+        self.next_epoch += 1;
+        let epoch = self.next_epoch;
+        self.counts.pauses += 1;
+        self.state = CoreState::Paused {
+            since: self.now,
+            until: self.now + len,
+            epoch,
+            backlog: Vec::new(),
+        };
+        self.log(format!("coordinator paused for {len:?}"));
+        self.push(self.now + len, Ev::Do(Action::PauseEnd(epoch)));
+    }
+
+    fn pause_end(&mut self, epoch: u64) {
+        let CoreState::Paused {
+            since, epoch: e, ..
+        } = &self.state
+        else {
+            return;
+        };
+        if *e != epoch {
+            return;
+        }
+        let since = *since;
+        let CoreState::Paused { backlog, .. } =
+            std::mem::replace(&mut self.state, CoreState::Running)
+        else {
+            unreachable!()
+        };
+        self.core_wake = None;
+        let now = self.now;
+        self.oracle.add_downtime(since, now, false);
+        // Woken late: the core sees its missed deadlines and the backlog at once. A shell
+        // holds timers behind the backlog for up to the pause guard; beyond that it may run
+        // them first, which the core must survive.
+        let late = self
+            .core
+            .poll_timeout()
+            .map(|t| now.saturating_duration_since(t));
+        let timers_first =
+            late.is_some_and(|l| l > self.config.pause_guard) && self.rng.gen_bool(0.75);
+        self.log(format!(
+            "coordinator resumes ({} queued frames, {} first)",
+            backlog.len(),
+            if timers_first { "timers" } else { "frames" }
+        ));
+        if timers_first {
+            self.core_timeout();
+        }
+        for (conn, msg) in backlog {
+            if self.running() && self.open_conns.contains_key(&conn) {
+                self.core_in(conn, msg);
+            }
+        }
+        if !timers_first && self.running() {
+            self.core_timeout();
+        }
+    }
+
+    /// The coordinator process dies; a new one starts after `downtime` from the store.
+    pub(super) fn restart_begin(&mut self, downtime: Duration, why: &'static str) {
+        if self.quiet
+            || matches!(self.state, CoreState::Down { .. })
+            || self.counts.restarts >= self.max_restarts
+        {
+            return;
+        }
+        self.counts.restarts += 1;
+        let now = self.now;
+        if let CoreState::Paused { since, .. } = self.state {
+            self.oracle.add_downtime(since, now, false);
+        }
+        self.next_epoch += 1;
+        let epoch = self.next_epoch;
+        self.state = CoreState::Down { since: now, epoch };
+        self.open_conns.clear();
+        self.core_wake = None;
+        self.log(format!(
+            "coordinator restarts ({why}), down for {downtime:?}"
+        ));
+        for p in 0..self.procs.len() {
+            if self.procs[p].alive && self.procs[p].conn.is_some() {
+                self.client_lost_conn(p);
+                self.process_wake(p);
+            }
+        }
+        self.push(now + downtime, Ev::Do(Action::RestartEnd(epoch)));
+    }
+
+    fn restart_end(&mut self, epoch: u64) {
+        let CoreState::Down { since, epoch: e } = self.state else {
+            return;
+        };
+        if e != epoch {
+            return;
+        }
+        let now = self.now;
+        self.oracle.add_downtime(since, now, true);
+        self.starts += 1;
+        let config = CoreConfig {
+            member_id_prefix: format!("s{}-", self.starts),
+            ..self.config.clone()
+        };
+        self.core = Coordinator::new(config);
+        let state = self.store.load();
+        let restored: Vec<String> = state
+            .groups
+            .iter()
+            .flat_map(|g| g.members.iter().map(|m| m.member_id.clone()))
+            .collect();
+        self.core.restore(now, state);
+        self.state = CoreState::Running;
+        self.core_wake = None;
+        self.log(format!(
+            "coordinator restored with {} members",
+            restored.len()
+        ));
+        self.oracle.on_restored(now, &restored);
+        let all: BTreeSet<String> = self.groups.iter().map(|g| g.name.clone()).collect();
+        self.after_core(all);
+    }
+
+    // ----------------------------------------------------------------------------------
+    // The network
+    // ----------------------------------------------------------------------------------
+
+    pub(super) fn delay(&mut self) -> Duration {
+        if !self.quiet && self.rng.gen_bool(0.02) {
+            self.rng
+                .gen_range(Duration::from_millis(100)..Duration::from_millis(1200))
+        } else {
+            self.rng
+                .gen_range(Duration::from_micros(200)..Duration::from_millis(25))
+        }
+    }
+
+    /// When a frame sent now on `conn` arrives: after `delay`, and never before an
+    /// earlier frame of the same direction (a connection is a stream).
+    pub(super) fn arrival(&mut self, conn: ConnId, to_core: bool, sent: Instant) -> Instant {
+        let at = sent + self.delay();
+        let last = self.fifo.entry((conn, to_core)).or_insert(at);
+        *last = (*last).max(at);
+        *last
+    }
+
+    pub(super) fn send_request(&mut self, p: usize, id: ReqId, request: Request) {
+        let now = self.now;
+        let proc = &mut self.procs[p];
+        let Some(conn) = proc.conn else {
+            return;
+        };
+        proc.pending.insert(id, now);
+        if let Request::Leave(_) = &request {
+            let released_all = proc.m.held().is_empty();
+            proc.leave_released_all.insert(id, released_all);
+        }
+        let dropped = self.broken.contains(&conn);
+        let sent = if proc.cut_until > now {
+            proc.cut_until
+        } else {
+            now
+        };
+        self.vlog(|_| {
+            format!(
+                "process {p} sends request {id} on conn {conn}{}",
+                if dropped {
+                    " (lost: connection cut)"
+                } else {
+                    ""
+                }
+            )
+        });
+        if dropped {
+            return;
+        }
+        let at = self.arrival(conn, true, sent);
+        self.push(
+            at,
+            Ev::Arrive {
+                conn,
+                msg: ToCore::Request {
+                    proc: p,
+                    id,
+                    request,
+                },
+            },
+        );
+    }
+
+    pub(super) fn send_to_client(&mut self, p: usize, conn: ConnId, msg: ToClient) {
+        if !self.open_conns.contains_key(&conn) {
+            return;
+        }
+        let proc = &self.procs[p];
+        if !proc.alive || proc.conn != Some(conn) || self.broken.contains(&conn) {
+            return;
+        }
+        let sent = proc.cut_until.max(self.now);
+        let at = self.arrival(conn, false, sent);
+        self.push(at, Ev::Deliver { proc: p, conn, msg });
+    }
+
+    pub(super) fn send_closed(&mut self, p: usize, conn: ConnId) {
+        if self.broken.contains(&conn) {
+            return;
+        }
+        let sent = self.procs[p].cut_until.max(self.now);
+        let at = self.arrival(conn, true, sent);
+        self.push(
+            at,
+            Ev::Arrive {
+                conn,
+                msg: ToCore::Closed,
+            },
+        );
+    }
+
+    // ----------------------------------------------------------------------------------
+    // The quiet tail and the end of the run
+    // ----------------------------------------------------------------------------------
+
+    /// Faults stop: the network heals, applications behave. The coordinator's current
+    /// pause or restart still ends as scheduled.
+    fn go_quiet(&mut self) {
+        self.quiet = true;
+        let now = self.now;
+        self.log("faults stop: quiet tail");
+        for p in 0..self.procs.len() {
+            if !self.procs[p].alive {
+                continue;
+            }
+            let prompt: Vec<Duration> = (0..self.procs[p].acks_due.len())
+                .map(|_| {
+                    self.rng
+                        .gen_range(Duration::ZERO..Duration::from_millis(30))
+                })
+                .collect();
+            let proc = &mut self.procs[p];
+            proc.cut_until = now;
+            proc.stalled_until = None;
+            proc.ack = AckPolicy::Prompt;
+            for (due, d) in proc.acks_due.values_mut().zip(prompt) {
+                *due = (*due).min(now + d);
+            }
+            self.process_wake(p);
+        }
+        let max_session = self
+            .procs
+            .iter()
+            .map(|p| p.m.settings.session_timeout)
+            .max()
+            .unwrap_or_default();
+        let max_rebalance = self
+            .procs
+            .iter()
+            .map(|p| p.m.settings.rebalance_timeout)
+            .max()
+            .unwrap_or_default();
+        self.tail_cap = Some(now + max_session * 4 + max_rebalance * 2 + Duration::from_secs(30));
+        self.push(now + TAIL_CHECK, Ev::TailCheck);
+    }
+
+    /// How long membership must stay unchanged before ownership is checked (check 5).
+    /// Every process counts, live or not: a member whose process went away (a leave
+    /// that never arrived, say) stays in the group until its session expires, counted
+    /// afresh from the coordinator's last restart.
+    fn settle_time(&self) -> Duration {
+        let (mut session, mut rebalance) = (Duration::ZERO, Duration::ZERO);
+        for p in &self.procs {
+            session = session.max(p.m.settings.session_timeout);
+            rebalance = rebalance.max(p.m.settings.rebalance_timeout);
+        }
+        session + rebalance + Duration::from_secs(1)
+    }
+
+    fn tail_done(&self) -> bool {
+        let now = self.now;
+        if self.tail_cap.is_some_and(|cap| now >= cap) {
+            return true;
+        }
+        self.running()
+            && self.pending_spawns == 0
+            && now >= self.oracle.last_change + self.settle_time()
+            && now >= self.oracle.last_hold_end() + self.settle_time()
+            && self.oracle.crashed_resolved(now, &self.crashes)
+            && self
+                .procs
+                .iter()
+                .filter(|p| p.is_live())
+                .all(|p| p.m.is_active() && !p.m.is_leaving() && p.conn.is_some())
+    }
+
+    /// Checks 4 and 5 once the quiet tail settled.
+    fn final_checks(&mut self) {
+        let now = self.now;
+        self.oracle.check_crashed(now, &self.crashes, &self.procs);
+        let settled_at =
+            self.oracle.last_change.max(self.oracle.last_hold_end()) + self.settle_time();
+        let settled = if settled_at <= now {
+            format!(
+                "membership last changed at t={} and settled by t={}",
+                self.t(self.oracle.last_change),
+                self.t(settled_at)
+            )
+        } else {
+            format!(
+                "membership still changing at the end of the tail (last change at t={})",
+                self.t(self.oracle.last_change)
+            )
+        };
+        let mut problems: Vec<(&'static str, String)> = Vec::new();
+        for g in 0..self.groups.len() {
+            let name = self.groups[g].name.clone();
+            let live: Vec<usize> = (0..self.procs.len())
+                .filter(|&p| self.procs[p].group == g && self.procs[p].is_live())
+                .collect();
+            if live.is_empty() {
+                continue;
+            }
+            let request = Request::DescribeGroup(DescribeGroupRequest {
+                group: name.clone(),
+            });
+            let described = match self.core.handle_request(now, 0, request) {
+                Response::DescribeGroup(d) => Some(d),
+                _ => None,
+            };
+            let members: BTreeSet<String> = described
+                .iter()
+                .flat_map(|d| d.members.iter().map(|m| m.member_id.clone()))
+                .collect();
+            let mut owner: BTreeMap<Tp, String> = BTreeMap::new();
+            for m in described.iter().flat_map(|d| d.members.iter()) {
+                for tp in super::client::from_wire(&m.owned) {
+                    owner.insert(tp, m.member_id.clone());
+                }
+            }
+            let mut live_members: BTreeSet<String> = BTreeSet::new();
+            let mut topics: BTreeSet<(String, u32)> = BTreeSet::new();
+            for &p in &live {
+                let proc = &self.procs[p];
+                for t in &proc.m.settings.subscription {
+                    topics.insert((t.topic.clone(), t.partitions));
+                }
+                match proc.m.member_id() {
+                    Some(id) if proc.m.is_active() && members.contains(id) => {
+                        live_members.insert(id.to_owned());
+                    }
+                    Some(id) if proc.m.is_active() => problems.push((
+                        "process not a member",
+                        format!(
+                            "process {p} believes it is member {id} of {name}, which the \
+                             coordinator does not know"
+                        ),
+                    )),
+                    _ => problems.push((
+                        "process not a member",
+                        format!(
+                            "process {p} of group {name} is alive but {} at the end",
+                            proc.m.phase_name()
+                        ),
+                    )),
+                }
+            }
+            for (topic, count) in topics {
+                for partition in 0..count {
+                    match owner.get(&(topic.clone(), partition)) {
+                        Some(m) if live_members.contains(m) => {}
+                        Some(m) => problems.push((
+                            "partition owned by a dead member",
+                            format!(
+                                "partition {topic}/{partition} of {name} is owned by {}, which \
+                                 is not a live member",
+                                self.oracle.who(m, &self.procs)
+                            ),
+                        )),
+                        None => problems.push((
+                            "partition owned by nobody",
+                            format!(
+                                "partition {topic}/{partition} of {name} is owned by nobody \
+                                 (members: {:?})",
+                                live_members
+                            ),
+                        )),
+                    }
+                }
+            }
+        }
+        let count = problems.len();
+        for (kind, problem) in problems {
+            let msg = format!(
+                "{problem} ({count} problems in all; {settled}; checked at t={})",
+                self.t(now)
+            );
+            self.oracle
+                .report_violation(now, Check::Ownership, kind, msg);
+        }
+    }
+}
+
+fn push_group(push: &Push) -> Option<&str> {
+    match push {
+        Push::Assignment(p) => Some(&p.group),
+        Push::Revoke(p) => Some(&p.group),
+        Push::Expelled(p) => Some(&p.group),
+        Push::Shutdown(_) => None,
+    }
+}
