@@ -8,23 +8,28 @@
 //!   by more than a quarter of the shortest session timeout in the shard (at least
 //!   [`PAUSE_FLOOR`], at most
 //!   [`CoreConfig::pause_guard`](super::CoreConfig::pause_guard)), so the coordinator
-//!   itself was not running (a stopped process, a stalled runtime). Every deadline is
-//!   shifted by the delay (the pause is nobody's fault), and for one more `pause_guard`
-//!   after waking nobody is expelled for silence, so frames that queued up during the
-//!   pause are read before anyone is judged. Bound: the window is `pause_guard` long
-//!   and opens only on a measured pause; silence while the coordinator runs counts as
-//!   usual.
+//!   itself was not running (a stopped process, a stalled runtime). Each member's
+//!   deadlines are shifted by the part of its silence the pause overlaps (a member heard
+//!   in the frames read on waking gains nothing), and a member whose connection is open
+//!   is not expelled for silence or progress until a grace has passed since waking (a
+//!   quarter of its session timeout, at least `PAUSE_FLOOR`, at most `pause_guard`), so
+//!   frames queued during the pause are read before anyone is judged. Bound: the grace
+//!   opens only on a measured pause; silence while the coordinator runs counts as usual.
 //! - **Isolation guard.** Evidence: the whole server (every connection of every shard,
 //!   as the shell reports it) has heard nothing for at least half the expiring member's
 //!   session timeout, the shard has at least
 //!   [`CoreConfig::isolation_min_members`](super::CoreConfig::isolation_min_members)
-//!   members whose connections are open, and at least
-//!   [`ISOLATION_SHARE_PERCENT`] percent of those are overdue (silent for more than
-//!   half their session timeout). A member whose connection closed is not evidence: a
-//!   crashed process closes its sockets. Bound: a member is held at most one more
-//!   session timeout past its deadline, then expelled whatever the evidence. When
-//!   frames arrive again, the members that were not already overdue when the silence
-//!   began get the silent time back; those that were get nothing.
+//!   members whose connections are open, and at least [`ISOLATION_SHARE_PERCENT`]
+//!   percent of those are overdue (silent for more than half their session timeout). A
+//!   member whose connection closed is not evidence: a crashed process closes its
+//!   sockets. Bound: a member is held at most one more session timeout past its
+//!   deadline, and never past two session timeouts of real silence unless a pause moved
+//!   its deadline. When frames arrive again, members with open connections that were
+//!   not already overdue when the silence began get the silent time back, within the
+//!   same two-session bound; the others get nothing and are judged at once.
+//!
+//! Silence is judged by when frames really arrived (`Member::heard_at`), never by the
+//! deadlines the guards have shifted.
 
 use std::time::{Duration, Instant};
 
