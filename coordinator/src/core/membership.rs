@@ -10,15 +10,12 @@ use rollcall_protocol::{
     LeaveMode, LeaveRequest, Response,
 };
 
-use super::group::{duration_ms, Ctx, Group};
+use super::group::{duration_ms, Ctx, Group, Timeouts};
 use super::{refuse, ConnId, Coordinator, Event, Output, RebalanceCause, TopicPartition};
 use super::{MAX_MEMBER_ID_BYTES, MAX_NAME_BYTES};
 
 impl Coordinator {
-    pub(super) fn validate_join(
-        &self,
-        r: &JoinRequest,
-    ) -> Result<(Duration, Duration, Duration), Response> {
+    pub(super) fn validate_join(&self, r: &JoinRequest) -> Result<Timeouts, Response> {
         let bad = |code, msg: String| Err(refuse(ApiKey::Join, code, msg));
         let c = &self.config;
         if r.group.is_empty() || r.group.len() > MAX_NAME_BYTES {
@@ -114,7 +111,11 @@ impl Coordinator {
                 ),
             );
         }
-        Ok((session, progress, rebalance))
+        Ok(Timeouts {
+            session,
+            progress,
+            rebalance,
+        })
     }
 
     pub(super) fn join(&mut self, now: Instant, conn: ConnId, r: JoinRequest) -> Response {
@@ -237,7 +238,7 @@ impl Coordinator {
         Response::Join(JoinResponse {
             member_id: member_id.to_string(),
             generation: group.generation,
-            heartbeat_interval_ms: heartbeat_interval_ms(timeouts.0),
+            heartbeat_interval_ms: heartbeat_interval_ms(timeouts.session),
         })
     }
 
@@ -249,7 +250,7 @@ impl Coordinator {
         conn: ConnId,
         id: &Arc<str>,
         subscription: &[(String, u32)],
-        timeouts: (Duration, Duration, Duration),
+        timeouts: Timeouts,
     ) -> Response {
         let now = ctx.now;
         if !group.subscription_is(&group.members[id], subscription) {
@@ -282,7 +283,7 @@ impl Coordinator {
         Response::Join(JoinResponse {
             member_id: id.to_string(),
             generation,
-            heartbeat_interval_ms: heartbeat_interval_ms(timeouts.0),
+            heartbeat_interval_ms: heartbeat_interval_ms(timeouts.session),
         })
     }
 

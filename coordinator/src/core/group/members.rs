@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rollcall_protocol::{AssignmentPush, ExpelReason, ExpelledPush, Push, RevokePush};
 
@@ -11,7 +11,7 @@ use super::super::guards::Hold;
 use super::super::liveness::FixedTimeout;
 use super::super::timers::TimerKey;
 use super::super::{ConnId, Event, RebalanceCause, TopicPartition};
-use super::{Ctx, Group, Member};
+use super::{Ctx, Group, Member, Timeouts};
 
 impl Group {
     #[allow(clippy::too_many_arguments)]
@@ -23,10 +23,14 @@ impl Group {
         client_id: String,
         join_token: u64,
         conn: Option<ConnId>,
-        timeouts: (Duration, Duration, Duration),
+        timeouts: Timeouts,
         subscription: Vec<u32>,
     ) -> Member {
-        let (session_timeout, progress_timeout, rebalance_timeout) = timeouts;
+        let Timeouts {
+            session: session_timeout,
+            progress: progress_timeout,
+            rebalance: rebalance_timeout,
+        } = timeouts;
         Member {
             id,
             instance_id,

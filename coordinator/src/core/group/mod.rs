@@ -49,6 +49,17 @@ pub(crate) struct Topic {
     pub(crate) subscribers: u32,
 }
 
+/// The timeouts a member asked for at join (and may change by rejoining).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Timeouts {
+    /// Silence longer than this expels the member.
+    pub(crate) session: Duration,
+    /// A progress counter stuck this long expels the member.
+    pub(crate) progress: Duration,
+    /// A revocation unacknowledged this long expels the member.
+    pub(crate) rebalance: Duration,
+}
+
 #[derive(Debug)]
 pub(crate) struct Member {
     pub(crate) id: Arc<str>,
@@ -121,13 +132,17 @@ impl Member {
     /// timeout at once; the lease already promised is kept (it only grows), so a shorter
     /// timeout never frees partitions before the member's longer lease ran out.
     /// Returns whether anything changed.
-    pub(crate) fn set_timeouts(&mut self, timeouts: (Duration, Duration, Duration)) -> bool {
-        let (session, progress, rebalance) = timeouts;
+    pub(crate) fn set_timeouts(&mut self, timeouts: Timeouts) -> bool {
+        let Timeouts {
+            session,
+            progress,
+            rebalance,
+        } = timeouts;
         let changed = (
             self.session_timeout,
             self.progress_timeout,
             self.rebalance_timeout,
-        ) != timeouts;
+        ) != (session, progress, rebalance);
         self.session_timeout = session;
         self.liveness.set_timeout(session);
         if progress != self.progress_timeout {

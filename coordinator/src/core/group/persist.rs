@@ -8,7 +8,7 @@ use rollcall_protocol::MemberDescription;
 
 use super::super::records::{GroupSnapshot, HeldSnapshot, InstanceSnapshot, MemberSnapshot};
 use super::super::{RebalanceCause, TopicPartition};
-use super::{duration_ms, Ctx, Group, Instance, Member, Topic};
+use super::{duration_ms, Ctx, Group, Instance, Member, Timeouts, Topic};
 
 impl Group {
     pub(crate) fn describe_member(&self, m: &Member, now: Instant) -> MemberDescription {
@@ -131,11 +131,11 @@ impl Group {
                 ms.client_id,
                 ms.join_token,
                 None,
-                (
-                    Duration::from_millis(u64::from(ms.session_timeout_ms)),
-                    Duration::from_millis(u64::from(ms.progress_timeout_ms)),
-                    Duration::from_millis(u64::from(ms.rebalance_timeout_ms)),
-                ),
+                Timeouts {
+                    session: Duration::from_millis(u64::from(ms.session_timeout_ms)),
+                    progress: Duration::from_millis(u64::from(ms.progress_timeout_ms)),
+                    rebalance: Duration::from_millis(u64::from(ms.rebalance_timeout_ms)),
+                },
                 subscription,
             );
             member.generation = ms.generation;
