@@ -180,6 +180,17 @@ impl Coordinator {
             return resp;
         }
 
+        if let Some(instance) = &r.instance_id {
+            // A join retried by a process whose incarnation newer ones have superseded
+            // (its response was lost meanwhile): it must not take the instance back.
+            if r.member_id.is_none() && group.token_fenced(instance, r.join_token) {
+                return refuse(
+                    ApiKey::Join,
+                    ErrorCode::FencedInstance,
+                    format!("a newer process took instance id {instance:?} since this join was first sent"),
+                );
+            }
+        }
         let replacing = r
             .instance_id
             .as_ref()
@@ -209,7 +220,7 @@ impl Coordinator {
         let topics = group.subscribe(&subscription);
         let subscription_changed = old_subscription.is_some_and(|old| old != topics);
         if let Some(instance) = &r.instance_id {
-            group.register_instance(instance, member_id.clone());
+            group.register_instance(instance, member_id.clone(), r.join_token);
         }
         let member = group.new_member(
             now,

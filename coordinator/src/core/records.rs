@@ -86,6 +86,13 @@ pub struct InstanceSnapshot {
     pub epoch: u64,
     /// The latest incarnation's member id; any other id of the instance is fenced.
     pub member_id: String,
+    /// The latest incarnation's join token.
+    #[serde(default)]
+    pub join_token: u64,
+    /// Join tokens of the most recent superseded incarnations (at most 16): a join
+    /// retried with one of them is fenced.
+    #[serde(default)]
+    pub fenced_tokens: Vec<u64>,
 }
 
 /// One member of a [`GroupSnapshot`].

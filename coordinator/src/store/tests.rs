@@ -108,6 +108,8 @@ fn snapshot(group: &str, generation: u32, members: &[&str]) -> GroupSnapshot {
                 instance_id: format!("{id}-instance"),
                 epoch: 2,
                 member_id: (*id).to_owned(),
+                join_token: 42,
+                fenced_tokens: vec![7],
             })
             .collect(),
     }

@@ -223,7 +223,16 @@ pub(crate) struct Instance {
     pub(crate) epoch: u64,
     /// The latest incarnation's member id.
     pub(crate) member_id: Arc<str>,
+    /// The latest incarnation's join token.
+    pub(crate) token: u64,
+    /// Join tokens of the most recent older incarnations, newest last: a join retried
+    /// with one of them (its response was lost, and newer processes have joined since)
+    /// comes from a superseded process and is fenced.
+    pub(crate) fenced_tokens: Vec<u64>,
 }
+
+/// How many superseded join tokens each static instance remembers.
+pub(crate) const FENCED_TOKENS: usize = 16;
 
 /// The instance id a static member id names: static member ids are
 /// `<instance id>#<unique suffix>`, and suffixes never contain `#`.
@@ -325,12 +334,42 @@ impl Group {
     }
 
     /// Records a new incarnation of `instance` and returns its epoch.
-    pub(crate) fn register_instance(&mut self, instance: &str, member_id: Arc<str>) -> u64 {
-        let epoch = self.instances.get(instance).map_or(1, |i| i.epoch + 1);
-        self.instances
-            .insert(instance.to_owned(), Instance { epoch, member_id });
+    pub(crate) fn register_instance(
+        &mut self,
+        instance: &str,
+        member_id: Arc<str>,
+        token: u64,
+    ) -> u64 {
+        let (epoch, mut fenced_tokens) = match self.instances.remove(instance) {
+            Some(old) => {
+                let mut fenced = old.fenced_tokens;
+                fenced.push(old.token);
+                let excess = fenced.len().saturating_sub(FENCED_TOKENS);
+                fenced.drain(..excess);
+                (old.epoch + 1, fenced)
+            }
+            None => (1, Vec::new()),
+        };
+        fenced_tokens.retain(|t| *t != token);
+        self.instances.insert(
+            instance.to_owned(),
+            Instance {
+                epoch,
+                member_id,
+                token,
+                fenced_tokens,
+            },
+        );
         self.snapshot_dirty = true;
         epoch
+    }
+
+    /// Whether a join for `instance` with `token` retries the join of a superseded
+    /// incarnation.
+    pub(crate) fn token_fenced(&self, instance: &str, token: u64) -> bool {
+        self.instances
+            .get(instance)
+            .is_some_and(|i| i.fenced_tokens.contains(&token))
     }
 
     /// Why a member id that is not in the group is gone, if known: a static member id

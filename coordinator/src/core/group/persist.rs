@@ -40,6 +40,8 @@ impl Group {
                 instance_id: instance_id.clone(),
                 epoch: i.epoch,
                 member_id: i.member_id.to_string(),
+                join_token: i.token,
+                fenced_tokens: i.fenced_tokens.clone(),
             })
             .collect();
         instances.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
@@ -111,6 +113,8 @@ impl Group {
                 Instance {
                     epoch: i.epoch,
                     member_id: Arc::from(i.member_id.as_str()),
+                    token: i.join_token,
+                    fenced_tokens: i.fenced_tokens,
                 },
             );
         }
@@ -158,6 +162,8 @@ impl Group {
                         Instance {
                             epoch: 1,
                             member_id: member.id.clone(),
+                            token: member.join_token,
+                            fenced_tokens: Vec::new(),
                         },
                     );
                 }

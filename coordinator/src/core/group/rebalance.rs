@@ -114,12 +114,17 @@ impl Group {
             let Some(m) = self.members.get(id) else {
                 continue;
             };
-            let grants: Vec<TopicPartition> = m
-                .target
-                .difference(&m.owned)
-                .filter(|tp| !self.owners.contains_key(tp) && !held.contains(tp))
-                .copied()
-                .collect();
+            // A member whose process stood down takes nothing new: it is gone until its
+            // replacement (which inherits its target) arrives.
+            let grants: Vec<TopicPartition> = if m.stood_down {
+                Vec::new()
+            } else {
+                m.target
+                    .difference(&m.owned)
+                    .filter(|tp| !self.owners.contains_key(tp) && !held.contains(tp))
+                    .copied()
+                    .collect()
+            };
             for tp in &grants {
                 self.owners.insert(*tp, id.clone());
             }
@@ -215,7 +220,7 @@ impl Group {
             let Some(m) = self.members.get_mut(to) else {
                 continue;
             };
-            if m.target.contains(tp) && m.owned.insert(*tp) {
+            if !m.stood_down && m.target.contains(tp) && m.owned.insert(*tp) {
                 self.owners.insert(*tp, to.clone());
                 m.assignment_dirty = true;
                 changed.push(to.clone());

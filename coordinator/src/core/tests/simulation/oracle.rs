@@ -844,6 +844,14 @@ impl Oracle {
         let holders = self.holders.entry(group.to_owned()).or_default();
         for (tp, to) in &owners {
             if prev.get(tp) != Some(to) {
+                // A restart hides ownership for a while; the same member owning the
+                // partition again after it is the same holding, released or not.
+                let same_holding = holders.get(tp).is_some_and(|h| {
+                    h.member == *to && self.downtime.iter().any(|d| d.restart && d.from >= h.since)
+                });
+                if same_holding {
+                    continue;
+                }
                 holders.insert(
                     tp.clone(),
                     Holder {
