@@ -135,8 +135,8 @@ pub(crate) fn silent_before(since: Instant, last_heard: Instant, session: Durati
 // The guards' side of the coordinator: traffic in, decisions out.
 impl Coordinator {
     /// The pause guard: closes a grace that is over; then, if woken later than the
-    /// threshold past the earliest deadline, shifts every deadline (and hold) by the
-    /// delay and opens a new grace.
+    /// threshold past the earliest deadline, shifts members' deadlines by the delay and
+    /// opens a new grace.
     pub(super) fn detect_pause(&mut self, now: Instant) {
         if let Some(woken) = self.guards.pause_woken_at {
             if now.saturating_duration_since(woken) >= self.config.pause_guard {
@@ -150,7 +150,10 @@ impl Coordinator {
         let Some(expected) = self.timers.peek() else {
             return;
         };
-        let late_by = now.saturating_duration_since(expected);
+        // The core ran at `ran_before` (inputs, say, whose scheduling may have left an
+        // entry in the past): it was not paused before then.
+        let since = self.ran_before.map_or(expected, |ran| ran.max(expected));
+        let late_by = now.saturating_duration_since(since);
         if late_by <= PAUSE_FLOOR || late_by <= self.pause_threshold() {
             return;
         }
@@ -158,9 +161,8 @@ impl Coordinator {
             for m in group.members.values_mut() {
                 m.pause_passed(now, late_by);
             }
-            for (until, _) in &mut group.held {
-                *until += late_by;
-            }
+            // Holds are not shifted: they protect leases the members measure on their
+            // own clocks, which a pause of the coordinator does not stop.
         }
         let until = now + self.config.pause_guard;
         self.guards.pause_woken_at = Some(now);
@@ -188,20 +190,22 @@ impl Coordinator {
         }
         self.guards.isolated_since = None;
         let silent_for = at.saturating_duration_since(since);
+        // Never a timer in the past: the pause guard would take it for a pause.
+        let judge_at = self.now.map_or(at, |now| now.max(at));
         for group in self.groups.values_mut() {
             for m in group.members.values_mut() {
                 // A member whose connection closed was not cut off by the coordinator.
                 if m.conn.is_some() && !silent_before(since, m.heard_at, m.session_timeout) {
                     m.give_back(silent_for);
                 }
-                if m.session_deadline() <= at {
+                if m.session_deadline() <= judge_at {
                     // Held past its deadline and given nothing back: judged now, not at
                     // its next recheck.
                     let key = TimerKey::Member {
                         group: group.name.clone(),
                         member: m.id.clone(),
                     };
-                    self.timers.schedule(&mut m.timer_at, at, key);
+                    self.timers.schedule(&mut m.timer_at, judge_at, key);
                 }
             }
         }

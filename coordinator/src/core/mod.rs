@@ -77,6 +77,9 @@ pub struct Coordinator {
     generation_floor: u32,
     /// The latest `now` seen, to express deadlines as durations in snapshots.
     now: Option<Instant>,
+    /// The latest instant before `now` at which the core ran: a pause can only have
+    /// begun after it.
+    ran_before: Option<Instant>,
     guards: Guards,
     /// Groups whose state changed since the last [`Coordinator::take_records`], so that
     /// call snapshots only them instead of scanning every group.
@@ -107,6 +110,7 @@ impl Coordinator {
             next_member: 0,
             generation_floor: 0,
             now: None,
+            ran_before: None,
             guards: Guards::default(),
             dirty: Vec::new(),
             bound: HashMap::new(),
@@ -121,6 +125,7 @@ impl Coordinator {
     /// Notes the latest `now` an input carried.
     fn tick(&mut self, now: Instant) {
         if self.now.map_or(true, |n| now > n) {
+            self.ran_before = self.now;
             self.now = Some(now);
         }
     }

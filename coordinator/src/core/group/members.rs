@@ -96,7 +96,8 @@ impl Group {
             group: self.name.clone(),
             member: id.clone(),
         };
-        let next = m.next_deadline();
+        // Never in the past: a deadline that already passed is judged now.
+        let next = m.next_deadline().max(ctx.now);
         ctx.timers.schedule(&mut m.timer_at, next, key);
     }
 
