@@ -1056,16 +1056,24 @@ impl Oracle {
 
     /// When the partitions of the last expelled member may be held until at the latest:
     /// its removal plus its session timeout.
+    /// When the last hold the coordinator may keep for a removed member ends: its
+    /// removal plus the longest session timeout it was ever promised. Fenced members
+    /// (replaced static instances) and leavers that did not confirm their release are
+    /// held too.
     pub(super) fn last_hold_end(&self) -> Instant {
         self.members
             .values()
-            .filter_map(|i| match i.removed {
-                Some((at, reason))
-                    if reason != ExpelReason::Left && reason != ExpelReason::Fenced =>
-                {
-                    Some(at + i.session)
+            .filter_map(|i| {
+                let (at, reason) = i.removed?;
+                if reason == ExpelReason::Left && !i.left_holding {
+                    return None;
                 }
-                _ => None,
+                let longest = i
+                    .history
+                    .iter()
+                    .map(|(_, [session, _, _])| *session)
+                    .fold(i.session, Duration::max);
+                Some(at + longest)
             })
             .max()
             .unwrap_or(self.start)
