@@ -668,3 +668,23 @@ fn silence_is_given_back_only_to_members_that_were_not_already_overdue() {
     }
     assert_eq!(removed(&t, &slow), Some(ExpelReason::SessionExpired));
 }
+
+/// Found by the simulation: a static process whose join response was lost retries the
+/// same join after newer processes took its instance. The retry must not take the
+/// instance back.
+#[test]
+fn a_join_retried_by_a_superseded_static_process_is_fenced() {
+    let mut t = TestContext::new();
+    let mut req = t.join_request("g", &[("orders", 4)]);
+    req.instance_id = Some("worker-1".into());
+    req.join_token = 1;
+    let lost = req.clone();
+    t.join_with(1, req.clone()).unwrap(); // its response never arrives
+    req.join_token = 2;
+    let mut newer = t.join_with(2, req).unwrap();
+    restart(&mut t);
+    newer.conn = 12;
+    let resp = t.request(11, Request::Join(lost));
+    assert_eq!(error_code(&resp), Some(ErrorCode::FencedInstance));
+    t.expect_beat_ok(&mut newer);
+}
