@@ -38,7 +38,8 @@
 //!   cut-off member's deadline); coordinator restarts at random and aimed at the
 //!   coalescing window after a join or a leave, at expulsions whose partitions are held,
 //!   and after static replacements. A restart builds a new core (a new member id prefix)
-//!   restored from exactly the records made durable ([`store`]); every connection is
+//!   restored from exactly the records made durable (a `MemoryStore`, which applies them
+//!   as the server's stores do); every connection is
 //!   lost and the clients reconnect and carry on.
 //! - After 20 to 40 s the faults stop (delay spikes included) and a **quiet tail** runs
 //!   until membership has been stable, and the partitions of the last expelled member
@@ -139,7 +140,6 @@ mod client;
 mod faults;
 mod oracle;
 mod process;
-mod store;
 mod world;
 
 use std::collections::BTreeMap;

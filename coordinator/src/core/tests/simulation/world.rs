@@ -18,8 +18,8 @@ use rollcall_protocol::{DescribeGroupRequest, Push, Request, Response};
 use super::client::{ReqId, Tp};
 use super::oracle::{Check, Crash, Oracle, Violation};
 use super::process::{AckPolicy, Process};
-use super::store::Durable;
 use crate::core::{ConnId, Coordinator, CoreConfig, Output, Record};
+use crate::store::{MemoryStore, Store};
 
 /// Hard bound on the events of one run.
 const MAX_EVENTS: u64 = 5_000_000;
@@ -172,7 +172,8 @@ pub(super) struct World {
     starts: u64,
     pub(super) state: CoreState,
     core_wake: Option<Instant>,
-    store: Durable,
+    /// Exactly what the core made durable, applied as the server's stores apply it.
+    store: MemoryStore,
     pub(super) open_conns: HashMap<ConnId, usize>,
     /// Connections whose stream a cut killed: nothing gets through any more, and neither
     /// end is told.
@@ -214,7 +215,7 @@ impl World {
             starts: 0,
             state: CoreState::Running,
             core_wake: None,
-            store: Durable::default(),
+            store: MemoryStore::new(),
             open_conns: HashMap::new(),
             broken: HashSet::new(),
             fifo: HashMap::new(),
@@ -429,14 +430,22 @@ impl World {
             }
         }
         let records = self.core.take_records();
-        self.store.apply(&records);
+        self.store
+            .write(&records)
+            .expect("the memory store accepts every record");
         for r in &records {
             let group = match r {
                 Record::Offset(o) => &o.group,
                 Record::Group(g) => {
                     if g.members.is_empty()
                         && !self.quiet
-                        && self.store.has_offsets(&g.group)
+                        && self
+                            .store
+                            .load()
+                            .expect("the memory store loads")
+                            .offsets
+                            .iter()
+                            .any(|o| o.group == g.group)
                         && self.rng.gen_bool(0.3)
                     {
                         let at = now + self.rng.gen_range(Duration::ZERO..Duration::from_secs(3));
@@ -604,7 +613,7 @@ impl World {
             ..self.config.clone()
         };
         self.core = Coordinator::new(config);
-        let state = self.store.load();
+        let state = self.store.load().expect("the memory store loads");
         let restored: Vec<String> = state
             .groups
             .iter()
