@@ -1,0 +1,263 @@
+//! Time and the application: lease expiry, progress, acknowledged revocations, leaving
+//! and commits.
+
+use super::*;
+
+impl Membership {
+    /// Timers due at `now`: lease expiry and leave bounds. Heartbeats and joins due are
+    /// produced by [`Membership::poll_transmit`].
+    pub(crate) fn handle_timeout(&mut self, now: Instant) {
+        if !matches!(self.phase, Phase::Active) {
+            return;
+        }
+        if self.lease.is_some_and(|l| now >= l) {
+            let old = self.end_membership(LostReason::LeaseExpired);
+            if self.leaving.is_some() {
+                self.finish_leave(Err(LeaveError::Unconfirmed));
+            } else {
+                // The coordinator may still know the member: rejoin as it.
+                self.rejoin(old, now);
+            }
+            return;
+        }
+        let leave_expired = self.leaving.as_ref().is_some_and(|l| match l.sent {
+            Some(sent) => now >= sent + self.session_timeout,
+            None => !self.connected && now >= l.deadline,
+        });
+        if leave_expired {
+            self.finish_leave(Err(LeaveError::Unconfirmed));
+        }
+    }
+
+    /// The application's progress counter. Once expelled for lack of progress, the
+    /// member rejoins when it advances.
+    pub(crate) fn set_progress(&mut self, progress: u64, now: Instant) {
+        if progress <= self.progress {
+            return;
+        }
+        self.progress = progress;
+        if let Phase::AwaitingProgress { since } = self.phase {
+            if progress > since {
+                self.rejoin(None, now);
+            }
+        }
+    }
+
+    /// The application releases `partitions` (answering revocation requests); a heartbeat
+    /// carrying the acknowledgement goes out at once. Partitions not being revoked are
+    /// ignored. A partition whose revocation the coordinator has withdrawn since (its
+    /// latest revoke set no longer lists it) stays the member's and is announced again.
+    pub(crate) fn ack(
+        &mut self,
+        partitions: impl IntoIterator<Item = TopicPartition>,
+        now: Instant,
+    ) {
+        let mut send = false;
+        let mut kept = PartitionSet::new();
+        for tp in partitions {
+            let Some(h) = self.holdings.get_mut(&tp) else {
+                continue;
+            };
+            if *h != Hold::Revoking {
+                continue;
+            }
+            if self.revoke_requested.contains(&tp) {
+                *h = Hold::Released;
+                self.acks_unsent.insert(tp);
+                send = true;
+            } else if self.leaving.is_some() {
+                // A local leave's revocations need no acknowledgement: the leave
+                // releases everything.
+                *h = Hold::Released;
+            } else {
+                *h = Hold::Owned;
+                kept.insert(tp);
+            }
+        }
+        if !kept.is_empty() {
+            self.events.push_back(Event::Assigned {
+                partitions: kept,
+                generation: self.generation,
+            });
+        }
+        if send && matches!(self.phase, Phase::Active) && self.connected {
+            self.next_beat = Some(now);
+        }
+    }
+
+    /// Starts a graceful leave: every owned partition is revoked locally (the application
+    /// gets a [`Event::RevokeRequested`]); the leave is sent once all are acknowledged or
+    /// at `now + timeout`, whichever is first.
+    pub(crate) fn leave(&mut self, timeout: Duration, now: Instant) {
+        match self.phase {
+            Phase::Active if self.leaving.is_none() => {
+                let mut newly = PartitionSet::new();
+                for (tp, h) in &mut self.holdings {
+                    if *h == Hold::Owned {
+                        *h = Hold::Revoking;
+                        newly.insert(tp.clone());
+                    }
+                }
+                if !newly.is_empty() {
+                    self.events.push_back(Event::RevokeRequested {
+                        partitions: newly,
+                        generation: self.generation,
+                    });
+                }
+                self.leaving = Some(Leaving {
+                    deadline: now + timeout,
+                    sent: None,
+                });
+            }
+            Phase::Active => {}
+            Phase::Joining(_) | Phase::AwaitingProgress { .. } | Phase::Finished => {
+                self.phase = Phase::Finished;
+                self.leave_result = Some(Ok(()));
+            }
+        }
+    }
+
+    /// A commit from the application: checked against what the member holds, then turned
+    /// into a request for the caller to send.
+    pub(crate) fn commit(
+        &mut self,
+        offsets: Vec<Offset>,
+        _now: Instant,
+    ) -> Result<(RequestId, Request), CommitError> {
+        let member_id = match (&self.phase, &self.member_id) {
+            (Phase::Active, Some(id))
+                if !self.leaving.as_ref().is_some_and(|l| l.sent.is_some()) =>
+            {
+                id.clone()
+            }
+            _ => return Err(self.inactive_error()),
+        };
+        if !self.connected {
+            return Err(CommitError::Unavailable {
+                reason: "not connected to the coordinator".to_owned(),
+            });
+        }
+        let mut not_owned = Vec::new();
+        let mut released = Vec::new();
+        for o in &offsets {
+            match self.holdings.get(&o.partition) {
+                Some(Hold::Owned | Hold::Revoking) => {}
+                Some(Hold::Released) => released.push(o.partition.clone()),
+                None => not_owned.push(o.partition.clone()),
+            }
+        }
+        if !not_owned.is_empty() {
+            return Err(CommitError::NotOwner {
+                partitions: not_owned,
+            });
+        }
+        if !released.is_empty() {
+            return Err(CommitError::PartitionRevoked {
+                partitions: released,
+            });
+        }
+        let request = Request::CommitOffsets(CommitOffsetsRequest {
+            group: self.settings.group.clone(),
+            member_id: Some(member_id),
+            generation: self.generation,
+            offsets: offsets
+                .into_iter()
+                .map(|o| OffsetCommit {
+                    topic: o.partition.topic,
+                    partition: o.partition.partition,
+                    offset: o.offset,
+                    metadata: o.metadata,
+                })
+                .collect(),
+        });
+        let id = self.request_id();
+        self.in_flight.insert(
+            id,
+            InFlight::Commit {
+                incarnation: self.incarnation,
+            },
+        );
+        Ok((id, request))
+    }
+
+    /// Forgets a request that will not be sent after all.
+    pub(crate) fn forget(&mut self, id: RequestId) {
+        self.in_flight.remove(&id);
+    }
+
+    /// The response to a commit issued by [`Membership::commit`].
+    pub(crate) fn handle_commit_response(
+        &mut self,
+        id: RequestId,
+        response: Response,
+        now: Instant,
+    ) -> Result<(), CommitError> {
+        let current = matches!(
+            self.in_flight.remove(&id),
+            Some(InFlight::Commit { incarnation }) if incarnation == self.incarnation
+        ) && matches!(self.phase, Phase::Active);
+        match response {
+            Response::CommitOffsets(r) => {
+                let refused: Vec<(TopicPartition, ErrorCode)> = r
+                    .results
+                    .into_iter()
+                    .filter(|p| p.error != ErrorCode::None)
+                    .map(|p| (TopicPartition::new(p.topic, p.partition), p.error))
+                    .collect();
+                let Some((_, first)) = refused.first() else {
+                    return Ok(());
+                };
+                let first = *first;
+                if refused.iter().any(|(_, c)| *c != first) {
+                    return Err(CommitError::Refused { refused });
+                }
+                let partitions = refused.into_iter().map(|(tp, _)| tp).collect();
+                Err(match first {
+                    ErrorCode::NotOwner => CommitError::NotOwner { partitions },
+                    ErrorCode::PartitionRevoked => CommitError::PartitionRevoked { partitions },
+                    ErrorCode::MetadataTooLarge => CommitError::MetadataTooLarge { partitions },
+                    code => CommitError::Refused {
+                        refused: partitions.into_iter().map(|tp| (tp, code)).collect(),
+                    },
+                })
+            }
+            Response::Error(e) => Err(match e.code {
+                ErrorCode::UnknownMember => {
+                    if current {
+                        self.membership_gone(now);
+                    }
+                    CommitError::UnknownMember
+                }
+                ErrorCode::MemberExpelled => {
+                    if current {
+                        self.membership_gone(now);
+                    }
+                    CommitError::Expelled
+                }
+                ErrorCode::FencedInstance => {
+                    if current {
+                        self.end_membership(LostReason::Fenced);
+                        self.fail(FatalError::Fenced {
+                            message: e.message.clone(),
+                        });
+                    }
+                    CommitError::Fenced
+                }
+                ErrorCode::UnknownGroup => CommitError::UnknownGroup,
+                code if code.action() == ClientAction::Retry => CommitError::Unavailable {
+                    reason: format!("{code}: {}", e.message),
+                },
+                code => CommitError::Rejected {
+                    code,
+                    message: e.message,
+                },
+            }),
+            other => Err(CommitError::Unavailable {
+                reason: format!(
+                    "unexpected response to a commit (api key {})",
+                    other.api_key()
+                ),
+            }),
+        }
+    }
+}

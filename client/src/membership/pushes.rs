@@ -1,0 +1,128 @@
+//! Pushes from the coordinator: assignments, revocations and expulsions.
+
+use super::*;
+
+impl Membership {
+    /// Whether `push` addresses this member.
+    pub(crate) fn accepts_push(&self, push: &Push) -> bool {
+        match push_target(push) {
+            Some((group, member)) => {
+                group == self.settings.group && self.member_id.as_deref() == Some(member)
+            }
+            None => false,
+        }
+    }
+
+    /// Whether `push` may address this member once its pending join is answered.
+    pub(crate) fn accepts_early_push(&self, push: &Push) -> bool {
+        match (&self.phase, push_target(push)) {
+            (Phase::Joining(j), Some((group, _))) => {
+                j.in_flight.is_some() && group == self.settings.group
+            }
+            _ => false,
+        }
+    }
+
+    /// A push accepted by [`Membership::accepts_push`] or
+    /// [`Membership::accepts_early_push`].
+    pub(crate) fn handle_push(&mut self, push: Push, now: Instant) {
+        if let Phase::Joining(j) = &mut self.phase {
+            if j.in_flight.is_some() && j.early_pushes.len() < MAX_EARLY_PUSHES {
+                j.early_pushes.push(push);
+            }
+            return;
+        }
+        if !self.accepts_push(&push) {
+            return;
+        }
+        match push {
+            Push::Assignment(p) => self.on_assignment(p.generation, from_wire(&p.partitions)),
+            Push::Revoke(p) => self.on_revoke(p.generation, from_wire(&p.partitions)),
+            Push::Expelled(p) => self.on_expelled(p.reason, p.message, now),
+            Push::Shutdown(_) => {}
+        }
+    }
+
+    pub(super) fn on_assignment(&mut self, generation: u32, full: PartitionSet) {
+        self.generation = generation;
+        let leaving = self.leaving.is_some();
+        let mut added = PartitionSet::new();
+        for tp in &full {
+            // While leaving, new partitions are not taken up: the leave releases them.
+            if !leaving && !self.holdings.contains_key(tp) {
+                self.holdings.insert(tp.clone(), Hold::Owned);
+                added.insert(tp.clone());
+            }
+        }
+        let mut lost = PartitionSet::new();
+        self.holdings.retain(|tp, h| {
+            if full.contains(tp) {
+                return true;
+            }
+            if *h != Hold::Released {
+                lost.insert(tp.clone());
+            }
+            false
+        });
+        let holdings = &self.holdings;
+        self.acks_unsent.retain(|tp| holdings.contains_key(tp));
+        self.revoke_requested.retain(|tp| holdings.contains_key(tp));
+        if !lost.is_empty() {
+            self.events.push_back(Event::Lost {
+                partitions: lost,
+                reason: LostReason::Reassigned,
+            });
+        }
+        if !added.is_empty() {
+            self.events.push_back(Event::Assigned {
+                partitions: added,
+                generation,
+            });
+        }
+    }
+
+    pub(super) fn on_revoke(&mut self, generation: u32, full: PartitionSet) {
+        let mut newly = PartitionSet::new();
+        self.revoke_requested.clear();
+        for tp in full {
+            if let Some(h) = self.holdings.get_mut(&tp) {
+                if *h == Hold::Owned {
+                    *h = Hold::Revoking;
+                    newly.insert(tp.clone());
+                }
+                self.revoke_requested.insert(tp);
+            }
+        }
+        if !newly.is_empty() {
+            self.events.push_back(Event::RevokeRequested {
+                partitions: newly,
+                generation,
+            });
+        }
+    }
+
+    pub(super) fn on_expelled(&mut self, reason: ExpelReason, message: String, now: Instant) {
+        match reason {
+            ExpelReason::Fenced => {
+                self.end_membership(LostReason::Fenced);
+                self.fail(FatalError::Fenced { message });
+            }
+            _ if self.leaving.is_some() => {
+                if reason != ExpelReason::Left {
+                    self.end_membership(LostReason::Expelled(reason));
+                }
+                self.finish_leave(Ok(()));
+            }
+            ExpelReason::ProgressExpired => {
+                self.end_membership(LostReason::Expelled(reason));
+                self.phase = Phase::AwaitingProgress {
+                    since: self.progress,
+                };
+            }
+            _ => {
+                self.end_membership(LostReason::Expelled(reason));
+                self.rejoin(None, now);
+            }
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! Responses to the joins, heartbeats and leaves a membership sent: where its lease,
+//! its generation and its partitions' releases are settled.
+
+use super::*;
+
+impl Membership {
+    /// The response to a join, heartbeat or leave this membership issued.
+    pub(crate) fn handle_response(&mut self, id: RequestId, response: Response, now: Instant) {
+        match self.in_flight.remove(&id) {
+            Some(InFlight::Join { sent }) => self.on_join_response(id, sent, response, now),
+            Some(InFlight::Heartbeat {
+                sent,
+                incarnation,
+                acks,
+            }) => self.on_heartbeat_response(sent, incarnation, acks, response, now),
+            Some(InFlight::Leave { incarnation }) => {
+                if incarnation == self.incarnation && self.leaving.is_some() {
+                    self.finish_leave(Ok(()));
+                }
+            }
+            Some(InFlight::Commit { .. }) | None => {}
+        }
+    }
+
+    pub(super) fn on_join_response(
+        &mut self,
+        id: RequestId,
+        sent: Instant,
+        response: Response,
+        now: Instant,
+    ) {
+        let Phase::Joining(j) = &mut self.phase else {
+            return;
+        };
+        if j.in_flight != Some(id) {
+            return;
+        }
+        j.in_flight = None;
+        match response {
+            Response::Join(r) => {
+                let early = mem::take(&mut j.early_pushes);
+                self.phase = Phase::Active;
+                self.incarnation += 1;
+                self.member_id = Some(r.member_id);
+                self.generation = r.generation;
+                self.session_timeout = self.settings.session_timeout;
+                self.interval = match r.heartbeat_interval_ms {
+                    0 => self.settings.heartbeat_interval,
+                    ms => Duration::from_millis(ms.into()).min(self.settings.heartbeat_interval),
+                };
+                self.lease = Some(sent + self.lease_span());
+                self.next_beat = Some(now + heartbeat_delay(self.interval, &mut self.rng));
+                self.backoff.reset();
+                if !self.join_reported {
+                    self.join_reported = true;
+                    self.join_result = Some(Ok(()));
+                }
+                for push in early {
+                    if self.accepts_push(&push) {
+                        self.handle_push(push, now);
+                    }
+                }
+            }
+            Response::Error(e) => match e.code {
+                ErrorCode::FencedInstance => self.fail(FatalError::Fenced { message: e.message }),
+                code => match code.action() {
+                    ClientAction::Retry => {
+                        j.not_before = now + self.backoff.next_delay(&mut self.rng)
+                    }
+                    ClientAction::Rejoin if j.member_id.is_some() => {
+                        // The member to rejoin as is gone: join afresh.
+                        j.member_id = None;
+                        j.token = new_token(&mut self.rng);
+                        j.not_before = now;
+                    }
+                    ClientAction::Rejoin => {
+                        j.token = new_token(&mut self.rng);
+                        j.not_before = now + self.backoff.next_delay(&mut self.rng);
+                    }
+                    ClientAction::GiveUp | ClientAction::Proceed => {
+                        self.fail(FatalError::Refused {
+                            code,
+                            message: e.message,
+                        })
+                    }
+                },
+            },
+            _ => j.not_before = now + self.backoff.next_delay(&mut self.rng),
+        }
+    }
+
+    pub(super) fn on_heartbeat_response(
+        &mut self,
+        sent: Instant,
+        incarnation: u64,
+        acks: PartitionSet,
+        response: Response,
+        now: Instant,
+    ) {
+        if incarnation != self.incarnation || !matches!(self.phase, Phase::Active) {
+            return;
+        }
+        match response {
+            Response::Heartbeat(r) => {
+                if r.session_timeout_ms > 0 {
+                    self.session_timeout = Duration::from_millis(r.session_timeout_ms.into());
+                }
+                let renewed = sent + self.lease_span();
+                self.lease = Some(self.lease.map_or(renewed, |l| l.max(renewed)));
+                for tp in acks {
+                    if self.holdings.get(&tp) == Some(&Hold::Released) {
+                        self.holdings.remove(&tp);
+                        self.revoke_requested.remove(&tp);
+                    }
+                }
+            }
+            Response::Error(e) => {
+                self.requeue_acks(acks);
+                match e.code {
+                    ErrorCode::FencedInstance => {
+                        self.end_membership(LostReason::Fenced);
+                        self.fail(FatalError::Fenced { message: e.message });
+                    }
+                    ErrorCode::UnknownMember
+                    | ErrorCode::MemberExpelled
+                    | ErrorCode::IllegalGeneration
+                    | ErrorCode::InconsistentMember => self.membership_gone(now),
+                    // Transient or unexpected: the next beat tries again.
+                    _ => {}
+                }
+            }
+            _ => self.requeue_acks(acks),
+        }
+    }
+
+    pub(super) fn lease_span(&self) -> Duration {
+        self.session_timeout
+            .saturating_sub(self.settings.lease_margin)
+    }
+}
