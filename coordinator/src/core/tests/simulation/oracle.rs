@@ -1056,6 +1056,20 @@ impl Oracle {
 
     /// When the partitions of the last expelled member may be held until at the latest:
     /// its removal plus its session timeout.
+    /// Offsets retention deleted `group`, and with it what its static instances were:
+    /// fencing is promised for as long as the group exists (documented), so replaced
+    /// members of it are no longer checked.
+    pub(super) fn group_deleted(&mut self, group: &str) {
+        for info in self.members.values_mut() {
+            if info.group == group {
+                info.replaced_by = None;
+            }
+        }
+        let members = &self.members;
+        self.fenced_procs
+            .retain(|_, (old, _, _)| members.get(old).map_or(true, |i| i.group != group));
+    }
+
     /// When the last hold the coordinator may keep for a removed member ends: its
     /// removal plus the longest session timeout it was ever promised. Fenced members
     /// (replaced static instances) and leavers that did not confirm their release are

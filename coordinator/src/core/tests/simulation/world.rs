@@ -370,6 +370,9 @@ impl World {
                 if !self.quiet && self.running() {
                     let deleted = self.core.remove_offsets(&group);
                     self.log(format!("retention: remove_offsets({group}) = {deleted}"));
+                    if deleted {
+                        self.oracle.group_deleted(&group);
+                    }
                     self.after_core(BTreeSet::from([group]));
                 }
             }
