@@ -92,6 +92,8 @@ pub(super) struct Crash {
     pub(super) at: Instant,
     /// The connection the crash closed (the coordinator sees the close), if any.
     pub(super) closed_conn: Option<ConnId>,
+    /// When the close reaches the coordinator (a delay spike can hold it back).
+    pub(super) close_arrives: Option<Instant>,
 }
 
 /// What the oracle knows of one member id.
@@ -957,7 +959,13 @@ impl Oracle {
     /// or twice that if the connection was not seen to close, plus slack; time the
     /// coordinator was down does not count.
     pub(super) fn crash_deadline(&self, info: &MemberInfo, crash: &Crash) -> Instant {
-        let tight = crash.closed_conn.is_some() && info.last_arrival_conn == crash.closed_conn;
+        // The tight bound holds when the coordinator learns of the close before the
+        // member's session runs out; a close held back longer is no evidence in time.
+        let tight = crash.closed_conn.is_some()
+            && info.last_arrival_conn == crash.closed_conn
+            && crash
+                .close_arrives
+                .is_some_and(|at| at <= info.last_arrival + info.session);
         let loose = info.session * 2 + CRASH_SLACK;
         if tight {
             let (d, restarted) = self.deadline_after(info.last_arrival, info.session + CRASH_SLACK);

@@ -393,14 +393,13 @@ impl World {
         // Only a close the coordinator sees at once earns the tight bound of check 4.
         let closed_conn = conn.filter(|_| !cut);
         let member = proc.m.member_id().unwrap_or("-").to_owned();
-        if let Some(conn) = conn {
-            self.send_closed(p, conn);
-        }
+        let close_arrives = conn.and_then(|conn| self.send_closed(p, conn));
         self.counts.crashes += 1;
         self.crashes.push(Crash {
             proc: p,
             at: now,
             closed_conn,
+            close_arrives,
         });
         self.log(format!(
             "process {p} ({member}) crashes, {}",

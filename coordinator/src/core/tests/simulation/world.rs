@@ -714,9 +714,10 @@ impl World {
         self.push(at, Ev::Deliver { proc: p, conn, msg });
     }
 
-    pub(super) fn send_closed(&mut self, p: usize, conn: ConnId) {
+    /// Sends the close of `conn` to the coordinator; returns when it arrives, if it can.
+    pub(super) fn send_closed(&mut self, p: usize, conn: ConnId) -> Option<Instant> {
         if self.broken.contains(&conn) {
-            return;
+            return None;
         }
         let sent = self.procs[p].cut_until.max(self.now);
         let at = self.arrival(conn, true, sent);
@@ -727,6 +728,7 @@ impl World {
                 msg: ToCore::Closed,
             },
         );
+        Some(at)
     }
 
     // ----------------------------------------------------------------------------------
