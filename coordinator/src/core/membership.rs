@@ -410,6 +410,7 @@ impl Coordinator {
                 if m.instance_id.is_some() {
                     // Its session runs from the stand-down, its lease is over.
                     m.liveness.heard(now);
+                    m.heard_at = m.heard_at.max(now);
                     m.lease_until = now;
                     m.stood_down = true;
                     m.conn = None;
