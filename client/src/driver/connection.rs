@@ -1,0 +1,152 @@
+//! One connection: connecting, the version handshake, the writer task, and reading
+//! the next frame or learning that the connection is gone.
+
+use super::*;
+
+/// An established, handshaken connection.
+pub(crate) struct Connection {
+    pub(super) stream: SplitStream<Transport>,
+    pub(super) writer: mpsc::UnboundedSender<Frame>,
+    pub(super) writer_task: JoinHandle<Result<(), FrameError>>,
+    pub(super) max_frame_size: usize,
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.writer_task.abort();
+    }
+}
+
+/// Connects to `addr` and performs the version handshake, within the connect timeout.
+pub(crate) async fn open(addr: &str, config: &ClientConfig) -> Result<Connection, ConnectError> {
+    let attempt = async {
+        let stream = TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        let mut transport = Framed::new(stream, Codec::new(config.max_frame_size));
+        let hello = Request::ApiVersions(ApiVersionsRequest {
+            client_software: config.client_software.clone(),
+            versions: supported_versions(),
+        });
+        transport
+            .send(Frame::request(HANDSHAKE_CORRELATION, hello))
+            .await
+            .map_err(protocol_error)?;
+        let answer = loop {
+            match transport.next().await {
+                None => return Err(ConnectError::Protocol("connection closed".into())),
+                Some(Err(e)) => return Err(protocol_error(e)),
+                Some(Ok(frame)) => match frame.body {
+                    Body::Push(_) => continue,
+                    Body::Response(r) if frame.correlation_id == HANDSHAKE_CORRELATION => break r,
+                    other => {
+                        return Err(ConnectError::Protocol(format!(
+                            "unexpected frame during the handshake: {other:?}"
+                        )))
+                    }
+                },
+            }
+        };
+        let versions = match answer {
+            Response::ApiVersions(v) => v,
+            Response::Error(e) => {
+                return Err(ConnectError::Refused {
+                    code: e.code,
+                    message: e.message,
+                })
+            }
+            other => {
+                return Err(ConnectError::Protocol(format!(
+                    "unexpected handshake answer: {other:?}"
+                )))
+            }
+        };
+        let needed = [
+            (ApiKey::Join as u16, "join"),
+            (ApiKey::Heartbeat as u16, "heartbeat"),
+            (ApiKey::Leave as u16, "leave"),
+            (ApiKey::CommitOffsets as u16, "commit_offsets"),
+            (ApiKey::FetchOffsets as u16, "fetch_offsets"),
+            (PushKey::Assignment as u16, "assignment push"),
+            (PushKey::Revoke as u16, "revoke push"),
+            (PushKey::Expelled as u16, "expelled push"),
+        ];
+        for (key, api) in needed {
+            let ok = versions.versions.iter().any(|r| {
+                r.api_key == key && (r.min_version..=r.max_version).contains(&CURRENT_VERSION)
+            });
+            if !ok {
+                return Err(ConnectError::Unsupported { api });
+            }
+        }
+        let max_frame_size = match usize::try_from(versions.max_frame_size) {
+            Ok(0) | Err(_) => config.max_frame_size,
+            Ok(n) => n,
+        };
+        let (sink, stream) = transport.split();
+        let (writer, rx) = mpsc::unbounded_channel();
+        let writer_task = tokio::spawn(write_loop(sink, rx));
+        Ok(Connection {
+            stream,
+            writer,
+            writer_task,
+            max_frame_size,
+        })
+    };
+    match tokio::time::timeout(config.connect_timeout, attempt).await {
+        Ok(result) => result,
+        Err(_) => Err(ConnectError::Timeout),
+    }
+}
+
+pub(super) fn protocol_error(e: FrameError) -> ConnectError {
+    match e {
+        FrameError::Io(e) => ConnectError::Io(e),
+        other => ConnectError::Protocol(other.to_string()),
+    }
+}
+
+pub(super) async fn write_loop(
+    mut sink: SplitSink<Transport, Frame>,
+    mut rx: mpsc::UnboundedReceiver<Frame>,
+) -> Result<(), FrameError> {
+    while let Some(frame) = rx.recv().await {
+        sink.feed(frame).await?;
+        while let Ok(frame) = rx.try_recv() {
+            sink.feed(frame).await?;
+        }
+        sink.flush().await?;
+    }
+    Ok(())
+}
+
+pub(super) enum ConnEvent {
+    Frame(Frame),
+    Lost(String),
+}
+
+/// The next frame from the connection, or why it is gone; never resolves without one.
+pub(super) async fn conn_event(conn: &mut Option<Connection>) -> ConnEvent {
+    let Some(c) = conn else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        frame = c.stream.next() => match frame {
+            Some(Ok(frame)) => ConnEvent::Frame(frame),
+            Some(Err(e)) => ConnEvent::Lost(format!("read failed: {e}")),
+            None => ConnEvent::Lost("closed by the coordinator".to_owned()),
+        },
+        result = &mut c.writer_task => ConnEvent::Lost(match result {
+            Ok(Err(e)) => format!("write failed: {e}"),
+            _ => "writer stopped".to_owned(),
+        }),
+    }
+}
+
+pub(super) async fn join_connect(
+    task: &mut Option<JoinHandle<Result<Connection, ConnectError>>>,
+) -> Result<Result<Connection, ConnectError>, tokio::task::JoinError> {
+    match task {
+        Some(t) => t.await,
+        None => std::future::pending().await,
+    }
+}
