@@ -1,0 +1,498 @@
+//! A connection task's inputs: frames, timers and commands, and what each member does
+//! about them.
+
+use super::*;
+
+impl ConnTask {
+    pub(super) fn local(&self, member: usize) -> Option<usize> {
+        let first = self.members.first()?.index;
+        let local = member.checked_sub(first)?;
+        (local < self.members.len()).then_some(local)
+    }
+
+    pub(super) fn correlation(&mut self) -> u32 {
+        let id = self.next_correlation;
+        self.next_correlation = self.next_correlation.wrapping_add(1).max(1);
+        id
+    }
+
+    pub(super) fn schedule(&mut self, local: usize, at: Instant) {
+        let m = &mut self.members[local];
+        m.timer_stamp += 1;
+        self.timers
+            .push(TimerEntry(std::cmp::Reverse(at), local, m.timer_stamp));
+    }
+
+    /// The first slot of the member's place on the global timeline at or after `t`.
+    pub(super) fn next_slot(&self, local: usize, period: Duration, t: Instant) -> Instant {
+        let index = self.members[local].index as u128;
+        let members = self.shared.members.max(1) as u128;
+        let period_ns = period.as_nanos().max(1);
+        let phase = Duration::from_nanos(u64::try_from(period_ns * index / members).unwrap_or(0));
+        let origin = self.shared.start + phase;
+        if t <= origin {
+            return origin;
+        }
+        let since = (t - origin).as_nanos();
+        let k = since.div_ceil(period_ns);
+        origin + Duration::from_nanos(u64::try_from(k * period_ns).unwrap_or(u64::MAX / 2))
+    }
+
+    pub(super) fn on_command(&mut self, cmd: Cmd) -> Option<Exit> {
+        let now = Instant::now();
+        match cmd {
+            Cmd::Kill { member, reply } => {
+                let local = self.local(member)?;
+                let m = &mut self.members[local];
+                let _ = reply.send(m.last_sent);
+                m.phase = Phase::Dead;
+                m.timer_stamp += 1;
+                if self.members.iter().all(|m| m.phase == Phase::Dead) {
+                    return Some(Exit::Closed);
+                }
+            }
+            Cmd::Stall { member, reply } => {
+                let local = self.local(member)?;
+                let m = &mut self.members[local];
+                m.progress_frozen = true;
+                let _ = reply.send(m.last_progress_sent);
+            }
+            Cmd::Pause {
+                member,
+                silence,
+                reply,
+            } => {
+                let local = self.local(member)?;
+                let m = &mut self.members[local];
+                let last = m.last_sent;
+                let _ = reply.send(last);
+                let resume = last.unwrap_or(now) + silence;
+                m.paused_until = Some(resume);
+                self.schedule(local, resume);
+            }
+            Cmd::Restart {
+                member,
+                down,
+                reply,
+            } => {
+                let local = self.local(member)?;
+                let _ = reply.send(self.members[local].last_sent);
+                for m in &mut self.members {
+                    if m.phase == Phase::Dead {
+                        continue;
+                    }
+                    m.phase = Phase::Unjoined;
+                    m.member_id = None;
+                    m.owned.clear();
+                    m.generation = 0;
+                    m.commits_inflight = 0;
+                    m.paused_until = None;
+                    m.timer_stamp += 1;
+                    self.shared.observe(Obs::Restarting { member: m.index });
+                }
+                self.by_id.clear();
+                return Some(Exit::Restart(down));
+            }
+        }
+        None
+    }
+
+    pub(super) fn send_join(&mut self, permit: OwnedSemaphorePermit) {
+        let Some(local) = self.members.iter().position(|m| m.phase == Phase::Unjoined) else {
+            self.joins_waiting = 0;
+            return;
+        };
+        self.joins_waiting = self.joins_waiting.saturating_sub(1);
+        let m = &mut self.members[local];
+        m.phase = Phase::Joining;
+        let ms = |d: Duration| u32::try_from(d.as_millis()).unwrap_or(u32::MAX);
+        let request = Request::Join(JoinRequest {
+            group: m.spec.group.clone(),
+            member_id: None,
+            instance_id: m.spec.instance_id.clone(),
+            client_id: "rollcall-bench".to_owned(),
+            join_token: rand::random::<u64>() | 1,
+            subscription: vec![TopicSubscription {
+                topic: TOPIC.to_owned(),
+                partitions: m.spec.partitions,
+            }],
+            session_timeout_ms: ms(m.spec.session_timeout),
+            progress_timeout_ms: ms(m.spec.progress_timeout),
+            rebalance_timeout_ms: ms(m.spec.rebalance_timeout),
+        });
+        let id = self.correlation();
+        self.pending.insert(
+            id,
+            Pending::Join {
+                local,
+                sent: Instant::now(),
+                _permit: permit,
+            },
+        );
+        inc(&self.shared.counters.joins_sent);
+        self.outbox.push(Frame::request(id, request));
+    }
+
+    pub(super) fn fire_timers(&mut self, now: Instant) {
+        let period = match self.shared.load {
+            Load::Periodic { period } | Load::Commits { period, .. } => period,
+            Load::ClosedLoop => return,
+        };
+        while let Some(top) = self.timers.peek() {
+            let at = top.0 .0;
+            if at > now {
+                break;
+            }
+            let TimerEntry(_, local, stamp) = self.timers.pop().expect("peeked");
+            let m = &mut self.members[local];
+            if stamp != m.timer_stamp || m.phase != Phase::Active {
+                continue;
+            }
+            let resumed = m.paused_until.take().is_some();
+            self.send_heartbeat(local, at, now);
+            let next = if resumed {
+                self.next_slot(local, period, now + Duration::from_nanos(1))
+            } else {
+                at + period
+            };
+            self.schedule(local, next);
+        }
+    }
+
+    pub(super) fn send_heartbeat(&mut self, local: usize, intended: Instant, now: Instant) {
+        let m = &mut self.members[local];
+        let Some(member_id) = m.member_id.clone() else {
+            return;
+        };
+        m.sequence += 1;
+        if !m.progress_frozen {
+            m.progress += 1;
+            m.last_progress_sent = Some(now);
+        }
+        m.last_sent = Some(now);
+        let request = Request::Heartbeat(HeartbeatRequest {
+            group: m.spec.group.clone(),
+            member_id,
+            generation: m.generation,
+            sequence: m.sequence,
+            progress: m.progress,
+            acked_revocations: Vec::new(),
+        });
+        let id = self.correlation();
+        self.pending.insert(
+            id,
+            Pending::Heartbeat {
+                local,
+                intended,
+                sent: now,
+            },
+        );
+        let c = &self.shared.counters;
+        inc(&c.hb_sent);
+        if self.shared.in_window(intended) {
+            inc(&c.hb_window_sent);
+            if now.saturating_duration_since(intended) > Duration::from_millis(2) {
+                inc(&c.hb_window_late);
+            }
+        }
+        self.outbox.push(Frame::request(id, request));
+    }
+
+    pub(super) fn send_ack(&mut self, local: usize, partitions: Vec<TopicPartitions>) {
+        let now = Instant::now();
+        let m = &mut self.members[local];
+        let Some(member_id) = m.member_id.clone() else {
+            return;
+        };
+        m.sequence += 1;
+        if !m.progress_frozen {
+            m.progress += 1;
+            m.last_progress_sent = Some(now);
+        }
+        m.last_sent = Some(now);
+        let request = Request::Heartbeat(HeartbeatRequest {
+            group: m.spec.group.clone(),
+            member_id,
+            generation: m.generation,
+            sequence: m.sequence,
+            progress: m.progress,
+            acked_revocations: partitions,
+        });
+        let id = self.correlation();
+        self.pending.insert(id, Pending::Ack);
+        inc(&self.shared.counters.acks_sent);
+        self.outbox.push(Frame::request(id, request));
+    }
+
+    pub(super) fn pump_commits(&mut self, local: usize) {
+        let Load::Commits {
+            inflight, offsets, ..
+        } = self.shared.load
+        else {
+            return;
+        };
+        loop {
+            let m = &mut self.members[local];
+            if m.phase != Phase::Active || m.owned.is_empty() || m.commits_inflight >= inflight {
+                return;
+            }
+            let Some(member_id) = m.member_id.clone() else {
+                return;
+            };
+            let mut batch = Vec::with_capacity(offsets);
+            for _ in 0..offsets.min(m.owned.len()).max(1) {
+                let partition = m.owned[m.commit_cursor % m.owned.len()];
+                m.commit_cursor = m.commit_cursor.wrapping_add(1);
+                batch.push(OffsetCommit {
+                    topic: TOPIC.to_owned(),
+                    partition,
+                    offset: m.next_offset,
+                    metadata: String::new(),
+                });
+            }
+            m.next_offset += 1;
+            m.commits_inflight += 1;
+            let request = Request::CommitOffsets(CommitOffsetsRequest {
+                group: m.spec.group.clone(),
+                member_id: Some(member_id),
+                generation: m.generation,
+                offsets: batch,
+            });
+            let id = self.correlation();
+            self.pending.insert(
+                id,
+                Pending::Commit {
+                    local,
+                    sent: Instant::now(),
+                },
+            );
+            inc(&self.shared.counters.commit_requests);
+            self.outbox.push(Frame::request(id, request));
+        }
+    }
+
+    pub(super) fn on_frame(&mut self, frame: Frame) {
+        let now = Instant::now();
+        match frame.body {
+            Body::Response(response) => {
+                if let Some(pending) = self.pending.remove(&frame.correlation_id) {
+                    self.on_response(pending, response, now);
+                }
+            }
+            Body::Push(push) => self.on_push(push, now),
+            Body::Request(_) | Body::Unsupported(_) => {
+                inc(&self.shared.counters.protocol_errors);
+            }
+        }
+    }
+
+    pub(super) fn on_response(&mut self, pending: Pending, response: Response, now: Instant) {
+        let c = &self.shared.counters;
+        match pending {
+            Pending::Join { local, sent, .. } => {
+                self.local_join.push(micros(now - sent));
+                let m = &mut self.members[local];
+                match response {
+                    Response::Join(r) => {
+                        inc(&c.joins_ok);
+                        m.phase = Phase::Active;
+                        m.generation = r.generation;
+                        m.member_id = Some(r.member_id.clone());
+                        self.by_id.insert(r.member_id.clone(), local);
+                        self.shared.observe(Obs::Joined {
+                            member: m.index,
+                            at: now,
+                        });
+                        match self.shared.load {
+                            Load::ClosedLoop => self.send_heartbeat(local, now, now),
+                            Load::Periodic { period } | Load::Commits { period, .. } => {
+                                let at = self.next_slot(local, period, now);
+                                self.schedule(local, at);
+                            }
+                        }
+                    }
+                    other => {
+                        m.phase = Phase::Dead;
+                        let (code, message) = match other {
+                            Response::Error(e) => (e.code, e.message),
+                            other => (ErrorCode::Internal, format!("unexpected {other:?}")),
+                        };
+                        if c.joins_err.fetch_add(1, Ordering::Relaxed) < 5 {
+                            eprintln!("join refused: {code}: {message}");
+                        }
+                        self.shared.observe(Obs::JoinFailed {
+                            member: m.index,
+                            code,
+                            message,
+                        });
+                    }
+                }
+            }
+            Pending::Heartbeat {
+                local,
+                intended,
+                sent,
+            } => {
+                if self.shared.in_window(intended) {
+                    inc(&c.hb_window_answered);
+                    self.local_intended.push(micros(now - intended));
+                    self.local_service.push(micros(now - sent));
+                }
+                match response {
+                    Response::Heartbeat(_) => inc(&c.hb_ok),
+                    Response::Error(e) => {
+                        inc(&c.hb_err);
+                        let m = &mut self.members[local];
+                        self.shared.observe(Obs::HeartbeatError {
+                            member: m.index,
+                            at: now,
+                            code: e.code,
+                        });
+                        if matches!(
+                            e.code,
+                            ErrorCode::MemberExpelled
+                                | ErrorCode::UnknownMember
+                                | ErrorCode::FencedInstance
+                        ) {
+                            m.phase = Phase::Dead;
+                        }
+                    }
+                    _ => inc(&c.protocol_errors),
+                }
+                if matches!(self.shared.load, Load::ClosedLoop)
+                    && self.members[local].phase == Phase::Active
+                {
+                    self.send_heartbeat(local, now, now);
+                }
+            }
+            Pending::Ack => {}
+            Pending::Commit { local, sent } => {
+                inc(&c.commit_answers);
+                let window = self.shared.in_window(sent);
+                if window {
+                    inc(&c.commit_window_answers);
+                    self.local_commit.push(micros(now - sent));
+                }
+                match response {
+                    Response::CommitOffsets(r) => {
+                        let ok = r
+                            .results
+                            .iter()
+                            .filter(|p| p.error == ErrorCode::None)
+                            .count() as u64;
+                        let err = r.results.len() as u64 - ok;
+                        c.commit_offsets_ok.fetch_add(ok, Ordering::Relaxed);
+                        c.commit_offsets_err.fetch_add(err, Ordering::Relaxed);
+                        if window {
+                            c.commit_window_ok.fetch_add(ok, Ordering::Relaxed);
+                            c.commit_window_err.fetch_add(err, Ordering::Relaxed);
+                        }
+                    }
+                    _ => {
+                        inc(&c.commit_offsets_err);
+                        if window {
+                            inc(&c.commit_window_err);
+                        }
+                    }
+                }
+                let m = &mut self.members[local];
+                m.commits_inflight = m.commits_inflight.saturating_sub(1);
+                self.pump_commits(local);
+            }
+        }
+        if self.local_intended.len() >= LOCAL_SAMPLES
+            || self.local_commit.len() >= LOCAL_SAMPLES
+            || self.local_join.len() >= LOCAL_SAMPLES
+        {
+            self.flush_samples();
+        }
+    }
+
+    pub(super) fn on_push(&mut self, push: Push, now: Instant) {
+        let c = &self.shared.counters;
+        let flatten = |tps: &[TopicPartitions]| -> Vec<u32> {
+            let mut out: Vec<u32> = tps
+                .iter()
+                .filter(|tp| tp.topic == TOPIC)
+                .flat_map(|tp| tp.partitions.iter().copied())
+                .collect();
+            out.sort_unstable();
+            out
+        };
+        match push {
+            Push::Assignment(p) => {
+                inc(&c.pushes_assignment);
+                let Some(&local) = self.by_id.get(&p.member_id) else {
+                    return;
+                };
+                let m = &mut self.members[local];
+                if m.phase != Phase::Active {
+                    return;
+                }
+                m.generation = p.generation;
+                m.owned = flatten(&p.partitions);
+                if self.shared.observations.is_some() {
+                    self.shared.observe(Obs::Assigned {
+                        member: m.index,
+                        at: now,
+                        generation: p.generation,
+                        partitions: m.owned.clone(),
+                    });
+                }
+                self.pump_commits(local);
+            }
+            Push::Revoke(p) => {
+                inc(&c.pushes_revoke);
+                let Some(&local) = self.by_id.get(&p.member_id) else {
+                    return;
+                };
+                let m = &mut self.members[local];
+                if m.phase != Phase::Active || m.paused_until.is_some() {
+                    return;
+                }
+                m.generation = m.generation.max(p.generation);
+                let revoked = flatten(&p.partitions);
+                m.owned.retain(|x| revoked.binary_search(x).is_err());
+                self.shared.observe(Obs::Revoked {
+                    member: m.index,
+                    at: now,
+                    generation: p.generation,
+                    partitions: revoked,
+                });
+                self.send_ack(local, p.partitions);
+            }
+            Push::Expelled(p) => {
+                let counter = match p.reason {
+                    ExpelReason::SessionExpired => &c.expelled_session,
+                    ExpelReason::ProgressExpired => &c.expelled_progress,
+                    ExpelReason::RebalanceTimeout => &c.expelled_rebalance,
+                    ExpelReason::Fenced | ExpelReason::Left => &c.expelled_fenced,
+                };
+                inc(counter);
+                let Some(local) = self.by_id.remove(&p.member_id) else {
+                    return;
+                };
+                let m = &mut self.members[local];
+                m.phase = Phase::Dead;
+                self.shared.observe(Obs::Expelled {
+                    member: m.index,
+                    at: now,
+                    reason: p.reason,
+                });
+            }
+            Push::Shutdown(_) => inc(&c.shutdown_pushes),
+        }
+    }
+
+    pub(super) fn flush_samples(&mut self) {
+        let s = &self.shared;
+        s.hb_intended.record_micros(self.key, &self.local_intended);
+        s.hb_service.record_micros(self.key, &self.local_service);
+        s.commit_latency.record_micros(self.key, &self.local_commit);
+        s.join_latency.record_micros(self.key, &self.local_join);
+        self.local_intended.clear();
+        self.local_service.clear();
+        self.local_commit.clear();
+        self.local_join.clear();
+    }
+}
