@@ -1078,6 +1078,25 @@ impl Oracle {
             .retain(|_, (old, _, _)| members.get(old).map_or(true, |i| i.group != group));
     }
 
+    /// When the coordinator may last expel a member whose process is gone (crashed or
+    /// done) but which it still lists: frames held back by a cut can renew such a member
+    /// long after its process stopped.
+    pub(super) fn lingering_end(&self, procs: &[Process]) -> Instant {
+        self.members
+            .values()
+            .filter(|i| i.removed.is_none() && !procs[i.proc].is_live())
+            .map(|i| {
+                let longest = i
+                    .history
+                    .iter()
+                    .map(|(_, [session, _, _])| *session)
+                    .fold(i.session, Duration::max);
+                i.last_arrival + 2 * longest
+            })
+            .max()
+            .unwrap_or(self.start)
+    }
+
     /// When the last hold the coordinator may keep for a removed member ends: its
     /// removal plus the longest session timeout it was ever promised. Fenced members
     /// (replaced static instances) and leavers that did not confirm their release are

@@ -798,6 +798,7 @@ impl World {
             && self.pending_spawns == 0
             && now >= self.oracle.last_change + self.settle_time()
             && now >= self.oracle.last_hold_end() + self.settle_time()
+            && now >= self.oracle.lingering_end(&self.procs) + self.settle_time()
             && self.oracle.crashed_resolved(now, &self.crashes)
             && self
                 .procs
@@ -810,8 +811,12 @@ impl World {
     fn final_checks(&mut self) {
         let now = self.now;
         self.oracle.check_crashed(now, &self.crashes, &self.procs);
-        let settled_at =
-            self.oracle.last_change.max(self.oracle.last_hold_end()) + self.settle_time();
+        let settled_at = self
+            .oracle
+            .last_change
+            .max(self.oracle.last_hold_end())
+            .max(self.oracle.lingering_end(&self.procs))
+            + self.settle_time();
         let settled = if settled_at <= now {
             format!(
                 "membership last changed at t={} and settled by t={}",
