@@ -1,13 +1,13 @@
 //! Regression tests for ways ownership or liveness once broke: one test per defect,
 //! each written to fail on the code that had it.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use rollcall_protocol::{ErrorCode, ExpelReason, LeaveMode, LeaveRequest, Request, Response};
 
 use super::*;
-use crate::core::{Coordinator, Event, GroupSnapshot, OffsetRecord, RestoredState};
+use crate::core::{Coordinator, Event, RestoredState};
+use crate::store::{MemoryStore, Store};
 
 const MS: Duration = Duration::from_millis(1);
 const SETTLE: Duration = Duration::from_millis(300);
@@ -19,32 +19,13 @@ fn error_code(r: &Response) -> Option<ErrorCode> {
     }
 }
 
-/// What a store holds after applying `records` in order, as `MemoryStore` does.
+/// What a store holds after applying `records` in order.
 fn durable(records: &[Record]) -> RestoredState {
-    let mut groups: BTreeMap<String, GroupSnapshot> = BTreeMap::new();
-    let mut offsets: BTreeMap<(String, String, u32), OffsetRecord> = BTreeMap::new();
-    let mut generation_floor = 0;
-    for r in records {
-        match r {
-            Record::Group(g) => {
-                groups.insert(g.group.clone(), g.clone());
-            }
-            Record::Offset(o) => {
-                offsets.insert((o.group.clone(), o.topic.clone(), o.partition), o.clone());
-            }
-            Record::GroupDeleted { group } => {
-                if let Some(g) = groups.remove(group) {
-                    generation_floor = generation_floor.max(g.generation);
-                }
-                offsets.retain(|(g, _, _), _| g != group);
-            }
-        }
-    }
-    RestoredState {
-        groups: groups.into_values().collect(),
-        offsets: offsets.into_values().collect(),
-        generation_floor,
-    }
+    let store = MemoryStore::new();
+    store
+        .write(records)
+        .expect("the memory store accepts every record");
+    store.load().expect("the memory store loads")
 }
 
 /// Restarts the coordinator from exactly what was made durable: a new core with the

@@ -5,7 +5,8 @@ use std::time::Duration;
 use rollcall_protocol::{ErrorCode, ExpelReason, GroupState, Push, Request, Response};
 
 use super::*;
-use crate::core::{Event, RebalanceCause, RestoredState};
+use crate::core::{Event, RebalanceCause};
+use crate::store::{MemoryStore, Store};
 
 const MS: Duration = Duration::from_millis(1);
 const SETTLE: Duration = Duration::from_millis(300);
@@ -588,20 +589,11 @@ fn restart_restores_groups_without_a_rebalance() {
     );
     let generation = t.describe("g").generation;
     let a_owned = t.owned(&a);
-    let mut state = RestoredState::default();
-    for r in std::mem::take(&mut t.records) {
-        match r {
-            Record::Group(g) => {
-                state.groups.retain(|s| s.group != g.group);
-                state.groups.push(g);
-            }
-            Record::Offset(o) => state.offsets.push(o),
-            Record::GroupDeleted { group } => {
-                state.groups.retain(|s| s.group != group);
-                state.offsets.retain(|o| o.group != group);
-            }
-        }
-    }
+    let store = MemoryStore::new();
+    store
+        .write(&std::mem::take(&mut t.records))
+        .expect("stored");
+    let state = store.load().expect("loaded");
 
     // A new core, much later by the clock, restored from the records.
     let mut t2 = TestContext::new();
