@@ -226,7 +226,14 @@ impl Coordinator {
             .map(|m| m.session_timeout)
             .min()
             .unwrap_or(self.config.pause_guard);
-        (shortest / 4).clamp(PAUSE_FLOOR, self.config.pause_guard.max(PAUSE_FLOOR))
+        self.quarter_of(shortest)
+    }
+
+    /// A quarter of `session`, at least [`PAUSE_FLOOR`] and at most
+    /// [`CoreConfig::pause_guard`]: both how late a wake-up must be to be a pause and
+    /// how long the grace after one lasts.
+    fn quarter_of(&self, session: Duration) -> Duration {
+        (session / 4).clamp(PAUSE_FLOOR, self.config.pause_guard.max(PAUSE_FLOOR))
     }
 
     /// Whether a guard holds an expiry of `member` at `now`: the pause guard holds
@@ -238,7 +245,7 @@ impl Coordinator {
         // After a pause, queued frames may carry heartbeats and progress alike.
         let due = deadline <= now || m.progress_deadline <= now;
         if let (true, Some(woken), Some(_)) = (due, self.guards.pause_woken_at, m.conn) {
-            let grace = (session / 4).clamp(PAUSE_FLOOR, self.config.pause_guard.max(PAUSE_FLOOR));
+            let grace = self.quarter_of(session);
             let until = woken + grace;
             if now < until {
                 return Some(Hold::Pause { until });
