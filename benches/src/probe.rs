@@ -4,68 +4,31 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use futures_util::{SinkExt, StreamExt};
-use rollcall_protocol::{
-    supported_versions, ApiVersionsRequest, Body, Codec, Frame, GroupListing, GroupState, Request,
-    Response,
-};
-use tokio::net::TcpStream;
+use rollcall_client::raw::Connection;
+use rollcall_protocol::{GroupListing, GroupState, Request, Response};
 use tokio::sync::mpsc;
-use tokio_util::codec::Framed;
 use tokio_util::sync::CancellationToken;
 
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug)]
 pub(crate) struct Admin {
-    framed: Framed<TcpStream, Codec>,
-    next: u32,
+    conn: Connection,
 }
 
 impl Admin {
     pub(crate) async fn connect(addr: SocketAddr) -> Result<Self, String> {
-        let stream = tokio::time::timeout(ANSWER_TIMEOUT, TcpStream::connect(addr))
+        let conn = Connection::connect(addr, "rollcall-bench-admin", ANSWER_TIMEOUT)
             .await
-            .map_err(|_| "admin connect timed out".to_owned())?
             .map_err(|e| format!("admin connect: {e}"))?;
-        let _ = stream.set_nodelay(true);
-        let mut admin = Self {
-            framed: Framed::new(stream, Codec::default()),
-            next: 1,
-        };
-        let hello = Request::ApiVersions(ApiVersionsRequest {
-            client_software: "rollcall-bench-admin".to_owned(),
-            versions: supported_versions(),
-        });
-        match admin.request(hello).await? {
-            Response::ApiVersions(_) => Ok(admin),
-            other => Err(format!("admin handshake refused: {other:?}")),
-        }
+        Ok(Self { conn })
     }
 
     pub(crate) async fn request(&mut self, request: Request) -> Result<Response, String> {
-        let id = self.next;
-        self.next = self.next.wrapping_add(1).max(1);
-        let exchange = async {
-            self.framed
-                .send(Frame::request(id, request))
-                .await
-                .map_err(|e| format!("admin send: {e}"))?;
-            loop {
-                match self.framed.next().await {
-                    None => return Err("admin connection closed".to_owned()),
-                    Some(Err(e)) => return Err(format!("admin read: {e}")),
-                    Some(Ok(Frame {
-                        correlation_id,
-                        body: Body::Response(r),
-                    })) if correlation_id == id => return Ok(r),
-                    Some(Ok(_)) => {}
-                }
-            }
-        };
-        tokio::time::timeout(ANSWER_TIMEOUT, exchange)
+        self.conn
+            .request(request)
             .await
-            .map_err(|_| "no admin answer within 10 s".to_owned())?
+            .map_err(|e| format!("admin request: {e}"))
     }
 
     pub(crate) async fn list_groups(&mut self) -> Result<Vec<GroupListing>, String> {

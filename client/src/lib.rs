@@ -69,6 +69,7 @@ mod config;
 mod driver;
 mod error;
 mod membership;
+pub mod raw;
 mod types;
 
 pub use client::{Client, Member};

@@ -13,9 +13,8 @@ use futures_util::{SinkExt, StreamExt};
 use parking_lot::Mutex;
 use rollcall_coordinator::server::{Server, ServerConfig, ServerHandle};
 use rollcall_protocol::{
-    supported_versions, ApiVersionsRequest, ApiVersionsResponse, Body, Codec, ExpelledPush, Frame,
-    FrameError, HeartbeatRequest, JoinRequest, Push, Request, Response, TopicPartitions,
-    TopicSubscription,
+    ApiVersionsResponse, Body, Codec, ExpelledPush, Frame, FrameError, HeartbeatRequest,
+    JoinRequest, Push, Request, Response, TopicPartitions, TopicSubscription,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -82,15 +81,11 @@ impl RawClient {
 
     /// Sends ApiVersions and returns the coordinator's answer.
     pub async fn handshake(&mut self) -> ApiVersionsResponse {
-        let response = self
-            .request(Request::ApiVersions(ApiVersionsRequest {
-                client_software: "rollcall-tests".into(),
-                versions: supported_versions(),
-            }))
-            .await;
-        match response {
-            Response::ApiVersions(v) => v,
-            other => panic!("handshake refused: {other:?}"),
+        let id = self.next_id();
+        let handshake = rollcall_client::raw::handshake(&mut self.framed, id, "rollcall-tests");
+        match bounded("handshake", handshake).await {
+            Ok(v) => v,
+            Err(e) => panic!("handshake: {e}"),
         }
     }
 

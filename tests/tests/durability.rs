@@ -13,12 +13,10 @@ use parking_lot::Mutex;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rollcall_protocol::{
-    supported_versions, ApiVersionsRequest, Body, Codec, CommitOffsetsRequest, ErrorCode,
-    FetchOffsetsRequest, Frame, OffsetCommit, Request, Response,
+    Body, CommitOffsetsRequest, ErrorCode, FetchOffsetsRequest, Frame, OffsetCommit, Request,
+    Response,
 };
 use rollcall_tests::{bounded, serve_process, RawClient, TempDir};
-use tokio::net::TcpStream;
-use tokio_util::codec::Framed;
 
 const BIN: &str = env!("CARGO_BIN_EXE_rollcall-e2e");
 const WRITERS: usize = 6;
@@ -50,17 +48,10 @@ fn group(writer: usize) -> String {
 /// Commits offsets 1, 2, 3, ... round-robin over the writer's partitions, one request at
 /// a time, recording each acknowledgement, until the connection dies.
 async fn writer(addr: SocketAddr, writer: usize, start: i64, ledger: Arc<Mutex<Ledger>>) {
-    let Ok(stream) = TcpStream::connect(addr).await else {
+    let connect = rollcall_client::raw::connect(addr, "durability-test", Duration::from_secs(5));
+    let Ok((mut framed, _)) = connect.await else {
         return;
     };
-    let mut framed = Framed::new(stream, Codec::default());
-    let hello = Request::ApiVersions(ApiVersionsRequest {
-        client_software: "durability-test".into(),
-        versions: supported_versions(),
-    });
-    if framed.send(Frame::request(0, hello)).await.is_err() {
-        return;
-    }
     let mut offset = start;
     for id in 1u32.. {
         let partition = id % PARTITIONS;

@@ -18,9 +18,9 @@ use std::time::{Duration, Instant};
 use futures_util::{SinkExt, StreamExt};
 use parking_lot::Mutex;
 use rollcall_protocol::{
-    supported_versions, ApiVersionsRequest, Body, Codec, DescribeGroupRequest,
-    DescribeGroupResponse, ErrorCode, ErrorResponse, ExpelledPush, Frame, GroupState,
-    HeartbeatRequest, JoinRequest, Push, Request, Response, TopicPartitions,
+    Body, Codec, DescribeGroupRequest, DescribeGroupResponse, ErrorCode, ErrorResponse,
+    ExpelledPush, Frame, GroupState, HeartbeatRequest, JoinRequest, Push, Request, Response,
+    TopicPartitions,
 };
 use rollcall_tests::{bounded, join, RawClient, ServeProcess, TempDir};
 use tokio::net::TcpStream;
@@ -164,35 +164,11 @@ struct Beater {
 
 type Conn = Framed<TcpStream, Codec>;
 
-/// Connects and handshakes (correlation id 1).
+/// Connects and handshakes.
 async fn connect(addr: SocketAddr) -> Result<Conn, String> {
-    let stream = TcpStream::connect(addr)
-        .await
-        .map_err(|e| format!("connect: {e}"))?;
-    stream.set_nodelay(true).map_err(|e| e.to_string())?;
-    let mut conn = Framed::new(stream, Codec::default());
-    let hello = Request::ApiVersions(ApiVersionsRequest {
-        client_software: "rollcall-liveness".into(),
-        versions: supported_versions(),
-    });
-    conn.send(Frame::request(1, hello))
-        .await
-        .map_err(|e| format!("send handshake: {e}"))?;
-    let answer = tokio::time::timeout(Duration::from_secs(2), async {
-        loop {
-            match conn.next().await {
-                Some(Ok(f)) if f.correlation_id == 1 => return Ok(f),
-                Some(Ok(_)) => {}
-                Some(Err(e)) => return Err(format!("handshake: {e}")),
-                None => return Err("closed during the handshake".to_owned()),
-            }
-        }
-    })
-    .await
-    .map_err(|_| "no handshake answer within 2s".to_owned())??;
-    match answer.body {
-        Body::Response(Response::ApiVersions(_)) => Ok(conn),
-        other => Err(format!("handshake refused: {other:?}")),
+    match rollcall_client::raw::connect(addr, "rollcall-liveness", Duration::from_secs(2)).await {
+        Ok((conn, _)) => Ok(conn),
+        Err(e) => Err(e.to_string()),
     }
 }
 

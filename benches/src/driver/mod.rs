@@ -26,15 +26,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::{FutureExt, SinkExt, StreamExt};
+use rollcall_client::raw::{self, Transport};
 use rollcall_protocol::{
-    supported_versions, ApiVersionsRequest, Body, Codec, CommitOffsetsRequest, ErrorCode,
-    ExpelReason, Frame, HeartbeatRequest, JoinRequest, OffsetCommit, Push, Request, Response,
-    TopicPartitions, TopicSubscription,
+    Body, CommitOffsetsRequest, ErrorCode, ExpelReason, Frame, HeartbeatRequest, JoinRequest,
+    OffsetCommit, Push, Request, Response, TopicPartitions, TopicSubscription,
 };
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
-use tokio_util::codec::Framed;
 use tokio_util::sync::CancellationToken;
 
 use crate::stats::SharedHistogram;
@@ -517,48 +515,16 @@ struct ConnTask {
     joins_waiting: usize,
 }
 
-type Transport = Framed<TcpStream, Codec>;
-
 fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 async fn connect(addr: SocketAddr) -> Result<Transport, String> {
-    let attempt = async {
-        let stream = TcpStream::connect(addr)
-            .await
-            .map_err(|e| format!("connect: {e}"))?;
-        stream.set_nodelay(true).map_err(|e| e.to_string())?;
-        let mut framed = Framed::new(stream, Codec::default());
-        let hello = Request::ApiVersions(ApiVersionsRequest {
-            client_software: concat!("rollcall-bench/", env!("CARGO_PKG_VERSION")).to_owned(),
-            versions: supported_versions(),
-        });
-        framed
-            .send(Frame::request(0, hello))
-            .await
-            .map_err(|e| format!("handshake send: {e}"))?;
-        loop {
-            match framed.next().await {
-                None => return Err("closed during the handshake".to_owned()),
-                Some(Err(e)) => return Err(format!("handshake: {e}")),
-                Some(Ok(Frame {
-                    correlation_id: 0,
-                    body: Body::Response(r),
-                })) => {
-                    return match r {
-                        Response::ApiVersions(_) => Ok(framed),
-                        Response::Error(e) => Err(format!("handshake refused: {}", e.code)),
-                        other => Err(format!("unexpected handshake answer {other:?}")),
-                    }
-                }
-                Some(Ok(_)) => {}
-            }
-        }
-    };
-    tokio::time::timeout(CONNECT_TIMEOUT, attempt)
-        .await
-        .unwrap_or_else(|_| Err("connect timed out".to_owned()))
+    let software = concat!("rollcall-bench/", env!("CARGO_PKG_VERSION"));
+    match raw::connect(addr, software, CONNECT_TIMEOUT).await {
+        Ok((transport, _)) => Ok(transport),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// The default number of members per connection: one up to 5,000 members, otherwise

@@ -23,43 +23,12 @@ pub(crate) async fn open(addr: &str, config: &ClientConfig) -> Result<Connection
         let stream = TcpStream::connect(addr).await?;
         stream.set_nodelay(true)?;
         let mut transport = Framed::new(stream, Codec::new(config.max_frame_size));
-        let hello = Request::ApiVersions(ApiVersionsRequest {
-            client_software: config.client_software.clone(),
-            versions: supported_versions(),
-        });
-        transport
-            .send(Frame::request(HANDSHAKE_CORRELATION, hello))
-            .await
-            .map_err(protocol_error)?;
-        let answer = loop {
-            match transport.next().await {
-                None => return Err(ConnectError::Protocol("connection closed".into())),
-                Some(Err(e)) => return Err(protocol_error(e)),
-                Some(Ok(frame)) => match frame.body {
-                    Body::Push(_) => continue,
-                    Body::Response(r) if frame.correlation_id == HANDSHAKE_CORRELATION => break r,
-                    other => {
-                        return Err(ConnectError::Protocol(format!(
-                            "unexpected frame during the handshake: {other:?}"
-                        )))
-                    }
-                },
-            }
-        };
-        let versions = match answer {
-            Response::ApiVersions(v) => v,
-            Response::Error(e) => {
-                return Err(ConnectError::Refused {
-                    code: e.code,
-                    message: e.message,
-                })
-            }
-            other => {
-                return Err(ConnectError::Protocol(format!(
-                    "unexpected handshake answer: {other:?}"
-                )))
-            }
-        };
+        let versions = crate::raw::handshake(
+            &mut transport,
+            HANDSHAKE_CORRELATION,
+            &config.client_software,
+        )
+        .await?;
         let needed = [
             (ApiKey::Join as u16, "join"),
             (ApiKey::Heartbeat as u16, "heartbeat"),
@@ -95,13 +64,6 @@ pub(crate) async fn open(addr: &str, config: &ClientConfig) -> Result<Connection
     match tokio::time::timeout(config.connect_timeout, attempt).await {
         Ok(result) => result,
         Err(_) => Err(ConnectError::Timeout),
-    }
-}
-
-pub(super) fn protocol_error(e: FrameError) -> ConnectError {
-    match e {
-        FrameError::Io(e) => ConnectError::Io(e),
-        other => ConnectError::Protocol(other.to_string()),
     }
 }
 

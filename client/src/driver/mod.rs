@@ -22,8 +22,8 @@ use parking_lot::Mutex;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rollcall_protocol::{
-    supported_versions, ApiKey, ApiVersionsRequest, Body, ClientAction, Codec, ErrorCode,
-    FetchOffsetsRequest, Frame, FrameError, Push, PushKey, Request, Response, CURRENT_VERSION,
+    ApiKey, Body, ClientAction, Codec, ErrorCode, FetchOffsetsRequest, Frame, FrameError, Push,
+    PushKey, Request, Response, CURRENT_VERSION,
 };
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, Notify};

@@ -10,6 +10,30 @@ pub(super) enum Admin {
     Offsets(String, Vec<String>),
 }
 
+/// Why an admin command failed.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum AdminError {
+    /// The coordinator could not be reached, or broke off the exchange.
+    #[error("coordinator at {addr}: {source}")]
+    Connection {
+        addr: String,
+        #[source]
+        source: ConnectError,
+    },
+    /// Connecting or the answer took longer than `--timeout`.
+    #[error("no answer from the coordinator at {addr} within {timeout}")]
+    Timeout { addr: String, timeout: String },
+    /// The group named does not exist.
+    #[error("group '{0}' not found")]
+    UnknownGroup(String),
+    /// The coordinator answered with an error.
+    #[error("the coordinator refused: {message} ({code})")]
+    Refused { code: ErrorCode, message: String },
+    /// The coordinator answered with a response of the wrong kind.
+    #[error("unexpected answer from the coordinator: {0}")]
+    Unexpected(String),
+}
+
 pub(super) fn admin_command(args: &AdminArgs, admin: Admin) -> ExitCode {
     init_logging("warn");
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -22,103 +46,67 @@ pub(super) fn admin_command(args: &AdminArgs, admin: Admin) -> ExitCode {
             return ExitCode::from(EXIT_RUNTIME);
         }
     };
-    let outcome = runtime.block_on(async {
-        tokio::time::timeout(args.timeout, admin_run(args, admin))
-            .await
-            .unwrap_or_else(|_| {
-                Err(format!(
-                    "no answer from the coordinator at {} within {}",
-                    args.addr,
-                    format_duration(args.timeout)
-                ))
-            })
-    });
-    match outcome {
+    match runtime.block_on(admin_run(args, admin)) {
         Ok(text) => {
             print!("{text}");
             ExitCode::SUCCESS
         }
-        Err(message) => {
-            eprintln!("rollcall: {message}");
+        Err(e) => {
+            eprintln!("rollcall: {e}");
             ExitCode::from(EXIT_RUNTIME)
         }
     }
 }
 
-pub(super) async fn admin_run(args: &AdminArgs, admin: Admin) -> Result<String, String> {
-    let (request, group) = match &admin {
-        Admin::Groups => (Request::ListGroups, None),
-        Admin::Describe(group) => (
-            Request::DescribeGroup(DescribeGroupRequest {
-                group: group.clone(),
-            }),
-            Some(group.as_str()),
-        ),
-        Admin::Offsets(group, topics) => (
-            Request::FetchOffsets(FetchOffsetsRequest {
-                group: group.clone(),
-                topics: topics.clone(),
-            }),
-            Some(group.as_str()),
-        ),
+pub(super) async fn admin_run(args: &AdminArgs, admin: Admin) -> Result<String, AdminError> {
+    let request = match &admin {
+        Admin::Groups => Request::ListGroups,
+        Admin::Describe(group) => Request::DescribeGroup(DescribeGroupRequest {
+            group: group.clone(),
+        }),
+        Admin::Offsets(group, topics) => Request::FetchOffsets(FetchOffsetsRequest {
+            group: group.clone(),
+            topics: topics.clone(),
+        }),
     };
-    let response = admin_request(&args.addr, request).await?;
-    let response = match response {
-        Response::Error(e) if e.code == ErrorCode::UnknownGroup => {
-            return Err(format!("group '{}' not found", group.unwrap_or_default()));
-        }
-        Response::Error(e) => {
-            return Err(format!(
-                "the coordinator refused: {} ({})",
-                e.message, e.code
-            ));
-        }
-        other => other,
-    };
+    let response = admin_request(args, request).await?;
     match (admin, response) {
+        (Admin::Describe(group) | Admin::Offsets(group, _), Response::Error(e))
+            if e.code == ErrorCode::UnknownGroup =>
+        {
+            Err(AdminError::UnknownGroup(group))
+        }
+        (_, Response::Error(e)) => Err(AdminError::Refused {
+            code: e.code,
+            message: e.message,
+        }),
         (Admin::Groups, Response::ListGroups(r)) => Ok(render_groups(&r, args.json)),
         (Admin::Describe(_), Response::DescribeGroup(r)) => Ok(render_describe(&r, args.json)),
         (Admin::Offsets(group, _), Response::FetchOffsets(r)) => {
             Ok(render_offsets(&group, &r, args.json))
         }
-        (_, other) => Err(format!("unexpected answer from the coordinator: {other:?}")),
+        (_, other) => Err(AdminError::Unexpected(format!("{other:?}"))),
     }
 }
 
-/// Connects, handshakes, sends `request` and returns its answer.
-pub(super) async fn admin_request(addr: &str, request: Request) -> Result<Response, String> {
-    let stream = TcpStream::connect(addr)
+/// Connects, handshakes, sends `request` and returns its answer, all within `--timeout`.
+async fn admin_request(args: &AdminArgs, request: Request) -> Result<Response, AdminError> {
+    let software = concat!("rollcall-cli/", env!("CARGO_PKG_VERSION"));
+    let exchange = async {
+        let mut conn = Connection::connect(args.addr.as_str(), software, args.timeout).await?;
+        conn.request(request).await
+    };
+    let outcome = tokio::time::timeout(args.timeout, exchange)
         .await
-        .map_err(|e| format!("cannot connect to the coordinator at {addr}: {e}"))?;
-    let mut framed = Framed::new(stream, Codec::default());
-    let lost =
-        |e: &dyn fmt::Display| format!("connection to the coordinator at {addr} failed: {e}");
-    let hello = Request::ApiVersions(ApiVersionsRequest {
-        client_software: concat!("rollcall-cli/", env!("CARGO_PKG_VERSION")).to_owned(),
-        versions: supported_versions(),
-    });
-    for (correlation_id, request) in [(1, hello), (2, request)] {
-        framed
-            .send(Frame::request(correlation_id, request))
-            .await
-            .map_err(|e| lost(&e))?;
-        let response = loop {
-            match framed.next().await {
-                None => return Err(lost(&"closed by the coordinator")),
-                Some(Err(e)) => return Err(lost(&e)),
-                Some(Ok(Frame {
-                    correlation_id: id,
-                    body: Body::Response(r),
-                })) if id == correlation_id => break r,
-                Some(Ok(_)) => {}
-            }
-        };
-        if correlation_id == 2 {
-            return Ok(response);
-        }
-        if let Response::Error(e) = response {
-            return Err(format!("handshake refused: {} ({})", e.message, e.code));
-        }
-    }
-    unreachable!("the loop returns on its second request")
+        .unwrap_or(Err(ConnectError::Timeout));
+    outcome.map_err(|e| match e {
+        ConnectError::Timeout => AdminError::Timeout {
+            addr: args.addr.clone(),
+            timeout: format_duration(args.timeout),
+        },
+        source => AdminError::Connection {
+            addr: args.addr.clone(),
+            source,
+        },
+    })
 }

@@ -21,15 +21,13 @@ use std::time::Duration;
 
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
-use futures_util::{SinkExt, StreamExt};
+use rollcall_client::raw::Connection;
+use rollcall_client::ConnectError;
 use rollcall_protocol::{
-    supported_versions, ApiVersionsRequest, Body, Codec, DescribeGroupRequest,
-    DescribeGroupResponse, ErrorCode, FetchOffsetsRequest, FetchOffsetsResponse, Frame,
-    ListGroupsResponse, Request, Response, TopicPartitions,
+    DescribeGroupRequest, DescribeGroupResponse, ErrorCode, FetchOffsetsRequest,
+    FetchOffsetsResponse, ListGroupsResponse, Request, Response, TopicPartitions,
 };
 use serde::Serialize;
-use tokio::net::TcpStream;
-use tokio_util::codec::Framed;
 use tokio_util::sync::CancellationToken;
 
 use crate::core::{AssignorKind, CoreConfig};
