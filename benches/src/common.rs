@@ -17,7 +17,7 @@ use crate::target::{sibling_binary, Mode, StoreKind, Target, TargetInfo, TargetO
 
 /// Parses a duration such as `500ms`, `10s` or `2m`.
 pub(crate) fn duration(text: &str) -> Result<Duration, String> {
-    rollcall_coordinator::server::parse_duration(text)
+    rollcall_coordinator::server::parse_duration(text).map_err(|e| e.to_string())
 }
 
 /// Parses a comma-separated list of durations.

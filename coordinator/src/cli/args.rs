@@ -1,7 +1,72 @@
 //! `rollcall serve`'s arguments: value types, flags with their environment variables
 //! and defaults, and the layering of flags over the environment over a TOML file.
+//!
+//! Defaults come from [`ServerConfig::default`] and [`CoreConfig::default`] except the
+//! four where a test server and a deployed one differ (listen and metrics addresses,
+//! store, shards), which are the `DEFAULT_*` constants here. The file's keys are the
+//! flags' long names, read from clap's own argument list.
 
 use super::*;
+
+/// Where `rollcall serve` listens, and where the admin commands look, by default.
+pub(super) const DEFAULT_LISTEN: &str = "127.0.0.1:7070";
+/// Where `rollcall serve` serves metrics by default.
+const DEFAULT_METRICS_ADDR: &str = "127.0.0.1:9464";
+/// Where `rollcall serve` keeps its store by default.
+const DEFAULT_DATA_DIR: &str = "./rollcall-data";
+
+/// Why `rollcall serve`'s configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum ConfigError {
+    /// The configuration file cannot be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The configuration file is not TOML.
+    #[error("config file {path} is not valid TOML: {message}")]
+    Syntax { path: String, message: String },
+    /// The file names an option `rollcall serve` does not have.
+    #[error("config file {path}: unknown option '{key}' (options are the long flag names of `rollcall serve`, e.g. listen, handshake-timeout)")]
+    UnknownOption { path: String, key: String },
+    /// The file gives an option a table, array, float or date.
+    #[error(
+        "config file {path}: option '{key}' must be a string, integer or boolean, not {found}"
+    )]
+    ValueType {
+        path: String,
+        key: String,
+        found: &'static str,
+    },
+    /// The file gives an option a value its flag would refuse.
+    #[error("config file {path}: option '{key}': {message}")]
+    Value {
+        path: String,
+        key: String,
+        message: String,
+    },
+    /// The flags and environment, with the file's values, do not parse.
+    #[error("{0}")]
+    Usage(String),
+    /// The values parse but do not fit together.
+    #[error(transparent)]
+    Invalid(#[from] InvalidConfig),
+}
+
+impl ConfigError {
+    fn usage(e: &clap::Error) -> Self {
+        Self::Usage(first_line(e))
+    }
+}
+
+/// Clap's first line, which names the option and what is wrong with it.
+pub(super) fn first_line(e: &clap::Error) -> String {
+    let rendered = e.render().to_string();
+    let line = rendered.lines().next().unwrap_or("invalid arguments");
+    line.trim_start_matches("error: ").to_owned()
+}
 
 /// A duration option, shown and parsed like `10s`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,8 +79,8 @@ impl fmt::Display for Dur {
 }
 
 impl FromStr for Dur {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ParseValueError;
+    fn from_str(s: &str) -> Result<Self, ParseValueError> {
         parse_duration(s).map(Self)
     }
 }
@@ -35,8 +100,8 @@ impl fmt::Display for Size {
 }
 
 impl FromStr for Size {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ParseValueError;
+    fn from_str(s: &str) -> Result<Self, ParseValueError> {
         parse_size(s).map(Self)
     }
 }
@@ -55,45 +120,31 @@ impl fmt::Display for MetricsAddr {
 }
 
 impl FromStr for MetricsAddr {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ParseValueError;
+    fn from_str(s: &str) -> Result<Self, ParseValueError> {
         match s.trim() {
             "" | "off" | "none" | "disabled" => Ok(Self(None)),
-            addr => addr.parse().map(|a| Self(Some(a))).map_err(|_| {
-                format!("invalid address '{addr}': expected IP:PORT, or off to disable")
-            }),
+            addr => addr
+                .parse()
+                .map(|a| Self(Some(a)))
+                .map_err(|_| ParseValueError {
+                    what: "address",
+                    text: addr.to_owned(),
+                    expected: "IP:PORT, or off to disable",
+                }),
         }
     }
 }
 
-/// The assignor, by name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct AssignorName(AssignorKind);
-
-impl fmt::Display for AssignorName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self.0 {
-            AssignorKind::Sticky => "sticky",
-            AssignorKind::Range => "range",
-            AssignorKind::RoundRobin => "round-robin",
-        })
-    }
-}
-
-impl FromStr for AssignorName {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        AssignorKind::parse(s.trim())
-            .map(Self)
-            .ok_or_else(|| format!("unknown assignor '{s}': expected sticky, range or round-robin"))
-    }
-}
-
-pub(super) fn default_shards() -> usize {
+fn default_shards() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-pub(super) fn core_default() -> CoreConfig {
+fn server_default() -> ServerConfig {
+    ServerConfig::default()
+}
+
+fn core_default() -> CoreConfig {
     CoreConfig::default()
 }
 
@@ -107,7 +158,7 @@ pub(super) struct ServeArgs {
         long,
         env = "ROLLCALL_LISTEN",
         value_name = "ADDR",
-        default_value = "127.0.0.1:7070"
+        default_value = DEFAULT_LISTEN
     )]
     listen: SocketAddr,
     /// Address of the Prometheus endpoint (`GET /metrics`); `off` disables it.
@@ -115,7 +166,7 @@ pub(super) struct ServeArgs {
         long,
         env = "ROLLCALL_METRICS_ADDR",
         value_name = "ADDR|off",
-        default_value = "127.0.0.1:9464"
+        default_value = DEFAULT_METRICS_ADDR
     )]
     metrics_addr: MetricsAddr,
     /// Directory of the durable store (created if missing).
@@ -123,7 +174,7 @@ pub(super) struct ServeArgs {
         long,
         env = "ROLLCALL_DATA_DIR",
         value_name = "DIR",
-        default_value = "./rollcall-data"
+        default_value = DEFAULT_DATA_DIR
     )]
     data_dir: PathBuf,
     /// Keep everything in memory instead of --data-dir: nothing survives a restart.
@@ -133,7 +184,7 @@ pub(super) struct ServeArgs {
     #[arg(long, env = "ROLLCALL_SHARDS", value_name = "N", default_value_t = default_shards())]
     shards: usize,
     /// Largest frame accepted or sent (e.g. 1MiB, 65536).
-    #[arg(long, env = "ROLLCALL_MAX_FRAME_SIZE", value_name = "SIZE", default_value_t = Size(rollcall_protocol::DEFAULT_MAX_FRAME_SIZE))]
+    #[arg(long, env = "ROLLCALL_MAX_FRAME_SIZE", value_name = "SIZE", default_value_t = Size(server_default().max_frame_size))]
     max_frame_size: Size,
     /// Connections served at once; over it, the first request is answered
     /// too_many_connections and the connection closed.
@@ -141,28 +192,28 @@ pub(super) struct ServeArgs {
         long,
         env = "ROLLCALL_MAX_CONNECTIONS",
         value_name = "N",
-        default_value_t = 10_000
+        default_value_t = server_default().max_connections
     )]
     max_connections: usize,
     /// Time a new connection has to send its ApiVersions handshake.
-    #[arg(long, env = "ROLLCALL_HANDSHAKE_TIMEOUT", value_name = "DURATION", default_value_t = Dur(Duration::from_secs(5)))]
+    #[arg(long, env = "ROLLCALL_HANDSHAKE_TIMEOUT", value_name = "DURATION", default_value_t = Dur(server_default().handshake_timeout))]
     handshake_timeout: Dur,
     /// Frames queued for one connection; a client that lets more pile up is disconnected.
     #[arg(
         long,
         env = "ROLLCALL_SEND_BUFFER",
         value_name = "FRAMES",
-        default_value_t = 4096
+        default_value_t = server_default().send_buffer
     )]
     send_buffer: usize,
     /// Time a graceful shutdown may take.
-    #[arg(long, env = "ROLLCALL_SHUTDOWN_TIMEOUT", value_name = "DURATION", default_value_t = Dur(Duration::from_secs(10)))]
+    #[arg(long, env = "ROLLCALL_SHUTDOWN_TIMEOUT", value_name = "DURATION", default_value_t = Dur(server_default().shutdown_timeout))]
     shutdown_timeout: Dur,
     /// Committed offsets of groups empty for longer than this are deleted.
-    #[arg(long, env = "ROLLCALL_OFFSETS_RETENTION", value_name = "DURATION", default_value_t = Dur(Duration::from_secs(7 * 86_400)))]
+    #[arg(long, env = "ROLLCALL_OFFSETS_RETENTION", value_name = "DURATION", default_value_t = Dur(server_default().offsets_retention))]
     offsets_retention: Dur,
     /// How often expired offsets are purged (also once at start).
-    #[arg(long, env = "ROLLCALL_RETENTION_INTERVAL", value_name = "DURATION", default_value_t = Dur(Duration::from_secs(3600)))]
+    #[arg(long, env = "ROLLCALL_RETENTION_INTERVAL", value_name = "DURATION", default_value_t = Dur(server_default().retention_interval))]
     retention_interval: Dur,
     /// Smallest session timeout a member may ask for.
     #[arg(long, env = "ROLLCALL_MIN_SESSION_TIMEOUT", value_name = "DURATION", default_value_t = Dur(core_default().min_session_timeout))]
@@ -202,173 +253,158 @@ pub(super) struct ServeArgs {
     #[arg(long, env = "ROLLCALL_ISOLATION_MIN_MEMBERS", value_name = "N", default_value_t = core_default().isolation_min_members)]
     isolation_min_members: usize,
     /// Partition assignor: sticky, range or round-robin.
-    #[arg(long, env = "ROLLCALL_ASSIGNOR", value_name = "NAME", default_value_t = AssignorName(core_default().assignor))]
-    assignor: AssignorName,
-}
-
-/// Keys a configuration file may hold: the long names of the serve options.
-pub(super) const FILE_KEYS: &[&str] = &[
-    "listen",
-    "metrics-addr",
-    "data-dir",
-    "in-memory",
-    "shards",
-    "max-frame-size",
-    "max-connections",
-    "handshake-timeout",
-    "send-buffer",
-    "shutdown-timeout",
-    "offsets-retention",
-    "retention-interval",
-    "min-session-timeout",
-    "max-session-timeout",
-    "max-progress-timeout",
-    "max-rebalance-timeout",
-    "max-members-per-group",
-    "max-partitions-per-group",
-    "max-metadata-bytes",
-    "rebalance-coalesce",
-    "rebalance-coalesce-max",
-    "pause-guard",
-    "isolation-min-members",
-    "assignor",
-];
-
-/// The options of a configuration file, as text to parse like the flags.
-#[derive(Debug, Default)]
-pub(super) struct FileValues {
-    path: String,
-    values: std::collections::HashMap<String, String>,
-}
-
-impl FileValues {
-    fn load(path: &std::path::Path) -> Result<Self, String> {
-        let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read config file {shown}: {e}"))?;
-        let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
-            let first = e.message().lines().next().unwrap_or_default().to_owned();
-            format!("config file {shown} is not valid TOML: {first}")
-        })?;
-        let mut values = std::collections::HashMap::new();
-        for (key, value) in table {
-            if !FILE_KEYS.contains(&key.as_str()) {
-                return Err(format!(
-                    "config file {shown}: unknown option '{key}' (options are the long flag names of `rollcall serve`, e.g. listen, handshake-timeout)"
-                ));
-            }
-            let text = match value {
-                toml::Value::String(s) => s,
-                toml::Value::Integer(i) => i.to_string(),
-                toml::Value::Boolean(b) => b.to_string(),
-                other => {
-                    return Err(format!(
-                        "config file {shown}: option '{key}' must be a string, integer or boolean, not {}",
-                        other.type_str()
-                    ))
-                }
-            };
-            values.insert(key, text);
-        }
-        Ok(Self {
-            path: shown,
-            values,
-        })
-    }
-
-    /// The value of option `id` (a field name): the command line's or environment's if
-    /// it was given there, else the file's, else the default.
-    fn pick<T>(&self, matches: &ArgMatches, id: &str, given: T) -> Result<T, String>
-    where
-        T: FromStr,
-        T::Err: fmt::Display,
-    {
-        if matches.value_source(id) != Some(ValueSource::DefaultValue) {
-            return Ok(given);
-        }
-        let key = id.replace('_', "-");
-        match self.values.get(&key) {
-            None => Ok(given),
-            Some(text) => text
-                .parse()
-                .map_err(|e| format!("config file {}: option '{key}': {e}", self.path)),
-        }
-    }
+    #[arg(long, env = "ROLLCALL_ASSIGNOR", value_name = "NAME", default_value_t = core_default().assignor)]
+    assignor: AssignorKind,
+    /// Failure detector new groups judge their members' silence with: fixed (expelled
+    /// after the session timeout).
+    #[arg(long, env = "ROLLCALL_DETECTOR", value_name = "NAME", default_value_t = core_default().detector)]
+    detector: DetectorKind,
 }
 
 impl ServeArgs {
-    /// The server configuration: flags and environment over the file over defaults.
-    pub(super) fn into_config(self, matches: &ArgMatches) -> Result<ServerConfig, String> {
-        let file = match &self.config {
-            Some(path) => FileValues::load(path)?,
-            None => FileValues::default(),
+    /// The arguments of `rollcall serve` from `argv` (the whole command line) and its
+    /// matches: flags and environment over the `--config` file over defaults.
+    ///
+    /// The file's values are handed to clap as the flags they name, so they are parsed
+    /// exactly as flags are; a value given by a flag or the environment is left alone.
+    pub(super) fn layered(argv: &[OsString], matches: &ArgMatches) -> Result<Self, ConfigError> {
+        let Some(path) = matches.get_one::<PathBuf>("config") else {
+            return Self::from_arg_matches(matches).map_err(|e| ConfigError::usage(&e));
         };
-        let m = matches;
+        let shown = path.display().to_string();
+        let mut from_file = Vec::new();
+        for (key, text) in read_file(path)? {
+            let Some(arg) = serve_command()
+                .get_arguments()
+                .find(|a| a.get_long() == Some(key.as_str()) && is_file_key(a))
+                .cloned()
+            else {
+                return Err(ConfigError::UnknownOption { path: shown, key });
+            };
+            if matches.value_source(arg.get_id().as_str()) != Some(ValueSource::DefaultValue) {
+                continue;
+            }
+            let flag = OsString::from(format!("--{key}={text}"));
+            // Alone first, so that a bad value is blamed on the file.
+            if let Err(e) = serve_command().try_get_matches_from(["serve".into(), flag.clone()]) {
+                return Err(ConfigError::Value {
+                    path: shown,
+                    key,
+                    message: first_line(&e),
+                });
+            }
+            from_file.push(flag);
+        }
+        let at = argv
+            .iter()
+            .position(|a| a == "serve")
+            .map_or(argv.len(), |i| i + 1);
+        let mut full = argv[..at].to_vec();
+        full.extend(from_file);
+        full.extend_from_slice(&argv[at..]);
+        let all = Cli::command()
+            .try_get_matches_from(full)
+            .map_err(|e| ConfigError::usage(&e))?;
+        let serve = all
+            .subcommand_matches("serve")
+            .ok_or_else(|| ConfigError::Usage("expected the serve command".into()))?;
+        Self::from_arg_matches(serve).map_err(|e| ConfigError::usage(&e))
+    }
+
+    /// The server configuration these arguments describe.
+    pub(super) fn into_config(self) -> Result<ServerConfig, ConfigError> {
         let core = CoreConfig {
-            min_session_timeout: file
-                .pick(m, "min_session_timeout", self.min_session_timeout)?
-                .0,
-            max_session_timeout: file
-                .pick(m, "max_session_timeout", self.max_session_timeout)?
-                .0,
-            max_progress_timeout: file
-                .pick(m, "max_progress_timeout", self.max_progress_timeout)?
-                .0,
-            max_rebalance_timeout: file
-                .pick(m, "max_rebalance_timeout", self.max_rebalance_timeout)?
-                .0,
-            max_members_per_group: file.pick(
-                m,
-                "max_members_per_group",
-                self.max_members_per_group,
-            )?,
-            max_partitions_per_group: file.pick(
-                m,
-                "max_partitions_per_group",
-                self.max_partitions_per_group,
-            )?,
-            max_metadata_bytes: file
-                .pick(m, "max_metadata_bytes", self.max_metadata_bytes)?
-                .0,
-            rebalance_coalesce: file
-                .pick(m, "rebalance_coalesce", self.rebalance_coalesce)?
-                .0,
-            rebalance_coalesce_max: file
-                .pick(m, "rebalance_coalesce_max", self.rebalance_coalesce_max)?
-                .0,
-            pause_guard: file.pick(m, "pause_guard", self.pause_guard)?.0,
-            isolation_min_members: file.pick(
-                m,
-                "isolation_min_members",
-                self.isolation_min_members,
-            )?,
-            assignor: file.pick(m, "assignor", self.assignor)?.0,
+            min_session_timeout: self.min_session_timeout.0,
+            max_session_timeout: self.max_session_timeout.0,
+            max_progress_timeout: self.max_progress_timeout.0,
+            max_rebalance_timeout: self.max_rebalance_timeout.0,
+            max_members_per_group: self.max_members_per_group,
+            max_partitions_per_group: self.max_partitions_per_group,
+            max_metadata_bytes: self.max_metadata_bytes.0,
+            rebalance_coalesce: self.rebalance_coalesce.0,
+            rebalance_coalesce_max: self.rebalance_coalesce_max.0,
+            pause_guard: self.pause_guard.0,
+            isolation_min_members: self.isolation_min_members,
+            assignor: self.assignor,
+            detector: self.detector,
             ..CoreConfig::default()
         };
-        let in_memory = file.pick(m, "in_memory", self.in_memory)?;
-        let data_dir: PathBuf = file.pick(m, "data_dir", self.data_dir)?;
         let config = ServerConfig {
-            listen: file.pick(m, "listen", self.listen)?,
-            metrics_addr: file.pick(m, "metrics_addr", self.metrics_addr)?.0,
-            store: if in_memory {
+            listen: self.listen,
+            metrics_addr: self.metrics_addr.0,
+            store: if self.in_memory {
                 StoreConfig::Memory
             } else {
-                StoreConfig::Dir(data_dir)
+                StoreConfig::Dir(self.data_dir)
             },
-            shards: file.pick(m, "shards", self.shards)?,
-            max_frame_size: file.pick(m, "max_frame_size", self.max_frame_size)?.0,
-            max_connections: file.pick(m, "max_connections", self.max_connections)?,
-            handshake_timeout: file.pick(m, "handshake_timeout", self.handshake_timeout)?.0,
-            send_buffer: file.pick(m, "send_buffer", self.send_buffer)?,
-            shutdown_timeout: file.pick(m, "shutdown_timeout", self.shutdown_timeout)?.0,
-            offsets_retention: file.pick(m, "offsets_retention", self.offsets_retention)?.0,
-            retention_interval: file
-                .pick(m, "retention_interval", self.retention_interval)?
-                .0,
+            shards: self.shards,
+            max_frame_size: self.max_frame_size.0,
+            max_connections: self.max_connections,
+            handshake_timeout: self.handshake_timeout.0,
+            send_buffer: self.send_buffer,
+            shutdown_timeout: self.shutdown_timeout.0,
+            offsets_retention: self.offsets_retention.0,
+            retention_interval: self.retention_interval.0,
             core,
             ..ServerConfig::default()
         };
         config.validate()?;
         Ok(config)
     }
+}
+
+/// The `serve` subcommand as clap knows it.
+pub(super) fn serve_command() -> clap::Command {
+    Cli::command()
+        .find_subcommand("serve")
+        .cloned()
+        .expect("the serve subcommand exists")
+}
+
+/// Whether a configuration file may set `arg`: every option of `serve` but the file's
+/// own path.
+fn is_file_key(arg: &clap::Arg) -> bool {
+    !matches!(arg.get_id().as_str(), "config" | "help" | "version") && arg.get_long().is_some()
+}
+
+/// The keys a configuration file may hold: the long names of the serve options.
+#[cfg(test)]
+pub(super) fn file_keys() -> Vec<String> {
+    serve_command()
+        .get_arguments()
+        .filter(|a| is_file_key(a))
+        .filter_map(|a| a.get_long().map(str::to_owned))
+        .collect()
+}
+
+/// The file's options as text, in the file's order, to be parsed like the flags.
+fn read_file(path: &std::path::Path) -> Result<Vec<(String, String)>, ConfigError> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: shown.clone(),
+        source,
+    })?;
+    let table: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| ConfigError::Syntax {
+            path: shown.clone(),
+            message: e.message().lines().next().unwrap_or_default().to_owned(),
+        })?;
+    let mut values = Vec::new();
+    for (key, value) in table {
+        let text = match value {
+            toml::Value::String(s) => s,
+            toml::Value::Integer(i) => i.to_string(),
+            toml::Value::Boolean(b) => b.to_string(),
+            other => {
+                return Err(ConfigError::ValueType {
+                    path: shown,
+                    key,
+                    found: other.type_str(),
+                })
+            }
+        };
+        values.push((key, text));
+    }
+    Ok(values)
 }

@@ -30,9 +30,10 @@ use rollcall_protocol::{
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::core::{AssignorKind, CoreConfig};
+use crate::core::{AssignorKind, CoreConfig, DetectorKind};
 use crate::server::{
-    format_duration, parse_duration, parse_size, Server, ServerConfig, ServerError, StoreConfig,
+    format_duration, parse_duration, parse_size, InvalidConfig, ParseValueError, Server,
+    ServerConfig, ServerError, StoreConfig,
 };
 
 mod admin;
@@ -98,7 +99,7 @@ enum Command {
 #[derive(Debug, Args)]
 struct AdminArgs {
     /// The coordinator to ask.
-    #[arg(long, env = "ROLLCALL_ADDR", default_value = "127.0.0.1:7070")]
+    #[arg(long, env = "ROLLCALL_ADDR", default_value = DEFAULT_LISTEN)]
     addr: String,
     /// Print JSON instead of a table.
     #[arg(long)]
@@ -119,7 +120,8 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let matches = match Cli::command().try_get_matches_from(args) {
+    let argv: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let matches = match Cli::command().try_get_matches_from(&argv) {
         Ok(m) => m,
         Err(e) => {
             use clap::error::ErrorKind;
@@ -127,10 +129,7 @@ where
                 let _ = e.print();
                 return ExitCode::SUCCESS;
             }
-            // One line: clap's first line names the option and what is wrong with it.
-            let rendered = e.render().to_string();
-            let line = rendered.lines().next().unwrap_or("invalid arguments");
-            eprintln!("rollcall: {}", line.trim_start_matches("error: "));
+            eprintln!("rollcall: {}", first_line(&e));
             return ExitCode::from(EXIT_CONFIG);
         }
     };
@@ -145,9 +144,9 @@ where
         }
     };
     match cli.command {
-        Command::Serve(args) => {
+        Command::Serve(_) => {
             let sub = matches.subcommand_matches("serve").expect("serve matched");
-            serve(*args, sub)
+            serve(&argv, sub)
         }
         Command::Groups(admin) => admin_command(&admin, Admin::Groups),
         Command::Describe { group, admin } => admin_command(&admin, Admin::Describe(group)),
@@ -213,7 +212,7 @@ mod tests {
         let mut cmd = Cli::command();
         let serve = cmd.find_subcommand_mut("serve").unwrap();
         let help = serve.render_long_help().to_string();
-        for key in FILE_KEYS {
+        for key in file_keys() {
             assert!(
                 help.contains(&format!("--{key}")),
                 "{key} missing from help"
@@ -223,15 +222,19 @@ mod tests {
         assert!(help.contains("[default: 127.0.0.1:7070]"));
         assert!(help.contains("[default: 7d]"));
         assert!(help.contains("[default: 1MiB]"));
+        assert!(file_keys().contains(&"detector".to_owned()));
+        assert!(!file_keys().contains(&"config".to_owned()));
     }
 
     fn config_of(args: &[&str]) -> Result<ServerConfig, String> {
+        let argv: Vec<OsString> = args.iter().map(OsString::from).collect();
         let matches = Cli::command()
-            .try_get_matches_from(args)
+            .try_get_matches_from(&argv)
             .map_err(|e| e.to_string())?;
         let sub = matches.subcommand_matches("serve").unwrap();
-        let serve = ServeArgs::from_arg_matches(sub).map_err(|e| e.to_string())?;
-        serve.into_config(sub)
+        ServeArgs::layered(&argv, sub)
+            .and_then(ServeArgs::into_config)
+            .map_err(|e| e.to_string())
     }
 
     #[test]
@@ -253,12 +256,34 @@ mod tests {
         assert_eq!(c.max_frame_size, 64 << 10);
         assert_eq!(c.send_buffer, 4096);
 
+        std::fs::write(
+            &file,
+            "assignor = \"range\"\ndetector = \"fixed\"\nin-memory = true\nsend-buffer = 64\n",
+        )
+        .unwrap();
+        let c = config_of(&["rollcall", "serve", "--config", path, "--send-buffer=32"]).unwrap();
+        assert_eq!(c.core.assignor, AssignorKind::Range);
+        assert_eq!(c.core.detector, DetectorKind::Fixed);
+        assert!(matches!(c.store, StoreConfig::Memory));
+        assert_eq!(c.send_buffer, 32);
+
+        std::fs::write(&file, "config = \"other.toml\"\n").unwrap();
+        let e = config_of(&["rollcall", "serve", "--config", path]).unwrap_err();
+        assert!(e.contains("unknown option 'config'"), "{e}");
+        std::fs::write(&file, "assignor = \"best\"\n").unwrap();
+        let e = config_of(&["rollcall", "serve", "--config", path]).unwrap_err();
+        assert!(e.contains("option 'assignor'"), "{e}");
+        assert!(e.contains("sticky, range, round-robin"), "{e}");
+        std::fs::write(&file, "shards = [1]\n").unwrap();
+        let e = config_of(&["rollcall", "serve", "--config", path]).unwrap_err();
+        assert!(e.contains("must be a string, integer or boolean"), "{e}");
         std::fs::write(&file, "bogus = 1\n").unwrap();
         let e = config_of(&["rollcall", "serve", "--config", path]).unwrap_err();
         assert!(e.contains("unknown option 'bogus'"), "{e}");
         std::fs::write(&file, "handshake-timeout = \"soon\"\n").unwrap();
         let e = config_of(&["rollcall", "serve", "--config", path]).unwrap_err();
         assert!(e.contains("handshake-timeout"), "{e}");
+        assert!(e.contains("invalid duration 'soon'"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -274,7 +299,10 @@ mod tests {
         ])
         .unwrap_err();
         assert!(e.contains("min-session-timeout"), "{e}");
-        assert!(config_of(&["rollcall", "serve", "--assignor", "best"]).is_err());
+        let e = config_of(&["rollcall", "serve", "--assignor", "best"]).unwrap_err();
+        assert!(e.contains("unknown assignor 'best'"), "{e}");
+        let e = config_of(&["rollcall", "serve", "--detector", "psychic"]).unwrap_err();
+        assert!(e.contains("unknown detector 'psychic': expected fixed"), "{e}");
         assert!(config_of(&["rollcall", "serve", "--shards", "0"]).is_err());
     }
 }

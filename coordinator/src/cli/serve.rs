@@ -2,11 +2,11 @@
 
 use super::*;
 
-pub(super) fn serve(args: ServeArgs, matches: &ArgMatches) -> ExitCode {
-    let config = match args.into_config(matches) {
+pub(super) fn serve(argv: &[OsString], matches: &ArgMatches) -> ExitCode {
+    let config = match ServeArgs::layered(argv, matches).and_then(ServeArgs::into_config) {
         Ok(c) => c,
-        Err(message) => {
-            eprintln!("rollcall: invalid configuration: {message}");
+        Err(e) => {
+            eprintln!("rollcall: invalid configuration: {e}");
             return ExitCode::from(EXIT_CONFIG);
         }
     };

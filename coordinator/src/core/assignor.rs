@@ -18,7 +18,10 @@ mod sticky;
 #[cfg(test)]
 mod tests;
 
-use std::fmt::Debug;
+use std::fmt::{self, Debug};
+use std::str::FromStr;
+
+use super::config::UnknownName;
 
 /// A partition of one of the group's topics. `topic` indexes the group's topic table,
 /// whose entries never move, so a `TopicPartition` stays valid for the group's life.
@@ -77,13 +80,23 @@ pub enum AssignorKind {
 }
 
 impl AssignorKind {
-    /// Parses `sticky`, `range` or `round-robin`.
+    /// Every assignor.
+    pub const ALL: [Self; 3] = [Self::Sticky, Self::Range, Self::RoundRobin];
+
+    /// The assignor's name, as configuration and output spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Sticky => "sticky",
+            Self::Range => "range",
+            Self::RoundRobin => "round-robin",
+        }
+    }
+
+    /// The assignor named `name` by [`Self::as_str`] (`roundrobin` is accepted too).
     pub fn parse(name: &str) -> Option<Self> {
         match name {
-            "sticky" => Some(Self::Sticky),
-            "range" => Some(Self::Range),
-            "round-robin" | "roundrobin" => Some(Self::RoundRobin),
-            _ => None,
+            "roundrobin" => Some(Self::RoundRobin),
+            _ => Self::ALL.into_iter().find(|k| k.as_str() == name),
         }
     }
 
@@ -94,6 +107,19 @@ impl AssignorKind {
             Self::Range => Box::new(Range),
             Self::RoundRobin => Box::new(RoundRobin),
         }
+    }
+}
+
+impl fmt::Display for AssignorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for AssignorKind {
+    type Err = UnknownName;
+    fn from_str(s: &str) -> Result<Self, UnknownName> {
+        Self::parse(s.trim()).ok_or_else(|| UnknownName::new("assignor", s, Self::ALL))
     }
 }
 
@@ -111,7 +137,7 @@ pub struct RoundRobin;
 
 impl Assignor for Sticky {
     fn name(&self) -> &'static str {
-        "sticky"
+        AssignorKind::Sticky.as_str()
     }
 
     fn assign(&self, input: &AssignmentInput<'_>) -> Vec<Vec<TopicPartition>> {
@@ -139,7 +165,7 @@ impl Assignor for Sticky {
 
 impl Assignor for Range {
     fn name(&self) -> &'static str {
-        "range"
+        AssignorKind::Range.as_str()
     }
 
     fn assign(&self, input: &AssignmentInput<'_>) -> Vec<Vec<TopicPartition>> {
@@ -169,7 +195,7 @@ impl Assignor for Range {
 
 impl Assignor for RoundRobin {
     fn name(&self) -> &'static str {
-        "round-robin"
+        AssignorKind::RoundRobin.as_str()
     }
 
     fn assign(&self, input: &AssignmentInput<'_>) -> Vec<Vec<TopicPartition>> {

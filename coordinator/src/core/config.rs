@@ -1,8 +1,9 @@
 //! The core's limits and tunables.
 
+use std::fmt::Display;
 use std::time::Duration;
 
-use super::AssignorKind;
+use super::{AssignorKind, DetectorKind};
 
 /// Limits and tunables of the core.
 #[derive(Debug, Clone)]
@@ -27,6 +28,8 @@ pub struct CoreConfig {
     pub rebalance_coalesce_max: Duration,
     /// The assignor.
     pub assignor: AssignorKind,
+    /// The failure detector each new group judges its members' silence with.
+    pub detector: DetectorKind,
     /// How many expelled member ids each group remembers, to answer them with the reason
     /// rather than "unknown member".
     pub expelled_memory: usize,
@@ -56,6 +59,7 @@ impl Default for CoreConfig {
             rebalance_coalesce: Duration::from_millis(20),
             rebalance_coalesce_max: Duration::from_millis(250),
             assignor: AssignorKind::Sticky,
+            detector: DetectorKind::Fixed,
             expelled_memory: 1024,
             pause_guard: Duration::from_secs(2),
             isolation_min_members: 3,
@@ -70,3 +74,31 @@ pub const MAX_NAME_BYTES: usize = 255;
 /// Longest member id the coordinator hands out, in bytes: a static member's id is its
 /// instance id, `#`, and a suffix.
 pub const MAX_MEMBER_ID_BYTES: usize = 2 * MAX_NAME_BYTES;
+
+/// A name that is none of an enum's values (an assignor, a detector).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {what} '{name}': expected {expected}")]
+pub struct UnknownName {
+    /// What was named: `assignor`, `detector`.
+    pub what: &'static str,
+    /// The name given.
+    pub name: String,
+    /// The names accepted, comma-separated.
+    pub expected: String,
+}
+
+impl UnknownName {
+    /// `name` is none of `values`.
+    pub fn new<T: Display>(
+        what: &'static str,
+        name: &str,
+        values: impl IntoIterator<Item = T>,
+    ) -> Self {
+        let expected: Vec<String> = values.into_iter().map(|v| v.to_string()).collect();
+        Self {
+            what,
+            name: name.to_owned(),
+            expected: expected.join(", "),
+        }
+    }
+}

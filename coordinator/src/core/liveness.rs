@@ -1,12 +1,63 @@
-//! How the core judges whether a member's process is there.
+//! How the core judges whether a member's process is there: the [`LivenessPolicy`]
+//! interface, the built-in detectors, and [`DetectorKind`], which names them.
 //!
-//! One small interface, so a suspect state and adaptive detectors (phi accrual) can be
-//! added without touching the rest of the core.
+//! A group builds every member's policy from its detector kind, so a new detector is
+//! one new implementation and one new variant: configuration, parsing and the
+//! command line follow from the variant.
 
-use std::fmt::Debug;
+use std::fmt::{self, Debug};
+use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use rollcall_protocol::Liveness;
+
+use super::config::UnknownName;
+
+/// The built-in failure detectors, by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DetectorKind {
+    /// A fixed session timeout ([`FixedTimeout`]).
+    #[default]
+    Fixed,
+}
+
+impl DetectorKind {
+    /// Every detector.
+    pub const ALL: [Self; 1] = [Self::Fixed];
+
+    /// The detector's name, as configuration and output spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Fixed => "fixed",
+        }
+    }
+
+    /// The detector named `name` by [`Self::as_str`].
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+
+    /// The policy judging one member first heard at `now`, which asked for
+    /// `session_timeout`.
+    pub fn build(self, now: Instant, session_timeout: Duration) -> Box<dyn LivenessPolicy> {
+        match self {
+            Self::Fixed => Box::new(FixedTimeout::new(now, session_timeout)),
+        }
+    }
+}
+
+impl fmt::Display for DetectorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for DetectorKind {
+    type Err = UnknownName;
+    fn from_str(s: &str) -> Result<Self, UnknownName> {
+        Self::parse(s.trim()).ok_or_else(|| UnknownName::new("detector", s, Self::ALL))
+    }
+}
 
 /// Judges one member's liveness from the times it was heard from.
 pub trait LivenessPolicy: Debug + Send {

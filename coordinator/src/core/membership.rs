@@ -148,11 +148,11 @@ impl Coordinator {
                 return Self::member_gone(group, ApiKey::Join, old);
             }
         }
-        let floor = self.generation_floor;
+        let (floor, detector) = (self.generation_floor, self.config.detector);
         let (groups, mut ctx) = self.parts(now);
         let group = groups
             .entry(Arc::from(r.group.as_str()))
-            .or_insert_with_key(|name| Group::new(name.clone(), floor));
+            .or_insert_with_key(|name| Group::new(name.clone(), floor, detector));
 
         // A rejoin naming a live member, or a retried join (same token, and the same
         // instance, client and subscription: a token that merely collides with another

@@ -30,9 +30,9 @@ use guards::Guards;
 use timers::{TimerKey, Timers};
 
 pub use assignor::{Assignor, AssignorKind, TopicPartition};
-pub use config::{CoreConfig, MAX_MEMBER_ID_BYTES, MAX_NAME_BYTES};
+pub use config::{CoreConfig, UnknownName, MAX_MEMBER_ID_BYTES, MAX_NAME_BYTES};
 pub use events::{CoreStats, Event, Output, RebalanceCause};
-pub use liveness::{FixedTimeout, LivenessPolicy};
+pub use liveness::{DetectorKind, FixedTimeout, LivenessPolicy};
 pub use records::{
     GroupSnapshot, HeldSnapshot, InstanceSnapshot, MemberSnapshot, OffsetRecord, Record,
     RestoredState,
@@ -160,7 +160,7 @@ impl Coordinator {
         self.tick(now);
         self.guards.heard(now);
         self.generation_floor = self.generation_floor.max(state.generation_floor);
-        let floor = self.generation_floor;
+        let (floor, detector) = (self.generation_floor, self.config.detector);
         let (groups, mut ctx) = self.parts(now);
         for snapshot in state.groups {
             let group = Group::restore(&mut ctx, snapshot);
@@ -169,7 +169,7 @@ impl Coordinator {
         for o in state.offsets {
             let group = groups
                 .entry(Arc::from(o.group.as_str()))
-                .or_insert_with_key(|name| Group::new(name.clone(), floor));
+                .or_insert_with_key(|name| Group::new(name.clone(), floor, detector));
             group
                 .offsets
                 .insert((o.topic, o.partition), (o.offset, o.metadata));

@@ -20,7 +20,7 @@ impl Coordinator {
         r: CommitOffsetsRequest,
     ) -> Response {
         let max_metadata = self.config.max_metadata_bytes;
-        let floor = self.generation_floor;
+        let (floor, detector) = (self.generation_floor, self.config.detector);
         let (groups, mut ctx) = self.parts(now);
         let group_name = r.group.clone();
         let reject = |ctx: &mut Ctx<'_>, reason: ErrorCode| {
@@ -40,7 +40,7 @@ impl Coordinator {
             None => {
                 let group = groups
                     .entry(Arc::from(r.group.as_str()))
-                    .or_insert_with_key(|name| Group::new(name.clone(), floor));
+                    .or_insert_with_key(|name| Group::new(name.clone(), floor, detector));
                 if !group.members.is_empty() {
                     reject(&mut ctx, ErrorCode::InvalidRequest);
                     return refuse(

@@ -92,80 +92,149 @@ impl ServerConfig {
     /// The smallest frame size that can carry the handshake and error answers.
     pub const MIN_FRAME_SIZE: usize = 1024;
 
-    /// Checks the values against each other; the error is one line naming the option.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Checks the values against each other; the error names the option at fault.
+    pub fn validate(&self) -> Result<(), InvalidConfig> {
         if self.shards == 0 {
-            return Err("shards must be at least 1".into());
+            return Err(InvalidConfig::new("shards", "must be at least 1"));
         }
         if self.core.member_id_prefix.contains('#') {
             // `#` separates a static member id's instance id from its suffix.
-            return Err("member id prefix must not contain '#'".into());
+            return Err(InvalidConfig::new(
+                "member-id-prefix",
+                "must not contain '#'",
+            ));
         }
         if self.shards > 1024 {
-            return Err(format!("shards is {}, at most 1024 allowed", self.shards));
+            return Err(InvalidConfig::new(
+                "shards",
+                format!("is {}, at most 1024 allowed", self.shards),
+            ));
         }
         if self.max_frame_size < Self::MIN_FRAME_SIZE {
-            return Err(format!(
-                "max-frame-size is {} bytes, at least {} required",
-                self.max_frame_size,
-                Self::MIN_FRAME_SIZE
+            return Err(InvalidConfig::new(
+                "max-frame-size",
+                format!(
+                    "is {} bytes, at least {} required",
+                    self.max_frame_size,
+                    Self::MIN_FRAME_SIZE
+                ),
             ));
         }
         if u32::try_from(self.max_frame_size).is_err() {
-            return Err("max-frame-size must fit the 32-bit length prefix".into());
+            return Err(InvalidConfig::new(
+                "max-frame-size",
+                "must fit the 32-bit length prefix",
+            ));
         }
         if self.max_connections == 0 {
-            return Err("max-connections must be at least 1".into());
+            return Err(InvalidConfig::new("max-connections", "must be at least 1"));
         }
         if self.send_buffer == 0 {
-            return Err("send-buffer must be at least 1 frame".into());
+            return Err(InvalidConfig::new(
+                "send-buffer",
+                "must be at least 1 frame",
+            ));
         }
         if self.handshake_timeout.is_zero() {
-            return Err("handshake-timeout must be more than 0".into());
+            return Err(InvalidConfig::new(
+                "handshake-timeout",
+                "must be more than 0",
+            ));
         }
         if self.retention_interval.is_zero() {
-            return Err("retention interval must be more than 0".into());
+            return Err(InvalidConfig::new(
+                "retention-interval",
+                "must be more than 0",
+            ));
         }
         if self.stats_interval.is_zero() {
-            return Err("stats interval must be more than 0".into());
+            return Err(InvalidConfig::new("stats-interval", "must be more than 0"));
         }
         let core = &self.core;
         if core.min_session_timeout.is_zero() {
-            return Err("min-session-timeout must be more than 0".into());
+            return Err(InvalidConfig::new(
+                "min-session-timeout",
+                "must be more than 0",
+            ));
         }
         if core.min_session_timeout > core.max_session_timeout {
-            return Err(format!(
-                "min-session-timeout ({}) exceeds max-session-timeout ({})",
-                format_duration(core.min_session_timeout),
-                format_duration(core.max_session_timeout)
+            return Err(InvalidConfig::new(
+                "min-session-timeout",
+                format!(
+                    "({}) exceeds max-session-timeout ({})",
+                    format_duration(core.min_session_timeout),
+                    format_duration(core.max_session_timeout)
+                ),
             ));
         }
         if core.max_members_per_group == 0 {
-            return Err("max-members-per-group must be at least 1".into());
+            return Err(InvalidConfig::new(
+                "max-members-per-group",
+                "must be at least 1",
+            ));
         }
         if core.max_partitions_per_group == 0 {
-            return Err("max-partitions-per-group must be at least 1".into());
+            return Err(InvalidConfig::new(
+                "max-partitions-per-group",
+                "must be at least 1",
+            ));
         }
         if core.rebalance_coalesce > core.rebalance_coalesce_max {
-            return Err(format!(
-                "rebalance-coalesce ({}) exceeds rebalance-coalesce-max ({})",
-                format_duration(core.rebalance_coalesce),
-                format_duration(core.rebalance_coalesce_max)
+            return Err(InvalidConfig::new(
+                "rebalance-coalesce",
+                format!(
+                    "({}) exceeds rebalance-coalesce-max ({})",
+                    format_duration(core.rebalance_coalesce),
+                    format_duration(core.rebalance_coalesce_max)
+                ),
             ));
         }
         Ok(())
     }
 }
 
+/// A configuration the server refuses: which option, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{option} {reason}")]
+pub struct InvalidConfig {
+    /// The option at fault, as the command line spells it.
+    pub option: &'static str,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+impl InvalidConfig {
+    fn new(option: &'static str, reason: impl Into<String>) -> Self {
+        Self {
+            option,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// A duration, size or address that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {what} '{text}': expected {expected}")]
+pub struct ParseValueError {
+    /// What was being parsed: `duration`, `size`, `address`.
+    pub what: &'static str,
+    /// The text given.
+    pub text: String,
+    /// What would have been accepted.
+    pub expected: &'static str,
+}
+
 /// Parses a duration such as `500ms`, `10s`, `5m`, `2h`, `7d` or `1h30m`. A bare `0`
 /// is zero. Units: `ms`, `s`, `m`, `h`, `d`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_duration(text: &str) -> Result<Duration, ParseValueError> {
     let s = text.trim();
     if s == "0" {
         return Ok(Duration::ZERO);
     }
-    let bad = || {
-        format!("invalid duration '{text}': expected a number and a unit (ms, s, m, h, d), e.g. 500ms, 10s, 7d")
+    let bad = || ParseValueError {
+        what: "duration",
+        text: text.to_owned(),
+        expected: "a number and a unit (ms, s, m, h, d), e.g. 500ms, 10s, 7d",
     };
     if s.is_empty() {
         return Err(bad());
@@ -223,9 +292,13 @@ pub fn format_duration(d: Duration) -> String {
 
 /// Parses a size in bytes: `1048576`, `512KiB`, `1MiB` (also `K`, `KB`, `M`, `MB`,
 /// all binary multiples).
-pub fn parse_size(text: &str) -> Result<usize, String> {
+pub fn parse_size(text: &str) -> Result<usize, ParseValueError> {
     let s = text.trim();
-    let bad = || format!("invalid size '{text}': expected bytes, e.g. 1048576, 512KiB or 1MiB");
+    let bad = || ParseValueError {
+        what: "size",
+        text: text.to_owned(),
+        expected: "bytes, e.g. 1048576, 512KiB or 1MiB",
+    };
     let digits = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     if digits == 0 {
         return Err(bad());
@@ -280,6 +353,6 @@ mod tests {
         ServerConfig::default().validate().unwrap();
         let mut c = ServerConfig::default();
         c.core.min_session_timeout = c.core.max_session_timeout * 2;
-        assert!(c.validate().unwrap_err().contains("min-session-timeout"));
+        assert_eq!(c.validate().unwrap_err().option, "min-session-timeout");
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use rollcall_protocol::{ApiKey, ErrorCode, ExpelReason};
+use rollcall_protocol::{ApiKey, ErrorCode, ExpelReason, Liveness};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
@@ -216,21 +216,6 @@ impl ProtocolError {
     }
 }
 
-const CAUSES: [RebalanceCause; 4] = [
-    RebalanceCause::Join,
-    RebalanceCause::Leave,
-    RebalanceCause::Expulsion,
-    RebalanceCause::Subscription,
-];
-
-const REASONS: [ExpelReason; 5] = [
-    ExpelReason::SessionExpired,
-    ExpelReason::ProgressExpired,
-    ExpelReason::RebalanceTimeout,
-    ExpelReason::Fenced,
-    ExpelReason::Left,
-];
-
 /// Every metric handle the server records into.
 #[derive(Debug)]
 pub(crate) struct Metrics {
@@ -261,8 +246,8 @@ impl Metrics {
         Self {
             connections: metrics::gauge!("rollcall_connections"),
             groups: metrics::gauge!("rollcall_groups"),
-            members_alive: metrics::gauge!("rollcall_members", "liveness" => "alive"),
-            members_suspect: metrics::gauge!("rollcall_members", "liveness" => "suspect"),
+            members_alive: metrics::gauge!("rollcall_members", "liveness" => Liveness::Alive.as_str()),
+            members_suspect: metrics::gauge!("rollcall_members", "liveness" => Liveness::Suspect.as_str()),
             heartbeats: metrics::counter!("rollcall_heartbeats_total"),
             requests: ApiKey::ALL
                 .iter()
@@ -274,13 +259,13 @@ impl Metrics {
                     metrics::histogram!("rollcall_request_duration_seconds", "api" => k.as_str())
                 })
                 .collect(),
-            rebalances_started: CAUSES
+            rebalances_started: RebalanceCause::ALL
                 .iter()
                 .map(|c| metrics::counter!("rollcall_rebalances_started_total", "cause" => c.as_str()))
                 .collect(),
             rebalances_completed: metrics::counter!("rollcall_rebalances_completed_total"),
             rebalance_duration: metrics::histogram!("rollcall_rebalance_duration_seconds"),
-            expulsions: REASONS
+            expulsions: ExpelReason::ALL
                 .iter()
                 .map(|r| metrics::counter!("rollcall_expulsions_total", "reason" => r.as_str()))
                 .collect(),
@@ -325,12 +310,18 @@ impl Metrics {
     }
 
     pub(crate) fn rebalance_started(&self, cause: RebalanceCause) -> &Counter {
-        let i = CAUSES.iter().position(|c| *c == cause).unwrap_or(0);
+        let i = RebalanceCause::ALL
+            .iter()
+            .position(|c| *c == cause)
+            .unwrap_or(0);
         &self.rebalances_started[i]
     }
 
     pub(crate) fn expulsion(&self, reason: ExpelReason) -> &Counter {
-        let i = REASONS.iter().position(|r| *r == reason).unwrap_or(0);
+        let i = ExpelReason::ALL
+            .iter()
+            .position(|r| *r == reason)
+            .unwrap_or(0);
         &self.expulsions[i]
     }
 

@@ -39,7 +39,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn};
 
-pub use self::config::{format_duration, parse_duration, parse_size, ServerConfig, StoreConfig};
+pub use self::config::{
+    format_duration, parse_duration, parse_size, InvalidConfig, ParseValueError, ServerConfig,
+    StoreConfig,
+};
 pub use self::shard::shard_of;
 
 use self::conn::ConnContext;
@@ -57,7 +60,7 @@ const SHARD_QUEUE: usize = 8192;
 pub enum ServerError {
     /// The configuration is invalid.
     #[error("invalid configuration: {0}")]
-    Config(String),
+    Config(#[from] InvalidConfig),
     /// The store cannot be used.
     #[error("{0}")]
     Store(#[from] StoreError),
@@ -96,7 +99,7 @@ impl Server {
     /// Validates `config`, opens and loads the store, restores the groups into their
     /// shards, and binds the listeners (port 0 picks a free port).
     pub async fn bind(config: ServerConfig) -> Result<Self, ServerError> {
-        config.validate().map_err(ServerError::Config)?;
+        config.validate()?;
         let store = open_store(&config.store).await?;
         let loader = store.clone();
         let restored = tokio::task::spawn_blocking(move || loader.load())

@@ -21,6 +21,15 @@ pub enum ExpelReason {
 }
 
 impl ExpelReason {
+    /// Every reason.
+    pub const ALL: [Self; 5] = [
+        Self::SessionExpired,
+        Self::ProgressExpired,
+        Self::RebalanceTimeout,
+        Self::Fenced,
+        Self::Left,
+    ];
+
     /// Wire value.
     pub fn to_u8(self) -> u8 {
         match self {

@@ -8,7 +8,6 @@ use std::time::Instant;
 use rollcall_protocol::{AssignmentPush, ExpelReason, ExpelledPush, Push, RevokePush};
 
 use super::super::guards::Hold;
-use super::super::liveness::FixedTimeout;
 use super::super::timers::TimerKey;
 use super::super::{ConnId, Event, RebalanceCause, TopicPartition};
 use super::{Ctx, Group, Member, Timeouts};
@@ -41,7 +40,7 @@ impl Group {
             progress_timeout,
             rebalance_timeout,
             subscription,
-            liveness: Box::new(FixedTimeout::new(now, session_timeout)),
+            liveness: self.detector.build(now, session_timeout),
             progress: 0,
             progress_deadline: now + progress_timeout,
             last_progress_at: now,

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use rollcall_protocol::{ExpelReason, GroupState, Push, TopicPartitions};
 
 use super::assignor::TopicPartition;
-use super::liveness::LivenessPolicy;
+use super::liveness::{DetectorKind, LivenessPolicy};
 use super::timers::Timers;
 use super::{Assignor, ConnId, CoreConfig, Event, Output, RebalanceCause};
 
@@ -250,6 +250,8 @@ struct PendingRebalance {
 #[derive(Debug)]
 pub(crate) struct Group {
     pub(crate) name: Arc<str>,
+    /// Builds each member's liveness policy.
+    pub(crate) detector: DetectorKind,
     pub(crate) generation: u32,
     pub(crate) topics: Vec<Topic>,
     pub(crate) topic_index: HashMap<String, u32>,
@@ -281,10 +283,12 @@ pub(crate) struct Group {
 }
 
 impl Group {
-    /// A new group whose first generation will be above `generation_floor`.
-    pub(crate) fn new(name: Arc<str>, generation_floor: u32) -> Self {
+    /// A new group whose first generation will be above `generation_floor`, judging its
+    /// members with `detector`.
+    pub(crate) fn new(name: Arc<str>, generation_floor: u32, detector: DetectorKind) -> Self {
         Self {
             name,
+            detector,
             generation: generation_floor,
             topics: Vec::new(),
             topic_index: HashMap::new(),
