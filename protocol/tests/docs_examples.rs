@@ -2,26 +2,41 @@
 //!
 //! Each example in the document is a fenced block whose info string is `hex` and whose
 //! first line is `# example: NAME`. Every line holds hex byte pairs, optionally followed
-//! by `#` and a comment. This test encodes the frame each name stands for and compares
-//! the bytes, and checks that the bytes decode back to the same frame, so the document
-//! cannot drift from the code.
+//! by `#` and a comment. For each name this test knows the frame it stands for; it
+//! checks that encoding the frame gives exactly the document's bytes and that decoding
+//! the document's bytes gives the frame back, so the document cannot drift from the
+//! code. It also checks that the document has an example of every request API at every
+//! version, of every API's response, of every push and of an error response, so a new
+//! message or version cannot be added without one.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::BytesMut;
 use rollcall_protocol::{
-    supported_versions, ApiKey, ApiVersionsRequest, ApiVersionsResponse, AssignmentPush, ErrorCode,
-    Frame, HeartbeatRequest, HeartbeatResponse, JoinRequest, JoinResponse, LeaveMode, LeaveRequest,
-    Push, Request, Response, TopicPartitions, TopicSubscription, DEFAULT_MAX_FRAME_SIZE,
-    LENGTH_PREFIX_SIZE,
+    max_request_version, supported_versions, ApiKey, ApiVersionsRequest, ApiVersionsResponse,
+    AssignmentPush, Body, CommitOffsetsRequest, CommitOffsetsResponse, CommittedOffset,
+    DescribeGroupRequest, DescribeGroupResponse, ErrorCode, ExpelReason, ExpelledPush,
+    FetchOffsetsRequest, FetchOffsetsResponse, Frame, FrameKind, GroupListing, GroupState,
+    HeartbeatRequest, HeartbeatResponse, JoinRequest, JoinResponse, LeaveMode, LeaveRequest,
+    ListGroupsResponse, Liveness, MemberDescription, OffsetCommit, PartitionResult, Push, PushKey,
+    Request, Response, RevokePush, ShutdownPush, TopicPartitions, TopicSubscription,
+    DEFAULT_MAX_FRAME_SIZE, LENGTH_PREFIX_SIZE,
 };
 
 const DOC: &str = include_str!("../../docs/PROTOCOL.md");
 
-const GROUP: &str = "orders";
+const GROUP: &str = "billing";
 const MEMBER: &str = "m-1a2b-7";
+const TOPIC: &str = "invoices";
 
-/// Every example the document shows, by name.
+fn tps(partitions: &[u32]) -> Vec<TopicPartitions> {
+    vec![TopicPartitions {
+        topic: TOPIC.into(),
+        partitions: partitions.to_vec(),
+    }]
+}
+
+/// Every example the document shows, by name (in the order the document shows them).
 fn examples() -> Vec<(&'static str, Frame)> {
     vec![
         (
@@ -31,17 +46,6 @@ fn examples() -> Vec<(&'static str, Frame)> {
                 Request::ApiVersions(ApiVersionsRequest {
                     client_software: "example/1.0".into(),
                     versions: supported_versions(),
-                }),
-            ),
-        ),
-        (
-            "leave-request-v1",
-            Frame::request(
-                4,
-                Request::Leave(LeaveRequest {
-                    group: GROUP.into(),
-                    member_id: MEMBER.into(),
-                    mode: LeaveMode::Unconfirmed,
                 }),
             ),
         ),
@@ -56,18 +60,29 @@ fn examples() -> Vec<(&'static str, Frame)> {
             ),
         ),
         (
+            "handshake-required-response",
+            Frame::response(
+                2,
+                Response::error(
+                    ApiKey::Join as u16,
+                    ErrorCode::HandshakeRequired,
+                    "send ApiVersions first",
+                ),
+            ),
+        ),
+        (
             "join-request",
             Frame::request(
                 2,
                 Request::Join(JoinRequest {
                     group: GROUP.into(),
                     member_id: None,
-                    instance_id: Some("worker-a".into()),
-                    client_id: "billing".into(),
+                    instance_id: None,
+                    client_id: "invoicer".into(),
                     join_token: 0x0123_4567_89ab_cdef,
                     subscription: vec![TopicSubscription {
-                        topic: "payments".into(),
-                        partitions: 12,
+                        topic: TOPIC.into(),
+                        partitions: 3,
                     }],
                     session_timeout_ms: 10_000,
                     progress_timeout_ms: 300_000,
@@ -92,10 +107,7 @@ fn examples() -> Vec<(&'static str, Frame)> {
                 group: GROUP.into(),
                 member_id: MEMBER.into(),
                 generation: 5,
-                partitions: vec![TopicPartitions {
-                    topic: "payments".into(),
-                    partitions: vec![0, 1, 2],
-                }],
+                partitions: tps(&[0, 1, 2]),
             })),
         ),
         (
@@ -123,15 +135,192 @@ fn examples() -> Vec<(&'static str, Frame)> {
             ),
         ),
         (
-            "handshake-required-response",
+            "commit-offsets-request",
+            Frame::request(
+                4,
+                Request::CommitOffsets(CommitOffsetsRequest {
+                    group: GROUP.into(),
+                    member_id: Some(MEMBER.into()),
+                    generation: 5,
+                    offsets: vec![
+                        OffsetCommit {
+                            topic: TOPIC.into(),
+                            partition: 0,
+                            offset: 812,
+                            metadata: String::new(),
+                        },
+                        OffsetCommit {
+                            topic: TOPIC.into(),
+                            partition: 1,
+                            offset: 688,
+                            metadata: String::new(),
+                        },
+                    ],
+                }),
+            ),
+        ),
+        (
+            "commit-offsets-response",
             Frame::response(
-                2,
+                4,
+                Response::CommitOffsets(CommitOffsetsResponse {
+                    results: [0, 1]
+                        .map(|partition| PartitionResult {
+                            topic: TOPIC.into(),
+                            partition,
+                            error: ErrorCode::None,
+                        })
+                        .to_vec(),
+                }),
+            ),
+        ),
+        (
+            "fetch-offsets-request",
+            Frame::request(
+                5,
+                Request::FetchOffsets(FetchOffsetsRequest {
+                    group: GROUP.into(),
+                    topics: vec![TOPIC.into()],
+                }),
+            ),
+        ),
+        (
+            "fetch-offsets-response",
+            Frame::response(
+                5,
+                Response::FetchOffsets(FetchOffsetsResponse {
+                    offsets: [(0, 812), (1, 688)]
+                        .map(|(partition, offset)| CommittedOffset {
+                            topic: TOPIC.into(),
+                            partition,
+                            offset,
+                            metadata: String::new(),
+                        })
+                        .to_vec(),
+                }),
+            ),
+        ),
+        (
+            "list-groups-request",
+            Frame::request(6, Request::ListGroups),
+        ),
+        (
+            "list-groups-response",
+            Frame::response(
+                6,
+                Response::ListGroups(ListGroupsResponse {
+                    groups: vec![GroupListing {
+                        group: GROUP.into(),
+                        state: GroupState::Stable,
+                        generation: 5,
+                        members: 1,
+                    }],
+                }),
+            ),
+        ),
+        (
+            "describe-group-request",
+            Frame::request(
+                7,
+                Request::DescribeGroup(DescribeGroupRequest {
+                    group: GROUP.into(),
+                }),
+            ),
+        ),
+        (
+            "describe-group-response",
+            Frame::response(
+                7,
+                Response::DescribeGroup(DescribeGroupResponse {
+                    group: GROUP.into(),
+                    state: GroupState::Stable,
+                    generation: 5,
+                    assignor: "sticky".into(),
+                    members: vec![MemberDescription {
+                        member_id: MEMBER.into(),
+                        instance_id: None,
+                        client_id: "invoicer".into(),
+                        liveness: Liveness::Alive,
+                        since_heartbeat_ms: 1_200,
+                        since_progress_ms: 1_200,
+                        owned: tps(&[0, 1, 2]),
+                        pending_revoke: Vec::new(),
+                        pending_grant: Vec::new(),
+                    }],
+                }),
+            ),
+        ),
+        (
+            "revoke-push",
+            Frame::push(Push::Revoke(RevokePush {
+                group: GROUP.into(),
+                member_id: MEMBER.into(),
+                generation: 6,
+                partitions: tps(&[2]),
+            })),
+        ),
+        (
+            "heartbeat-request-acking",
+            Frame::request(
+                8,
+                Request::Heartbeat(HeartbeatRequest {
+                    group: GROUP.into(),
+                    member_id: MEMBER.into(),
+                    generation: 6,
+                    sequence: 9,
+                    progress: 14_250,
+                    acked_revocations: tps(&[2]),
+                }),
+            ),
+        ),
+        (
+            "leave-request-v0",
+            Frame::request(
+                9,
+                Request::Leave(LeaveRequest {
+                    group: GROUP.into(),
+                    member_id: MEMBER.into(),
+                    mode: LeaveMode::Released,
+                }),
+            ),
+        ),
+        (
+            "leave-request-v1",
+            Frame::request(
+                9,
+                Request::Leave(LeaveRequest {
+                    group: GROUP.into(),
+                    member_id: MEMBER.into(),
+                    mode: LeaveMode::Unconfirmed,
+                }),
+            ),
+        ),
+        ("leave-response", Frame::response(9, Response::Leave)),
+        (
+            "expelled-push",
+            Frame::push(Push::Expelled(ExpelledPush {
+                group: GROUP.into(),
+                member_id: MEMBER.into(),
+                reason: ExpelReason::SessionExpired,
+                message: "no heartbeat within the session timeout of 10s".into(),
+            })),
+        ),
+        (
+            "member-expelled-response",
+            Frame::response(
+                10,
                 Response::error(
-                    ApiKey::Join as u16,
-                    ErrorCode::HandshakeRequired,
-                    "send ApiVersions first",
+                    ApiKey::Heartbeat as u16,
+                    ErrorCode::MemberExpelled,
+                    format!("member {MEMBER:?} was expelled: session_expired"),
                 ),
             ),
+        ),
+        (
+            "shutdown-push",
+            Frame::push(Push::Shutdown(ShutdownPush {
+                message: "the coordinator is shutting down; reconnect with backoff".into(),
+            })),
         ),
     ]
 }
@@ -158,9 +347,11 @@ fn doc_blocks() -> BTreeMap<String, Vec<u8>> {
             }
             let data = line.split('#').next().unwrap_or("");
             for pair in data.split_whitespace() {
-                let byte = u8::from_str_radix(pair, 16)
-                    .unwrap_or_else(|_| panic!("example {name}: {pair:?} is not a hex byte"));
-                assert_eq!(pair.len(), 2, "example {name}: {pair:?} is not two digits");
+                assert!(
+                    pair.len() == 2 && pair.bytes().all(|b| b.is_ascii_hexdigit()),
+                    "example {name}: {pair:?} is not a hex byte (two hex digits)"
+                );
+                let byte = u8::from_str_radix(pair, 16).expect("two hex digits");
                 bytes.push(byte);
             }
         }
@@ -197,6 +388,40 @@ fn print_examples_on_request() {
     }
 }
 
+/// Checks one example both ways: its length prefix counts the bytes after it, encoding
+/// `frame` gives exactly `shown`, and decoding `shown` gives `frame`.
+fn check(frame: &Frame, shown: &[u8]) -> Result<(), String> {
+    let Some((prefix, rest)) = shown.split_first_chunk::<LENGTH_PREFIX_SIZE>() else {
+        return Err(format!(
+            "{} bytes, shorter than a length prefix",
+            shown.len()
+        ));
+    };
+    let declared = u32::from_be_bytes(*prefix) as usize;
+    if declared != rest.len() {
+        return Err(format!(
+            "the length prefix says {declared} bytes follow, {} do",
+            rest.len()
+        ));
+    }
+    let encoded = encode(frame);
+    if encoded != shown {
+        let at = encoded
+            .iter()
+            .zip(shown)
+            .position(|(a, b)| a != b)
+            .unwrap_or(encoded.len().min(shown.len()));
+        return Err(format!(
+            "differs from the encoder's output from byte {at} on\n document: {shown:02x?}\n  encoder: {encoded:02x?}"
+        ));
+    }
+    match Frame::decode(rest) {
+        Ok(decoded) if decoded == *frame => Ok(()),
+        Ok(decoded) => Err(format!("decodes to {decoded:?}")),
+        Err(e) => Err(format!("does not decode: {e}")),
+    }
+}
+
 #[test]
 fn the_document_shows_exactly_these_examples() {
     let blocks = doc_blocks();
@@ -204,21 +429,113 @@ fn the_document_shows_exactly_these_examples() {
     let mut expected: Vec<&str> = examples().iter().map(|(name, _)| *name).collect();
     expected.sort_unstable();
     assert_eq!(shown, expected);
+    // An example outside a `hex` block would escape every check.
+    assert_eq!(
+        DOC.matches("# example:").count(),
+        blocks.len(),
+        "an `# example:` line outside a hex block"
+    );
 }
 
 #[test]
-fn every_example_is_the_encoders_output() {
+fn every_example_is_the_encoders_output_and_decodes_to_its_value() {
     let blocks = doc_blocks();
+    let mut failures = Vec::new();
     for (name, frame) in examples() {
         let Some(shown) = blocks.get(name) else {
             continue; // reported by the_document_shows_exactly_these_examples
         };
-        let actual = encode(&frame);
-        assert_eq!(
-            shown, &actual,
-            "example {name} in docs/PROTOCOL.md differs from the encoder's output"
-        );
-        let decoded = Frame::decode(&shown[LENGTH_PREFIX_SIZE..]).expect("example decodes");
-        assert_eq!(decoded, frame, "example {name} decodes to something else");
+        if let Err(e) = check(&frame, shown) {
+            failures.push(format!("example {name} in docs/PROTOCOL.md: {e}"));
+        }
     }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The check cannot pass a document whose example differs from the encoder's output by
+/// one byte, one byte more or one byte less.
+#[test]
+fn editing_any_byte_of_an_example_is_caught() {
+    for (name, frame) in examples() {
+        let right = encode(&frame);
+        assert_eq!(check(&frame, &right), Ok(()), "example {name}");
+        for at in 0..right.len() {
+            for flip in [0x01, 0x80] {
+                let mut edited = right.clone();
+                edited[at] ^= flip;
+                assert!(
+                    check(&frame, &edited).is_err(),
+                    "example {name}: changing byte {at} went unnoticed"
+                );
+            }
+        }
+        let mut longer = right.clone();
+        longer.push(0);
+        assert!(
+            check(&frame, &longer).is_err(),
+            "example {name}: extra byte"
+        );
+        assert!(
+            check(&frame, &right[..right.len() - 1]).is_err(),
+            "example {name}: missing byte"
+        );
+    }
+}
+
+/// Every request API at every version, every API's (successful) response, every push
+/// and an error response have an example in the document: a new API, version or push
+/// fails this test until the document shows it.
+#[test]
+fn every_message_and_version_has_an_example() {
+    let mut requests = BTreeSet::new();
+    let mut responses = BTreeSet::new();
+    let mut pushes = BTreeSet::new();
+    let mut errors = 0;
+    for (name, shown) in doc_blocks() {
+        let frame = Frame::decode(&shown[LENGTH_PREFIX_SIZE..])
+            .unwrap_or_else(|e| panic!("example {name} does not decode: {e}"));
+        let header = frame.header();
+        match frame.body {
+            Body::Request(_) => {
+                requests.insert((header.api_key, header.api_version));
+            }
+            Body::Response(Response::Error(_)) => errors += 1,
+            Body::Response(_) => {
+                responses.insert(header.api_key);
+            }
+            Body::Push(_) => {
+                pushes.insert(header.api_key);
+            }
+            Body::Unsupported(_) => panic!("example {name} is not a frame this build knows"),
+        }
+        assert_eq!(
+            header.kind == FrameKind::Push,
+            header.correlation_id == 0,
+            "example {name}: pushes, and only pushes, have correlation id 0"
+        );
+    }
+    let mut missing = Vec::new();
+    for key in ApiKey::ALL {
+        for version in 0..=max_request_version(key) {
+            if !requests.contains(&(key as u16, version)) {
+                missing.push(format!("{key:?} request v{version}"));
+            }
+        }
+        if !responses.contains(&(key as u16)) {
+            missing.push(format!("{key:?} response"));
+        }
+    }
+    for key in PushKey::ALL {
+        if !pushes.contains(&(key as u16)) {
+            missing.push(format!("{key:?} push"));
+        }
+    }
+    if errors == 0 {
+        missing.push("an error response".to_owned());
+    }
+    assert!(
+        missing.is_empty(),
+        "docs/PROTOCOL.md has no example of: {}",
+        missing.join(", ")
+    );
 }
