@@ -1,6 +1,9 @@
 //! End-to-end test helpers: a raw protocol client over real TCP, a server started on an
-//! ephemeral port, and a bounded wait around everything.
+//! ephemeral port, a proxy that stages network faults, and a bounded wait around
+//! everything.
 #![forbid(unsafe_code)]
+
+pub mod proxy;
 
 use std::collections::VecDeque;
 use std::future::Future;

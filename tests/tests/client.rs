@@ -5,7 +5,6 @@
 //! Timeouts are short (session 400-600 ms) and every wait is bounded.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,9 +14,8 @@ use rollcall_client::{
 };
 use rollcall_coordinator::server::{ServerConfig, ServerHandle, StoreConfig};
 use rollcall_coordinator::store::MemoryStore;
+use rollcall_tests::proxy::{Direction, Proxy};
 use rollcall_tests::{bounded, start};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -255,122 +253,6 @@ async fn wait_balanced(workers: &mut [&mut Worker], n: u32, sizes: &[usize]) {
     .await;
 }
 
-/// One proxied connection: its task, and whether its traffic is frozen.
-type Pipe = (JoinHandle<()>, watch::Sender<bool>);
-
-/// A TCP proxy between clients and the coordinator that can cut every connection,
-/// refuse new ones, freeze the traffic of existing ones (a half-open connection: the
-/// sockets stay open, nothing gets through) and switch to another coordinator.
-struct Proxy {
-    addr: SocketAddr,
-    upstream: Arc<shared::Mutex<SocketAddr>>,
-    refuse: Arc<AtomicBool>,
-    pipes: Arc<shared::Mutex<Vec<Pipe>>>,
-    accept: JoinHandle<()>,
-}
-
-impl Proxy {
-    async fn start(upstream: SocketAddr) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("proxy binds");
-        let addr = listener.local_addr().expect("proxy address");
-        let upstream = Arc::new(shared::Mutex::new(upstream));
-        let refuse = Arc::new(AtomicBool::new(false));
-        let pipes = Arc::new(shared::Mutex::new(Vec::new()));
-        let accept = {
-            let upstream = upstream.clone();
-            let refuse = refuse.clone();
-            let pipes = pipes.clone();
-            tokio::spawn(async move {
-                loop {
-                    let Ok((client, _)) = listener.accept().await else {
-                        return;
-                    };
-                    if refuse.load(Ordering::SeqCst) {
-                        drop(client);
-                        continue;
-                    }
-                    let target = *upstream.lock();
-                    let (frozen_tx, frozen) = watch::channel(false);
-                    let pipe = tokio::spawn(async move {
-                        let Ok(server) = TcpStream::connect(target).await else {
-                            return;
-                        };
-                        let _ = client.set_nodelay(true);
-                        let _ = server.set_nodelay(true);
-                        let (cr, cw) = client.into_split();
-                        let (sr, sw) = server.into_split();
-                        tokio::select! {
-                            () = pump(cr, sw, frozen.clone()) => {}
-                            () = pump(sr, cw, frozen) => {}
-                        }
-                    });
-                    pipes.lock().push((pipe, frozen_tx));
-                }
-            })
-        };
-        Self {
-            addr,
-            upstream,
-            refuse,
-            pipes,
-            accept,
-        }
-    }
-
-    /// Closes every proxied connection.
-    fn cut(&self) {
-        for (pipe, _) in self.pipes.lock().drain(..) {
-            pipe.abort();
-        }
-    }
-
-    fn set_refusing(&self, refuse: bool) {
-        self.refuse.store(refuse, Ordering::SeqCst);
-    }
-
-    /// Freezes the traffic of every existing connection; new ones flow.
-    fn freeze_existing(&self) {
-        for (_, frozen) in self.pipes.lock().iter() {
-            frozen.send_replace(true);
-        }
-    }
-
-    fn set_upstream(&self, addr: SocketAddr) {
-        *self.upstream.lock() = addr;
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.accept.abort();
-        self.cut();
-    }
-}
-
-async fn pump(
-    mut from: tokio::net::tcp::OwnedReadHalf,
-    mut to: tokio::net::tcp::OwnedWriteHalf,
-    mut frozen: watch::Receiver<bool>,
-) {
-    let mut buf = vec![0u8; 16 * 1024];
-    loop {
-        if frozen.wait_for(|f| !*f).await.is_err() {
-            return;
-        }
-        let n = match from.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        // Bytes read while frozen are held back until the thaw, as a network would.
-        if frozen.wait_for(|f| !*f).await.is_err() {
-            return;
-        }
-        if to.write_all(&buf[..n]).await.is_err() {
-            return;
-        }
-    }
-}
-
 // ---------------------------------------------------------------------------------------
 // Tests
 // ---------------------------------------------------------------------------------------
@@ -574,7 +456,7 @@ async fn a_static_member_restarted_within_its_session_gets_its_partitions_back_w
 async fn a_member_cut_off_briefly_resumes_without_losing_anything() {
     let server = start_server(StoreConfig::Memory).await;
     let proxy = Proxy::start(server.local_addr()).await;
-    let mut a = Worker::start(proxy.addr, member_config("brief", 4)).await;
+    let mut a = Worker::start(proxy.addr(), member_config("brief", 4)).await;
     let mut b = Worker::start(server.local_addr(), member_config("brief", 4)).await;
     wait_balanced(&mut [&mut a, &mut b], 4, &[2]).await;
     let before = a.owned();
@@ -601,7 +483,7 @@ async fn a_member_cut_off_briefly_resumes_without_losing_anything() {
 async fn a_member_cut_off_for_long_learns_its_partitions_were_lost_then_rejoins() {
     let server = start_server(StoreConfig::Memory).await;
     let proxy = Proxy::start(server.local_addr()).await;
-    let mut a = Worker::start(proxy.addr, member_config("long", 4)).await;
+    let mut a = Worker::start(proxy.addr(), member_config("long", 4)).await;
     let mut b = Worker::start(server.local_addr(), member_config("long", 4)).await;
     wait_balanced(&mut [&mut a, &mut b], 4, &[2]).await;
     let a_had = a.owned();
@@ -643,7 +525,7 @@ async fn a_partitioned_member_stands_down_before_its_partitions_move() {
     let config = member_config("lease", 4)
         .with_session_timeout(session)
         .with_lease_margin(Duration::from_millis(100));
-    let mut a = Worker::start(proxy.addr, config.clone()).await;
+    let mut a = Worker::start(proxy.addr(), config.clone()).await;
     let mut b = Worker::start(server.local_addr(), config).await;
     wait_balanced(&mut [&mut a, &mut b], 4, &[2]).await;
     let a_had = a.owned();
@@ -651,7 +533,7 @@ async fn a_partitioned_member_stands_down_before_its_partitions_move() {
     assert!(lease > Instant::now() && lease <= Instant::now() + session);
 
     // The connection freezes: the socket stays open, nothing gets through.
-    proxy.freeze_existing();
+    proxy.freeze(Direction::Both);
     b.wait_for("b takes everything", |s| *s == all(4)).await;
     let lost = a.ledger.lock().lost_events();
     assert_eq!(lost.len(), 1, "{lost:?}");
@@ -734,8 +616,8 @@ async fn members_survive_a_coordinator_restart() {
     let first = start_server(StoreConfig::Custom(store.clone())).await;
     let proxy = Proxy::start(first.local_addr()).await;
     let config = member_config("restart", 4).with_session_timeout(Duration::from_secs(3));
-    let mut a = Worker::start(proxy.addr, config.clone()).await;
-    let mut b = Worker::start(proxy.addr, config).await;
+    let mut a = Worker::start(proxy.addr(), config.clone()).await;
+    let mut b = Worker::start(proxy.addr(), config).await;
     wait_balanced(&mut [&mut a, &mut b], 4, &[2]).await;
     let (a_had, b_had) = (a.owned(), b.owned());
     let (a_events, b_events) = (a.ledger.lock().log.len(), b.ledger.lock().log.len());

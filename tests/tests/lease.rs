@@ -9,113 +9,17 @@
 //! instant plus the session timeout, and cannot grant its partitions before then.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use rollcall_client::{Client, ClientConfig, Event, LostReason, Member, MemberConfig};
 use rollcall_coordinator::server::{ServerConfig, ServerHandle};
+use rollcall_tests::proxy::{Direction, Proxy};
 use rollcall_tests::{bounded, start};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
 
 const SESSION: Duration = Duration::from_millis(600);
 const MARGIN: Duration = Duration::from_millis(60);
-
-const FORWARD: u8 = 0;
-const BLACKHOLE: u8 = 1;
-
-/// A TCP proxy that forwards with a fixed delay, or silently drops everything.
-struct Proxy {
-    addr: SocketAddr,
-    mode: Arc<AtomicU8>,
-    /// Nanoseconds after `epoch` at which a byte last went from member to coordinator.
-    last_upstream: Arc<AtomicU64>,
-    epoch: Instant,
-}
-
-impl Proxy {
-    async fn start(upstream: SocketAddr, delay: Duration) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("proxy binds");
-        let addr = listener.local_addr().expect("proxy address");
-        let mode = Arc::new(AtomicU8::new(FORWARD));
-        let last_upstream = Arc::new(AtomicU64::new(0));
-        let epoch = Instant::now();
-        let (m, l) = (mode.clone(), last_upstream.clone());
-        tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                let Ok(server) = TcpStream::connect(upstream).await else {
-                    return;
-                };
-                let (cr, cw) = client.into_split();
-                let (sr, sw) = server.into_split();
-                tokio::spawn(pipe(cr, sw, delay, m.clone(), Some((l.clone(), epoch))));
-                tokio::spawn(pipe(sr, cw, delay, m.clone(), None));
-            }
-        });
-        Self {
-            addr,
-            mode,
-            last_upstream,
-            epoch,
-        }
-    }
-
-    fn blackhole(&self) {
-        self.mode.store(BLACKHOLE, Ordering::SeqCst);
-    }
-
-    fn last_upstream(&self) -> Instant {
-        self.epoch + Duration::from_nanos(self.last_upstream.load(Ordering::SeqCst))
-    }
-}
-
-/// Copies one direction, delaying each chunk by `delay`, dropping it while blackholed.
-async fn pipe(
-    mut from: tokio::net::tcp::OwnedReadHalf,
-    mut to: tokio::net::tcp::OwnedWriteHalf,
-    delay: Duration,
-    mode: Arc<AtomicU8>,
-    stamp: Option<(Arc<AtomicU64>, Instant)>,
-) {
-    let (tx, mut rx) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
-    let mode_w = mode.clone();
-    let writer = tokio::spawn(async move {
-        while let Some((due, bytes)) = rx.recv().await {
-            tokio::time::sleep_until(due.into()).await;
-            if mode_w.load(Ordering::SeqCst) == BLACKHOLE {
-                continue;
-            }
-            if let Some((last, epoch)) = &stamp {
-                last.store(epoch.elapsed().as_nanos() as u64, Ordering::SeqCst);
-            }
-            if to.write_all(&bytes).await.is_err() {
-                return;
-            }
-        }
-    });
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        match from.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                if mode.load(Ordering::SeqCst) == BLACKHOLE {
-                    continue;
-                }
-                if tx
-                    .send((Instant::now() + delay, buf[..n].to_vec()))
-                    .is_err()
-                {
-                    break;
-                }
-            }
-        }
-    }
-    drop(tx);
-    let _ = writer.await;
-}
 
 /// A member whose application logs every event with the instant it saw it and releases
 /// revoked partitions at once.
@@ -208,17 +112,19 @@ async fn coordinator() -> ServerHandle {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partitioned_member_stands_down_before_the_coordinator_can_grant_its_partitions() {
     let server = coordinator().await;
-    let proxy = Proxy::start(server.local_addr(), Duration::ZERO).await;
-    let a = App::start(proxy.addr).await;
+    let proxy = Proxy::start(server.local_addr()).await;
+    let a = App::start(proxy.addr()).await;
     let b = App::start(server.local_addr()).await;
     until("balanced", || a.owned() == 2 && b.owned() == 2).await;
     until("b's application holds 2", || b.first_holding(2).is_some()).await;
 
-    proxy.blackhole();
+    proxy.set_blackhole(Direction::Both, true);
     until("b takes everything", || b.first_holding(4).is_some()).await;
     let granted_seen = b.first_holding(4).expect("b holds 4");
     until("a told of its loss", || !a.lost().is_empty()).await;
-    let last_heard = proxy.last_upstream();
+    let last_heard = proxy
+        .last_forwarded(Direction::ToUpstream)
+        .expect("a was heard");
 
     let lost = a.lost();
     assert_eq!(lost.len(), 1, "{lost:?}");
@@ -248,8 +154,9 @@ async fn slow_acknowledgements_within_the_lease_do_not_make_a_member_stand_down(
     // after its heartbeat was sent, within the 540 ms lease it renews. A join followed by
     // its first heartbeat takes two round trips (400 ms) before the first renewal, which
     // is why a delay approaching a quarter of the lease each way would not do.
-    let proxy = Proxy::start(server.local_addr(), Duration::from_millis(100)).await;
-    let a = App::start(proxy.addr).await;
+    let proxy = Proxy::start(server.local_addr()).await;
+    proxy.set_delay(Direction::Both, Duration::from_millis(100));
+    let a = App::start(proxy.addr()).await;
     let b = App::start(server.local_addr()).await;
     until("balanced", || a.owned() == 2 && b.owned() == 2).await;
     until("a holds a lease", || a.member.lease_deadline().is_some()).await;
