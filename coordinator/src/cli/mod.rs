@@ -302,7 +302,10 @@ mod tests {
         let e = config_of(&["rollcall", "serve", "--assignor", "best"]).unwrap_err();
         assert!(e.contains("unknown assignor 'best'"), "{e}");
         let e = config_of(&["rollcall", "serve", "--detector", "psychic"]).unwrap_err();
-        assert!(e.contains("unknown detector 'psychic': expected fixed"), "{e}");
+        assert!(
+            e.contains("unknown detector 'psychic': expected fixed"),
+            "{e}"
+        );
         assert!(config_of(&["rollcall", "serve", "--shards", "0"]).is_err());
     }
 }

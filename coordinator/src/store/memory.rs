@@ -1,17 +1,17 @@
 //! An in-memory [`Store`] for tests.
 //!
-//! It keeps the same retention bookkeeping as the durable store, counts its writes so
-//! that tests can assert how records were batched, and can be told to write slowly or
-//! to fail.
+//! It keeps retention's marks like any store, counts its writes so that tests can
+//! assert how records were batched, and can be told to write slowly or to fail.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
 
-use super::{deletions, is_expired, system_clock, unix_ms, Clock, Store, StoreError};
+use super::retention::{deletions, expired, IdleMarks, Retention};
+use super::{system_clock, Clock, Store, StoreError};
 use crate::core::{GroupSnapshot, OffsetRecord, Record, RestoredState};
 
 /// Offsets by (group, topic, partition): (offset, metadata).
@@ -96,14 +96,14 @@ impl MemoryStore {
 
     /// [`Store::expired_groups`] as if the wall clock read `now`.
     pub fn expired_groups_at(&self, now: SystemTime, retention: Duration) -> Vec<String> {
-        let now_ms = unix_ms(now);
-        self.state
+        let marks: Vec<(String, u64)> = self
+            .state
             .lock()
             .empty_since
             .iter()
-            .filter(|(_, since)| is_expired(**since, now_ms, retention))
-            .map(|(group, _)| group.clone())
-            .collect()
+            .map(|(group, since)| (group.clone(), *since))
+            .collect();
+        expired(marks, now, retention)
     }
 
     /// [`Store::purge_expired`] as if the wall clock read `now`.
@@ -125,40 +125,54 @@ impl MemoryStore {
     }
 }
 
+/// Retention's view of the state's marks and snapshots.
+struct Marks<'a> {
+    empty_since: &'a mut BTreeMap<String, u64>,
+    groups: &'a BTreeMap<String, GroupSnapshot>,
+}
+
+impl IdleMarks for Marks<'_> {
+    fn marked(&self, group: &str) -> Result<bool, StoreError> {
+        Ok(self.empty_since.contains_key(group))
+    }
+
+    fn mark(&mut self, group: &str, since_ms: u64) -> Result<(), StoreError> {
+        self.empty_since.insert(group.to_owned(), since_ms);
+        Ok(())
+    }
+
+    fn unmark(&mut self, group: &str) -> Result<(), StoreError> {
+        self.empty_since.remove(group);
+        Ok(())
+    }
+
+    fn has_snapshot(&self, group: &str) -> Result<bool, StoreError> {
+        Ok(self.groups.contains_key(group))
+    }
+}
+
 impl State {
-    fn apply(&mut self, records: &[Record], now_ms: u64) {
-        // Groups whose idleness an offset commit of this batch already updated; every
-        // update of a batch uses the same `now_ms`, so once is enough until a snapshot
-        // of the group changes it again.
-        let mut touched: HashSet<&str> = HashSet::new();
+    fn apply(&mut self, records: &[Record], now: SystemTime) -> Result<(), StoreError> {
+        let mut retention = Retention::new(now);
         for record in records {
+            retention.apply(
+                record,
+                &mut Marks {
+                    empty_since: &mut self.empty_since,
+                    groups: &self.groups,
+                },
+            )?;
             match record {
                 Record::Offset(offset) => {
                     self.offsets.insert(
                         (offset.group.clone(), offset.topic.clone(), offset.partition),
                         (offset.offset, offset.metadata.clone()),
                     );
-                    if touched.insert(&offset.group)
-                        && (self.empty_since.contains_key(&offset.group)
-                            || !self.groups.contains_key(&offset.group))
-                    {
-                        self.empty_since.insert(offset.group.clone(), now_ms);
-                    }
                 }
                 Record::Group(snapshot) => {
-                    touched.remove(snapshot.group.as_str());
-                    if snapshot.members.is_empty() {
-                        self.empty_since
-                            .entry(snapshot.group.clone())
-                            .or_insert(now_ms);
-                    } else {
-                        self.empty_since.remove(&snapshot.group);
-                    }
                     self.groups.insert(snapshot.group.clone(), snapshot.clone());
                 }
                 Record::GroupDeleted { group } => {
-                    touched.remove(group.as_str());
-                    self.empty_since.remove(group);
                     if let Some(snapshot) = self.groups.remove(group) {
                         self.generation_floor = self.generation_floor.max(snapshot.generation);
                     }
@@ -175,6 +189,7 @@ impl State {
                 }
             }
         }
+        Ok(())
     }
 }
 
@@ -209,8 +224,8 @@ impl Store for MemoryStore {
         if let Some(error) = self.fail_with.lock().clone() {
             return Err(error);
         }
-        let now_ms = unix_ms((self.clock)());
-        self.state.lock().apply(records, now_ms);
+        let now = (self.clock)();
+        self.state.lock().apply(records, now)?;
         self.records_written
             .fetch_add(records.len() as u64, Ordering::Relaxed);
         Ok(())

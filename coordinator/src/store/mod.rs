@@ -11,7 +11,8 @@
 //!
 //! # Retention
 //!
-//! Both stores remember, per group, since when it has been idle and empty:
+//! Every store remembers, per group, since when it has been idle and empty (the rule is
+//! written once, in [`retention`]; a store supplies the table):
 //!
 //! - a snapshot with no members marks the group empty from that moment, unless it is
 //!   already marked (it stays empty since the earlier time);
@@ -32,11 +33,15 @@ use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use self::retention::deletions;
+
 use crate::core::{Record, RestoredState};
 
 pub mod group_commit;
 pub mod memory;
 pub mod redb;
+pub mod retention;
+mod snapshot_json;
 
 #[cfg(test)]
 mod tests;
@@ -52,19 +57,6 @@ pub type Clock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
 /// The system wall clock.
 pub fn system_clock() -> Clock {
     Arc::new(SystemTime::now)
-}
-
-/// Milliseconds since the UNIX epoch; 0 for times before it.
-fn unix_ms(time: SystemTime) -> u64 {
-    time.duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
-/// Whether a group empty since `since_ms` has been so for longer than `retention` at
-/// `now_ms`.
-fn is_expired(since_ms: u64, now_ms: u64, retention: Duration) -> bool {
-    let retention_ms = u64::try_from(retention.as_millis()).unwrap_or(u64::MAX);
-    now_ms.saturating_sub(since_ms) > retention_ms
 }
 
 /// Why the store failed.
@@ -123,14 +115,4 @@ pub trait Store: Debug + Send + Sync {
         }
         Ok(expired)
     }
-}
-
-/// A [`Record::GroupDeleted`] for each of `groups`.
-fn deletions(groups: &[String]) -> Vec<Record> {
-    groups
-        .iter()
-        .map(|group| Record::GroupDeleted {
-            group: group.clone(),
-        })
-        .collect()
 }

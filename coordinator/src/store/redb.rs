@@ -10,7 +10,7 @@
 //! | `info`       | `"format"`                                     | format version, one byte                |
 //! | `info`       | `"generation_floor"` (absent until a deletion) | u32 LE: largest generation of a deleted group |
 //! | `offsets`    | u32 BE group len, group, u32 BE topic len, topic, u32 BE partition | format byte, i64 LE offset, metadata |
-//! | `groups`     | group                                          | format byte, JSON of [`GroupSnapshot`]  |
+//! | `groups`     | group                                          | format byte, JSON of [`GroupSnapshot`] (`snapshot_json.rs`) |
 //! | `group_meta` | group                                          | u64 LE wall-clock ms since empty        |
 //!
 //! The length prefixes make all offsets of one group contiguous in key order, so a group
@@ -24,7 +24,6 @@
 //! always either absent or a complete database, and anything else found under that name
 //! is reported rather than overwritten.
 
-use std::collections::HashSet;
 use std::fmt;
 use std::fs::{self, File};
 use std::io;
@@ -37,7 +36,9 @@ use redb::{
     Table, TableDefinition, TableError,
 };
 
-use super::{deletions, is_expired, system_clock, unix_ms, Clock, Store, StoreError};
+use super::retention::{deletions, expired, IdleMarks, Retention};
+use super::snapshot_json;
+use super::{system_clock, Clock, Store, StoreError};
 use crate::core::{GroupSnapshot, OffsetRecord, Record, RestoredState};
 
 /// The database's file name inside the data directory.
@@ -132,19 +133,16 @@ impl RedbStore {
         now: SystemTime,
         retention: Duration,
     ) -> Result<Vec<String>, StoreError> {
-        let now_ms = unix_ms(now);
         let txn = self.db.begin_read().map_err(|e| self.fail(e))?;
         let meta = txn.open_table(GROUP_META).map_err(|e| self.fail(e))?;
-        let mut expired = Vec::new();
+        let mut marks = Vec::new();
         for entry in meta.iter().map_err(|e| self.fail(e))? {
             let (key, value) = entry.map_err(|e| self.fail(e))?;
             let group = self.decode_group_key(key.value(), "group_meta")?;
             let since = self.decode_since(&group, value.value())?;
-            if is_expired(since, now_ms, retention) {
-                expired.push(group);
-            }
+            marks.push((group, since));
         }
-        Ok(expired)
+        Ok(expired(marks, now, retention))
     }
 
     /// [`Store::purge_expired`] as if the wall clock read `now`.
@@ -241,7 +239,7 @@ impl RedbStore {
 
     /// Applies `records` in one durable transaction; the body of [`Store::write`].
     fn write_inner(&self, records: &[Record]) -> Result<(), StoreError> {
-        let now_ms = unix_ms((self.clock)()).to_le_bytes();
+        let mut retention = Retention::new((self.clock)());
         let mut txn = self.db.begin_write().map_err(|e| self.fail(e))?;
         txn.set_durability(Durability::Immediate);
         {
@@ -251,46 +249,37 @@ impl RedbStore {
             let mut info = txn.open_table(INFO).map_err(|e| self.fail(e))?;
             let mut key = Vec::with_capacity(256);
             let mut value = Vec::with_capacity(256);
-            // Groups whose idleness an offset commit of this batch already updated; every
-            // update of a batch uses the same `now_ms`, so once is enough until a
-            // snapshot of the group changes it again.
-            let mut touched: HashSet<&str> = HashSet::new();
             for record in records {
+                retention.apply(
+                    record,
+                    &mut Marks {
+                        store: self,
+                        meta: &mut meta,
+                        groups: &groups,
+                    },
+                )?;
                 match record {
                     Record::Offset(offset) => {
                         encode_offset(offset, &mut key, &mut value);
                         offsets
                             .insert(key.as_slice(), value.as_slice())
                             .map_err(|e| self.fail(e))?;
-                        if touched.insert(&offset.group) {
-                            self.touch_idle_group(&offset.group, &groups, &mut meta, &now_ms)?;
-                        }
                     }
                     Record::Group(snapshot) => {
-                        touched.remove(snapshot.group.as_str());
                         value.clear();
                         value.push(VALUE_FORMAT);
-                        serde_json::to_writer(&mut value, snapshot).map_err(|e| {
+                        snapshot_json::encode(snapshot, &mut value).map_err(|e| {
                             StoreError::Io(format!(
                                 "{}: cannot encode snapshot of group {:?}: {e}",
                                 self.path.display(),
                                 snapshot.group
                             ))
                         })?;
-                        let group = snapshot.group.as_bytes();
                         groups
-                            .insert(group, value.as_slice())
+                            .insert(snapshot.group.as_bytes(), value.as_slice())
                             .map_err(|e| self.fail(e))?;
-                        if !snapshot.members.is_empty() {
-                            meta.remove(group).map_err(|e| self.fail(e))?;
-                        } else if meta.get(group).map_err(|e| self.fail(e))?.is_none() {
-                            meta.insert(group, now_ms.as_slice())
-                                .map_err(|e| self.fail(e))?;
-                        }
                     }
                     Record::GroupDeleted { group } => {
-                        touched.remove(group.as_str());
-                        meta.remove(group.as_bytes()).map_err(|e| self.fail(e))?;
                         let removed = groups.remove(group.as_bytes()).map_err(|e| self.fail(e))?;
                         if let Some(value) = removed {
                             let generation = self.decode_snapshot(group, value.value())?.generation;
@@ -351,25 +340,6 @@ impl RedbStore {
         Ok(())
     }
 
-    /// An offset was committed to `group`: if the group is empty, or has no snapshot
-    /// (offsets committed without membership), it is idle from now.
-    fn touch_idle_group(
-        &self,
-        group: &str,
-        groups: &Table<'_, &'static [u8], &'static [u8]>,
-        meta: &mut Table<'_, &'static [u8], &'static [u8]>,
-        now_ms: &[u8; 8],
-    ) -> Result<(), StoreError> {
-        let group = group.as_bytes();
-        let idle = meta.get(group).map_err(|e| self.fail(e))?.is_some()
-            || groups.get(group).map_err(|e| self.fail(e))?.is_none();
-        if idle {
-            meta.insert(group, now_ms.as_slice())
-                .map_err(|e| self.fail(e))?;
-        }
-        Ok(())
-    }
-
     fn decode_group_key(&self, key: &[u8], table: &str) -> Result<String, StoreError> {
         String::from_utf8(key.to_vec()).map_err(|_| {
             self.corrupt(format!(
@@ -389,7 +359,7 @@ impl RedbStore {
             }
             None => return Err(self.corrupt(format!("snapshot of group {group:?} is empty"))),
         };
-        let snapshot: GroupSnapshot = serde_json::from_slice(json).map_err(|e| {
+        let snapshot = snapshot_json::decode(json).map_err(|e| {
             self.corrupt(format!("snapshot of group {group:?} does not decode: {e}"))
         })?;
         if snapshot.group != group {
@@ -463,6 +433,41 @@ impl RedbStore {
             redb::Error::Corrupted(reason) => self.corrupt(reason),
             other => StoreError::Io(format!("{}: {other}", self.path.display())),
         }
+    }
+}
+
+type BytesTableOf<'t> = Table<'t, &'static [u8], &'static [u8]>;
+
+/// Retention's view of the `group_meta` and `groups` tables inside a write.
+struct Marks<'a, 't> {
+    store: &'a RedbStore,
+    meta: &'a mut BytesTableOf<'t>,
+    groups: &'a BytesTableOf<'t>,
+}
+
+impl IdleMarks for Marks<'_, '_> {
+    fn marked(&self, group: &str) -> Result<bool, StoreError> {
+        let mark = self.meta.get(group.as_bytes());
+        Ok(mark.map_err(|e| self.store.fail(e))?.is_some())
+    }
+
+    fn mark(&mut self, group: &str, since_ms: u64) -> Result<(), StoreError> {
+        self.meta
+            .insert(group.as_bytes(), since_ms.to_le_bytes().as_slice())
+            .map_err(|e| self.store.fail(e))?;
+        Ok(())
+    }
+
+    fn unmark(&mut self, group: &str) -> Result<(), StoreError> {
+        self.meta
+            .remove(group.as_bytes())
+            .map_err(|e| self.store.fail(e))?;
+        Ok(())
+    }
+
+    fn has_snapshot(&self, group: &str) -> Result<bool, StoreError> {
+        let snapshot = self.groups.get(group.as_bytes());
+        Ok(snapshot.map_err(|e| self.store.fail(e))?.is_some())
     }
 }
 

@@ -444,7 +444,7 @@ fn redb_reports_snapshot_that_does_not_decode() {
     }
     // A snapshot filed under another group's name.
     let mut misfiled = vec![1];
-    misfiled.extend(serde_json::to_vec(&snapshot("audit", 1, &[])).unwrap());
+    super::snapshot_json::encode(&snapshot("audit", 1, &[]), &mut misfiled).unwrap();
     store.put_raw("groups", b"billing", &misfiled);
     let err = store.load().unwrap_err();
     assert!(err.to_string().contains("is of group"), "{err}");
@@ -1067,4 +1067,52 @@ fn group_commit_over_redb_from_async_tasks() {
     let state = committer.store().load().unwrap();
     assert_eq!(state.offsets.len(), 32);
     assert!(state.offsets.iter().all(|o| o.offset == 24));
+}
+
+/// The file format of a snapshot is the store's: these exact JSON texts must keep
+/// loading, whatever shape the core's types take.
+#[test]
+fn snapshot_json_format_is_stable() {
+    use super::snapshot_json::{decode, encode};
+    // As the first release wrote it: no held partitions, instances, leases.
+    let old = br#"{"group":"billing","generation":3,"topics":[["orders",4]],"members":[{"member_id":"m-1","instance_id":null,"client_id":"c","join_token":7,"session_timeout_ms":10000,"progress_timeout_ms":60000,"rebalance_timeout_ms":30000,"subscription":[0],"generation":3,"owned":[[0,1]],"target":[[0,1]]}]}"#;
+    let s = decode(old).unwrap();
+    assert_eq!(s.group, "billing");
+    assert_eq!(s.generation, 3);
+    assert_eq!(s.topics, vec![("orders".to_owned(), 4)]);
+    let m = &s.members[0];
+    assert_eq!((m.member_id.as_str(), m.join_token), ("m-1", 7));
+    assert_eq!(m.session_timeout_ms, 10_000);
+    assert_eq!(m.owned, vec![(0, 1)]);
+    assert_eq!((m.lease_remaining_ms, m.stood_down), (None, false));
+    assert!(s.held.is_empty() && s.instances.is_empty() && s.rebalance_pending.is_none());
+
+    // Today's form round-trips, and names its fields as the file always has.
+    let mut full = s.clone();
+    full.held.push(HeldSnapshot {
+        remaining_ms: 250,
+        partitions: vec![(0, 2)],
+    });
+    full.instances.push(InstanceSnapshot {
+        instance_id: "w".into(),
+        epoch: 2,
+        member_id: "w#m-2".into(),
+        join_token: 9,
+        fenced_tokens: vec![8],
+    });
+    full.rebalance_pending = Some("join".into());
+    full.members[0].lease_remaining_ms = Some(900);
+    let mut json = Vec::new();
+    encode(&full, &mut json).unwrap();
+    assert_eq!(decode(&json).unwrap(), full);
+    let text = String::from_utf8(json).unwrap();
+    for key in [
+        "\"held\":[{\"remaining_ms\":250,\"partitions\":[[0,2]]}]",
+        "\"rebalance_pending\":\"join\"",
+        "\"fenced_tokens\":[8]",
+        "\"lease_remaining_ms\":900",
+        "\"stood_down\":false",
+    ] {
+        assert!(text.contains(key), "{key} missing from {text}");
+    }
 }

@@ -1,0 +1,171 @@
+//! The JSON form of a [`GroupSnapshot`] in the durable store.
+//!
+//! The store's own types, not the core's: the core's records can change shape freely,
+//! and the file format changes only here, where a field added after the first release
+//! gets a default so older files still load.
+
+use serde::{Deserialize, Serialize};
+
+use crate::core::{GroupSnapshot, HeldSnapshot, InstanceSnapshot, MemberSnapshot};
+
+/// Encodes `snapshot` as JSON, appending to `out`.
+pub(super) fn encode(snapshot: &GroupSnapshot, out: &mut Vec<u8>) -> serde_json::Result<()> {
+    serde_json::to_writer(out, &Group::from(snapshot))
+}
+
+/// Decodes a snapshot [`encode`] wrote (or an older version of it).
+pub(super) fn decode(json: &[u8]) -> serde_json::Result<GroupSnapshot> {
+    serde_json::from_slice::<Group>(json).map(GroupSnapshot::from)
+}
+
+#[derive(Serialize, Deserialize)]
+struct Group {
+    group: String,
+    generation: u32,
+    topics: Vec<(String, u32)>,
+    members: Vec<Member>,
+    #[serde(default)]
+    held: Vec<Held>,
+    #[serde(default)]
+    rebalance_pending: Option<String>,
+    #[serde(default)]
+    instances: Vec<Instance>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Held {
+    remaining_ms: u64,
+    partitions: Vec<(u32, u32)>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Instance {
+    instance_id: String,
+    epoch: u64,
+    member_id: String,
+    #[serde(default)]
+    join_token: u64,
+    #[serde(default)]
+    fenced_tokens: Vec<u64>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Member {
+    member_id: String,
+    instance_id: Option<String>,
+    client_id: String,
+    join_token: u64,
+    session_timeout_ms: u32,
+    progress_timeout_ms: u32,
+    rebalance_timeout_ms: u32,
+    subscription: Vec<u32>,
+    generation: u32,
+    owned: Vec<(u32, u32)>,
+    target: Vec<(u32, u32)>,
+    #[serde(default)]
+    lease_remaining_ms: Option<u64>,
+    #[serde(default)]
+    stood_down: bool,
+}
+
+impl From<&GroupSnapshot> for Group {
+    fn from(s: &GroupSnapshot) -> Self {
+        Self {
+            group: s.group.clone(),
+            generation: s.generation,
+            topics: s.topics.clone(),
+            members: s.members.iter().map(Member::from).collect(),
+            held: s
+                .held
+                .iter()
+                .map(|h| Held {
+                    remaining_ms: h.remaining_ms,
+                    partitions: h.partitions.clone(),
+                })
+                .collect(),
+            rebalance_pending: s.rebalance_pending.clone(),
+            instances: s
+                .instances
+                .iter()
+                .map(|i| Instance {
+                    instance_id: i.instance_id.clone(),
+                    epoch: i.epoch,
+                    member_id: i.member_id.clone(),
+                    join_token: i.join_token,
+                    fenced_tokens: i.fenced_tokens.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
+impl From<Group> for GroupSnapshot {
+    fn from(g: Group) -> Self {
+        Self {
+            group: g.group,
+            generation: g.generation,
+            topics: g.topics,
+            members: g.members.into_iter().map(MemberSnapshot::from).collect(),
+            held: g
+                .held
+                .into_iter()
+                .map(|h| HeldSnapshot {
+                    remaining_ms: h.remaining_ms,
+                    partitions: h.partitions,
+                })
+                .collect(),
+            rebalance_pending: g.rebalance_pending,
+            instances: g
+                .instances
+                .into_iter()
+                .map(|i| InstanceSnapshot {
+                    instance_id: i.instance_id,
+                    epoch: i.epoch,
+                    member_id: i.member_id,
+                    join_token: i.join_token,
+                    fenced_tokens: i.fenced_tokens,
+                })
+                .collect(),
+        }
+    }
+}
+
+impl From<&MemberSnapshot> for Member {
+    fn from(m: &MemberSnapshot) -> Self {
+        Self {
+            member_id: m.member_id.clone(),
+            instance_id: m.instance_id.clone(),
+            client_id: m.client_id.clone(),
+            join_token: m.join_token,
+            session_timeout_ms: m.session_timeout_ms,
+            progress_timeout_ms: m.progress_timeout_ms,
+            rebalance_timeout_ms: m.rebalance_timeout_ms,
+            subscription: m.subscription.clone(),
+            generation: m.generation,
+            owned: m.owned.clone(),
+            target: m.target.clone(),
+            lease_remaining_ms: m.lease_remaining_ms,
+            stood_down: m.stood_down,
+        }
+    }
+}
+
+impl From<Member> for MemberSnapshot {
+    fn from(m: Member) -> Self {
+        Self {
+            member_id: m.member_id,
+            instance_id: m.instance_id,
+            client_id: m.client_id,
+            join_token: m.join_token,
+            session_timeout_ms: m.session_timeout_ms,
+            progress_timeout_ms: m.progress_timeout_ms,
+            rebalance_timeout_ms: m.rebalance_timeout_ms,
+            subscription: m.subscription,
+            generation: m.generation,
+            owned: m.owned,
+            target: m.target,
+            lease_remaining_ms: m.lease_remaining_ms,
+            stood_down: m.stood_down,
+        }
+    }
+}
