@@ -19,6 +19,10 @@ const FORBIDDEN: &[(&str, &str)] = &[
     ("thread_rng", "randomness would make runs irreproducible"),
     ("metrics::", "observability goes out as events"),
     ("tracing::", "observability goes out as events"),
+    (
+        "serde",
+        "encodings belong to the store and the protocol, not the core's types",
+    ),
 ];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {

@@ -4,8 +4,6 @@
 //! of a batch of inputs in one durable transaction (group commit) before it sends any of
 //! that batch's responses or pushes, so nothing is acknowledged before it is durable.
 
-use serde::{Deserialize, Serialize};
-
 /// A durable change.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Record {
@@ -26,7 +24,7 @@ pub enum Record {
 }
 
 /// A committed offset.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OffsetRecord {
     /// Group.
     pub group: String,
@@ -46,8 +44,9 @@ pub struct OffsetRecord {
 /// deadlines. Remaining durations are counted from the moment the snapshot was taken;
 /// a restore counts them again from its own start, which can only make holds longer.
 ///
-/// Fields added after the first release default when absent, so older snapshots load.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// How a store encodes it is the store's business (the durable store's JSON form, with
+/// defaults for fields added later, is in `store/snapshot_json.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupSnapshot {
     /// Group id.
     pub group: String,
@@ -58,18 +57,15 @@ pub struct GroupSnapshot {
     /// Members, by id.
     pub members: Vec<MemberSnapshot>,
     /// Partitions held for removed or replaced members until their leases run out.
-    #[serde(default)]
     pub held: Vec<HeldSnapshot>,
     /// The cause of a rebalance that was asked for and has not run yet.
-    #[serde(default)]
     pub rebalance_pending: Option<String>,
     /// Every static instance that joined the group, with its latest incarnation.
-    #[serde(default)]
     pub instances: Vec<InstanceSnapshot>,
 }
 
 /// Partitions held for a member that may still be acting on them.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeldSnapshot {
     /// How long the hold still had to run when the snapshot was taken, ms.
     pub remaining_ms: u64,
@@ -78,7 +74,7 @@ pub struct HeldSnapshot {
 }
 
 /// The latest incarnation of a static instance.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InstanceSnapshot {
     /// Instance id.
     pub instance_id: String,
@@ -87,16 +83,14 @@ pub struct InstanceSnapshot {
     /// The latest incarnation's member id; any other id of the instance is fenced.
     pub member_id: String,
     /// The latest incarnation's join token.
-    #[serde(default)]
     pub join_token: u64,
     /// Join tokens of the most recent superseded incarnations (at most 16): a join
     /// retried with one of them is fenced.
-    #[serde(default)]
     pub fenced_tokens: Vec<u64>,
 }
 
 /// One member of a [`GroupSnapshot`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemberSnapshot {
     /// Member id.
     pub member_id: String,
@@ -124,11 +118,9 @@ pub struct MemberSnapshot {
     /// when the snapshot was taken, ms. Heartbeats renew leases without a snapshot, so
     /// a restore assumes at least a whole session timeout from the restore; this only
     /// matters when it is longer (a rejoin shortened the session timeout).
-    #[serde(default)]
     pub lease_remaining_ms: Option<u64>,
     /// The member's process stood down (a static member's `stand_down` leave): its
     /// lease is over and a replacement takes over at once.
-    #[serde(default)]
     pub stood_down: bool,
 }
 
