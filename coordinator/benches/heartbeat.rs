@@ -49,7 +49,7 @@ fn populated(
     let settle = start + Duration::from_secs(1);
     core.handle_timeout(settle);
     while core.poll_output().is_some() {}
-    core.take_records();
+    let _durable_in_a_real_shell = core.take_records();
     (core, members)
 }
 

@@ -179,6 +179,7 @@ impl Coordinator {
     /// Handles one request from connection `conn` and returns its response.
     ///
     /// `ApiVersions` is the connection's business and is refused here.
+    #[must_use]
     pub fn handle_request(&mut self, now: Instant, conn: ConnId, request: Request) -> Response {
         self.tick(now);
         if matches!(
@@ -278,11 +279,13 @@ impl Coordinator {
     }
 
     /// When the core next needs [`Self::handle_timeout`], if ever.
+    #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.timers.peek()
     }
 
     /// The next output, if any.
+    #[must_use]
     pub fn poll_output(&mut self) -> Option<Output> {
         self.outputs.pop_front()
     }
@@ -292,6 +295,7 @@ impl Coordinator {
     ///
     /// Each changed group is snapshotted once per call however many inputs changed it,
     /// so a shell that calls this once per batch of inputs writes each group once.
+    #[must_use]
     pub fn take_records(&mut self) -> Vec<Record> {
         let mut names = std::mem::take(&mut self.dirty);
         names.sort();

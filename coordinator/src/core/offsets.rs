@@ -171,6 +171,7 @@ impl Coordinator {
     /// [`Record::GroupDeleted`] asks the store to do the same, in order with every other
     /// record. A group the core does not know is deleted too: the store may hold
     /// something the core does not.
+    #[must_use = "false means the group was not removed (a member joined since)"]
     pub fn remove_offsets(&mut self, group: &str) -> bool {
         if let Some(g) = self.groups.get(group) {
             if !g.members.is_empty() || !g.held.is_empty() {

@@ -469,7 +469,7 @@ fn defect_7_a_forgotten_group_joined_again_never_repeats_a_generation() {
     let last = t.generation_of(&b);
     t.leave(&b);
     t.advance(SETTLE);
-    t.core.remove_offsets("g");
+    assert!(t.core.remove_offsets("g"), "an empty group is removed");
     t.drain();
     restart(&mut t);
     let c = t.join(3, "g", &[("orders", 4)]);
