@@ -1,3 +1,6 @@
+//! Both stores against the same expectations: round trips, atomic batches, retention's
+//! marks, the generation floor, and every kind of damage a redb file can show.
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};

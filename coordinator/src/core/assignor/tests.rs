@@ -1,3 +1,6 @@
+//! The assignors' properties (every partition to exactly one subscriber, balance,
+//! stickiness, determinism) checked by examples and by proptest over random groups.
+
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
