@@ -1,13 +1,98 @@
 //! Admin commands (`groups`, `describe`, `offsets`): one request to a running
-//! coordinator over the wire protocol.
+//! coordinator over the wire protocol. A new one is a variant of [`AdminCommand`] with
+//! its arms here, and its rendering in `render.rs`.
 
 use super::*;
 
-#[derive(Debug)]
-pub(super) enum Admin {
-    Groups,
-    Describe(String),
-    Offsets(String, Vec<String>),
+/// The commands that ask a running coordinator.
+#[derive(Debug, Subcommand)]
+pub(super) enum AdminCommand {
+    /// List the coordinator's groups.
+    Groups {
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Describe a group: its state and every member's liveness and partitions.
+    Describe {
+        /// The group.
+        group: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Show a group's committed offsets.
+    Offsets {
+        /// The group.
+        group: String,
+        /// Only these topics (repeatable); every topic by default.
+        #[arg(long = "topic", value_name = "TOPIC")]
+        topics: Vec<String>,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+}
+
+#[derive(Debug, Args)]
+pub(super) struct AdminArgs {
+    /// The coordinator to ask.
+    #[arg(long, env = "ROLLCALL_ADDR", default_value = DEFAULT_LISTEN)]
+    addr: String,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Give up on the coordinator after this long.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    timeout: Duration,
+}
+
+impl AdminCommand {
+    fn args(&self) -> &AdminArgs {
+        match self {
+            Self::Groups { admin } | Self::Describe { admin, .. } | Self::Offsets { admin, .. } => {
+                admin
+            }
+        }
+    }
+
+    /// The group the command names, if any.
+    fn group(&self) -> Option<&str> {
+        match self {
+            Self::Groups { .. } => None,
+            Self::Describe { group, .. } | Self::Offsets { group, .. } => Some(group),
+        }
+    }
+
+    fn request(&self) -> Request {
+        match self {
+            Self::Groups { .. } => Request::ListGroups,
+            Self::Describe { group, .. } => Request::DescribeGroup(DescribeGroupRequest {
+                group: group.clone(),
+            }),
+            Self::Offsets { group, topics, .. } => Request::FetchOffsets(FetchOffsetsRequest {
+                group: group.clone(),
+                topics: topics.clone(),
+            }),
+        }
+    }
+
+    /// The answer as the user sees it.
+    fn render(&self, response: Response) -> Result<String, AdminError> {
+        let json = self.args().json;
+        match (self, response) {
+            (_, Response::Error(e)) if e.code == ErrorCode::UnknownGroup => Err(
+                AdminError::UnknownGroup(self.group().unwrap_or_default().to_owned()),
+            ),
+            (_, Response::Error(e)) => Err(AdminError::Refused {
+                code: e.code,
+                message: e.message,
+            }),
+            (Self::Groups { .. }, Response::ListGroups(r)) => Ok(render_groups(&r, json)),
+            (Self::Describe { .. }, Response::DescribeGroup(r)) => Ok(render_describe(&r, json)),
+            (Self::Offsets { group, .. }, Response::FetchOffsets(r)) => {
+                Ok(render_offsets(group, &r, json))
+            }
+            (_, other) => Err(AdminError::Unexpected(format!("{other:?}"))),
+        }
+    }
 }
 
 /// Why an admin command failed.
@@ -34,7 +119,7 @@ pub(super) enum AdminError {
     Unexpected(String),
 }
 
-pub(super) fn admin_command(args: &AdminArgs, admin: Admin) -> ExitCode {
+pub(super) fn admin_command(command: AdminCommand) -> ExitCode {
     init_logging("warn");
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -46,7 +131,11 @@ pub(super) fn admin_command(args: &AdminArgs, admin: Admin) -> ExitCode {
             return ExitCode::from(EXIT_RUNTIME);
         }
     };
-    match runtime.block_on(admin_run(args, admin)) {
+    let outcome = runtime.block_on(async {
+        let response = admin_request(command.args(), command.request()).await?;
+        command.render(response)
+    });
+    match outcome {
         Ok(text) => {
             print!("{text}");
             ExitCode::SUCCESS
@@ -55,37 +144,6 @@ pub(super) fn admin_command(args: &AdminArgs, admin: Admin) -> ExitCode {
             eprintln!("rollcall: {e}");
             ExitCode::from(EXIT_RUNTIME)
         }
-    }
-}
-
-pub(super) async fn admin_run(args: &AdminArgs, admin: Admin) -> Result<String, AdminError> {
-    let request = match &admin {
-        Admin::Groups => Request::ListGroups,
-        Admin::Describe(group) => Request::DescribeGroup(DescribeGroupRequest {
-            group: group.clone(),
-        }),
-        Admin::Offsets(group, topics) => Request::FetchOffsets(FetchOffsetsRequest {
-            group: group.clone(),
-            topics: topics.clone(),
-        }),
-    };
-    let response = admin_request(args, request).await?;
-    match (admin, response) {
-        (Admin::Describe(group) | Admin::Offsets(group, _), Response::Error(e))
-            if e.code == ErrorCode::UnknownGroup =>
-        {
-            Err(AdminError::UnknownGroup(group))
-        }
-        (_, Response::Error(e)) => Err(AdminError::Refused {
-            code: e.code,
-            message: e.message,
-        }),
-        (Admin::Groups, Response::ListGroups(r)) => Ok(render_groups(&r, args.json)),
-        (Admin::Describe(_), Response::DescribeGroup(r)) => Ok(render_describe(&r, args.json)),
-        (Admin::Offsets(group, _), Response::FetchOffsets(r)) => {
-            Ok(render_offsets(&group, &r, args.json))
-        }
-        (_, other) => Err(AdminError::Unexpected(format!("{other:?}"))),
     }
 }
 

@@ -75,38 +75,8 @@ enum Command {
     /// unit: 500ms, 10s, 5m, 2h, 7d. Exit codes: 0 clean shutdown, 1 runtime error,
     /// 2 bad configuration, 3 store unusable.
     Serve(Box<ServeArgs>),
-    /// List the coordinator's groups.
-    Groups(AdminArgs),
-    /// Describe a group: its state and every member's liveness and partitions.
-    Describe {
-        /// The group.
-        group: String,
-        #[command(flatten)]
-        admin: AdminArgs,
-    },
-    /// Show a group's committed offsets.
-    Offsets {
-        /// The group.
-        group: String,
-        /// Only these topics (repeatable); every topic by default.
-        #[arg(long = "topic", value_name = "TOPIC")]
-        topics: Vec<String>,
-        #[command(flatten)]
-        admin: AdminArgs,
-    },
-}
-
-#[derive(Debug, Args)]
-struct AdminArgs {
-    /// The coordinator to ask.
-    #[arg(long, env = "ROLLCALL_ADDR", default_value = DEFAULT_LISTEN)]
-    addr: String,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    json: bool,
-    /// Give up on the coordinator after this long.
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
-    timeout: Duration,
+    #[command(flatten)]
+    Admin(AdminCommand),
 }
 
 /// Runs the command line with the process's arguments.
@@ -148,13 +118,7 @@ where
             let sub = matches.subcommand_matches("serve").expect("serve matched");
             serve(&argv, sub)
         }
-        Command::Groups(admin) => admin_command(&admin, Admin::Groups),
-        Command::Describe { group, admin } => admin_command(&admin, Admin::Describe(group)),
-        Command::Offsets {
-            group,
-            topics,
-            admin,
-        } => admin_command(&admin, Admin::Offsets(group, topics)),
+        Command::Admin(command) => admin_command(command),
     }
 }
 
