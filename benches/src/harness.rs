@@ -237,6 +237,25 @@ impl Rig {
         }
     }
 
+    /// Waits (within the setup timeout) until the members see every group settled:
+    /// every partition owned exactly once, balanced, nothing being revoked.
+    pub(crate) async fn settled(
+        &self,
+        tracker: &mut Tracker,
+        observations: &mut UnboundedReceiver<Obs>,
+    ) -> Result<(), String> {
+        self.phase("settling");
+        let deadline = Instant::now() + self.setup_timeout;
+        tracker
+            .absorb(observations, deadline, Tracker::all_settled)
+            .await;
+        if tracker.all_settled() {
+            Ok(())
+        } else {
+            Err("the groups did not settle".to_owned())
+        }
+    }
+
     /// Lets the members run for `warmup` before anything is measured.
     pub(crate) async fn warm_up(&self, warmup: Duration) {
         self.phase("warming up");

@@ -63,9 +63,9 @@ impl Command {
         match self {
             Self::Steady(a) => a.hard_cap(),
             Self::JoinStorm(a) => a.hard_cap(),
-            Self::Churn(a) => old_cap(&a.common, Duration::from_secs(120)),
-            Self::Stall(a) => old_cap(&a.common, Duration::from_secs(180)),
-            Self::RollingRestart(a) => old_cap(&a.common, Duration::from_secs(600)),
+            Self::Churn(a) => a.hard_cap(),
+            Self::Stall(a) => a.hard_cap(),
+            Self::RollingRestart(a) => a.hard_cap(),
             Self::Commit(a) => a.hard_cap(),
             Self::Scale(a) => a.hard_cap(),
         }
@@ -75,21 +75,13 @@ impl Command {
         match self {
             Self::Steady(a) => harness::run(a).await,
             Self::JoinStorm(a) => harness::run(a).await,
-            Self::Churn(a) => scenarios::churn::run(a).await,
-            Self::Stall(a) => scenarios::stall::run(a).await,
-            Self::RollingRestart(a) => scenarios::rolling::run(a).await,
+            Self::Churn(a) => harness::run(a).await,
+            Self::Stall(a) => harness::run(a).await,
+            Self::RollingRestart(a) => harness::run(a).await,
             Self::Commit(a) => harness::run(a).await,
             Self::Scale(a) => harness::run(a).await,
         }
     }
-}
-
-/// The hard cap of a scenario not yet run through the harness.
-fn old_cap(common: &common::CommonArgs, extra: Duration) -> Duration {
-    common.setup_timeout
-        + common.duration.unwrap_or(Duration::from_secs(60))
-        + extra
-        + harness::MARGIN
 }
 
 fn main() -> ExitCode {
