@@ -117,6 +117,19 @@ impl CommonArgs {
         self.groups.unwrap_or(default).max(1)
     }
 
+    /// Partitions per group: `--partitions`, or `per_member` for each member a group
+    /// holds.
+    pub(crate) fn partitions_or_per_member(
+        &self,
+        members: usize,
+        groups: usize,
+        per_member: usize,
+    ) -> u32 {
+        self.partitions.unwrap_or_else(|| {
+            u32::try_from(members.div_ceil(groups) * per_member).unwrap_or(u32::MAX)
+        })
+    }
+
     /// Connections the generator will open at most, allowing for this process's file
     /// limit when the coordinator shares it.
     pub(crate) fn connection_cap(&self) -> usize {

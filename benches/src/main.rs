@@ -12,6 +12,7 @@
 
 mod common;
 mod driver;
+mod harness;
 mod probe;
 mod procfs;
 mod scenarios;
@@ -24,16 +25,18 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
+use crate::harness::Scenario;
+
 /// Load scenarios against a rollcall coordinator.
 #[derive(Debug, Parser)]
 #[command(name = "rollcall-bench", version, about)]
 struct Cli {
     #[command(subcommand)]
-    scenario: Scenario,
+    scenario: Command,
 }
 
 #[derive(Debug, Subcommand)]
-enum Scenario {
+enum Command {
     /// Members heartbeating at a fixed offered rate (or closed loop): heartbeat RTT,
     /// throughput, coordinator CPU and memory, false expulsions.
     Steady(scenarios::steady::SteadyArgs),
@@ -54,40 +57,29 @@ enum Scenario {
     Scale(scenarios::steady::ScaleArgs),
 }
 
-impl Scenario {
+impl Command {
     /// The longest the scenario may take, all phases included.
     fn hard_cap(&self) -> Duration {
-        let (common, extra) = match self {
-            Self::Steady(a) => (&a.common, a.warmup),
-            Self::JoinStorm(a) => (&a.common, Duration::from_secs(60)),
-            Self::Churn(a) => (&a.common, Duration::from_secs(120)),
-            Self::Stall(a) => (&a.common, Duration::from_secs(180)),
-            Self::RollingRestart(a) => (&a.common, Duration::from_secs(600)),
-            Self::Commit(a) => (&a.common, a.warmup),
-            Self::Scale(a) => {
-                let runs = a.counts.len() as u32;
-                return (a.common.setup_timeout
-                    + a.common.duration.unwrap_or(Duration::from_secs(20))
-                    + a.warmup
-                    + Duration::from_secs(90))
-                    * runs.max(1);
-            }
-        };
-        common.setup_timeout
-            + common.duration.unwrap_or(Duration::from_secs(60))
-            + extra
-            + Duration::from_secs(90)
+        match self {
+            Self::Steady(a) => a.hard_cap(),
+            Self::JoinStorm(a) => a.hard_cap(),
+            Self::Churn(a) => a.hard_cap(),
+            Self::Stall(a) => a.hard_cap(),
+            Self::RollingRestart(a) => a.hard_cap(),
+            Self::Commit(a) => a.hard_cap(),
+            Self::Scale(a) => a.hard_cap(),
+        }
     }
 
     async fn run(&self) -> Result<bool, String> {
         match self {
-            Self::Steady(a) => scenarios::steady::run(a).await,
-            Self::JoinStorm(a) => scenarios::join_storm::run(a).await,
-            Self::Churn(a) => scenarios::churn::run(a).await,
-            Self::Stall(a) => scenarios::stall::run(a).await,
-            Self::RollingRestart(a) => scenarios::rolling::run(a).await,
-            Self::Commit(a) => scenarios::commit::run(a).await,
-            Self::Scale(a) => scenarios::steady::run_scale(a).await,
+            Self::Steady(a) => harness::run(a).await,
+            Self::JoinStorm(a) => harness::run(a).await,
+            Self::Churn(a) => harness::run(a).await,
+            Self::Stall(a) => harness::run(a).await,
+            Self::RollingRestart(a) => harness::run(a).await,
+            Self::Commit(a) => harness::run(a).await,
+            Self::Scale(a) => harness::run(a).await,
         }
     }
 }

@@ -205,6 +205,14 @@ pub(crate) fn kv(rows: &[(&str, String)]) -> String {
     out
 }
 
+/// A scenario's usual body: its key/value lines, then a latency table.
+pub(crate) fn summary(lines: &[(&str, String)], latencies: &[Vec<String>]) -> String {
+    let mut out = kv(lines);
+    out.push('\n');
+    out.push_str(&table(&LATENCY_HEADER, latencies));
+    out
+}
+
 /// The median of some numbers (mean of the two middle ones for an even count).
 pub(crate) fn median(values: &mut [f64]) -> Option<f64> {
     if values.is_empty() {

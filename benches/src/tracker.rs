@@ -59,6 +59,16 @@ impl Tracker {
         }
     }
 
+    /// Applies observations as they arrive for `d`.
+    pub(crate) async fn absorb_for(
+        &mut self,
+        observations: &mut tokio::sync::mpsc::UnboundedReceiver<Obs>,
+        d: std::time::Duration,
+    ) {
+        self.absorb(observations, Instant::now() + d, |_| false)
+            .await;
+    }
+
     pub(crate) fn new(members: usize, groups: usize, partitions: u32) -> Self {
         let member_group: Vec<usize> = (0..members).map(|i| i % groups).collect();
         let mut group_members = vec![Vec::new(); groups];

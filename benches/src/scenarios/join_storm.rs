@@ -5,14 +5,11 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use serde::Serialize;
 
-use crate::common::{
-    group_name, member_specs, Check, CommonArgs, CpuMark, GeneratorInfo, Machine, Progress, Report,
-};
-use crate::driver::{Counters, Driver, Load, Plan};
+use crate::common::{group_name, Check, CommonArgs, CpuMark};
+use crate::driver::{Counters, Load};
+use crate::harness::{Outcome, Rig, Scenario, Setup};
 use crate::probe::spawn_poller;
-use crate::stats::{fmt_count, kv, median, table, Percentiles, LATENCY_HEADER};
-use crate::target::Target;
-use crate::tracker::Tracker;
+use crate::stats::{fmt_count, median, summary, Percentiles};
 
 #[derive(Debug, Clone, Args)]
 pub(crate) struct JoinStormArgs {
@@ -45,246 +42,217 @@ pub(crate) struct JoinStormFigures {
     pub(crate) join_errors: u64,
 }
 
-pub(crate) async fn run(args: &JoinStormArgs) -> Result<bool, String> {
-    let common = &args.common;
-    let mut machine = Machine::now();
-    let members = common.members_or(10_000);
-    let groups = common.groups_or(100);
-    let partitions = common
-        .partitions
-        .unwrap_or_else(|| u32::try_from(members.div_ceil(groups) * 10).unwrap_or(u32::MAX));
-    let session = common.session_timeout.unwrap_or(Duration::from_secs(10));
-    let interval = common.interval.unwrap_or(Duration::from_secs(1));
-    let cap = common.duration.unwrap_or(Duration::from_secs(60));
-    let per_conn = common.per_conn(members);
-    let opts = common.target_options()?;
-    let target = Target::start(&opts).await?;
-    let info = target.info(&opts);
-    let mut driver = Driver::start(
-        target.addr,
-        Plan {
-            members: member_specs(
-                members,
-                groups,
-                partitions,
-                session,
-                Duration::from_secs(3600),
-                false,
-            ),
-            per_conn,
-            load: Load::Periodic { period: interval },
-            connect_concurrency: 256,
+impl Scenario for JoinStormArgs {
+    const NAME: &'static str = "join-storm";
+    type Figures = JoinStormFigures;
+
+    fn common(&self) -> &CommonArgs {
+        &self.common
+    }
+
+    fn extra_time(&self) -> Duration {
+        Duration::from_secs(60)
+    }
+
+    async fn run(&self) -> Result<Outcome<JoinStormFigures>, String> {
+        let common = &self.common;
+        let members = common.members_or(10_000);
+        let groups = common.groups_or(100);
+        let partitions = common.partitions_or_per_member(members, groups, 10);
+        let session = common.session_timeout.unwrap_or(Duration::from_secs(10));
+        let interval = common.interval.unwrap_or(Duration::from_secs(1));
+        let cap = common.duration.unwrap_or(Duration::from_secs(60));
+        let load = Load::Periodic { period: interval };
+        let setup = Setup {
             join_concurrency: members,
             auto_join: false,
             observe: true,
-        },
-    );
-    let shared = driver.shared.clone();
-    let progress = Progress::start(shared.clone(), members, common.quiet);
-    let mut observations = driver.observations.take().ok_or("no observations")?;
-    let result = async {
-        if !driver.wait_connected(common.setup_timeout).await {
-            return Err("not every connection could be opened".to_owned());
-        }
-        let stop_poll = tokio_util::sync::CancellationToken::new();
-        let mut snapshots = spawn_poller(
-            target.addr,
-            args.poll,
-            cap + Duration::from_secs(10),
-            stop_poll.clone(),
-        );
-        // Let the poller connect before the storm.
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        progress.phase("storm");
-        let mark = CpuMark::take(&target);
-        let t0 = Instant::now();
-        driver.release_joins();
-        let mut tracker = Tracker::new(members, groups, partitions);
-        let mut settled = vec![false; groups];
-        let mut settled_count = 0;
-        let mut members_stable: Option<Instant> = None;
-        let mut coordinator_stable: Option<Instant> = None;
-        let mut last_snapshot = None;
-        let deadline = t0 + cap;
-        let mut batch = Vec::with_capacity(1024);
-        loop {
-            let now = Instant::now();
-            if now >= deadline {
-                break;
-            }
-            let quiet =
-                |t: Option<Instant>| t.is_some_and(|t| now.duration_since(t) >= args.quiet_period);
-            if quiet(members_stable) && quiet(coordinator_stable) {
-                break;
-            }
-            tokio::select! {
-                n = observations.recv_many(&mut batch, 1024) => {
-                    if n == 0 { break; }
-                    for obs in batch.drain(..) {
-                        let at = match &obs {
-                            crate::driver::Obs::Assigned { at, .. }
-                            | crate::driver::Obs::Revoked { at, .. }
-                            | crate::driver::Obs::Joined { at, .. }
-                            | crate::driver::Obs::Expelled { at, .. } => *at,
-                            _ => Instant::now(),
-                        };
-                        if let Some(g) = tracker.apply(&obs) {
-                            let now_settled = tracker.settled(g);
-                            if now_settled != settled[g] {
-                                settled[g] = now_settled;
-                                if now_settled { settled_count += 1 } else { settled_count -= 1 }
-                            }
-                            if settled_count == groups {
-                                if members_stable.is_none() { members_stable = Some(at); }
-                            } else {
-                                members_stable = None;
+            ..Setup::new(common, members, groups, partitions, session, load)
+        };
+        let mut rig = Rig::start(common, setup).await?;
+        let mut observations = rig.observations()?;
+        let result = async {
+            rig.connected().await?;
+            let stop_poll = tokio_util::sync::CancellationToken::new();
+            let mut snapshots = spawn_poller(
+                rig.target.addr,
+                self.poll,
+                cap + Duration::from_secs(10),
+                stop_poll.clone(),
+            );
+            // Let the poller connect before the storm.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            rig.phase("storm");
+            let mark = CpuMark::take(&rig.target);
+            let t0 = Instant::now();
+            rig.driver.release_joins();
+            let mut tracker = rig.tracker();
+            let mut settled = vec![false; groups];
+            let mut settled_count = 0;
+            let mut members_stable: Option<Instant> = None;
+            let mut coordinator_stable: Option<Instant> = None;
+            let mut last_snapshot = None;
+            let deadline = t0 + cap;
+            let mut batch = Vec::with_capacity(1024);
+            loop {
+                let now = Instant::now();
+                if now >= deadline {
+                    break;
+                }
+                let quiet =
+                    |t: Option<Instant>| t.is_some_and(|t| now.duration_since(t) >= self.quiet_period);
+                if quiet(members_stable) && quiet(coordinator_stable) {
+                    break;
+                }
+                tokio::select! {
+                    n = observations.recv_many(&mut batch, 1024) => {
+                        if n == 0 { break; }
+                        for obs in batch.drain(..) {
+                            let at = match &obs {
+                                crate::driver::Obs::Assigned { at, .. }
+                                | crate::driver::Obs::Revoked { at, .. }
+                                | crate::driver::Obs::Joined { at, .. }
+                                | crate::driver::Obs::Expelled { at, .. } => *at,
+                                _ => Instant::now(),
+                            };
+                            if let Some(g) = tracker.apply(&obs) {
+                                let now_settled = tracker.settled(g);
+                                if now_settled != settled[g] {
+                                    settled[g] = now_settled;
+                                    if now_settled { settled_count += 1 } else { settled_count -= 1 }
+                                }
+                                if settled_count == groups {
+                                    if members_stable.is_none() { members_stable = Some(at); }
+                                } else {
+                                    members_stable = None;
+                                }
                             }
                         }
                     }
-                }
-                snap = snapshots.recv() => {
-                    let Some(snap) = snap else { continue };
-                    let stable = snap.all_stable(groups) && snap.members() == members as u64;
-                    if stable {
-                        if coordinator_stable.is_none() { coordinator_stable = Some(snap.at); }
-                    } else {
-                        coordinator_stable = None;
+                    snap = snapshots.recv() => {
+                        let Some(snap) = snap else { continue };
+                        let stable = snap.all_stable(groups) && snap.members() == members as u64;
+                        if stable {
+                            if coordinator_stable.is_none() { coordinator_stable = Some(snap.at); }
+                        } else {
+                            coordinator_stable = None;
+                        }
+                        last_snapshot = Some(snap);
                     }
-                    last_snapshot = Some(snap);
-                }
-                () = tokio::time::sleep(Duration::from_millis(50)) => {}
-            }
-        }
-        stop_poll.cancel();
-        let (_, cpu, _) = mark.since(&target);
-        let joined_at = tracker.last_joined;
-        let since = |t: Option<Instant>| t.map(|t| t.duration_since(t0).as_secs_f64() * 1000.0);
-        let mut gens: Vec<f64> = Vec::new();
-        let mut gen_max = None;
-        if let Some(s) = &last_snapshot {
-            for g in 0..groups {
-                if let Some(generation) = s.generation(&group_name(g)) {
-                    gens.push(f64::from(generation));
-                    gen_max = Some(gen_max.map_or(generation, |m: u32| m.max(generation)));
+                    () = tokio::time::sleep(Duration::from_millis(50)) => {}
                 }
             }
-        }
-        let c = &shared.counters;
-        Ok(JoinStormFigures {
-            members,
-            groups,
-            partitions_per_group: partitions,
-            connections: driver.connections,
-            members_per_conn: per_conn,
-            all_joins_answered_ms: if Counters::get(&c.joins_ok) == members as u64 {
-                since(joined_at)
-            } else {
-                None
-            },
-            stable_members_view_ms: since(members_stable),
-            stable_coordinator_view_ms: since(coordinator_stable),
-            generations_median: median(&mut gens),
-            generations_max: gen_max,
-            partitions_revoked: tracker.revocations,
-            join_latency: Percentiles::of(&shared.join_latency.merged()),
-            coordinator_cpu_s: cpu,
-            expulsions: c.expelled(),
-            join_errors: Counters::get(&c.joins_err).max(tracker.join_failures.len() as u64),
-        })
-    }
-    .await;
-    progress.stop();
-    let connections = driver.connections;
-    driver.stop(Duration::from_secs(10)).await;
-    target.stop().await;
-    machine.finish();
-    let mut f = result?;
-    // Connections add their samples to the shared histograms as they close.
-    f.join_latency = Percentiles::of(&shared.join_latency.merged());
-    let ms = |v: Option<f64>| v.map_or("not reached".to_owned(), |v| format!("{v:.0} ms"));
-    let mut text = kv(&[
-        (
-            "layout",
-            format!(
-                "{} members join {} groups ({} partitions each) at once",
-                fmt_count(members as f64),
+            stop_poll.cancel();
+            let (_, cpu, _) = mark.since(&rig.target);
+            let joined_at = tracker.last_joined;
+            let since = |t: Option<Instant>| t.map(|t| t.duration_since(t0).as_secs_f64() * 1000.0);
+            let mut gens: Vec<f64> = Vec::new();
+            let mut gen_max = None;
+            if let Some(s) = &last_snapshot {
+                for g in 0..groups {
+                    if let Some(generation) = s.generation(&group_name(g)) {
+                        gens.push(f64::from(generation));
+                        gen_max = Some(gen_max.map_or(generation, |m: u32| m.max(generation)));
+                    }
+                }
+            }
+            let shared = &rig.shared;
+            let c = &shared.counters;
+            Ok::<_, String>(JoinStormFigures {
+                members,
                 groups,
-                fmt_count(f64::from(partitions))
+                partitions_per_group: partitions,
+                connections: rig.driver.connections,
+                members_per_conn: rig.setup.per_conn,
+                all_joins_answered_ms: if Counters::get(&c.joins_ok) == members as u64 {
+                    since(joined_at)
+                } else {
+                    None
+                },
+                stable_members_view_ms: since(members_stable),
+                stable_coordinator_view_ms: since(coordinator_stable),
+                generations_median: median(&mut gens),
+                generations_max: gen_max,
+                partitions_revoked: tracker.revocations,
+                join_latency: Percentiles::of(&shared.join_latency.merged()),
+                coordinator_cpu_s: cpu,
+                expulsions: c.expelled(),
+                join_errors: Counters::get(&c.joins_err).max(tracker.join_failures.len() as u64),
+            })
+        }
+        .await;
+        let done = rig.finish().await;
+        let mut f = result?;
+        // Connections add their samples to the shared histograms as they close.
+        f.join_latency = Percentiles::of(&done.shared.join_latency.merged());
+        let ms = |v: Option<f64>| v.map_or("not reached".to_owned(), |v| format!("{v:.0} ms"));
+        let text = summary(
+            &[
+            (
+                "layout",
+                format!(
+                    "{} members join {} groups ({} partitions each) at once",
+                    fmt_count(members as f64),
+                    groups,
+                    fmt_count(f64::from(partitions))
+                ),
             ),
-        ),
-        ("all joins answered", ms(f.all_joins_answered_ms)),
-        (
-            "stable, members' view",
-            format!(
-                "{} (every partition owned exactly once, loads within one, nothing being revoked)",
-                ms(f.stable_members_view_ms)
+            ("all joins answered", ms(f.all_joins_answered_ms)),
+            (
+                "stable, members' view",
+                format!(
+                    "{} (every partition owned exactly once, loads within one, nothing being revoked)",
+                    ms(f.stable_members_view_ms)
+                ),
             ),
-        ),
-        (
-            "stable, coordinator's view",
-            format!(
-                "{} (group list: every group stable with every member)",
-                ms(f.stable_coordinator_view_ms)
+            (
+                "stable, coordinator's view",
+                format!(
+                    "{} (group list: every group stable with every member)",
+                    ms(f.stable_coordinator_view_ms)
+                ),
             ),
-        ),
-        (
-            "generations per group",
-            format!(
-                "median {}, max {}",
-                f.generations_median
-                    .map_or("?".into(), |v| format!("{v:.1}")),
-                f.generations_max.map_or("?".into(), |v| v.to_string())
+            (
+                "generations per group",
+                format!(
+                    "median {}, max {}",
+                    f.generations_median
+                        .map_or("?".into(), |v| format!("{v:.1}")),
+                    f.generations_max.map_or("?".into(), |v| v.to_string())
+                ),
             ),
-        ),
-        ("partitions revoked", f.partitions_revoked.to_string()),
-        (
-            "coordinator CPU",
-            f.coordinator_cpu_s
-                .map_or("n/a".into(), |v| format!("{v:.2} s during the storm")),
-        ),
-        (
-            "errors",
-            format!("expulsions {}, join errors {}", f.expulsions, f.join_errors),
-        ),
-    ]);
-    text.push('\n');
-    text.push_str(&table(
-        &LATENCY_HEADER,
-        &[f.join_latency.row("join request RTT")],
-    ));
-    let stable = f.stable_members_view_ms.unwrap_or(f64::INFINITY);
-    let checks = vec![
-        Check::new(
-            "every group stable (members' view)",
-            "<= 2000 ms",
-            ms(f.stable_members_view_ms),
-            stable <= 2000.0,
-        ),
-        Check::new(
-            "no expulsions or join errors",
-            "0",
-            (f.expulsions + f.join_errors).to_string(),
-            f.expulsions + f.join_errors == 0,
-        ),
-    ];
-    let report = Report {
-        scenario: "join-storm",
-        command: crate::common::command_line(),
-        machine,
-        coordinator: Some(info),
-        generator: Some(GeneratorInfo::new(
-            members,
-            connections,
-            per_conn,
-            format!(
-                "joins released together after every connection was open; heartbeats every {} ms",
-                interval.as_millis()
+            ("partitions revoked", f.partitions_revoked.to_string()),
+            (
+                "coordinator CPU",
+                f.coordinator_cpu_s
+                    .map_or("n/a".into(), |v| format!("{v:.2} s during the storm")),
             ),
-        )),
-        text,
-        checks,
-        figures: f,
-        notes: vec![],
-    };
-    report.emit(common.json.as_ref())
+            (
+                "errors",
+                format!("expulsions {}, join errors {}", f.expulsions, f.join_errors),
+            ),
+            ],
+            &[f.join_latency.row("join request RTT")],
+        );
+        let stable = f.stable_members_view_ms.unwrap_or(f64::INFINITY);
+        let checks = vec![
+            Check::new(
+                "every group stable (members' view)",
+                "<= 2000 ms",
+                ms(f.stable_members_view_ms),
+                stable <= 2000.0,
+            ),
+            Check::new(
+                "no expulsions or join errors",
+                "0",
+                (f.expulsions + f.join_errors).to_string(),
+                f.expulsions + f.join_errors == 0,
+            ),
+        ];
+        let load = format!(
+            "joins released together after every connection was open; heartbeats every {} ms",
+            interval.as_millis()
+        );
+        Ok(done.outcome(load, f, text, checks))
+    }
 }

@@ -8,14 +8,11 @@ use clap::Args;
 use serde::Serialize;
 use tokio::sync::oneshot;
 
-use crate::common::{
-    group_name, member_specs, Check, CommonArgs, GeneratorInfo, Machine, Progress, Report,
-};
-use crate::driver::{Cmd, Driver, Load, Obs, Plan};
+use crate::common::{group_name, Check, CommonArgs};
+use crate::driver::{Cmd, Load, Obs};
+use crate::harness::{Outcome, Rig, Scenario, Setup};
 use crate::probe::Admin;
-use crate::stats::{kv, table, Percentiles, LATENCY_HEADER};
-use crate::target::Target;
-use crate::tracker::Tracker;
+use crate::stats::{summary, Percentiles};
 
 #[derive(Debug, Clone, Args)]
 pub(crate) struct RollingArgs {
@@ -66,202 +63,174 @@ async fn generations(admin: &mut Admin, groups: usize) -> Result<Vec<u32>, Strin
         .collect())
 }
 
-pub(crate) async fn run(args: &RollingArgs) -> Result<bool, String> {
-    let common = &args.common;
-    let mut machine = Machine::now();
-    let members = common.members_or(100);
-    let groups = common.groups_or(1);
-    let partitions = common.partitions.unwrap_or(1_000);
-    let session = common.session_timeout.unwrap_or(Duration::from_secs(10));
-    let interval = common.interval.unwrap_or(Duration::from_secs(1));
-    let restarts = args.restarts.unwrap_or(20).min(members);
-    if args.down >= session {
-        return Err("--down must be shorter than the session timeout".into());
+impl Scenario for RollingArgs {
+    const NAME: &'static str = "rolling-restart";
+    type Figures = RollingFigures;
+
+    fn common(&self) -> &CommonArgs {
+        &self.common
     }
-    if members > common.connection_cap() {
-        return Err("rolling-restart needs one connection per member: too many members".into());
+
+    fn extra_time(&self) -> Duration {
+        Duration::from_secs(600)
     }
-    let opts = common.target_options()?;
-    let target = Target::start(&opts).await?;
-    let info = target.info(&opts);
-    let mut driver = Driver::start(
-        target.addr,
-        Plan {
-            members: member_specs(
-                members,
-                groups,
-                partitions,
-                session,
-                Duration::from_secs(3600),
-                true,
-            ),
+
+    async fn run(&self) -> Result<Outcome<RollingFigures>, String> {
+        let common = &self.common;
+        let members = common.members_or(100);
+        let groups = common.groups_or(1);
+        let partitions = common.partitions.unwrap_or(1_000);
+        let session = common.session_timeout.unwrap_or(Duration::from_secs(10));
+        let interval = common.interval.unwrap_or(Duration::from_secs(1));
+        let restarts = self.restarts.unwrap_or(20).min(members);
+        if self.down >= session {
+            return Err("--down must be shorter than the session timeout".into());
+        }
+        if members > common.connection_cap() {
+            return Err("rolling-restart needs one connection per member: too many members".into());
+        }
+        let load = Load::Periodic { period: interval };
+        let setup = Setup {
+            static_ids: true,
             per_conn: 1,
-            load: Load::Periodic { period: interval },
-            connect_concurrency: 256,
-            join_concurrency: common.join_concurrency,
-            auto_join: true,
             observe: true,
-        },
-    );
-    let shared = driver.shared.clone();
-    let progress = Progress::start(shared.clone(), members, common.quiet);
-    let mut observations = driver.observations.take().ok_or("no observations")?;
-    let outcome = async {
-        if !driver.wait_connected(common.setup_timeout).await {
-            return Err("not every connection could be opened".to_owned());
-        }
-        let mut tracker = Tracker::new(members, groups, partitions);
-        let mut batch = Vec::with_capacity(256);
-        progress.phase("settling");
-        let deadline = Instant::now() + common.setup_timeout;
-        tracker
-            .absorb(&mut observations, deadline, Tracker::all_settled)
-            .await;
-        if !tracker.all_settled() {
-            return Err("the groups did not settle".to_owned());
-        }
-        // A moment for the coordinator to report the groups stable too.
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        for obs in std::iter::from_fn(|| observations.try_recv().ok()) {
-            tracker.apply(&obs);
-        }
-        let mut admin = Admin::connect(target.addr).await?;
-        let before = generations(&mut admin, groups).await?;
-        let pushed_before: Vec<u32> = tracker.group_generation.clone();
-        let owners_before: Vec<Vec<u32>> = tracker.owned.clone();
-        let revoked_before = tracker.revocations;
-        let mut restart_to_assignment = Vec::new();
-        let mut join_to_assignment = Vec::new();
-        progress.phase("restarting");
-        for member in 0..restarts {
-            let (reply, answer) = oneshot::channel();
-            driver.command(Cmd::Restart { member, down: args.down, reply });
-            let _ = answer.await;
-            let down_at = Instant::now();
-            let mut joined_at = None;
-            let limit = down_at + session + Duration::from_secs(5);
-            'wait: while Instant::now() < limit {
-                tokio::select! {
-                    _ = observations.recv_many(&mut batch, 256) => {
-                        for obs in batch.drain(..) {
-                            tracker.apply(&obs);
-                            match obs {
-                                Obs::Joined { member: m, at, .. } if m == member => joined_at = Some(at),
-                                Obs::Assigned { member: m, at, .. } if m == member && joined_at.is_some() => {
-                                    restart_to_assignment.push(at - down_at);
-                                    if let Some(j) = joined_at { join_to_assignment.push(at - j); }
-                                    break 'wait;
+            ..Setup::new(common, members, groups, partitions, session, load)
+        };
+        let mut rig = Rig::start(common, setup).await?;
+        let mut observations = rig.observations()?;
+        let outcome = async {
+            rig.connected().await?;
+            let mut tracker = rig.tracker();
+            let mut batch = Vec::with_capacity(256);
+            rig.settled(&mut tracker, &mut observations).await?;
+            // A moment for the coordinator to report the groups stable too.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            for obs in std::iter::from_fn(|| observations.try_recv().ok()) {
+                tracker.apply(&obs);
+            }
+            let mut admin = Admin::connect(rig.target.addr).await?;
+            let before = generations(&mut admin, groups).await?;
+            let pushed_before: Vec<u32> = tracker.group_generation.clone();
+            let owners_before: Vec<Vec<u32>> = tracker.owned.clone();
+            let revoked_before = tracker.revocations;
+            let mut restart_to_assignment = Vec::new();
+            let mut join_to_assignment = Vec::new();
+            rig.phase("restarting");
+            for member in 0..restarts {
+                let (reply, answer) = oneshot::channel();
+                rig.driver.command(Cmd::Restart { member, down: self.down, reply });
+                let _ = answer.await;
+                let down_at = Instant::now();
+                let mut joined_at = None;
+                let limit = down_at + session + Duration::from_secs(5);
+                'wait: while Instant::now() < limit {
+                    tokio::select! {
+                        _ = observations.recv_many(&mut batch, 256) => {
+                            for obs in batch.drain(..) {
+                                tracker.apply(&obs);
+                                match obs {
+                                    Obs::Joined { member: m, at, .. } if m == member => joined_at = Some(at),
+                                    Obs::Assigned { member: m, at, .. } if m == member && joined_at.is_some() => {
+                                        restart_to_assignment.push(at - down_at);
+                                        if let Some(j) = joined_at { join_to_assignment.push(at - j); }
+                                        break 'wait;
+                                    }
+                                    _ => {}
                                 }
-                                _ => {}
                             }
                         }
+                        () = tokio::time::sleep(Duration::from_millis(50)) => {}
                     }
-                    () = tokio::time::sleep(Duration::from_millis(50)) => {}
+                }
+                tokio::time::sleep(self.gap).await;
+            }
+            rig.phase("checking");
+            tracker
+                .absorb_for(&mut observations, Duration::from_secs(1))
+                .await;
+            let after = generations(&mut admin, groups).await?;
+            let rebalances: u64 = before.iter().zip(&after).map(|(b, a)| u64::from(a.saturating_sub(*b))).sum();
+            let pushed: u64 = pushed_before
+                .iter()
+                .zip(&tracker.group_generation)
+                .map(|(b, a)| u64::from(a.saturating_sub(*b)))
+                .sum();
+            let mut owner_before: HashMap<(usize, u32), usize> = HashMap::new();
+            for (m, owned) in owners_before.iter().enumerate() {
+                for p in owned {
+                    owner_before.insert((tracker.group_of(m), *p), m);
                 }
             }
-            tokio::time::sleep(args.gap).await;
-        }
-        progress.phase("checking");
-        let limit = Instant::now() + Duration::from_secs(1);
-        tracker.absorb(&mut observations, limit, |_| false).await;
-        let after = generations(&mut admin, groups).await?;
-        let rebalances: u64 = before.iter().zip(&after).map(|(b, a)| u64::from(a.saturating_sub(*b))).sum();
-        let pushed: u64 = pushed_before
-            .iter()
-            .zip(&tracker.group_generation)
-            .map(|(b, a)| u64::from(a.saturating_sub(*b)))
-            .sum();
-        let mut owner_before: HashMap<(usize, u32), usize> = HashMap::new();
-        for (m, owned) in owners_before.iter().enumerate() {
-            for p in owned {
-                owner_before.insert((tracker.group_of(m), *p), m);
-            }
-        }
-        let mut moved = 0;
-        for (m, owned) in tracker.owned.iter().enumerate() {
-            for p in owned {
-                if owner_before.get(&(tracker.group_of(m), *p)) != Some(&m) {
-                    moved += 1;
+            let mut moved = 0;
+            for (m, owned) in tracker.owned.iter().enumerate() {
+                for p in owned {
+                    if owner_before.get(&(tracker.group_of(m), *p)) != Some(&m) {
+                        moved += 1;
+                    }
                 }
             }
+            Ok::<_, String>(RollingFigures {
+                members,
+                groups,
+                partitions_per_group: partitions,
+                session_timeout_ms: session.as_millis() as u64,
+                down_ms: self.down.as_millis() as u64,
+                restarts,
+                recovered: restart_to_assignment.len(),
+                rebalances,
+                generations_in_pushes: pushed,
+                partitions_moved: moved,
+                partitions_revoked: tracker.revocations - revoked_before,
+                restart_to_assignment: Percentiles::of_durations(&restart_to_assignment),
+                join_to_assignment: Percentiles::of_durations(&join_to_assignment),
+                expulsions: tracker.expelled.len(),
+            })
         }
-        Ok(RollingFigures {
-            members,
-            groups,
-            partitions_per_group: partitions,
-            session_timeout_ms: session.as_millis() as u64,
-            down_ms: args.down.as_millis() as u64,
-            restarts,
-            recovered: restart_to_assignment.len(),
-            rebalances,
-            generations_in_pushes: pushed,
-            partitions_moved: moved,
-            partitions_revoked: tracker.revocations - revoked_before,
-            restart_to_assignment: Percentiles::of_durations(&restart_to_assignment),
-            join_to_assignment: Percentiles::of_durations(&join_to_assignment),
-            expulsions: tracker.expelled.len(),
-        })
+        .await;
+        let done = rig.finish().await;
+        let f = outcome?;
+        let text = summary(
+            &[
+            ("layout", format!("{} static members in {} group(s), {} partitions each; session timeout {} ms", members, groups, partitions, f.session_timeout_ms)),
+            ("restarts", format!("{} members restarted one after another, each down {} ms; {} back with an assignment", f.restarts, f.down_ms, f.recovered)),
+            ("rebalances", format!("{} (group list generations), {} (generations seen in pushes)", f.rebalances, f.generations_in_pushes)),
+            ("partitions", format!("{} moved, {} revoked", f.partitions_moved, f.partitions_revoked)),
+            ("expulsions", f.expulsions.to_string()),
+            ],
+            &[
+                f.restart_to_assignment
+                    .row("connection closed to assignment back"),
+                f.join_to_assignment
+                    .row("rejoin answered to assignment push"),
+            ],
+        );
+        let checks = vec![
+            Check::new(
+                "rebalances caused by restarts",
+                "0",
+                f.rebalances.to_string(),
+                f.rebalances == 0 && f.generations_in_pushes == 0,
+            ),
+            Check::new(
+                "partitions moved",
+                "0",
+                f.partitions_moved.to_string(),
+                f.partitions_moved == 0,
+            ),
+            Check::new(
+                "every restarted member back",
+                f.restarts.to_string(),
+                f.recovered.to_string(),
+                f.recovered == f.restarts,
+            ),
+            Check::new(
+                "expulsions",
+                "0",
+                f.expulsions.to_string(),
+                f.expulsions == 0,
+            ),
+        ];
+        let load = format!("static members, heartbeats every {} ms; each restart closes the connection without a leave and rejoins with the same instance id", interval.as_millis());
+        Ok(done.outcome(load, f, text, checks))
     }
-    .await;
-    progress.stop();
-    let connections = driver.connections;
-    driver.stop(Duration::from_secs(10)).await;
-    target.stop().await;
-    machine.finish();
-    let f = outcome?;
-    let mut text = kv(&[
-        ("layout", format!("{} static members in {} group(s), {} partitions each; session timeout {} ms", members, groups, partitions, f.session_timeout_ms)),
-        ("restarts", format!("{} members restarted one after another, each down {} ms; {} back with an assignment", f.restarts, f.down_ms, f.recovered)),
-        ("rebalances", format!("{} (group list generations), {} (generations seen in pushes)", f.rebalances, f.generations_in_pushes)),
-        ("partitions", format!("{} moved, {} revoked", f.partitions_moved, f.partitions_revoked)),
-        ("expulsions", f.expulsions.to_string()),
-    ]);
-    text.push('\n');
-    text.push_str(&table(
-        &LATENCY_HEADER,
-        &[
-            f.restart_to_assignment
-                .row("connection closed to assignment back"),
-            f.join_to_assignment
-                .row("rejoin answered to assignment push"),
-        ],
-    ));
-    let checks = vec![
-        Check::new(
-            "rebalances caused by restarts",
-            "0",
-            f.rebalances.to_string(),
-            f.rebalances == 0 && f.generations_in_pushes == 0,
-        ),
-        Check::new(
-            "partitions moved",
-            "0",
-            f.partitions_moved.to_string(),
-            f.partitions_moved == 0,
-        ),
-        Check::new(
-            "every restarted member back",
-            f.restarts.to_string(),
-            f.recovered.to_string(),
-            f.recovered == f.restarts,
-        ),
-        Check::new(
-            "expulsions",
-            "0",
-            f.expulsions.to_string(),
-            f.expulsions == 0,
-        ),
-    ];
-    let report = Report {
-        scenario: "rolling-restart",
-        command: crate::common::command_line(),
-        machine,
-        coordinator: Some(info),
-        generator: Some(GeneratorInfo::new(members, connections, 1, format!("static members, heartbeats every {} ms; each restart closes the connection without a leave and rejoins with the same instance id", interval.as_millis()))),
-        text,
-        checks,
-        figures: f,
-        notes: vec![],
-    };
-    report.emit(common.json.as_ref())
 }

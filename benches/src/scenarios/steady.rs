@@ -7,13 +7,11 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use serde::Serialize;
 
-use crate::common::{
-    drain_window, member_specs, sleep_or, Check, CommonArgs, CpuMark, GeneratorInfo, Machine,
-    Progress, Report,
-};
-use crate::driver::{Counters, Driver, Load, Plan};
-use crate::stats::{fmt_bytes, fmt_count, kv, table, Percentiles, LATENCY_HEADER};
-use crate::target::Target;
+use crate::common::{drain_window, Check, CommonArgs, CpuMark, GeneratorInfo};
+use crate::driver::{Counters, Load};
+use crate::harness::{Outcome, Rig, Scenario, Setup, MARGIN};
+use crate::stats::{fmt_bytes, fmt_count, summary, table, Percentiles};
+use crate::target::TargetInfo;
 
 #[derive(Debug, Clone, Args)]
 pub(crate) struct SteadyArgs {
@@ -76,11 +74,9 @@ pub(crate) async fn measure(
     rate: Option<f64>,
     closed_loop: bool,
     warmup: Duration,
-) -> Result<(SteadyFigures, Option<crate::target::TargetInfo>), String> {
+) -> Result<(SteadyFigures, Option<TargetInfo>), String> {
     let groups = common.groups_or((members / 100).max(1));
-    let partitions = common
-        .partitions
-        .unwrap_or_else(|| u32::try_from(members.div_ceil(groups)).unwrap_or(u32::MAX));
+    let partitions = common.partitions_or_per_member(members, groups, 1);
     let period = match rate {
         Some(r) if r > 0.0 => Duration::from_secs_f64(members as f64 / r),
         Some(_) => return Err("--rate must be above 0".into()),
@@ -90,68 +86,41 @@ pub(crate) async fn measure(
         .session_timeout
         .unwrap_or_else(|| (period * 3).max(Duration::from_secs(10)));
     let duration = common.duration.unwrap_or(Duration::from_secs(20));
-    let per_conn = common.per_conn(members);
-    let opts = common.target_options()?;
-    let target = Target::start(&opts).await?;
-    let info = target.info(&opts);
-    let rss_before = target.rss();
-    let plan = Plan {
-        members: member_specs(
-            members,
-            groups,
-            partitions,
-            session,
-            Duration::from_secs(3600),
-            false,
-        ),
-        per_conn,
-        load: if closed_loop {
-            Load::ClosedLoop
-        } else {
-            Load::Periodic { period }
-        },
-        connect_concurrency: 256,
-        join_concurrency: common.join_concurrency,
-        auto_join: true,
-        observe: false,
+    let load = if closed_loop {
+        Load::ClosedLoop
+    } else {
+        Load::Periodic { period }
     };
-    let setup_started = Instant::now();
-    let driver = Driver::start(target.addr, plan);
-    let shared = driver.shared.clone();
-    let progress = Progress::start(shared.clone(), members, common.quiet);
+    let setup = Setup::new(common, members, groups, partitions, session, load);
+    let rig = Rig::start(common, setup).await?;
     let outcome = async {
-        if !driver.wait_connected(common.setup_timeout).await {
-            return Err("not every connection could be opened".to_owned());
-        }
-        progress.phase("joining");
-        if !driver.wait_joined(common.setup_timeout).await {
-            return Err("not every member could join".to_owned());
-        }
-        let setup = setup_started.elapsed();
-        progress.phase("warming up");
-        sleep_or(&shared.stop, warmup).await;
+        rig.connected().await?;
+        rig.joined().await?;
+        let setup = rig.started.elapsed();
+        rig.warm_up(warmup).await;
+        let shared = &rig.shared;
         let from = Instant::now();
         let until = from + duration;
         shared.set_window(from, until);
         shared.hb_intended.reset();
         shared.hb_service.reset();
-        let mark = CpuMark::take(&target);
-        progress.phase("measuring");
+        let mark = CpuMark::take(&rig.target);
+        rig.phase("measuring");
         tokio::time::sleep_until(tokio::time::Instant::from_std(until)).await;
-        let (wall, coordinator_cpu, generator_cpu) = mark.since(&target);
-        progress.phase("draining");
-        drain_window(&shared, Duration::from_secs(5)).await;
-        Ok((setup, wall, coordinator_cpu, generator_cpu))
+        let (wall, coordinator_cpu, generator_cpu) = mark.since(&rig.target);
+        rig.phase("draining");
+        drain_window(shared, Duration::from_secs(5)).await;
+        Ok::<_, String>((setup, wall, coordinator_cpu, generator_cpu))
     }
     .await;
-    let rss_after = target.rss();
-    let peak = target.peak_rss();
-    progress.stop();
-    let connections = driver.connections;
-    driver.stop(Duration::from_secs(10)).await;
-    target.stop().await;
+    let rss_before = rig.rss_before;
+    let rss_after = rig.target.rss();
+    let peak = rig.target.peak_rss();
+    let per_conn = rig.setup.per_conn;
+    let done = rig.finish().await;
     let (setup, wall, coordinator_cpu, generator_cpu) = outcome?;
 
+    let shared = &done.shared;
     let c = &shared.counters;
     let sent = Counters::get(&c.hb_window_sent);
     let answered = Counters::get(&c.hb_window_answered);
@@ -164,7 +133,7 @@ pub(crate) async fn measure(
         members,
         groups,
         partitions_per_group: partitions,
-        connections,
+        connections: done.connections,
         members_per_conn: per_conn,
         session_timeout_ms: session.as_millis() as u64,
         heartbeat_interval_ms: (!closed_loop).then_some(period.as_secs_f64() * 1000.0),
@@ -202,7 +171,7 @@ pub(crate) async fn measure(
         connections_failed: Counters::get(&c.conns_failed),
         connections_lost: Counters::get(&c.conns_lost),
     };
-    Ok((figures, Some(info)))
+    Ok((figures, Some(done.coordinator)))
 }
 
 fn opt<T>(v: Option<T>, f: impl Fn(T) -> String) -> String {
@@ -222,7 +191,8 @@ pub(crate) fn load_label(f: &SteadyFigures) -> String {
 }
 
 pub(crate) fn render(f: &SteadyFigures) -> String {
-    let mut out = kv(&[
+    summary(
+        &[
         (
             "layout",
             format!(
@@ -284,17 +254,13 @@ pub(crate) fn render(f: &SteadyFigures) -> String {
                 f.connections_lost
             ),
         ),
-    ]);
-    out.push('\n');
-    out.push_str(&table(
-        &LATENCY_HEADER,
+        ],
         &[
             f.rtt_from_intended.row("heartbeat RTT, from intended send"),
             f.rtt_from_sent.row("heartbeat RTT, from actual send"),
             f.join_latency.row("join (setup)"),
         ],
-    ));
-    out
+    )
 }
 
 pub(crate) fn checks(f: &SteadyFigures) -> Vec<Check> {
@@ -341,42 +307,49 @@ pub(crate) fn checks(f: &SteadyFigures) -> Vec<Check> {
     checks
 }
 
-pub(crate) async fn run(args: &SteadyArgs) -> Result<bool, String> {
-    let mut machine = Machine::now();
-    let members = args.common.members_or(1_000);
-    let (figures, info) = measure(
-        &args.common,
-        members,
-        args.rate,
-        args.closed_loop,
-        args.warmup,
-    )
-    .await?;
-    machine.finish();
-    let mut notes = Vec::new();
-    if info.as_ref().is_some_and(|i| i.mode == "in-process") {
-        notes.push(
-            "memory figures include the load generator; use --spawn for the coordinator alone"
-                .to_owned(),
-        );
+/// How the members' load is generated, as the report's generator line says it.
+fn generator(f: &SteadyFigures) -> GeneratorInfo {
+    GeneratorInfo::new(f.members, f.connections, f.members_per_conn, load_label(f))
+}
+
+impl Scenario for SteadyArgs {
+    const NAME: &'static str = "steady";
+    type Figures = SteadyFigures;
+
+    fn common(&self) -> &CommonArgs {
+        &self.common
     }
-    let report = Report {
-        scenario: "steady",
-        command: crate::common::command_line(),
-        machine,
-        coordinator: info,
-        generator: Some(GeneratorInfo::new(
-            figures.members,
-            figures.connections,
-            figures.members_per_conn,
-            load_label(&figures),
-        )),
-        text: render(&figures),
-        checks: checks(&figures),
-        figures,
-        notes,
-    };
-    report.emit(args.common.json.as_ref())
+
+    fn extra_time(&self) -> Duration {
+        self.warmup
+    }
+
+    async fn run(&self) -> Result<Outcome<SteadyFigures>, String> {
+        let members = self.common.members_or(1_000);
+        let (figures, info) = measure(
+            &self.common,
+            members,
+            self.rate,
+            self.closed_loop,
+            self.warmup,
+        )
+        .await?;
+        let mut notes = Vec::new();
+        if info.as_ref().is_some_and(|i| i.mode == "in-process") {
+            notes.push(
+                "memory figures include the load generator; use --spawn for the coordinator alone"
+                    .to_owned(),
+            );
+        }
+        Ok(Outcome {
+            coordinator: info,
+            generator: Some(generator(&figures)),
+            text: render(&figures),
+            checks: checks(&figures),
+            figures,
+            notes,
+        })
+    }
 }
 
 /// `scale`: the steady scenario over a sweep of member counts.
@@ -397,75 +370,91 @@ pub(crate) struct ScaleFigures {
     pub(crate) runs: Vec<SteadyFigures>,
 }
 
-pub(crate) async fn run_scale(args: &ScaleArgs) -> Result<bool, String> {
-    let mut machine = Machine::now();
-    let mut runs = Vec::new();
-    let mut info = None;
-    for &members in &args.counts {
-        if !args.common.quiet {
-            eprintln!("scale: {members} members");
-        }
-        let (f, i) = measure(&args.common, members, None, false, args.warmup).await?;
-        info = i;
-        runs.push(f);
+impl Scenario for ScaleArgs {
+    const NAME: &'static str = "scale";
+    type Figures = ScaleFigures;
+
+    fn common(&self) -> &CommonArgs {
+        &self.common
     }
-    machine.finish();
-    let rows: Vec<Vec<String>> = runs
-        .iter()
-        .map(|f| {
-            vec![
-                fmt_count(f.members as f64),
-                format!("{}x{}", fmt_count(f.connections as f64), f.members_per_conn),
-                fmt_count(f.handled_hb_per_s),
-                opt(f.coordinator_cores, |v| format!("{v:.3}")),
-                opt(f.cores_per_1000_members, |v| format!("{:.1}", v * 1000.0)),
-                opt(f.hb_per_cpu_s, fmt_count),
-                opt(f.memory_per_member_bytes, |v| format!("{v:.0}")),
-                opt(f.peak_rss_bytes, fmt_bytes),
-                format!("{:.3}", f.rtt_from_intended.p50_ms),
-                format!("{:.3}", f.rtt_from_intended.p99_ms),
-                f.false_expulsions.to_string(),
-            ]
+
+    fn extra_time(&self) -> Duration {
+        self.warmup
+    }
+
+    /// One steady run per count, each with its own setup, duration (20 s when not
+    /// given), warm-up and margin.
+    fn hard_cap(&self) -> Duration {
+        let runs = self.counts.len() as u32;
+        (self.common.setup_timeout
+            + self.common.duration.unwrap_or(Duration::from_secs(20))
+            + self.warmup
+            + MARGIN)
+            * runs.max(1)
+    }
+
+    async fn run(&self) -> Result<Outcome<ScaleFigures>, String> {
+        let mut runs = Vec::new();
+        let mut info = None;
+        for &members in &self.counts {
+            if !self.common.quiet {
+                eprintln!("scale: {members} members");
+            }
+            let (f, i) = measure(&self.common, members, None, false, self.warmup).await?;
+            info = i;
+            runs.push(f);
+        }
+        let rows: Vec<Vec<String>> = runs
+            .iter()
+            .map(|f| {
+                vec![
+                    fmt_count(f.members as f64),
+                    format!("{}x{}", fmt_count(f.connections as f64), f.members_per_conn),
+                    fmt_count(f.handled_hb_per_s),
+                    opt(f.coordinator_cores, |v| format!("{v:.3}")),
+                    opt(f.cores_per_1000_members, |v| format!("{:.1}", v * 1000.0)),
+                    opt(f.hb_per_cpu_s, fmt_count),
+                    opt(f.memory_per_member_bytes, |v| format!("{v:.0}")),
+                    opt(f.peak_rss_bytes, fmt_bytes),
+                    format!("{:.3}", f.rtt_from_intended.p50_ms),
+                    format!("{:.3}", f.rtt_from_intended.p99_ms),
+                    f.false_expulsions.to_string(),
+                ]
+            })
+            .collect();
+        let text = table(
+            &[
+                "members",
+                "conns x members",
+                "hb/s",
+                "CPU cores",
+                "CPU ms/s per 1k members",
+                "hb per CPU-s",
+                "B/member",
+                "peak RSS",
+                "RTT p50 ms",
+                "RTT p99 ms",
+                "expelled",
+            ],
+            &rows,
+        );
+        let mut checks = Vec::new();
+        for f in &runs {
+            for mut c in self::checks(f) {
+                c.what = format!("{} members: {}", fmt_count(f.members as f64), c.what);
+                checks.push(c);
+            }
+        }
+        Ok(Outcome {
+            coordinator: info,
+            generator: runs.last().map(generator),
+            text,
+            checks,
+            figures: ScaleFigures { runs },
+            notes: vec![
+                "each count runs against a fresh coordinator; generator details shown for the largest"
+                    .to_owned(),
+            ],
         })
-        .collect();
-    let text = table(
-        &[
-            "members",
-            "conns x members",
-            "hb/s",
-            "CPU cores",
-            "CPU ms/s per 1k members",
-            "hb per CPU-s",
-            "B/member",
-            "peak RSS",
-            "RTT p50 ms",
-            "RTT p99 ms",
-            "expelled",
-        ],
-        &rows,
-    );
-    let mut checks = Vec::new();
-    for f in &runs {
-        for mut c in self::checks(f) {
-            c.what = format!("{} members: {}", fmt_count(f.members as f64), c.what);
-            checks.push(c);
-        }
     }
-    let report = Report {
-        scenario: "scale",
-        command: crate::common::command_line(),
-        machine,
-        coordinator: info,
-        generator: runs.last().map(|f| {
-            GeneratorInfo::new(f.members, f.connections, f.members_per_conn, load_label(f))
-        }),
-        text,
-        checks,
-        figures: ScaleFigures { runs },
-        notes: vec![
-            "each count runs against a fresh coordinator; generator details shown for the largest"
-                .to_owned(),
-        ],
-    };
-    report.emit(args.common.json.as_ref())
 }
