@@ -4,9 +4,12 @@
 //! if records were being processed. Offsets are committed periodically and on
 //! revocation; assignment changes are logged. Ctrl-C leaves the group gracefully.
 //!
+//! With a coordinator started by `cargo run --release --bin rollcall -- serve` (which
+//! listens on 127.0.0.1:7070 by default):
+//!
 //! ```text
 //! cargo run -p rollcall-client --example worker -- \
-//!     --addr 127.0.0.1:7878 --group billing --topic invoices --partitions 12
+//!     --addr 127.0.0.1:7070 --group billing --topic orders --partitions 12
 //! ```
 
 use std::collections::BTreeMap;
@@ -19,8 +22,8 @@ use tracing::{error, info, warn};
 #[derive(Debug, Parser)]
 #[command(about = "A rollcall worker processing synthetic records")]
 struct Args {
-    /// The coordinator's address.
-    #[arg(long)]
+    /// The coordinator's address (`rollcall serve` listens on 127.0.0.1:7070 by default).
+    #[arg(long, default_value = "127.0.0.1:7070")]
     addr: String,
     /// The group to join.
     #[arg(long)]

@@ -11,7 +11,7 @@
 //! use rollcall_client::{Client, ClientConfig, Event, MemberConfig, Offset};
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! let client = Client::connect("127.0.0.1:7878", ClientConfig::default()).await?;
+//! let client = Client::connect("127.0.0.1:7070", ClientConfig::default()).await?;
 //! let member = client
 //!     .join(MemberConfig::new("billing", [("invoices", 12)]).with_session_timeout(Duration::from_secs(10)))
 //!     .await?;
