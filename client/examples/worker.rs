@@ -146,7 +146,11 @@ async fn handle(
             for p in &partitions {
                 positions.remove(p);
             }
-            member.ack_revocation(partitions.iter().cloned());
+            if let Err(e) = member.ack_revocation(partitions.iter().cloned()) {
+                // Nothing reaches the coordinator any more: the session will expire.
+                error!("cannot release {}: {e}", list(partitions.iter()));
+                return false;
+            }
             info!(generation, partitions = %list(partitions.iter()), owned = positions.len(), "released");
         }
         Event::Lost { partitions, reason } => {

@@ -203,11 +203,21 @@ impl Member {
     /// heartbeat carrying the acknowledgement is sent at once; the partitions are then
     /// handed to their new owner. Commit their offsets first: commits on released
     /// partitions are refused.
-    pub fn ack_revocation(&self, partitions: impl IntoIterator<Item = TopicPartition>) {
-        let _ = self.commands.send(Command::Ack {
-            key: self.key,
-            partitions: partitions.into_iter().collect(),
-        });
+    ///
+    /// Fails with [`RequestError::Closed`] when the client's connection task is gone: the
+    /// acknowledgement then never reaches the coordinator, which expels the member once
+    /// its session times out and only then hands the partitions over. Partitions that
+    /// are not being revoked (or no longer, after an [`Event::Lost`]) are ignored.
+    pub fn ack_revocation(
+        &self,
+        partitions: impl IntoIterator<Item = TopicPartition>,
+    ) -> Result<(), RequestError> {
+        self.commands
+            .send(Command::Ack {
+                key: self.key,
+                partitions: partitions.into_iter().collect(),
+            })
+            .map_err(|_| RequestError::Closed)
     }
 
     /// The partitions the member holds and the generation, as the connection task knows

@@ -22,7 +22,7 @@
 //!             // Finish, commit, then release.
 //!             let offsets: Vec<Offset> = partitions.iter().map(|p| Offset::new(p.clone(), 0)).collect();
 //!             member.commit(offsets).await?;
-//!             member.ack_revocation(partitions);
+//!             member.ack_revocation(partitions)?;
 //!         }
 //!         Event::Lost { partitions, .. } => { /* stop at once: someone else may own them */ }
 //!         Event::Fatal(e) => return Err(e.into()),

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use rollcall_client::{
     Client, ClientConfig, CommitError, Event, ExpelReason, LostReason, Member, MemberConfig,
-    Offset, PartitionSet, TopicPartition,
+    Offset, PartitionSet, RequestError, TopicPartition,
 };
 use rollcall_coordinator::server::{ServerConfig, ServerHandle, StoreConfig};
 use rollcall_coordinator::store::MemoryStore;
@@ -177,7 +177,12 @@ impl Worker {
                                 .push(format!("commit before ack failed: {e}"));
                         }
                         ledger.lock().released(partitions);
-                        member.ack_revocation(partitions.iter().cloned());
+                        if let Err(e) = member.ack_revocation(partitions.iter().cloned()) {
+                            ledger
+                                .lock()
+                                .violations
+                                .push(format!("acknowledgement failed: {e}"));
+                        }
                     }
                     tx.send_modify(|n| *n += 1);
                 }
@@ -515,7 +520,8 @@ async fn a_revocation_is_honoured_only_after_the_acknowledgement() {
     bounded("commit before ack", a.commit(offsets))
         .await
         .expect("commit on a partition being revoked is accepted");
-    a.ack_revocation(partitions.iter().cloned());
+    a.ack_revocation(partitions.iter().cloned())
+        .expect("acknowledged");
     ledger.released(&partitions);
     b.wait_for("b's partitions", |s| *s == partitions).await;
 
@@ -708,7 +714,8 @@ async fn a_graceful_leave_hands_partitions_over_at_once() {
                         let offsets: Vec<Offset> =
                             partitions.iter().map(|p| Offset::new(p.clone(), 7)).collect();
                         a.commit(offsets).await.expect("commit while leaving");
-                        a.ack_revocation(partitions.iter().cloned());
+                        a.ack_revocation(partitions.iter().cloned())
+                            .expect("ack while leaving");
                         ledger.released(&partitions);
                     }
                 }
@@ -792,4 +799,30 @@ async fn invalid_or_refused_configurations_fail_the_join() {
         ),
         "{inconsistent:?}"
     );
+}
+
+#[test]
+fn requests_report_a_connection_task_that_is_gone() {
+    let server_runtime = tokio::runtime::Runtime::new().unwrap();
+    let server = server_runtime.block_on(start_server(StoreConfig::Memory));
+    let client_runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (client, member) = client_runtime.block_on(async {
+        let client = connect(server.local_addr()).await;
+        let member = bounded("join", client.join(member_config("gone", 2)))
+            .await
+            .unwrap();
+        let first = bounded("assignment", member.next_event()).await;
+        assert!(matches!(first, Some(Event::Assigned { .. })), "{first:?}");
+        (client, member)
+    });
+    // The connection task ends with its runtime, while the handles live on.
+    drop(client_runtime);
+    assert_eq!(member.ack_revocation(all(2)), Err(RequestError::Closed));
+    server_runtime.block_on(async {
+        let fetched = bounded("fetch", client.fetch_offsets("gone", ["t"])).await;
+        assert_eq!(fetched, Err(RequestError::Closed));
+    });
 }
