@@ -88,7 +88,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         tokio::select! {
             event = member.next_event() => {
                 let Some(event) = event else { break };
-                if !handle(&client, &member, &args, &mut positions, event).await {
+                if !handle(&member, &args, &mut positions, event).await {
                     return Err("the member cannot continue".into());
                 }
             }
@@ -102,7 +102,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             _ = commits.tick() => commit(&member, &positions, None).await,
             _ = tokio::signal::ctrl_c() => {
                 info!("leaving");
-                leave(&client, &member, &args, &mut positions).await;
+                leave(&member, &args, &mut positions).await;
                 return Ok(());
             }
         }
@@ -111,21 +111,15 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// Acts on one event; `false` when the member cannot continue.
-async fn handle(
-    client: &Client,
-    member: &Member,
-    args: &Args,
-    positions: &mut Positions,
-    event: Event,
-) -> bool {
+async fn handle(member: &Member, args: &Args, positions: &mut Positions, event: Event) -> bool {
     match event {
         Event::Assigned {
             partitions,
             generation,
         } => {
             // Resume from the committed offsets (0 where nothing was committed).
-            let committed = client
-                .fetch_offsets(&args.group, [args.topic.as_str()])
+            let committed = member
+                .committed([args.topic.as_str()])
                 .await
                 .unwrap_or_else(|e| {
                     warn!("cannot fetch committed offsets: {e}");
@@ -198,7 +192,7 @@ async fn commit(
 }
 
 /// Leaves gracefully: commits and releases whatever the leave revokes.
-async fn leave(client: &Client, member: &Member, args: &Args, positions: &mut Positions) {
+async fn leave(member: &Member, args: &Args, positions: &mut Positions) {
     let leave = member.leave(Duration::from_millis(args.leave_timeout_ms));
     tokio::pin!(leave);
     loop {
@@ -212,7 +206,7 @@ async fn leave(client: &Client, member: &Member, args: &Args, positions: &mut Po
             }
             event = member.next_event() => match event {
                 Some(event) => {
-                    handle(client, member, args, positions, event).await;
+                    handle(member, args, positions, event).await;
                 }
                 None => return,
             },

@@ -102,17 +102,30 @@ impl Client {
         group: impl Into<String>,
         topics: impl IntoIterator<Item = impl Into<String>>,
     ) -> Result<BTreeMap<TopicPartition, Committed>, RequestError> {
-        let (reply, result) = oneshot::channel();
-        self.shared
-            .commands
-            .send(Command::Fetch {
-                group: group.into(),
-                topics: topics.into_iter().map(Into::into).collect(),
-                reply,
-            })
-            .map_err(|_| RequestError::Closed)?;
-        result.await.map_err(|_| RequestError::Closed)?
+        fetch_offsets(
+            &self.shared.commands,
+            group.into(),
+            topics.into_iter().map(Into::into).collect(),
+        )
+        .await
     }
+}
+
+/// Asks the connection task for the offsets committed in `group`.
+async fn fetch_offsets(
+    commands: &mpsc::UnboundedSender<Command>,
+    group: String,
+    topics: Vec<String>,
+) -> Result<BTreeMap<TopicPartition, Committed>, RequestError> {
+    let (reply, result) = oneshot::channel();
+    commands
+        .send(Command::Fetch {
+            group,
+            topics,
+            reply,
+        })
+        .map_err(|_| RequestError::Closed)?;
+    result.await.map_err(|_| RequestError::Closed)?
 }
 
 /// One membership in one group.
@@ -197,6 +210,22 @@ impl Member {
             })
             .map_err(|_| CommitError::Closed)?;
         result.await.map_err(|_| CommitError::Closed)?
+    }
+
+    /// The offsets committed in the member's group for `topics` (every topic if empty):
+    /// [`Client::fetch_offsets`] for [`Member::group`]. Use it to resume newly assigned
+    /// partitions where their previous owner left off. The offsets are the group's, so
+    /// partitions the member does not hold are included.
+    pub async fn committed(
+        &self,
+        topics: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Result<BTreeMap<TopicPartition, Committed>, RequestError> {
+        fetch_offsets(
+            &self.commands,
+            self.group.clone(),
+            topics.into_iter().map(Into::into).collect(),
+        )
+        .await
     }
 
     /// Releases partitions the coordinator asked back ([`Event::RevokeRequested`]). A

@@ -801,6 +801,49 @@ async fn invalid_or_refused_configurations_fail_the_join() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_reads_its_own_group_s_committed_offsets() {
+    let server = start_server(StoreConfig::Memory).await;
+    let client = connect(server.local_addr()).await;
+    let mine = bounded("join", client.join(member_config("mine", 2)))
+        .await
+        .unwrap();
+    let other = bounded("join other", client.join(member_config("theirs", 2)))
+        .await
+        .unwrap();
+    for m in [&mine, &other] {
+        let first = bounded("assignment", m.next_event()).await;
+        assert!(matches!(first, Some(Event::Assigned { .. })), "{first:?}");
+    }
+    let mut offset = Offset::new(tp(0), 5);
+    offset.metadata = "five".to_owned();
+    bounded("commit", mine.commit([offset])).await.unwrap();
+    bounded("commit other", other.commit([(tp(0), 9), (tp(1), 9)]))
+        .await
+        .unwrap();
+
+    let committed = bounded("committed", mine.committed(["t"])).await.unwrap();
+    assert_eq!(committed.len(), 1, "{committed:?}");
+    assert_eq!(committed[&tp(0)].offset, 5);
+    assert_eq!(committed[&tp(0)].metadata, "five");
+    // The same as naming the group, and an empty list means every topic.
+    let fetched = bounded("fetch", client.fetch_offsets("mine", ["t"]))
+        .await
+        .unwrap();
+    assert_eq!(committed, fetched);
+    let every = bounded(
+        "committed, every topic",
+        mine.committed(Vec::<String>::new()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(committed, every);
+    let unknown = bounded("committed, another topic", mine.committed(["u"]))
+        .await
+        .unwrap();
+    assert!(unknown.is_empty(), "{unknown:?}");
+}
+
 #[test]
 fn requests_report_a_connection_task_that_is_gone() {
     let server_runtime = tokio::runtime::Runtime::new().unwrap();
@@ -822,6 +865,8 @@ fn requests_report_a_connection_task_that_is_gone() {
     drop(client_runtime);
     assert_eq!(member.ack_revocation(all(2)), Err(RequestError::Closed));
     server_runtime.block_on(async {
+        let committed = bounded("committed", member.committed(["t"])).await;
+        assert_eq!(committed, Err(RequestError::Closed));
         let fetched = bounded("fetch", client.fetch_offsets("gone", ["t"])).await;
         assert_eq!(fetched, Err(RequestError::Closed));
     });
