@@ -60,6 +60,16 @@
 //!   afresh. A coordinator restart is survived the same way.
 //!
 //! See [`MemberConfig`] for the timeouts and how they relate.
+//!
+//! # Protocol types
+//!
+//! The API is made of this crate's own types, with two deliberate exceptions:
+//! [`ErrorCode`] (in the `Refused` and `Rejected` variants of the errors) and
+//! [`ExpelReason`] (in [`LostReason::Expelled`]) are the wire protocol's own enums,
+//! re-exported here. The coordinator defines them and the client passes them on as they
+//! arrive, so that an application sees exactly what the coordinator said, and each
+//! code's documentation says what a client should do about it. The [`raw`] module is
+//! the protocol level itself and speaks in protocol types throughout.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -77,5 +87,12 @@ pub use config::{ClientConfig, MemberConfig};
 pub use error::{
     CommitError, ConfigError, ConnectError, FatalError, JoinError, LeaveError, RequestError,
 };
-pub use rollcall_protocol::{ErrorCode, ExpelReason, TopicSubscription};
-pub use types::{Assignment, Committed, Event, LostReason, Offset, PartitionSet, TopicPartition};
+/// The protocol's error codes, re-exported on purpose: see [Protocol types](crate#protocol-types).
+pub use rollcall_protocol::ErrorCode;
+/// The protocol's expulsion reasons, re-exported on purpose: see
+/// [Protocol types](crate#protocol-types).
+pub use rollcall_protocol::ExpelReason;
+pub use types::{
+    Assignment, Committed, Event, LostReason, Offset, PartitionSet, TopicPartition,
+    TopicSubscription,
+};
