@@ -70,8 +70,9 @@ pub(crate) const MIN_DEFAULT_LEASE_MARGIN: Duration = Duration::from_millis(5);
 ///   application makes no progress for this long is expelled (reason
 ///   `ProgressExpired`). Progress is every call to
 ///   [`Member::next_event`](crate::Member::next_event) or
-///   [`Member::mark_progress`](crate::Member::mark_progress), and the time spent waiting
-///   inside `next_event`.
+///   [`Member::mark_progress`](crate::Member::mark_progress), every poll of the
+///   [`Member::events`](crate::Member::events) stream, and the time spent waiting
+///   inside `next_event` or on the stream.
 /// - **Rebalance timeout** (default 60 s): how long the application may take to
 ///   acknowledge a revocation before the member is expelled.
 /// - **Lease safety margin `M`** (default 5 % of `T`, at least 5 ms): each acknowledged

@@ -4,7 +4,8 @@
 //! one group or several) share it. A background task owns the socket: it heartbeats for
 //! every member on its own jittered schedule, never waiting on the application, and
 //! reconnects with backoff when the connection drops. The application takes
-//! [`Event`]s from each member and acts on them:
+//! [`Event`]s from each member, with [`Member::next_event`] or as a `Stream` from
+//! [`Member::events`], and acts on them:
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -82,7 +83,7 @@ mod membership;
 pub mod raw;
 mod types;
 
-pub use client::{Client, Member};
+pub use client::{Client, Events, Member};
 pub use config::{ClientConfig, MemberConfig};
 pub use error::{
     CommitError, ConfigError, ConnectError, FatalError, JoinError, LeaveError, RequestError,

@@ -1,6 +1,7 @@
 //! The client against a real coordinator over real TCP: sharing partitions, crashes,
 //! progress expiry, revocations, static membership, connection loss, leases, expulsion,
-//! graceful leave and coordinator restarts.
+//! graceful leave, coordinator restarts, the events stream, reading committed offsets
+//! and a connection task that is gone.
 //!
 //! Timeouts are short (session 400-600 ms) and every wait is bounded.
 
@@ -9,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::stream::{FusedStream, StreamExt};
 use rollcall_client::{
     Client, ClientConfig, CommitError, Event, ExpelReason, LostReason, Member, MemberConfig,
     Offset, PartitionSet, RequestError, TopicPartition,
@@ -480,6 +482,63 @@ async fn an_application_that_stops_asking_is_expelled_for_progress_and_told_so()
         waiting.is_err(),
         "unexpected event while waiting: {waiting:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_events_stream_counts_as_progress_only_while_it_is_awaited() {
+    let server = start_server(StoreConfig::Memory).await;
+    let client = connect(server.local_addr()).await;
+    let config = member_config("stream", 2).with_progress_timeout(Duration::from_millis(600));
+    let member = bounded("join", client.join(config)).await.unwrap();
+    let mut events = member.events();
+    let first = bounded("first assignment", events.next()).await;
+    assert_eq!(
+        first,
+        Some(Event::Assigned {
+            partitions: all(2),
+            generation: member.assignment().generation
+        })
+    );
+
+    // Awaiting the stream is progress, for longer than the progress timeout.
+    let waiting = tokio::time::timeout(Duration::from_millis(1500), events.next()).await;
+    assert!(
+        waiting.is_err(),
+        "unexpected event while waiting: {waiting:?}"
+    );
+    // The stream stays pending but nobody awaits it: the application is stuck.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let expelled = bounded("expulsion event", events.next()).await;
+    assert_eq!(
+        expelled,
+        Some(Event::Lost {
+            partitions: all(2),
+            reason: LostReason::Expelled(ExpelReason::ProgressExpired)
+        })
+    );
+    // Polling was progress: the member rejoins and gets its partitions again.
+    let again = bounded("reassignment", events.next()).await;
+    assert!(matches!(again, Some(Event::Assigned { .. })), "{again:?}");
+
+    // The stream borrows the member: leaving while taking events from it.
+    let leave = member.leave(Duration::from_secs(5));
+    tokio::pin!(leave);
+    let left = bounded("leave", async {
+        loop {
+            tokio::select! {
+                r = &mut leave => return r,
+                e = events.next() => {
+                    if let Some(Event::RevokeRequested { partitions, .. }) = e {
+                        member.ack_revocation(partitions).expect("acknowledged");
+                    }
+                }
+            }
+        }
+    })
+    .await;
+    assert_eq!(left, Ok(()));
+    assert_eq!(bounded("events end", events.next()).await, None);
+    assert!(events.is_terminated());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
