@@ -4,9 +4,12 @@
 //! if records were being processed. Offsets are committed periodically and on
 //! revocation; assignment changes are logged. Ctrl-C leaves the group gracefully.
 //!
+//! With a coordinator started by `cargo run --release --bin rollcall -- serve` (which
+//! listens on 127.0.0.1:7070 by default):
+//!
 //! ```text
 //! cargo run -p rollcall-client --example worker -- \
-//!     --addr 127.0.0.1:7878 --group billing --topic invoices --partitions 12
+//!     --addr 127.0.0.1:7070 --group billing --topic orders --partitions 12
 //! ```
 
 use std::collections::BTreeMap;
@@ -19,8 +22,8 @@ use tracing::{error, info, warn};
 #[derive(Debug, Parser)]
 #[command(about = "A rollcall worker processing synthetic records")]
 struct Args {
-    /// The coordinator's address.
-    #[arg(long)]
+    /// The coordinator's address (`rollcall serve` listens on 127.0.0.1:7070 by default).
+    #[arg(long, default_value = "127.0.0.1:7070")]
     addr: String,
     /// The group to join.
     #[arg(long)]
@@ -85,7 +88,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         tokio::select! {
             event = member.next_event() => {
                 let Some(event) = event else { break };
-                if !handle(&client, &member, &args, &mut positions, event).await {
+                if !handle(&member, &args, &mut positions, event).await {
                     return Err("the member cannot continue".into());
                 }
             }
@@ -99,7 +102,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             _ = commits.tick() => commit(&member, &positions, None).await,
             _ = tokio::signal::ctrl_c() => {
                 info!("leaving");
-                leave(&client, &member, &args, &mut positions).await;
+                leave(&member, &args, &mut positions).await;
                 return Ok(());
             }
         }
@@ -108,21 +111,15 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// Acts on one event; `false` when the member cannot continue.
-async fn handle(
-    client: &Client,
-    member: &Member,
-    args: &Args,
-    positions: &mut Positions,
-    event: Event,
-) -> bool {
+async fn handle(member: &Member, args: &Args, positions: &mut Positions, event: Event) -> bool {
     match event {
         Event::Assigned {
             partitions,
             generation,
         } => {
             // Resume from the committed offsets (0 where nothing was committed).
-            let committed = client
-                .fetch_offsets(&args.group, [args.topic.as_str()])
+            let committed = member
+                .committed([args.topic.as_str()])
                 .await
                 .unwrap_or_else(|e| {
                     warn!("cannot fetch committed offsets: {e}");
@@ -143,7 +140,11 @@ async fn handle(
             for p in &partitions {
                 positions.remove(p);
             }
-            member.ack_revocation(partitions.iter().cloned());
+            if let Err(e) = member.ack_revocation(partitions.iter().cloned()) {
+                // Nothing reaches the coordinator any more: the session will expire.
+                error!("cannot release {}: {e}", list(partitions.iter()));
+                return false;
+            }
             info!(generation, partitions = %list(partitions.iter()), owned = positions.len(), "released");
         }
         Event::Lost { partitions, reason } => {
@@ -191,7 +192,7 @@ async fn commit(
 }
 
 /// Leaves gracefully: commits and releases whatever the leave revokes.
-async fn leave(client: &Client, member: &Member, args: &Args, positions: &mut Positions) {
+async fn leave(member: &Member, args: &Args, positions: &mut Positions) {
     let leave = member.leave(Duration::from_millis(args.leave_timeout_ms));
     tokio::pin!(leave);
     loop {
@@ -205,7 +206,7 @@ async fn leave(client: &Client, member: &Member, args: &Args, positions: &mut Po
             }
             event = member.next_event() => match event {
                 Some(event) => {
-                    handle(client, member, args, positions, event).await;
+                    handle(member, args, positions, event).await;
                 }
                 None => return,
             },

@@ -2,10 +2,14 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use futures_util::stream::{FusedStream, Stream};
 use tokio::sync::{mpsc, oneshot, Notify};
 
 use crate::config::{ClientConfig, MemberConfig};
@@ -102,26 +106,40 @@ impl Client {
         group: impl Into<String>,
         topics: impl IntoIterator<Item = impl Into<String>>,
     ) -> Result<BTreeMap<TopicPartition, Committed>, RequestError> {
-        let (reply, result) = oneshot::channel();
-        self.shared
-            .commands
-            .send(Command::Fetch {
-                group: group.into(),
-                topics: topics.into_iter().map(Into::into).collect(),
-                reply,
-            })
-            .map_err(|_| RequestError::Closed)?;
-        result.await.map_err(|_| RequestError::Closed)?
+        fetch_offsets(
+            &self.shared.commands,
+            group.into(),
+            topics.into_iter().map(Into::into).collect(),
+        )
+        .await
     }
+}
+
+/// Asks the connection task for the offsets committed in `group`.
+async fn fetch_offsets(
+    commands: &mpsc::UnboundedSender<Command>,
+    group: String,
+    topics: Vec<String>,
+) -> Result<BTreeMap<TopicPartition, Committed>, RequestError> {
+    let (reply, result) = oneshot::channel();
+    commands
+        .send(Command::Fetch {
+            group,
+            topics,
+            reply,
+        })
+        .map_err(|_| RequestError::Closed)?;
+    result.await.map_err(|_| RequestError::Closed)?
 }
 
 /// One membership in one group.
 ///
-/// The application loops on [`Member::next_event`] and acts on each event: start work on
-/// assigned partitions, commit and acknowledge revoked ones, stop at once on lost ones.
-/// Every call to `next_event` counts as progress, as does the time spent waiting inside
-/// it; an application that stops asking (stuck in its own work) for longer than the
-/// progress timeout is expelled, and learns it from the next event.
+/// The application loops on [`Member::next_event`] (or on the [`Member::events`] stream)
+/// and acts on each event: start work on assigned partitions, commit and acknowledge
+/// revoked ones, stop at once on lost ones. Every call to `next_event` counts as
+/// progress, as does the time spent waiting inside it (the stream's polls and waits
+/// count the same way); an application that stops asking (stuck in its own work) for
+/// longer than the progress timeout is expelled, and learns it from the next event.
 ///
 /// Dropping a `Member` without [`Member::leave`] is an abrupt exit: the task stops
 /// heartbeating for it, and the coordinator notices after the session timeout and then
@@ -167,6 +185,46 @@ impl Member {
     pub async fn next_event(&self) -> Option<Event> {
         self.mark_progress();
         let _waiting = Waiting::new(&self.shared.waiting);
+        self.receive().await
+    }
+
+    /// The events as a [`Stream`]: the same events as [`Member::next_event`], for
+    /// `StreamExt` combinators and `while let Some(event) = events.next().await`. The
+    /// stream ends when `next_event` would return `None`.
+    ///
+    /// Polling the stream counts as progress, and so does waiting for an event while the
+    /// application still awaits it: the connection task wakes a waiting stream whenever
+    /// it runs (at least once per heartbeat), and the poll that follows counts. A stream the application has stopped polling,
+    /// say in a `select!` whose other branch is stuck in its own work, does not count,
+    /// just as a dropped `next_event` future does not.
+    ///
+    /// The stream borrows the member, so [`Member::commit`], [`Member::ack_revocation`]
+    /// and [`Member::leave`] remain available beside it. While it waits for an event it
+    /// holds the member's event queue: a `next_event` call meanwhile waits its turn.
+    ///
+    /// ```no_run
+    /// use futures_util::StreamExt;
+    /// use rollcall_client::{Event, Member, RequestError};
+    ///
+    /// # async fn run(member: Member) -> Result<(), RequestError> {
+    /// let mut events = member.events();
+    /// while let Some(event) = events.next().await {
+    ///     if let Event::RevokeRequested { partitions, .. } = event {
+    ///         member.ack_revocation(partitions)?;
+    ///     }
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn events(&self) -> Events<'_> {
+        Events {
+            member: self,
+            next: None,
+            done: false,
+        }
+    }
+
+    async fn receive(&self) -> Option<Event> {
         self.events.lock().await.recv().await
     }
 
@@ -199,15 +257,41 @@ impl Member {
         result.await.map_err(|_| CommitError::Closed)?
     }
 
+    /// The offsets committed in the member's group for `topics` (every topic if empty):
+    /// [`Client::fetch_offsets`] for [`Member::group`]. Use it to resume newly assigned
+    /// partitions where their previous owner left off. The offsets are the group's, so
+    /// partitions the member does not hold are included.
+    pub async fn committed(
+        &self,
+        topics: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Result<BTreeMap<TopicPartition, Committed>, RequestError> {
+        fetch_offsets(
+            &self.commands,
+            self.group.clone(),
+            topics.into_iter().map(Into::into).collect(),
+        )
+        .await
+    }
+
     /// Releases partitions the coordinator asked back ([`Event::RevokeRequested`]). A
     /// heartbeat carrying the acknowledgement is sent at once; the partitions are then
     /// handed to their new owner. Commit their offsets first: commits on released
     /// partitions are refused.
-    pub fn ack_revocation(&self, partitions: impl IntoIterator<Item = TopicPartition>) {
-        let _ = self.commands.send(Command::Ack {
-            key: self.key,
-            partitions: partitions.into_iter().collect(),
-        });
+    ///
+    /// Fails with [`RequestError::Closed`] when the client's connection task is gone: the
+    /// acknowledgement then never reaches the coordinator, which expels the member once
+    /// its session times out and only then hands the partitions over. Partitions that
+    /// are not being revoked (or no longer, after an [`Event::Lost`]) are ignored.
+    pub fn ack_revocation(
+        &self,
+        partitions: impl IntoIterator<Item = TopicPartition>,
+    ) -> Result<(), RequestError> {
+        self.commands
+            .send(Command::Ack {
+                key: self.key,
+                partitions: partitions.into_iter().collect(),
+            })
+            .map_err(|_| RequestError::Closed)
     }
 
     /// The partitions the member holds and the generation, as the connection task knows
@@ -242,7 +326,8 @@ impl Member {
     /// coordinator holds them until this member's lease has run out). A static member
     /// stands down instead: it stays in the group, and the next process with the same
     /// instance id takes its partitions over at once without a rebalance. Keep taking
-    /// events while this runs, for instance in a `select!` with `next_event`. Resolves
+    /// events while this runs, for instance in a `select!` with `next_event` or the
+    /// [`Member::events`] stream. Resolves
     /// once the coordinator confirms, or with [`LeaveError::Unconfirmed`] if it could
     /// not.
     pub async fn leave(&self, timeout: Duration) -> Result<(), LeaveError> {
@@ -255,6 +340,55 @@ impl Member {
             })
             .map_err(|_| LeaveError::Closed)?;
         result.await.map_err(|_| LeaveError::Closed)?
+    }
+}
+
+/// A [`Member`]'s events as a [`Stream`], from [`Member::events`].
+#[must_use = "streams do nothing unless polled"]
+pub struct Events<'a> {
+    member: &'a Member,
+    /// The pending wait for the next event, kept across polls.
+    next: Option<Pin<Box<dyn Future<Output = Option<Event>> + Send + 'a>>>,
+    done: bool,
+}
+
+impl fmt::Debug for Events<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Events")
+            .field("member", self.member)
+            .field("done", &self.done)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Stream for Events<'_> {
+    type Item = Event;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Event>> {
+        let this = self.get_mut();
+        if this.done {
+            return Poll::Ready(None);
+        }
+        let member = this.member;
+        member.mark_progress();
+        let next = this.next.get_or_insert_with(|| Box::pin(member.receive()));
+        match next.as_mut().poll(cx) {
+            Poll::Ready(event) => {
+                this.next = None;
+                this.done = event.is_none();
+                Poll::Ready(event)
+            }
+            Poll::Pending => {
+                *member.shared.stream_waker.lock() = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl FusedStream for Events<'_> {
+    fn is_terminated(&self) -> bool {
+        self.done
     }
 }
 

@@ -3,9 +3,10 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use rollcall_protocol::{TopicSubscription, DEFAULT_MAX_FRAME_SIZE};
+use rollcall_protocol::DEFAULT_MAX_FRAME_SIZE;
 
 use crate::error::ConfigError;
+use crate::types::TopicSubscription;
 
 /// How a [`Client`](crate::Client) connects, and reconnects after losing its connection.
 #[derive(Debug, Clone)]
@@ -69,8 +70,9 @@ pub(crate) const MIN_DEFAULT_LEASE_MARGIN: Duration = Duration::from_millis(5);
 ///   application makes no progress for this long is expelled (reason
 ///   `ProgressExpired`). Progress is every call to
 ///   [`Member::next_event`](crate::Member::next_event) or
-///   [`Member::mark_progress`](crate::Member::mark_progress), and the time spent waiting
-///   inside `next_event`.
+///   [`Member::mark_progress`](crate::Member::mark_progress), every poll of the
+///   [`Member::events`](crate::Member::events) stream, and the time spent waiting
+///   inside `next_event` or on the stream.
 /// - **Rebalance timeout** (default 60 s): how long the application may take to
 ///   acknowledge a revocation before the member is expelled.
 /// - **Lease safety margin `M`** (default 5 % of `T`, at least 5 ms): each acknowledged
@@ -118,13 +120,7 @@ impl MemberConfig {
     ) -> Self {
         Self {
             group: group.into(),
-            topics: topics
-                .into_iter()
-                .map(|(topic, partitions)| TopicSubscription {
-                    topic: topic.into(),
-                    partitions,
-                })
-                .collect(),
+            topics: topics.into_iter().map(TopicSubscription::from).collect(),
             instance_id: None,
             client_id: "rollcall-client".to_owned(),
             session_timeout: DEFAULT_SESSION_TIMEOUT,
@@ -257,7 +253,14 @@ impl MemberConfig {
         }
         Ok(Settings {
             group: self.group.clone(),
-            subscription: self.topics.clone(),
+            subscription: self
+                .topics
+                .iter()
+                .map(|t| rollcall_protocol::TopicSubscription {
+                    topic: t.topic.clone(),
+                    partitions: t.partitions,
+                })
+                .collect(),
             instance_id: self.instance_id.clone(),
             client_id: self.client_id.clone(),
             session_timeout,
@@ -278,7 +281,7 @@ fn millis(which: &'static str, d: Duration) -> Result<u32, ConfigError> {
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
     pub(crate) group: String,
-    pub(crate) subscription: Vec<TopicSubscription>,
+    pub(crate) subscription: Vec<rollcall_protocol::TopicSubscription>,
     pub(crate) instance_id: Option<String>,
     pub(crate) client_id: String,
     pub(crate) session_timeout: Duration,
@@ -308,6 +311,21 @@ mod tests {
         assert_eq!(s.rebalance_timeout_ms, 60_000);
         let short = base().with_session_timeout(Duration::from_millis(60));
         assert_eq!(short.effective_lease_margin(), MIN_DEFAULT_LEASE_MARGIN);
+    }
+
+    #[test]
+    fn the_subscription_reaches_the_join_request_as_declared() {
+        let mut c = MemberConfig::new("g", [("a", 3)]);
+        assert_eq!(c.topics, vec![TopicSubscription::new("a", 3)]);
+        c.topics.push(("b", 2).into());
+        let wire = |topic: &str, partitions| rollcall_protocol::TopicSubscription {
+            topic: topic.to_owned(),
+            partitions,
+        };
+        assert_eq!(
+            c.resolve().unwrap().subscription,
+            vec![wire("a", 3), wire("b", 2)]
+        );
     }
 
     #[test]

@@ -226,7 +226,9 @@ pub enum LeaveError {
     Closed,
 }
 
-/// Why a client-level request (such as fetching offsets) failed.
+/// Why a request other than a join, commit or leave failed: fetching offsets, or
+/// [`Member::ack_revocation`](crate::Member::ack_revocation) (which only fails with
+/// [`RequestError::Closed`]).
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum RequestError {

@@ -4,14 +4,15 @@
 //! one group or several) share it. A background task owns the socket: it heartbeats for
 //! every member on its own jittered schedule, never waiting on the application, and
 //! reconnects with backoff when the connection drops. The application takes
-//! [`Event`]s from each member and acts on them:
+//! [`Event`]s from each member, with [`Member::next_event`] or as a `Stream` from
+//! [`Member::events`], and acts on them:
 //!
 //! ```no_run
 //! use std::time::Duration;
 //! use rollcall_client::{Client, ClientConfig, Event, MemberConfig, Offset};
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! let client = Client::connect("127.0.0.1:7878", ClientConfig::default()).await?;
+//! let client = Client::connect("127.0.0.1:7070", ClientConfig::default()).await?;
 //! let member = client
 //!     .join(MemberConfig::new("billing", [("invoices", 12)]).with_session_timeout(Duration::from_secs(10)))
 //!     .await?;
@@ -22,7 +23,7 @@
 //!             // Finish, commit, then release.
 //!             let offsets: Vec<Offset> = partitions.iter().map(|p| Offset::new(p.clone(), 0)).collect();
 //!             member.commit(offsets).await?;
-//!             member.ack_revocation(partitions);
+//!             member.ack_revocation(partitions)?;
 //!         }
 //!         Event::Lost { partitions, .. } => { /* stop at once: someone else may own them */ }
 //!         Event::Fatal(e) => return Err(e.into()),
@@ -60,6 +61,16 @@
 //!   afresh. A coordinator restart is survived the same way.
 //!
 //! See [`MemberConfig`] for the timeouts and how they relate.
+//!
+//! # Protocol types
+//!
+//! The API is made of this crate's own types, with two deliberate exceptions:
+//! [`ErrorCode`] (in the `Refused` and `Rejected` variants of the errors) and
+//! [`ExpelReason`] (in [`LostReason::Expelled`]) are the wire protocol's own enums,
+//! re-exported here. The coordinator defines them and the client passes them on as they
+//! arrive, so that an application sees exactly what the coordinator said, and each
+//! code's documentation says what a client should do about it. The [`raw`] module is
+//! the protocol level itself and speaks in protocol types throughout.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -72,10 +83,17 @@ mod membership;
 pub mod raw;
 mod types;
 
-pub use client::{Client, Member};
+pub use client::{Client, Events, Member};
 pub use config::{ClientConfig, MemberConfig};
 pub use error::{
     CommitError, ConfigError, ConnectError, FatalError, JoinError, LeaveError, RequestError,
 };
-pub use rollcall_protocol::{ErrorCode, ExpelReason, TopicSubscription};
-pub use types::{Assignment, Committed, Event, LostReason, Offset, PartitionSet, TopicPartition};
+/// The protocol's error codes, re-exported on purpose: see [Protocol types](crate#protocol-types).
+pub use rollcall_protocol::ErrorCode;
+/// The protocol's expulsion reasons, re-exported on purpose: see
+/// [Protocol types](crate#protocol-types).
+pub use rollcall_protocol::ExpelReason;
+pub use types::{
+    Assignment, Committed, Event, LostReason, Offset, PartitionSet, TopicPartition,
+    TopicSubscription,
+};

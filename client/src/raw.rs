@@ -9,7 +9,7 @@
 //! use rollcall_protocol::Request;
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! let mut conn = Connection::connect("127.0.0.1:7878", "my-tool/1", Duration::from_secs(5)).await?;
+//! let mut conn = Connection::connect("127.0.0.1:7070", "my-tool/1", Duration::from_secs(5)).await?;
 //! let groups = conn.request(Request::ListGroups).await?;
 //! # Ok(())
 //! # }

@@ -32,6 +32,33 @@ impl fmt::Display for TopicPartition {
     }
 }
 
+/// A subscribed topic with the partition count the member declares for it. Every member
+/// of a group must declare the same count for a topic; the coordinator refuses a join
+/// that disagrees.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TopicSubscription {
+    /// Topic name.
+    pub topic: String,
+    /// The topic's partition count.
+    pub partitions: u32,
+}
+
+impl TopicSubscription {
+    /// `topic` with `partitions` partitions.
+    pub fn new(topic: impl Into<String>, partitions: u32) -> Self {
+        Self {
+            topic: topic.into(),
+            partitions,
+        }
+    }
+}
+
+impl<S: Into<String>> From<(S, u32)> for TopicSubscription {
+    fn from((topic, partitions): (S, u32)) -> Self {
+        Self::new(topic, partitions)
+    }
+}
+
 /// A set of partitions, ordered by topic then partition.
 pub type PartitionSet = BTreeSet<TopicPartition>;
 

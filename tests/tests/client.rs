@@ -1,6 +1,7 @@
 //! The client against a real coordinator over real TCP: sharing partitions, crashes,
 //! progress expiry, revocations, static membership, connection loss, leases, expulsion,
-//! graceful leave and coordinator restarts.
+//! graceful leave, coordinator restarts, the events stream, reading committed offsets
+//! and a connection task that is gone.
 //!
 //! Timeouts are short (session 400-600 ms) and every wait is bounded.
 
@@ -8,9 +9,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::stream::{FusedStream, StreamExt};
 use rollcall_client::{
     Client, ClientConfig, CommitError, Event, ExpelReason, LostReason, Member, MemberConfig,
-    Offset, PartitionSet, TopicPartition,
+    Offset, PartitionSet, RequestError, TopicPartition,
 };
 use rollcall_coordinator::server::{ServerConfig, ServerHandle, StoreConfig};
 use rollcall_coordinator::store::MemoryStore;
@@ -175,7 +177,12 @@ impl Worker {
                                 .push(format!("commit before ack failed: {e}"));
                         }
                         ledger.lock().released(partitions);
-                        member.ack_revocation(partitions.iter().cloned());
+                        if let Err(e) = member.ack_revocation(partitions.iter().cloned()) {
+                            ledger
+                                .lock()
+                                .violations
+                                .push(format!("acknowledgement failed: {e}"));
+                        }
                     }
                     tx.send_modify(|n| *n += 1);
                 }
@@ -360,6 +367,63 @@ async fn an_application_that_stops_asking_is_expelled_for_progress_and_told_so()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_events_stream_counts_as_progress_only_while_it_is_awaited() {
+    let server = start_server(StoreConfig::Memory).await;
+    let client = connect(server.local_addr()).await;
+    let config = member_config("stream", 2).with_progress_timeout(Duration::from_millis(600));
+    let member = bounded("join", client.join(config)).await.unwrap();
+    let mut events = member.events();
+    let first = bounded("first assignment", events.next()).await;
+    assert_eq!(
+        first,
+        Some(Event::Assigned {
+            partitions: all(2),
+            generation: member.assignment().generation
+        })
+    );
+
+    // Awaiting the stream is progress, for longer than the progress timeout.
+    let waiting = tokio::time::timeout(Duration::from_millis(1500), events.next()).await;
+    assert!(
+        waiting.is_err(),
+        "unexpected event while waiting: {waiting:?}"
+    );
+    // The stream stays pending but nobody awaits it: the application is stuck.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let expelled = bounded("expulsion event", events.next()).await;
+    assert_eq!(
+        expelled,
+        Some(Event::Lost {
+            partitions: all(2),
+            reason: LostReason::Expelled(ExpelReason::ProgressExpired)
+        })
+    );
+    // Polling was progress: the member rejoins and gets its partitions again.
+    let again = bounded("reassignment", events.next()).await;
+    assert!(matches!(again, Some(Event::Assigned { .. })), "{again:?}");
+
+    // The stream borrows the member: leaving while taking events from it.
+    let leave = member.leave(Duration::from_secs(5));
+    tokio::pin!(leave);
+    let left = bounded("leave", async {
+        loop {
+            tokio::select! {
+                r = &mut leave => return r,
+                e = events.next() => {
+                    if let Some(Event::RevokeRequested { partitions, .. }) = e {
+                        member.ack_revocation(partitions).expect("acknowledged");
+                    }
+                }
+            }
+        }
+    })
+    .await;
+    assert_eq!(left, Ok(()));
+    assert_eq!(bounded("events end", events.next()).await, None);
+    assert!(events.is_terminated());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revocation_is_honoured_only_after_the_acknowledgement() {
     let server = start_server(StoreConfig::Memory).await;
     let addr = server.local_addr();
@@ -397,7 +461,8 @@ async fn a_revocation_is_honoured_only_after_the_acknowledgement() {
     bounded("commit before ack", a.commit(offsets))
         .await
         .expect("commit on a partition being revoked is accepted");
-    a.ack_revocation(partitions.iter().cloned());
+    a.ack_revocation(partitions.iter().cloned())
+        .expect("acknowledged");
     ledger.released(&partitions);
     b.wait_for("b's partitions", |s| *s == partitions).await;
 
@@ -590,7 +655,8 @@ async fn a_graceful_leave_hands_partitions_over_at_once() {
                         let offsets: Vec<Offset> =
                             partitions.iter().map(|p| Offset::new(p.clone(), 7)).collect();
                         a.commit(offsets).await.expect("commit while leaving");
-                        a.ack_revocation(partitions.iter().cloned());
+                        a.ack_revocation(partitions.iter().cloned())
+                            .expect("ack while leaving");
                         ledger.released(&partitions);
                     }
                 }
@@ -674,4 +740,75 @@ async fn invalid_or_refused_configurations_fail_the_join() {
         ),
         "{inconsistent:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_reads_its_own_group_s_committed_offsets() {
+    let server = start_server(StoreConfig::Memory).await;
+    let client = connect(server.local_addr()).await;
+    let mine = bounded("join", client.join(member_config("mine", 2)))
+        .await
+        .unwrap();
+    let other = bounded("join other", client.join(member_config("theirs", 2)))
+        .await
+        .unwrap();
+    for m in [&mine, &other] {
+        let first = bounded("assignment", m.next_event()).await;
+        assert!(matches!(first, Some(Event::Assigned { .. })), "{first:?}");
+    }
+    let mut offset = Offset::new(tp(0), 5);
+    offset.metadata = "five".to_owned();
+    bounded("commit", mine.commit([offset])).await.unwrap();
+    bounded("commit other", other.commit([(tp(0), 9), (tp(1), 9)]))
+        .await
+        .unwrap();
+
+    let committed = bounded("committed", mine.committed(["t"])).await.unwrap();
+    assert_eq!(committed.len(), 1, "{committed:?}");
+    assert_eq!(committed[&tp(0)].offset, 5);
+    assert_eq!(committed[&tp(0)].metadata, "five");
+    // The same as naming the group, and an empty list means every topic.
+    let fetched = bounded("fetch", client.fetch_offsets("mine", ["t"]))
+        .await
+        .unwrap();
+    assert_eq!(committed, fetched);
+    let every = bounded(
+        "committed, every topic",
+        mine.committed(Vec::<String>::new()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(committed, every);
+    let unknown = bounded("committed, another topic", mine.committed(["u"]))
+        .await
+        .unwrap();
+    assert!(unknown.is_empty(), "{unknown:?}");
+}
+
+#[test]
+fn requests_report_a_connection_task_that_is_gone() {
+    let server_runtime = tokio::runtime::Runtime::new().unwrap();
+    let server = server_runtime.block_on(start_server(StoreConfig::Memory));
+    let client_runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (client, member) = client_runtime.block_on(async {
+        let client = connect(server.local_addr()).await;
+        let member = bounded("join", client.join(member_config("gone", 2)))
+            .await
+            .unwrap();
+        let first = bounded("assignment", member.next_event()).await;
+        assert!(matches!(first, Some(Event::Assigned { .. })), "{first:?}");
+        (client, member)
+    });
+    // The connection task ends with its runtime, while the handles live on.
+    drop(client_runtime);
+    assert_eq!(member.ack_revocation(all(2)), Err(RequestError::Closed));
+    server_runtime.block_on(async {
+        let committed = bounded("committed", member.committed(["t"])).await;
+        assert_eq!(committed, Err(RequestError::Closed));
+        let fetched = bounded("fetch", client.fetch_offsets("gone", ["t"])).await;
+        assert_eq!(fetched, Err(RequestError::Closed));
+    });
 }

@@ -51,7 +51,8 @@ impl App {
         tokio::spawn(async move {
             while let Some(event) = m.next_event().await {
                 if let Event::RevokeRequested { partitions, .. } = &event {
-                    m.ack_revocation(partitions.iter().cloned());
+                    m.ack_revocation(partitions.iter().cloned())
+                        .expect("the client is open");
                 }
                 e.lock().push((Instant::now(), event));
             }

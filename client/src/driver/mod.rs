@@ -57,6 +57,11 @@ pub(crate) struct MemberShared {
     /// Set while the membership waits for progress to rejoin: progress then wakes the
     /// task.
     pub(crate) wake_on_progress: AtomicBool,
+    /// The task of an [`Events`](crate::Events) stream whose last poll found no event.
+    /// Taken and woken at every pass of the task: a stream that is still awaited polls
+    /// again, which counts as progress, and registers anew; one that is no longer
+    /// polled (its application busy elsewhere) does not.
+    pub(crate) stream_waker: Mutex<Option<std::task::Waker>>,
     pub(crate) view: Mutex<View>,
 }
 
@@ -256,6 +261,10 @@ impl Driver {
             if slot.shared.waiting.load(Ordering::Acquire) > 0 {
                 // The application is waiting for work: that counts as progress.
                 slot.shared.progress.fetch_add(1, Ordering::AcqRel);
+            }
+            if let Some(stream) = slot.shared.stream_waker.lock().take() {
+                // Its next poll is progress if the application still awaits events.
+                stream.wake();
             }
             slot.m
                 .set_progress(slot.shared.progress.load(Ordering::Acquire), std_now);
