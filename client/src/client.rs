@@ -194,9 +194,10 @@ impl Member {
     ///
     /// Polling the stream counts as progress, and so does waiting for an event while the
     /// application still awaits it: the connection task wakes a waiting stream whenever
-    /// it runs (at least once per heartbeat), and the poll that follows counts. A stream the application has stopped polling,
-    /// say in a `select!` whose other branch is stuck in its own work, does not count,
-    /// just as a dropped `next_event` future does not.
+    /// it runs (at least once per heartbeat), and the poll that follows counts. A stream
+    /// the application has stopped polling, say in a `select!` whose other branch is
+    /// stuck in its own work, does not count, just as a dropped `next_event` future does
+    /// not.
     ///
     /// The stream borrows the member, so [`Member::commit`], [`Member::ack_revocation`]
     /// and [`Member::leave`] remain available beside it. While it waits for an event it
@@ -327,9 +328,8 @@ impl Member {
     /// stands down instead: it stays in the group, and the next process with the same
     /// instance id takes its partitions over at once without a rebalance. Keep taking
     /// events while this runs, for instance in a `select!` with `next_event` or the
-    /// [`Member::events`] stream. Resolves
-    /// once the coordinator confirms, or with [`LeaveError::Unconfirmed`] if it could
-    /// not.
+    /// [`Member::events`] stream. Resolves once the coordinator confirms, or with
+    /// [`LeaveError::Unconfirmed`] if it could not.
     pub async fn leave(&self, timeout: Duration) -> Result<(), LeaveError> {
         let (reply, result) = oneshot::channel();
         self.commands
