@@ -38,6 +38,7 @@ fn populated(
                     session_timeout_ms: 30_000,
                     progress_timeout_ms: 300_000,
                     rebalance_timeout_ms: 60_000,
+                    lease_timeout_ms: 0,
                 }),
             );
             let Response::Join(j) = resp else {

@@ -82,11 +82,13 @@ pub enum ApiKey {
     ListGroups = 6,
     /// Describe a group.
     DescribeGroup = 7,
+    /// An expelled member's process stopped acting on its partitions.
+    Relinquish = 8,
 }
 
 impl ApiKey {
     /// Every request API.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 9] = [
         Self::ApiVersions,
         Self::Join,
         Self::Heartbeat,
@@ -95,6 +97,7 @@ impl ApiKey {
         Self::FetchOffsets,
         Self::ListGroups,
         Self::DescribeGroup,
+        Self::Relinquish,
     ];
 
     /// From wire value.
@@ -113,6 +116,7 @@ impl ApiKey {
             Self::FetchOffsets => "fetch_offsets",
             Self::ListGroups => "list_groups",
             Self::DescribeGroup => "describe_group",
+            Self::Relinquish => "relinquish",
         }
     }
 }
@@ -146,15 +150,16 @@ impl PushKey {
     }
 }
 
-/// The version of every response, every push, and every request but Leave.
+/// The version of every response, every push, and every request but Join and Leave.
 pub const CURRENT_VERSION: u16 = 0;
 
-/// The highest version of `key` this build speaks (the lowest is always 0). Leave is
-/// at version 1, which adds the leave mode; its response is the same at both versions
-/// and is sent as version 0, like every response.
+/// The highest version of `key` this build speaks (the lowest is always 0). Join is at
+/// version 1, which adds the lease timeout, and Leave at version 1, which adds the
+/// leave mode; their responses are the same at both versions and are sent as version
+/// 0, like every response.
 pub fn max_request_version(key: ApiKey) -> u16 {
     match key {
-        ApiKey::Leave => 1,
+        ApiKey::Join | ApiKey::Leave => 1,
         _ => CURRENT_VERSION,
     }
 }

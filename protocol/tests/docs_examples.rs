@@ -87,6 +87,7 @@ fn examples() -> Vec<(&'static str, Frame)> {
                     session_timeout_ms: 10_000,
                     progress_timeout_ms: 300_000,
                     rebalance_timeout_ms: 60_000,
+                    lease_timeout_ms: 0,
                 }),
             ),
         ),

@@ -99,13 +99,13 @@ fn request() -> impl Strategy<Value = Request> {
     let join = (
         (text(), opt_text(), opt_text(), text(), any::<u64>()),
         small_vec((text(), any::<u32>())),
-        (any::<u32>(), any::<u32>(), any::<u32>()),
+        (any::<u32>(), any::<u32>(), any::<u32>(), any::<u32>()),
     )
         .prop_map(
             |(
                 (group, member_id, instance_id, client_id, join_token),
                 subscription,
-                (session_timeout_ms, progress_timeout_ms, rebalance_timeout_ms),
+                (session_timeout_ms, progress_timeout_ms, rebalance_timeout_ms, lease_timeout_ms),
             )| {
                 Request::Join(JoinRequest {
                     group,
@@ -120,6 +120,7 @@ fn request() -> impl Strategy<Value = Request> {
                     session_timeout_ms,
                     progress_timeout_ms,
                     rebalance_timeout_ms,
+                    lease_timeout_ms,
                 })
             },
         );

@@ -249,6 +249,7 @@ pub fn join(group: &str, topic: &str, partitions: u32, session_ms: u32) -> JoinR
         session_timeout_ms: session_ms,
         progress_timeout_ms: 60_000,
         rebalance_timeout_ms: session_ms.max(1_000),
+        lease_timeout_ms: 0,
     }
 }
 

@@ -119,6 +119,7 @@ impl ConnTask {
             session_timeout_ms: ms(m.spec.session_timeout),
             progress_timeout_ms: ms(m.spec.progress_timeout),
             rebalance_timeout_ms: ms(m.spec.rebalance_timeout),
+            lease_timeout_ms: 0,
         });
         let id = self.correlation();
         self.pending.insert(

@@ -320,6 +320,7 @@ impl Membership {
                     session_timeout_ms: s.session_timeout_ms,
                     progress_timeout_ms: s.progress_timeout_ms,
                     rebalance_timeout_ms: s.rebalance_timeout_ms,
+                    lease_timeout_ms: 0,
                 });
                 self.in_flight.insert(id, InFlight::Join { sent: now });
                 Some((id, request))

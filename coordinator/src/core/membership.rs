@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use rollcall_protocol::{
     ApiKey, ErrorCode, ExpelReason, HeartbeatRequest, HeartbeatResponse, JoinRequest, JoinResponse,
-    LeaveMode, LeaveRequest, Response,
+    LeaveMode, LeaveRequest, RelinquishRequest, Response,
 };
 
 use super::group::{duration_ms, Ctx, Group, Timeouts};
@@ -111,10 +111,24 @@ impl Coordinator {
                 ),
             );
         }
+        let lease = match r.lease_timeout_ms {
+            0 => session,
+            ms => Duration::from_millis(u64::from(ms)),
+        };
+        if lease < c.min_session_timeout || lease > session {
+            return bad(
+                ErrorCode::InvalidSessionTimeout,
+                format!(
+                    "lease timeout {lease:?} must be at least {:?} and at most the session timeout {session:?}",
+                    c.min_session_timeout
+                ),
+            );
+        }
         Ok(Timeouts {
             session,
             progress,
             rebalance,
+            lease,
         })
     }
 
@@ -286,7 +300,7 @@ impl Coordinator {
             group.snapshot_dirty = true;
         }
         m.heard(now);
-        m.conn = Some(conn);
+        m.bind(conn);
         // A shorter timeout can bring a deadline forward.
         group.schedule_member(ctx, id);
         let generation = group.generation;
@@ -347,7 +361,7 @@ impl Coordinator {
         m.record_sequence(r.sequence);
         m.report_progress(now, r.progress);
         let rebound = m.conn != Some(conn);
-        m.conn = Some(conn);
+        m.bind(conn);
         let stale = r.generation != m.generation;
         let session_timeout_ms = duration_ms(m.session_timeout) as u32;
         // The common case ends here: no acknowledgement, same connection, same generation.
@@ -425,22 +439,58 @@ impl Coordinator {
         Response::Leave
     }
 
-    /// Connection `conn` closed. Its members keep their sessions and may resume on
-    /// another connection.
+    /// Connection `conn` closed. Its members may resume on another connection within
+    /// their lease; one that does not is expelled when its lease runs out, without
+    /// waiting for its session deadline (a crashed process closes its sockets).
     ///
     /// Costs O(members that were bound to `conn`), not O(members).
     pub fn handle_disconnect(&mut self, now: Instant, conn: ConnId) {
         self.tick(now);
-        for (group, member) in self.bound.remove(&conn).unwrap_or_default() {
-            let m = self
-                .groups
-                .get_mut(&group)
-                .and_then(|g| g.members.get_mut(&member));
-            if let Some(m) = m {
-                if m.conn == Some(conn) {
-                    m.conn = None;
-                }
+        let bound = self.bound.remove(&conn).unwrap_or_default();
+        let (groups, mut ctx) = self.parts(now);
+        for (group, member) in bound {
+            let Some(g) = groups.get_mut(&group) else {
+                continue;
+            };
+            let Some(m) = g.members.get_mut(&member) else {
+                continue;
+            };
+            if m.conn == Some(conn) {
+                m.conn = None;
+                m.conn_closed = true;
+                g.schedule_member(&mut ctx, &member);
             }
+        }
+    }
+
+    /// The process of an expelled (or replaced) member confirms that it stopped acting
+    /// on its partitions: those held for it move at once.
+    pub(super) fn relinquish(&mut self, now: Instant, r: RelinquishRequest) -> Response {
+        let (groups, mut ctx) = self.parts(now);
+        let Some(group) = groups.get_mut(r.group.as_str()) else {
+            return refuse(
+                ApiKey::Relinquish,
+                ErrorCode::UnknownMember,
+                "no such group",
+            );
+        };
+        if group.members.contains_key(r.member_id.as_str()) {
+            return refuse(
+                ApiKey::Relinquish,
+                ErrorCode::InvalidRequest,
+                "the member is still in the group: leave instead",
+            );
+        }
+        if group.relinquish(&mut ctx, &r.member_id)
+            || group.removed.contains_key(r.member_id.as_str())
+        {
+            Response::Relinquish
+        } else {
+            refuse(
+                ApiKey::Relinquish,
+                ErrorCode::UnknownMember,
+                "no partitions are held for this member id",
+            )
         }
     }
 

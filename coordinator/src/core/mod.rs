@@ -220,6 +220,12 @@ impl Coordinator {
             Request::FetchOffsets(r) => self.fetch(r),
             Request::ListGroups => self.list_groups(),
             Request::DescribeGroup(r) => self.describe(now, &r.group),
+            Request::Relinquish(r) => {
+                let group = r.group.clone();
+                let response = self.relinquish(now, r);
+                self.note_dirty(&group);
+                response
+            }
         }
     }
 

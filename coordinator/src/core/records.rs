@@ -69,6 +69,9 @@ pub struct GroupSnapshot {
 pub struct HeldSnapshot {
     /// How long the hold still had to run when the snapshot was taken, ms.
     pub remaining_ms: u64,
+    /// The member the partitions were taken from (empty in snapshots written before
+    /// holds named their member: such a hold cannot be relinquished).
+    pub member_id: String,
     /// The partitions, as (topic index, partition).
     pub partitions: Vec<(u32, u32)>,
 }
@@ -106,6 +109,9 @@ pub struct MemberSnapshot {
     pub progress_timeout_ms: u32,
     /// Rebalance timeout, ms.
     pub rebalance_timeout_ms: u32,
+    /// Lease timeout, ms (0 in snapshots written before lease timeouts: the session
+    /// timeout).
+    pub lease_timeout_ms: u32,
     /// Subscribed topic indexes.
     pub subscription: Vec<u32>,
     /// Generation of the member's assignment.

@@ -35,6 +35,8 @@ struct Group {
 #[derive(Serialize, Deserialize)]
 struct Held {
     remaining_ms: u64,
+    #[serde(default)]
+    member_id: String,
     partitions: Vec<(u32, u32)>,
 }
 
@@ -58,6 +60,8 @@ struct Member {
     session_timeout_ms: u32,
     progress_timeout_ms: u32,
     rebalance_timeout_ms: u32,
+    #[serde(default)]
+    lease_timeout_ms: u32,
     subscription: Vec<u32>,
     generation: u32,
     owned: Vec<(u32, u32)>,
@@ -80,6 +84,7 @@ impl From<&GroupSnapshot> for Group {
                 .iter()
                 .map(|h| Held {
                     remaining_ms: h.remaining_ms,
+                    member_id: h.member_id.clone(),
                     partitions: h.partitions.clone(),
                 })
                 .collect(),
@@ -111,6 +116,7 @@ impl From<Group> for GroupSnapshot {
                 .into_iter()
                 .map(|h| HeldSnapshot {
                     remaining_ms: h.remaining_ms,
+                    member_id: h.member_id,
                     partitions: h.partitions,
                 })
                 .collect(),
@@ -140,6 +146,7 @@ impl From<&MemberSnapshot> for Member {
             session_timeout_ms: m.session_timeout_ms,
             progress_timeout_ms: m.progress_timeout_ms,
             rebalance_timeout_ms: m.rebalance_timeout_ms,
+            lease_timeout_ms: m.lease_timeout_ms,
             subscription: m.subscription.clone(),
             generation: m.generation,
             owned: m.owned.clone(),
@@ -160,6 +167,7 @@ impl From<Member> for MemberSnapshot {
             session_timeout_ms: m.session_timeout_ms,
             progress_timeout_ms: m.progress_timeout_ms,
             rebalance_timeout_ms: m.rebalance_timeout_ms,
+            lease_timeout_ms: m.lease_timeout_ms,
             subscription: m.subscription,
             generation: m.generation,
             owned: m.owned,

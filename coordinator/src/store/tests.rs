@@ -85,6 +85,7 @@ fn member(id: &str) -> MemberSnapshot {
         session_timeout_ms: 10_000,
         progress_timeout_ms: 300_000,
         rebalance_timeout_ms: 60_000,
+        lease_timeout_ms: 4_000,
         subscription: vec![0, 1],
         generation: 3,
         owned: vec![(0, 0), (1, 2)],
@@ -101,6 +102,7 @@ fn snapshot(group: &str, generation: u32, members: &[&str]) -> GroupSnapshot {
         topics: vec![("orders".to_owned(), 2), ("payments".to_owned(), 3)],
         members: members.iter().map(|id| member(id)).collect(),
         held: vec![HeldSnapshot {
+            member_id: "gone".into(),
             remaining_ms: 4_000,
             partitions: vec![(1, 0)],
         }],
@@ -1088,11 +1090,13 @@ fn snapshot_json_format_is_stable() {
     assert_eq!(m.session_timeout_ms, 10_000);
     assert_eq!(m.owned, vec![(0, 1)]);
     assert_eq!((m.lease_remaining_ms, m.stood_down), (None, false));
+    assert_eq!(m.lease_timeout_ms, 0, "no lease timeout: the session timeout");
     assert!(s.held.is_empty() && s.instances.is_empty() && s.rebalance_pending.is_none());
 
     // Today's form round-trips, and names its fields as the file always has.
     let mut full = s.clone();
     full.held.push(HeldSnapshot {
+        member_id: "m-0".into(),
         remaining_ms: 250,
         partitions: vec![(0, 2)],
     });
@@ -1105,12 +1109,14 @@ fn snapshot_json_format_is_stable() {
     });
     full.rebalance_pending = Some("join".into());
     full.members[0].lease_remaining_ms = Some(900);
+    full.members[0].lease_timeout_ms = 2_000;
     let mut json = Vec::new();
     encode(&full, &mut json).unwrap();
     assert_eq!(decode(&json).unwrap(), full);
     let text = String::from_utf8(json).unwrap();
     for key in [
-        "\"held\":[{\"remaining_ms\":250,\"partitions\":[[0,2]]}]",
+        "\"held\":[{\"remaining_ms\":250,\"member_id\":\"m-0\",\"partitions\":[[0,2]]}]",
+        "\"lease_timeout_ms\":2000",
         "\"rebalance_pending\":\"join\"",
         "\"fenced_tokens\":[8]",
         "\"lease_remaining_ms\":900",

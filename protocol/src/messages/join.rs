@@ -1,4 +1,5 @@
-//! Join (API key 1): join a group, or rejoin it with a known member id.
+//! Join (API key 1, versions 0 and 1): join a group, or rejoin it with a known member
+//! id; version 1 adds the lease timeout.
 
 use bytes::{BufMut, BytesMut};
 
@@ -36,9 +37,20 @@ pub struct JoinRequest {
     pub progress_timeout_ms: u32,
     /// How long the member may take to acknowledge a revocation.
     pub rebalance_timeout_ms: u32,
+    /// Lease clock: how long the member may act on its partitions after the last
+    /// acknowledged heartbeat it sent, and how long after the member's last frame the
+    /// coordinator grants the partitions of a member it expelled (or whose connection
+    /// closed). At most the session timeout. `0` means "the session timeout"; it is
+    /// sent at version 0, which has no such field, and any other value needs version 1.
+    pub lease_timeout_ms: u32,
 }
 
 impl JoinRequest {
+    /// The lowest version that can carry the request.
+    pub(crate) fn version(&self) -> u16 {
+        u16::from(self.lease_timeout_ms != 0)
+    }
+
     pub(crate) fn encode(&self, buf: &mut BytesMut) -> Result<(), EncodeError> {
         put_string(buf, &self.group)?;
         put_opt_string(buf, self.member_id.as_deref())?;
@@ -53,10 +65,13 @@ impl JoinRequest {
         buf.put_u32(self.session_timeout_ms);
         buf.put_u32(self.progress_timeout_ms);
         buf.put_u32(self.rebalance_timeout_ms);
+        if self.version() >= 1 {
+            buf.put_u32(self.lease_timeout_ms);
+        }
         Ok(())
     }
 
-    pub(crate) fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+    pub(crate) fn decode(version: u16, r: &mut Reader<'_>) -> Result<Self, DecodeError> {
         Ok(Self {
             group: r.string("group")?,
             member_id: r.opt_string("member id")?,
@@ -72,6 +87,11 @@ impl JoinRequest {
             session_timeout_ms: r.u32("session timeout")?,
             progress_timeout_ms: r.u32("progress timeout")?,
             rebalance_timeout_ms: r.u32("rebalance timeout")?,
+            lease_timeout_ms: if version >= 1 {
+                r.u32("lease timeout")?
+            } else {
+                0
+            },
         })
     }
 }

@@ -15,6 +15,7 @@ mod heartbeat;
 mod join;
 mod leave;
 mod list_groups;
+mod relinquish;
 mod revoke;
 mod shutdown;
 
@@ -35,6 +36,7 @@ pub use self::heartbeat::{HeartbeatRequest, HeartbeatResponse};
 pub use self::join::{JoinRequest, JoinResponse, TopicSubscription};
 pub use self::leave::{LeaveMode, LeaveRequest};
 pub use self::list_groups::{GroupListing, GroupState, ListGroupsResponse};
+pub use self::relinquish::RelinquishRequest;
 pub use self::revoke::RevokePush;
 pub use self::shutdown::ShutdownPush;
 
@@ -101,6 +103,8 @@ pub enum Request {
     ListGroups,
     /// Describe a group (API key 7).
     DescribeGroup(DescribeGroupRequest),
+    /// An expelled member's process stopped acting on its partitions (API key 8).
+    Relinquish(RelinquishRequest),
 }
 
 impl Request {
@@ -115,6 +119,7 @@ impl Request {
             Self::FetchOffsets(_) => ApiKey::FetchOffsets,
             Self::ListGroups => ApiKey::ListGroups,
             Self::DescribeGroup(_) => ApiKey::DescribeGroup,
+            Self::Relinquish(_) => ApiKey::Relinquish,
         }
     }
 
@@ -127,6 +132,7 @@ impl Request {
             Self::CommitOffsets(r) => Some(&r.group),
             Self::FetchOffsets(r) => Some(&r.group),
             Self::DescribeGroup(r) => Some(&r.group),
+            Self::Relinquish(r) => Some(&r.group),
             Self::ApiVersions(_) | Self::ListGroups => None,
         }
     }
@@ -134,6 +140,7 @@ impl Request {
     /// The API version the request is encoded in: the lowest that can carry it.
     pub fn version(&self) -> u16 {
         match self {
+            Self::Join(r) => r.version(),
             Self::Leave(r) => r.version(),
             _ => 0,
         }
@@ -149,6 +156,7 @@ impl Request {
             Self::FetchOffsets(r) => r.encode(buf),
             Self::ListGroups => Ok(()),
             Self::DescribeGroup(r) => r.encode(buf),
+            Self::Relinquish(r) => r.encode(buf),
         }
     }
 
@@ -159,13 +167,14 @@ impl Request {
     ) -> Result<Self, DecodeError> {
         Ok(match key {
             ApiKey::ApiVersions => Self::ApiVersions(ApiVersionsRequest::decode(r)?),
-            ApiKey::Join => Self::Join(JoinRequest::decode(r)?),
+            ApiKey::Join => Self::Join(JoinRequest::decode(version, r)?),
             ApiKey::Heartbeat => Self::Heartbeat(HeartbeatRequest::decode(r)?),
             ApiKey::Leave => Self::Leave(LeaveRequest::decode(version, r)?),
             ApiKey::CommitOffsets => Self::CommitOffsets(CommitOffsetsRequest::decode(r)?),
             ApiKey::FetchOffsets => Self::FetchOffsets(FetchOffsetsRequest::decode(r)?),
             ApiKey::ListGroups => Self::ListGroups,
             ApiKey::DescribeGroup => Self::DescribeGroup(DescribeGroupRequest::decode(r)?),
+            ApiKey::Relinquish => Self::Relinquish(RelinquishRequest::decode(r)?),
         })
     }
 }
@@ -189,6 +198,8 @@ pub enum Response {
     ListGroups(ListGroupsResponse),
     /// Answer to DescribeGroup.
     DescribeGroup(DescribeGroupResponse),
+    /// Answer to Relinquish: the held partitions were released.
+    Relinquish,
     /// Any request refused.
     Error(ErrorResponse),
 }
@@ -215,6 +226,7 @@ impl Response {
             Self::FetchOffsets(_) => ApiKey::FetchOffsets,
             Self::ListGroups(_) => ApiKey::ListGroups,
             Self::DescribeGroup(_) => ApiKey::DescribeGroup,
+            Self::Relinquish => ApiKey::Relinquish,
             Self::Error(e) => return e.api_key,
         };
         key as u16
@@ -235,6 +247,7 @@ impl Response {
             Self::FetchOffsets(r) => r.encode(buf),
             Self::ListGroups(r) => r.encode(buf),
             Self::DescribeGroup(r) => r.encode(buf),
+            Self::Relinquish => Ok(()),
             Self::Error(_) => unreachable!("handled above"),
         }
     }
@@ -259,6 +272,7 @@ impl Response {
             ApiKey::FetchOffsets => Self::FetchOffsets(FetchOffsetsResponse::decode(r)?),
             ApiKey::ListGroups => Self::ListGroups(ListGroupsResponse::decode(r)?),
             ApiKey::DescribeGroup => Self::DescribeGroup(DescribeGroupResponse::decode(r)?),
+            ApiKey::Relinquish => Self::Relinquish,
         })
     }
 

@@ -10,7 +10,7 @@ use rollcall_protocol::{AssignmentPush, ExpelReason, ExpelledPush, Push, RevokeP
 use super::super::guards::Hold;
 use super::super::timers::TimerKey;
 use super::super::{ConnId, Event, RebalanceCause, TopicPartition};
-use super::{Ctx, Group, Member, Timeouts};
+use super::{Ctx, Group, Held, Member, Timeouts};
 
 impl Group {
     #[allow(clippy::too_many_arguments)]
@@ -29,6 +29,7 @@ impl Group {
             session: session_timeout,
             progress: progress_timeout,
             rebalance: rebalance_timeout,
+            lease: lease_timeout,
         } = timeouts;
         Member {
             id,
@@ -39,6 +40,7 @@ impl Group {
             session_timeout,
             progress_timeout,
             rebalance_timeout,
+            lease_timeout,
             subscription,
             liveness: self.detector.build(now, session_timeout),
             progress: 0,
@@ -53,9 +55,10 @@ impl Group {
             revoke_pushed: Vec::new(),
             released: BTreeSet::new(),
             assignment_dirty: true,
-            lease_until: now + session_timeout,
+            lease_until: now + lease_timeout,
             heard_at: now,
             stood_down: false,
+            conn_closed: false,
             timer_at: None,
         }
     }
@@ -121,12 +124,7 @@ impl Group {
         for tp in &owned {
             self.owners.remove(tp);
         }
-        let hold_until = member.lease_until;
-        if hold_until > ctx.now && !owned.is_empty() {
-            self.held.push((hold_until, owned));
-            let key = TimerKey::Group(self.name.clone());
-            ctx.timers.schedule(&mut self.timer_at, hold_until, key);
-        }
+        self.hold(ctx, &member, owned);
         self.forget(id, reason, ctx.config.expelled_memory);
         if reason != ExpelReason::Left {
             ctx.push(
@@ -182,10 +180,7 @@ impl Group {
         }
         if old.lease_until > ctx.now && !old.owned.is_empty() {
             let held: Vec<TopicPartition> = old.owned.iter().copied().collect();
-            self.held.push((old.lease_until, held));
-            let key = TimerKey::Group(self.name.clone());
-            ctx.timers
-                .schedule(&mut self.timer_at, old.lease_until, key);
+            self.hold(ctx, &old, held);
         } else {
             new.owned = old.owned;
         }
@@ -245,6 +240,37 @@ impl Group {
         }
     }
 
+    /// Holds `partitions`, taken from `member`, until its lease has run out (nothing if
+    /// it already has).
+    fn hold(&mut self, ctx: &mut Ctx<'_>, member: &Member, partitions: Vec<TopicPartition>) {
+        let until = member.lease_until;
+        if until > ctx.now && !partitions.is_empty() {
+            self.held.push(Held {
+                until,
+                member: member.id.clone(),
+                partitions,
+            });
+            let key = TimerKey::Group(self.name.clone());
+            ctx.timers.schedule(&mut self.timer_at, until, key);
+        }
+    }
+
+    /// The process of removed member `id` confirmed that it stopped acting on its
+    /// partitions: those held for it are released now. Returns whether any were.
+    pub(crate) fn relinquish(&mut self, ctx: &mut Ctx<'_>, id: &str) -> bool {
+        let now = ctx.now;
+        let mut released = false;
+        for h in self.held.iter_mut().filter(|h| &*h.member == id) {
+            h.until = h.until.min(now);
+            released = true;
+        }
+        if released {
+            self.snapshot_dirty = true;
+            self.reconcile(ctx);
+        }
+        released
+    }
+
     // ----------------------------------------------------------------------------------
     // Timers
     // ----------------------------------------------------------------------------------
@@ -267,6 +293,8 @@ impl Group {
             m.timer_at = None;
         }
         let session_expired = m.session_deadline() <= now;
+        // Not held by the guards: the connection closed, so the silence is the member's.
+        let disconnected = m.conn_closed && m.lease_until <= now;
         let held = session_expired || m.progress_deadline <= now;
         if let (true, Some(hold)) = (held, hold) {
             let key = TimerKey::Member {
@@ -276,7 +304,15 @@ impl Group {
             ctx.timers.schedule(&mut m.timer_at, hold.recheck_at(), key);
             return;
         }
-        let expired = if session_expired {
+        let expired = if disconnected && !session_expired {
+            Some((
+                ExpelReason::SessionExpired,
+                format!(
+                    "connection closed and not resumed within the lease timeout of {:?}",
+                    m.lease_timeout
+                ),
+            ))
+        } else if session_expired {
             Some((
                 ExpelReason::SessionExpired,
                 format!(
@@ -333,8 +369,8 @@ impl Group {
 
     pub(crate) fn schedule_group_timer(&mut self, ctx: &mut Ctx<'_>) {
         let mut next = self.pending.as_ref().map(|p| p.due);
-        for (until, _) in &self.held {
-            next = Some(next.map_or(*until, |n| n.min(*until)));
+        for h in &self.held {
+            next = Some(next.map_or(h.until, |n| n.min(h.until)));
         }
         if let Some(next) = next {
             let key = TimerKey::Group(self.name.clone());

@@ -58,6 +58,10 @@ pub(crate) struct Timeouts {
     pub(crate) progress: Duration,
     /// A revocation unacknowledged this long expels the member.
     pub(crate) rebalance: Duration,
+    /// How long after a frame from the member it may still be acting on its partitions
+    /// (at most `session`): the partitions of a member expelled, or whose connection
+    /// closed, are granted that long after its last frame.
+    pub(crate) lease: Duration,
 }
 
 #[derive(Debug)]
@@ -70,6 +74,7 @@ pub(crate) struct Member {
     pub(crate) session_timeout: Duration,
     pub(crate) progress_timeout: Duration,
     pub(crate) rebalance_timeout: Duration,
+    pub(crate) lease_timeout: Duration,
     /// Topic indexes, ascending.
     pub(crate) subscription: Vec<u32>,
     pub(crate) liveness: Box<dyn LivenessPolicy>,
@@ -94,7 +99,7 @@ pub(crate) struct Member {
     /// The assignment changed since it was last pushed.
     pub(crate) assignment_dirty: bool,
     /// The latest instant the member's own lease can run to: every answer the
-    /// coordinator sends promises the member its session timeout from the moment the
+    /// coordinator sends promises the member its lease timeout from the moment the
     /// member sent the request, which is never later than the moment it was received.
     /// Only ever moves later, except when the member stands down (it then ends now).
     /// Partitions of a removed member are held until then.
@@ -104,6 +109,10 @@ pub(crate) struct Member {
     pub(crate) heard_at: Instant,
     /// The member's process stood down and has not been heard since.
     pub(crate) stood_down: bool,
+    /// The member's connection closed (its process most likely crashed: a crashed
+    /// process closes its sockets) and it has not been heard on another since: it is
+    /// expelled when its lease runs out instead of at its session deadline.
+    pub(crate) conn_closed: bool,
     pub(crate) timer_at: Option<Instant>,
 }
 
@@ -117,6 +126,9 @@ impl Member {
         if let Some(r) = self.revoke_deadline {
             next = next.min(r);
         }
+        if self.conn_closed {
+            next = next.min(self.lease_until);
+        }
         next
     }
 
@@ -125,7 +137,13 @@ impl Member {
         self.liveness.heard(now);
         self.heard_at = self.heard_at.max(now);
         self.stood_down = false;
-        self.lease_until = self.lease_until.max(now + self.session_timeout);
+        self.lease_until = self.lease_until.max(now + self.lease_timeout);
+    }
+
+    /// The member now talks over `conn` (a join, or a heartbeat on a new connection).
+    pub(crate) fn bind(&mut self, conn: ConnId) {
+        self.conn = Some(conn);
+        self.conn_closed = false;
     }
 
     /// Applies the timeouts of a rejoin. The session deadline follows the new session
@@ -137,13 +155,16 @@ impl Member {
             session,
             progress,
             rebalance,
+            lease,
         } = timeouts;
         let changed = (
             self.session_timeout,
             self.progress_timeout,
             self.rebalance_timeout,
-        ) != (session, progress, rebalance);
+            self.lease_timeout,
+        ) != (session, progress, rebalance, lease);
         self.session_timeout = session;
+        self.lease_timeout = lease;
         self.liveness.set_timeout(session);
         if progress != self.progress_timeout {
             self.progress_timeout = progress;
@@ -207,6 +228,16 @@ impl Member {
     }
 }
 
+/// Partitions of a removed (or replaced) member, held until its lease has run out or
+/// its process confirms that it stopped acting on them (Relinquish).
+#[derive(Debug, Clone)]
+pub(crate) struct Held {
+    pub(crate) until: Instant,
+    /// The member they were taken from.
+    pub(crate) member: Arc<str>,
+    pub(crate) partitions: Vec<TopicPartition>,
+}
+
 /// Why a join was refused, before anything changed.
 #[derive(Debug)]
 pub(crate) struct Refusal {
@@ -266,7 +297,7 @@ pub(crate) struct Group {
     target_owner: HashMap<TopicPartition, Arc<str>>,
     /// Partitions of removed (or replaced) members, held until the member's lease has
     /// run out, so that it stood down before anyone else gets them.
-    pub(crate) held: Vec<(Instant, Vec<TopicPartition>)>,
+    pub(crate) held: Vec<Held>,
     /// Recently removed members and why, oldest first.
     pub(crate) removed: HashMap<Arc<str>, ExpelReason>,
     removed_order: VecDeque<Arc<str>>,

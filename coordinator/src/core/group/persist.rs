@@ -8,7 +8,7 @@ use rollcall_protocol::MemberDescription;
 
 use super::super::records::{GroupSnapshot, HeldSnapshot, InstanceSnapshot, MemberSnapshot};
 use super::super::{RebalanceCause, TopicPartition};
-use super::{duration_ms, Ctx, Group, Instance, Member, Timeouts, Topic};
+use super::{duration_ms, Ctx, Group, Held, Instance, Member, Timeouts, Topic};
 
 impl Group {
     pub(crate) fn describe_member(&self, m: &Member, now: Instant) -> MemberDescription {
@@ -64,6 +64,7 @@ impl Group {
                     session_timeout_ms: duration_ms(m.session_timeout) as u32,
                     progress_timeout_ms: duration_ms(m.progress_timeout) as u32,
                     rebalance_timeout_ms: duration_ms(m.rebalance_timeout) as u32,
+                    lease_timeout_ms: duration_ms(m.lease_timeout) as u32,
                     subscription: m.subscription.clone(),
                     generation: m.generation,
                     owned: pairs(&mut m.owned.iter()),
@@ -75,10 +76,11 @@ impl Group {
             held: self
                 .held
                 .iter()
-                .filter(|(until, _)| *until > now)
-                .map(|(until, tps)| HeldSnapshot {
-                    remaining_ms: remaining(*until),
-                    partitions: pairs(&mut tps.iter()),
+                .filter(|h| h.until > now)
+                .map(|h| HeldSnapshot {
+                    remaining_ms: remaining(h.until),
+                    member_id: h.member.to_string(),
+                    partitions: pairs(&mut h.partitions.iter()),
                 })
                 .collect(),
             rebalance_pending: self.pending.as_ref().map(|p| p.cause.as_str().to_owned()),
@@ -128,6 +130,7 @@ impl Group {
             for &t in &subscription {
                 group.topics[t as usize].subscribers += 1;
             }
+            let session = Duration::from_millis(u64::from(ms.session_timeout_ms));
             let mut member = group.new_member(
                 now,
                 Arc::from(ms.member_id.as_str()),
@@ -136,15 +139,20 @@ impl Group {
                 ms.join_token,
                 None,
                 Timeouts {
-                    session: Duration::from_millis(u64::from(ms.session_timeout_ms)),
+                    session,
                     progress: Duration::from_millis(u64::from(ms.progress_timeout_ms)),
                     rebalance: Duration::from_millis(u64::from(ms.rebalance_timeout_ms)),
+                    // Snapshots from before lease timeouts: the lease was the session.
+                    lease: match ms.lease_timeout_ms {
+                        0 => session,
+                        ms => Duration::from_millis(u64::from(ms)).min(session),
+                    },
                 },
                 subscription,
             );
             member.generation = ms.generation;
             // Heartbeats renew the lease without a snapshot: any lease promised before
-            // the restart ends within a session timeout of it, or later if a longer one
+            // the restart ends within a lease timeout of it, or later if a longer one
             // was promised before a rejoin shortened the timeout.
             member.lease_until = if ms.stood_down {
                 now
@@ -185,7 +193,11 @@ impl Group {
         for h in snapshot.held {
             let until = now + Duration::from_millis(h.remaining_ms);
             let partitions: Vec<TopicPartition> = h.partitions.iter().map(tp).collect();
-            group.held.push((until, partitions));
+            group.held.push(Held {
+                until,
+                member: Arc::from(h.member_id.as_str()),
+                partitions,
+            });
         }
         if group.members.values().any(|m| m.owned != m.target) {
             group.reconciling = Some((now, group.generation));

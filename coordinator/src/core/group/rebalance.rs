@@ -97,14 +97,14 @@ impl Group {
     pub(crate) fn reconcile(&mut self, ctx: &mut Ctx<'_>) {
         let now = ctx.now;
         let before = self.held.len();
-        self.held.retain(|(until, _)| *until > now);
+        self.held.retain(|h| h.until > now);
         if self.held.len() != before {
             self.snapshot_dirty = true;
         }
         let held: BTreeSet<TopicPartition> = self
             .held
             .iter()
-            .flat_map(|(_, tps)| tps.iter().copied())
+            .flat_map(|h| h.partitions.iter().copied())
             .collect();
 
         let ids: Vec<Arc<str>> = self.members.keys().cloned().collect();
@@ -211,7 +211,7 @@ impl Group {
             if self.owners.contains_key(tp) {
                 continue;
             }
-            if held_any && self.held.iter().any(|(_, tps)| tps.contains(tp)) {
+            if held_any && self.held.iter().any(|h| h.partitions.contains(tp)) {
                 continue;
             }
             let Some(to) = self.target_owner.get(tp) else {

@@ -138,6 +138,7 @@ impl TestContext {
             session_timeout_ms: SESSION.as_millis() as u32,
             progress_timeout_ms: PROGRESS.as_millis() as u32,
             rebalance_timeout_ms: REBALANCE.as_millis() as u32,
+            lease_timeout_ms: 0,
         }
     }
 

@@ -328,6 +328,7 @@ impl Membership {
                     session_timeout_ms: ms(s.session_timeout),
                     progress_timeout_ms: ms(s.progress_timeout),
                     rebalance_timeout_ms: ms(s.rebalance_timeout),
+                    lease_timeout_ms: 0,
                 });
                 self.in_flight.insert(id, InFlight::Join { sent: now });
                 Some((id, request))
