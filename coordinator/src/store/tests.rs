@@ -1090,7 +1090,10 @@ fn snapshot_json_format_is_stable() {
     assert_eq!(m.session_timeout_ms, 10_000);
     assert_eq!(m.owned, vec![(0, 1)]);
     assert_eq!((m.lease_remaining_ms, m.stood_down), (None, false));
-    assert_eq!(m.lease_timeout_ms, 0, "no lease timeout: the session timeout");
+    assert_eq!(
+        m.lease_timeout_ms, 0,
+        "no lease timeout: the session timeout"
+    );
     assert!(s.held.is_empty() && s.instances.is_empty() && s.rebalance_pending.is_none());
 
     // Today's form round-trips, and names its fields as the file always has.
