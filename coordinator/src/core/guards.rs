@@ -10,11 +10,13 @@
 //!   [`CoreConfig::pause_guard`](super::CoreConfig::pause_guard)), so the coordinator
 //!   itself was not running (a stopped process, a stalled runtime). Each member's
 //!   deadlines are shifted by the part of its silence the pause overlaps (a member heard
-//!   in the frames read on waking gains nothing), and a member whose connection is open
-//!   is not expelled for silence or progress until a grace has passed since waking (a
-//!   quarter of its session timeout, at least `PAUSE_FLOOR`, at most `pause_guard`), so
-//!   frames queued during the pause are read before anyone is judged. Bound: the grace
-//!   opens only on a measured pause; silence while the coordinator runs counts as usual.
+//!   in the frames read on waking gains nothing), and no member is expelled for silence,
+//!   progress or a closed connection until a grace has passed since waking (a quarter
+//!   of its session timeout, at least `PAUSE_FLOOR`, at most `pause_guard`), so frames
+//!   queued during the pause (on any connection, old or new) are read before anyone is
+//!   judged. Leases are never
+//!   shifted: they bound the members' own clocks. Bound: the grace opens only on a
+//!   measured pause; silence while the coordinator runs counts as usual.
 //! - **Isolation guard.** Evidence: the whole server (every connection of every shard,
 //!   as the shell reports it) has heard nothing for at least half the expiring member's
 //!   session timeout, the shard has at least
@@ -242,9 +244,12 @@ impl Coordinator {
         let m = self.groups.get(group)?.members.get(member)?;
         let deadline = m.session_deadline();
         let session = m.session_timeout;
-        // After a pause, queued frames may carry heartbeats and progress alike.
-        let due = deadline <= now || m.progress_deadline <= now;
-        if let (true, Some(woken), Some(_)) = (due, self.guards.pause_woken_at, m.conn) {
+        // After a pause, queued frames may carry heartbeats and progress alike, from any
+        // member: one whose connection closed (or that the coordinator has not seen
+        // since a restart) may have frames queued on a new connection.
+        let disconnected = m.conn_closed && m.lease_until <= now;
+        let due = deadline <= now || m.progress_deadline <= now || disconnected;
+        if let (true, Some(woken)) = (due, self.guards.pause_woken_at) {
             let grace = self.quarter_of(session);
             let until = woken + grace;
             if now < until {

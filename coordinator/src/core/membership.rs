@@ -263,7 +263,7 @@ impl Coordinator {
         Response::Join(JoinResponse {
             member_id: member_id.to_string(),
             generation: group.generation,
-            heartbeat_interval_ms: heartbeat_interval_ms(timeouts.session),
+            heartbeat_interval_ms: heartbeat_interval_ms(timeouts.lease),
         })
     }
 
@@ -308,7 +308,7 @@ impl Coordinator {
         Response::Join(JoinResponse {
             member_id: id.to_string(),
             generation,
-            heartbeat_interval_ms: heartbeat_interval_ms(timeouts.session),
+            heartbeat_interval_ms: heartbeat_interval_ms(timeouts.lease),
         })
     }
 
@@ -428,6 +428,7 @@ impl Coordinator {
                     m.lease_until = now;
                     m.stood_down = true;
                     m.conn = None;
+                    m.conn_closed = false;
                     group.snapshot_dirty = true;
                     return Response::Leave;
                 }
@@ -466,6 +467,13 @@ impl Coordinator {
     /// The process of an expelled (or replaced) member confirms that it stopped acting
     /// on its partitions: those held for it move at once.
     pub(super) fn relinquish(&mut self, now: Instant, r: RelinquishRequest) -> Response {
+        if r.member_id.is_empty() {
+            return refuse(
+                ApiKey::Relinquish,
+                ErrorCode::InvalidRequest,
+                "the member id is empty",
+            );
+        }
         let (groups, mut ctx) = self.parts(now);
         let Some(group) = groups.get_mut(r.group.as_str()) else {
             return refuse(
@@ -519,10 +527,11 @@ impl Coordinator {
     }
 }
 
-/// The heartbeat interval suggested for a session timeout: a third of it, so a session
+/// The heartbeat interval suggested for a lease timeout (the session timeout unless the
+/// member asked for a shorter lease): a third of it, so a lease (and so a session)
 /// survives two lost beats.
-fn heartbeat_interval_ms(session: Duration) -> u32 {
-    u32::try_from(session.as_millis() / 3)
+fn heartbeat_interval_ms(lease: Duration) -> u32 {
+    u32::try_from(lease.as_millis() / 3)
         .unwrap_or(u32::MAX)
         .max(1)
 }

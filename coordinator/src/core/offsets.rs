@@ -90,7 +90,7 @@ impl Coordinator {
             let m = group.members.get_mut(id).expect("member exists");
             m.heard(now);
             if m.conn != Some(conn) {
-                m.conn = Some(conn);
+                m.bind(conn);
                 group.push_state(&mut ctx, id);
                 rebound = true;
             }

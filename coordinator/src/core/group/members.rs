@@ -295,7 +295,7 @@ impl Group {
         let session_expired = m.session_deadline() <= now;
         // Not held by the guards: the connection closed, so the silence is the member's.
         let disconnected = m.conn_closed && m.lease_until <= now;
-        let held = session_expired || m.progress_deadline <= now;
+        let held = session_expired || disconnected || m.progress_deadline <= now;
         if let (true, Some(hold)) = (held, hold) {
             let key = TimerKey::Member {
                 group: self.name.clone(),

@@ -2,10 +2,14 @@
 //! for rule so that the simulated members behave as real ones do.
 //!
 //! What matters for the checks is kept exactly: the lease is the send time of the last
-//! acknowledged heartbeat (or join) plus the session timeout that response reported,
-//! less the margin; an `Expelled` push or a `MemberExpelled`/`UnknownMember` error ends
-//! the membership at once; `FencedInstance` ends it for good; a lease that runs out makes
-//! the member rejoin naming its member id; a leave is sent once the application released
+//! acknowledged heartbeat (or join) plus the lease timeout, less the margin, and a
+//! member whose lease ran out (or whose connection closed) is suspended: it stops acting
+//! but stays a member until an acknowledgement resumes it; an `Expelled` push or a
+//! `MemberExpelled`/`UnknownMember` error ends the membership at once, and when the
+//! coordinator ended it (expelled, fenced) a `Relinquish` follows, the application having
+//! stopped at once; `FencedInstance` ends it for good; no acknowledgement for the session
+//! timeout (less the margin) makes the member rejoin naming its member id; a leave is sent
+//! once the application released
 //! everything or at the leave deadline, whichever comes first (`unconfirmed` then, the
 //! unreleased partitions dropped at once; a static member stands down). Application events are
 //! not modelled: the simulation reads the partition states directly.
@@ -18,8 +22,8 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rollcall_protocol::{
     ClientAction, CommitOffsetsRequest, ErrorCode, ExpelReason, HeartbeatRequest, JoinRequest,
-    LeaveMode, LeaveRequest, OffsetCommit, Push, Request, Response, TopicPartitions,
-    TopicSubscription,
+    LeaveMode, LeaveRequest, OffsetCommit, Push, RelinquishRequest, Request, Response,
+    TopicPartitions, TopicSubscription,
 };
 
 /// A partition: (topic, index).
@@ -101,6 +105,8 @@ pub(super) struct Settings {
     pub(super) heartbeat_interval: Duration,
     pub(super) progress_timeout: Duration,
     pub(super) rebalance_timeout: Duration,
+    /// At most `session_timeout`; equal to it means "no lease timeout" (a version 0 join).
+    pub(super) lease_timeout: Duration,
     pub(super) lease_margin: Duration,
 }
 
@@ -150,6 +156,7 @@ enum InFlight {
     Commit {
         incarnation: u64,
     },
+    Relinquish,
 }
 
 /// One member's client-side state.
@@ -170,7 +177,12 @@ pub(super) struct Membership {
     sequence: u64,
     interval: Duration,
     session_timeout: Duration,
+    /// Until when the member may act on its partitions; past it, it is suspended.
     lease: Option<Instant>,
+    /// Until when, without an acknowledgement, the member still counts itself a member.
+    session_bound: Option<Instant>,
+    /// The member id of a membership the coordinator ended, to relinquish.
+    relinquish: Option<String>,
     next_beat: Option<Instant>,
     leaving: Option<Leaving>,
     next_request: ReqId,
@@ -206,6 +218,8 @@ impl Membership {
             progress: 0,
             sequence: 0,
             lease: None,
+            session_bound: None,
+            relinquish: None,
             next_beat: None,
             leaving: None,
             next_request: 1,
@@ -222,7 +236,8 @@ impl Membership {
         self.member_id.as_deref()
     }
 
-    /// Until when no other member may own this member's partitions.
+    /// Until when no other member may own this member's partitions: the process acts on
+    /// them until then, and is suspended after.
     pub(super) fn lease(&self) -> Option<Instant> {
         self.lease
     }
@@ -280,7 +295,7 @@ impl Membership {
         match &self.phase {
             Phase::Joining(j) => (self.connected && j.in_flight.is_none()).then_some(j.not_before),
             Phase::Active => {
-                let mut t = self.lease;
+                let mut t = self.session_bound;
                 let mut add = |x: Option<Instant>| {
                     if let Some(x) = x {
                         t = Some(t.map_or(x, |t| t.min(x)));
@@ -309,6 +324,15 @@ impl Membership {
         if !self.connected {
             return None;
         }
+        if let Some(member_id) = self.relinquish.take() {
+            let id = self.request_id();
+            self.in_flight.insert(id, InFlight::Relinquish);
+            let request = Request::Relinquish(RelinquishRequest {
+                group: self.settings.group.clone(),
+                member_id,
+            });
+            return Some((id, request));
+        }
         match &mut self.phase {
             Phase::Joining(j) => {
                 if j.in_flight.is_some() || now < j.not_before {
@@ -328,7 +352,11 @@ impl Membership {
                     session_timeout_ms: ms(s.session_timeout),
                     progress_timeout_ms: ms(s.progress_timeout),
                     rebalance_timeout_ms: ms(s.rebalance_timeout),
-                    lease_timeout_ms: 0,
+                    lease_timeout_ms: if s.lease_timeout < s.session_timeout {
+                        ms(s.lease_timeout)
+                    } else {
+                        0
+                    },
                 });
                 self.in_flight.insert(id, InFlight::Join { sent: now });
                 Some((id, request))
@@ -413,8 +441,13 @@ impl Membership {
         }
     }
 
-    pub(super) fn handle_disconnected(&mut self) {
+    /// The connection closed: the member is suspended at once (it stops acting until an
+    /// acknowledgement on a new connection resumes it).
+    pub(super) fn handle_disconnected(&mut self, now: Instant) {
         self.connected = false;
+        if let Some(lease) = &mut self.lease {
+            *lease = (*lease).min(now);
+        }
         self.next_beat = None;
         for (_, f) in mem::take(&mut self.in_flight) {
             if let InFlight::Heartbeat {
@@ -463,7 +496,7 @@ impl Membership {
             Some(InFlight::Commit { incarnation }) => {
                 self.on_commit_response(incarnation, response, now);
             }
-            Some(InFlight::Leave { .. }) | None => {}
+            Some(InFlight::Leave { .. } | InFlight::Relinquish) | None => {}
         }
     }
 
@@ -488,6 +521,7 @@ impl Membership {
                     ms => Duration::from_millis(ms.into()).min(self.settings.heartbeat_interval),
                 };
                 self.lease = Some(sent + self.lease_span());
+                self.session_bound = Some(sent + self.session_span());
                 self.next_beat = Some(now + heartbeat_delay(self.interval, &mut self.rng));
                 self.backoff.reset();
                 for push in early {
@@ -534,8 +568,11 @@ impl Membership {
                 if r.session_timeout_ms > 0 {
                     self.session_timeout = Duration::from_millis(r.session_timeout_ms.into());
                 }
+                // Resumes a suspended member: acting again until the new lease ends.
                 let renewed = sent + self.lease_span();
                 self.lease = Some(self.lease.map_or(renewed, |l| l.max(renewed)));
+                let bound = sent + self.session_span();
+                self.session_bound = Some(self.session_bound.map_or(bound, |b| b.max(bound)));
                 for tp in acks {
                     if self.holdings.get(&tp) == Some(&Hold::Released) {
                         self.holdings.remove(&tp);
@@ -547,11 +584,15 @@ impl Membership {
                 self.requeue_acks(acks);
                 match e.code {
                     ErrorCode::FencedInstance => {
-                        self.end_membership();
+                        self.relinquish = self.end_membership();
                         self.fail(true);
                     }
+                    ErrorCode::MemberExpelled => {
+                        let id = self.member_id.clone();
+                        self.membership_gone(now);
+                        self.relinquish = id;
+                    }
                     ErrorCode::UnknownMember
-                    | ErrorCode::MemberExpelled
                     | ErrorCode::IllegalGeneration
                     | ErrorCode::InconsistentMember => self.membership_gone(now),
                     _ => {}
@@ -577,7 +618,15 @@ impl Membership {
         }
     }
 
+    /// The lease timeout (never more than the session timeout in force), less the margin.
     fn lease_span(&self) -> Duration {
+        self.settings
+            .lease_timeout
+            .min(self.session_timeout)
+            .saturating_sub(self.settings.lease_margin)
+    }
+
+    fn session_span(&self) -> Duration {
         self.session_timeout
             .saturating_sub(self.settings.lease_margin)
     }
@@ -648,28 +697,39 @@ impl Membership {
         }
     }
 
+    /// The coordinator ended the membership. The application stops at once (it takes
+    /// the `Lost` event), and then the member relinquishes what may be held for it.
     fn on_expelled(&mut self, reason: ExpelReason, now: Instant) {
-        match reason {
+        let relinquish = match reason {
             ExpelReason::Fenced => {
-                self.end_membership();
+                let id = self.end_membership();
                 self.fail(true);
+                id
             }
             _ if self.leaving.is_some() => {
-                if reason != ExpelReason::Left {
-                    self.end_membership();
-                }
+                let id = if reason != ExpelReason::Left {
+                    self.end_membership()
+                } else {
+                    None
+                };
                 self.finish_leave();
+                id
             }
             ExpelReason::ProgressExpired => {
-                self.end_membership();
+                let id = self.end_membership();
                 self.phase = Phase::AwaitingProgress {
                     since: self.progress,
                 };
+                id
             }
             _ => {
-                self.end_membership();
+                let id = self.end_membership();
                 self.rejoin(None, now);
+                id
             }
+        };
+        if relinquish.is_some() {
+            self.relinquish = relinquish;
         }
     }
 
@@ -681,7 +741,7 @@ impl Membership {
         if !matches!(self.phase, Phase::Active) {
             return;
         }
-        if self.lease.is_some_and(|l| now >= l) {
+        if self.session_bound.is_some_and(|l| now >= l) {
             let old = self.end_membership();
             if self.leaving.is_some() {
                 self.finish_leave();
@@ -822,6 +882,7 @@ impl Membership {
         self.revoke_requested.clear();
         self.acks_unsent.clear();
         self.lease = None;
+        self.session_bound = None;
         self.next_beat = None;
         self.incarnation += 1;
         self.in_flight
@@ -845,6 +906,7 @@ impl Membership {
         self.revoke_requested.clear();
         self.acks_unsent.clear();
         self.lease = None;
+        self.session_bound = None;
         self.next_beat = None;
         self.member_id = None;
         self.incarnation += 1;
@@ -855,6 +917,7 @@ impl Membership {
     fn fail(&mut self, fenced: bool) {
         self.holdings.clear();
         self.lease = None;
+        self.session_bound = None;
         self.next_beat = None;
         self.member_id = None;
         self.incarnation += 1;

@@ -116,8 +116,11 @@ impl World {
         unreachable!("weights cover the range")
     }
 
-    /// Timeouts for a session timeout: heartbeats every third (or fifth) of it, the
-    /// client's default margin, and progress and rebalance timeouts of a few seconds.
+    /// Timeouts for a session timeout: heartbeats every third (or fifth) of it; half the
+    /// members without a lease timeout (a version 0 join: the lease is the session), the
+    /// others with one between two heartbeat intervals and the session; the client's
+    /// default margin (5 % of the lease); progress and rebalance timeouts of a few
+    /// seconds.
     fn with_session(&mut self, settings: &mut Settings, session: Duration) {
         settings.session_timeout = session;
         settings.heartbeat_interval = if self.rng.gen_bool(0.7) {
@@ -125,7 +128,15 @@ impl World {
         } else {
             session / 5
         };
-        settings.lease_margin = (session / 20).max(ms(5));
+        settings.lease_timeout = if self.rng.gen_bool(0.5) {
+            session
+        } else {
+            let shortest = (settings.heartbeat_interval * 2).max(ms(100));
+            ms(self
+                .rng
+                .gen_range(shortest.as_millis() as u64..=session.as_millis() as u64))
+        };
+        settings.lease_margin = (settings.lease_timeout / 20).max(ms(5));
         settings.progress_timeout = self
             .rng
             .gen_range(Duration::from_secs(2)..Duration::from_secs(20))
@@ -158,6 +169,7 @@ impl World {
             heartbeat_interval: Duration::ZERO,
             progress_timeout: Duration::ZERO,
             rebalance_timeout: Duration::ZERO,
+            lease_timeout: Duration::ZERO,
             lease_margin: Duration::ZERO,
         };
         let session = self.pick_session(None);

@@ -131,7 +131,8 @@
 //! # Running it
 //!
 //! `cargo test -p rollcall-coordinator --lib simulation` runs 200 seeds.
-//! `ROLLCALL_SIM_SEEDS=10000` runs more; `ROLLCALL_SIM_SEED=N` replays one seed and
+//! `ROLLCALL_SIM_SEEDS=10000` runs more (from seed `ROLLCALL_SIM_FROM`, default 0);
+//! `ROLLCALL_SIM_SEED=N` replays one seed and
 //! prints its summary; `ROLLCALL_SIM_TRACE=1` prints every event of it as it happens;
 //! `ROLLCALL_SIM_KEEP_GOING=1` runs every seed to the end and lists every failing seed
 //! with the checks it broke instead of stopping at the first.
@@ -184,7 +185,10 @@ fn seeded_faults_keep_ownership_leases_fencing_and_liveness() {
     let keep_going = std::env::var_os("ROLLCALL_SIM_KEEP_GOING").is_some();
     let seeds: Vec<u64> = match env_u64("ROLLCALL_SIM_SEED") {
         Some(seed) => vec![seed],
-        None => (0..env_u64("ROLLCALL_SIM_SEEDS").unwrap_or(DEFAULT_SEEDS)).collect(),
+        None => {
+            let from = env_u64("ROLLCALL_SIM_FROM").unwrap_or(0);
+            (from..from + env_u64("ROLLCALL_SIM_SEEDS").unwrap_or(DEFAULT_SEEDS)).collect()
+        }
     };
     let single = seeds.len() == 1;
     let mut failing: BTreeMap<(Check, &str), Vec<u64>> = BTreeMap::new();

@@ -10,7 +10,9 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use rollcall_protocol::{DescribeGroupResponse, ErrorCode, ExpelReason, Push, Request, Response};
+use rollcall_protocol::{
+    DescribeGroupResponse, ErrorCode, ExpelReason, LeaveMode, Push, Request, Response,
+};
 
 use super::client::{from_wire, Tp};
 use super::process::Process;
@@ -104,6 +106,13 @@ pub(super) struct MemberInfo {
     pub(super) joined_at: Instant,
     /// Session timeout of the latest accepted join naming this member.
     pub(super) session: Duration,
+    /// Lease timeout of the latest accepted join naming this member.
+    lease: Duration,
+    /// Smallest lease timeout since the member joined.
+    lease_min: Duration,
+    /// The latest end of a lease the coordinator may have promised the member: a frame's
+    /// arrival plus the lease timeout then in force, the latest over every frame.
+    promised: Instant,
     rebalance: Duration,
     /// Smallest rebalance timeout in effect since the current revocation began.
     rebalance_min: Duration,
@@ -114,6 +123,12 @@ pub(super) struct MemberInfo {
     /// a paused coordinator's backlog counts from its arrival), or the restore.
     pub(super) last_arrival: Instant,
     last_arrival_conn: Option<ConnId>,
+    /// When the coordinator saw `last_arrival_conn` close, if it did (since the last
+    /// restore).
+    conn_closed_at: Option<Instant>,
+    /// Its last frame was a static member's `stand_down` leave: it stays a member until
+    /// its session expires, whatever happens to its connection.
+    stood_down: bool,
     max_progress: u64,
     progress_since: Instant,
     /// Since when the core has had partitions to take from it (from `DescribeGroup`).
@@ -382,6 +397,9 @@ impl Oracle {
         }
         info.last_arrival = now;
         info.last_arrival_conn = Some(conn);
+        info.conn_closed_at = None;
+        info.stood_down = false;
+        info.promised = info.promised.max(now + info.lease);
         if let Request::Heartbeat(h) = request {
             if h.progress > info.max_progress {
                 info.max_progress = h.progress;
@@ -395,12 +413,20 @@ impl Oracle {
     pub(super) fn on_response(
         &mut self,
         now: Instant,
-        proc: usize,
+        (proc, conn): (usize, ConnId),
         request: &Request,
         response: &Response,
         leave_released_all: bool,
         procs: &[Process],
     ) {
+        // The core extends the lease it promises from when it handles a frame, which is
+        // later than the arrival for a frame that waited in a paused core's backlog.
+        if let Some(info) = self
+            .named_member(request)
+            .and_then(|id| self.members.get_mut(&id))
+        {
+            info.promised = info.promised.max(now + info.lease);
+        }
         // Check 3: a replaced member is told it was fenced, whatever it sends.
         let named = match request {
             Request::Heartbeat(h) => Some(("heartbeat", h.member_id.as_str())),
@@ -465,8 +491,15 @@ impl Oracle {
                 let session = Duration::from_millis(req.session_timeout_ms.into());
                 let progress = Duration::from_millis(req.progress_timeout_ms.into());
                 let rebalance = Duration::from_millis(req.rebalance_timeout_ms.into());
+                let lease = match req.lease_timeout_ms {
+                    0 => session,
+                    ms => Duration::from_millis(ms.into()),
+                };
                 match self.members.get_mut(&r.member_id) {
                     Some(info) => {
+                        info.lease = lease;
+                        info.lease_min = info.lease_min.min(lease);
+                        info.promised = info.promised.max(now + lease);
                         let old = [info.session, info.progress, info.rebalance];
                         if old != [session, progress, rebalance] {
                             info.history.push((now, old));
@@ -486,12 +519,17 @@ impl Oracle {
                                 group: req.group.clone(),
                                 joined_at: now,
                                 session,
+                                lease,
+                                lease_min: lease,
+                                promised: now + lease,
                                 rebalance,
                                 rebalance_min: rebalance,
                                 progress,
                                 progress_min: progress,
                                 last_arrival: now,
-                                last_arrival_conn: None,
+                                last_arrival_conn: Some(conn),
+                                conn_closed_at: None,
+                                stood_down: false,
                                 max_progress: 0,
                                 progress_since: now,
                                 revoking_since: None,
@@ -512,6 +550,21 @@ impl Oracle {
                     for tp in from_wire(&h.acked_revocations) {
                         if let Some(holder) = holders.get_mut(&tp) {
                             if holder.member == h.member_id {
+                                holder.released = true;
+                            }
+                        }
+                    }
+                }
+            }
+            (Request::Leave(l), Response::Leave) if l.mode == LeaveMode::StandDown => {
+                if let Some(info) = self.members.get_mut(&l.member_id) {
+                    info.stood_down = true;
+                    info.left_holding |= !leave_released_all;
+                }
+                if leave_released_all {
+                    if let Some(holders) = self.holders.get_mut(&l.group) {
+                        for holder in holders.values_mut() {
+                            if holder.member == l.member_id {
                                 holder.released = true;
                             }
                         }
@@ -708,7 +761,13 @@ impl Oracle {
         let msg = match reason {
             ExpelReason::SessionExpired => {
                 let silent = now.saturating_duration_since(info.last_arrival);
-                (silent + EPS < info.session).then(|| {
+                // A member whose connection closed is expelled when its lease runs out.
+                let bound = if info.conn_closed_at.is_some() {
+                    info.lease_min
+                } else {
+                    info.session
+                };
+                (silent + EPS < bound).then(|| {
                     format!(
                         "{} was expelled for session expiry although a frame from it reached \
                          the coordinator at t={}, only {silent:?} earlier; its session timeout \
@@ -901,12 +960,28 @@ impl Oracle {
         }
     }
 
+    /// The coordinator saw connection `conn` close.
+    pub(super) fn on_closed(&mut self, now: Instant, conn: ConnId) {
+        for info in self.members.values_mut() {
+            if info.last_arrival_conn == Some(conn) && info.conn_closed_at.is_none() {
+                info.conn_closed_at = Some(now);
+            }
+        }
+    }
+
     /// A new coordinator was restored at `now`: every restored member has fresh
-    /// deadlines from now, as the core promises.
+    /// deadlines from now, as the core promises (no connection of the old one counts).
     pub(super) fn on_restored(&mut self, now: Instant, restored: &[String]) {
+        for info in self.members.values_mut() {
+            info.last_arrival_conn = None;
+            info.conn_closed_at = None;
+        }
         for id in restored {
             if let Some(info) = self.members.get_mut(id) {
                 info.last_arrival = now;
+                // A restore counts what was left of a lease again from now, and at least a
+                // lease: at most a session from now, whatever was promised before.
+                info.promised = info.promised.max(now + info.session);
                 info.max_progress = 0;
                 info.progress_since = now;
                 info.progress_min = info.progress;
@@ -955,20 +1030,40 @@ impl Oracle {
         }
     }
 
-    /// The bound for a crashed member (check 4): its session timeout after its last frame,
-    /// or twice that if the connection was not seen to close, plus slack; time the
-    /// coordinator was down does not count.
+    /// The bound for a crashed member (check 4): its lease timeout after its last frame
+    /// (or the close, if that reaches the coordinator later) when the connection was seen
+    /// to close, twice its session timeout otherwise, plus slack; time the coordinator
+    /// was down does not count.
     pub(super) fn crash_deadline(&self, info: &MemberInfo, crash: &Crash) -> Instant {
         // The tight bound holds when the coordinator learns of the close before the
         // member's session runs out; a close held back longer is no evidence in time.
+        let close = crash
+            .close_arrives
+            .filter(|at| *at <= info.last_arrival + info.session);
         let tight = crash.closed_conn.is_some()
             && info.last_arrival_conn == crash.closed_conn
-            && crash
-                .close_arrives
-                .is_some_and(|at| at <= info.last_arrival + info.session);
+            && !info.stood_down;
         let loose = info.session * 2 + CRASH_SLACK;
-        if tight {
-            let (d, restarted) = self.deadline_after(info.last_arrival, info.session + CRASH_SLACK);
+        if let (true, Some(close)) = (tight, close) {
+            // Expelled when the promised lease has run out (or the close arrives, if
+            // later), and never after the session deadline.
+            let wait = info
+                .promised
+                .max(close)
+                .saturating_duration_since(info.last_arrival)
+                .min(info.session);
+            // After a pause the core reads its backlog before judging anyone: a grace of
+            // a quarter of the session (50 ms to 2 s).
+            let paused = self
+                .downtime
+                .iter()
+                .any(|d| !d.restart && d.to >= info.last_arrival);
+            let grace = if paused {
+                (info.session / 4).clamp(Duration::from_millis(50), Duration::from_secs(2))
+            } else {
+                Duration::ZERO
+            };
+            let (d, restarted) = self.deadline_after(info.last_arrival, wait + grace + CRASH_SLACK);
             if !restarted {
                 return d;
             }

@@ -331,7 +331,7 @@ impl World {
         let Some(conn) = proc.conn.take() else {
             return;
         };
-        proc.m.handle_disconnected();
+        proc.m.handle_disconnected(now);
         proc.pending.clear();
         proc.reconnect_at = Some(now + proc.conn_backoff.next_delay(&mut self.rng));
         self.vlog(|_| format!("process {p} closes conn {conn} (no answer)"));
@@ -345,7 +345,7 @@ impl World {
         if proc.conn.take().is_none() {
             return;
         }
-        proc.m.handle_disconnected();
+        proc.m.handle_disconnected(now);
         proc.pending.clear();
         proc.reconnect_at = Some(now + proc.conn_backoff.next_delay(&mut self.rng));
     }

@@ -398,14 +398,21 @@ impl World {
                     .leave_released_all
                     .remove(&id)
                     .unwrap_or(false);
-                self.oracle
-                    .on_response(now, proc, &request, &response, released_all, &self.procs);
+                self.oracle.on_response(
+                    now,
+                    (proc, conn),
+                    &request,
+                    &response,
+                    released_all,
+                    &self.procs,
+                );
                 self.send_to_client(proc, conn, ToClient::Response { id, response });
                 self.after_core(BTreeSet::new());
             }
             ToCore::Closed => {
                 self.open_conns.remove(&conn);
                 self.core.handle_disconnect(self.now, conn);
+                self.oracle.on_closed(self.now, conn);
                 self.after_core(BTreeSet::new());
             }
         }
