@@ -19,8 +19,8 @@ use rollcall_protocol::{
     FetchOffsetsRequest, FetchOffsetsResponse, Frame, FrameKind, GroupListing, GroupState,
     HeartbeatRequest, HeartbeatResponse, JoinRequest, JoinResponse, LeaveMode, LeaveRequest,
     ListGroupsResponse, Liveness, MemberDescription, OffsetCommit, PartitionResult, Push, PushKey,
-    Request, Response, RevokePush, ShutdownPush, TopicPartitions, TopicSubscription,
-    DEFAULT_MAX_FRAME_SIZE, LENGTH_PREFIX_SIZE,
+    RelinquishRequest, Request, Response, RevokePush, ShutdownPush, TopicPartitions,
+    TopicSubscription, DEFAULT_MAX_FRAME_SIZE, LENGTH_PREFIX_SIZE,
 };
 
 const DOC: &str = include_str!("../../docs/PROTOCOL.md");
@@ -34,6 +34,26 @@ fn tps(partitions: &[u32]) -> Vec<TopicPartitions> {
         topic: TOPIC.into(),
         partitions: partitions.to_vec(),
     }]
+}
+
+/// The example's join: a first join of a dynamic member, with lease timeout `lease_ms`
+/// (0: the session timeout, sent at version 0).
+fn join(lease_ms: u32) -> JoinRequest {
+    JoinRequest {
+        group: GROUP.into(),
+        member_id: None,
+        instance_id: None,
+        client_id: "invoicer".into(),
+        join_token: 0x0123_4567_89ab_cdef,
+        subscription: vec![TopicSubscription {
+            topic: TOPIC.into(),
+            partitions: 3,
+        }],
+        session_timeout_ms: 10_000,
+        progress_timeout_ms: 300_000,
+        rebalance_timeout_ms: 60_000,
+        lease_timeout_ms: lease_ms,
+    }
 }
 
 /// Every example the document shows, by name (in the order the document shows them).
@@ -70,26 +90,10 @@ fn examples() -> Vec<(&'static str, Frame)> {
                 ),
             ),
         ),
+        ("join-request-v0", Frame::request(2, Request::Join(join(0)))),
         (
-            "join-request",
-            Frame::request(
-                2,
-                Request::Join(JoinRequest {
-                    group: GROUP.into(),
-                    member_id: None,
-                    instance_id: None,
-                    client_id: "invoicer".into(),
-                    join_token: 0x0123_4567_89ab_cdef,
-                    subscription: vec![TopicSubscription {
-                        topic: TOPIC.into(),
-                        partitions: 3,
-                    }],
-                    session_timeout_ms: 10_000,
-                    progress_timeout_ms: 300_000,
-                    rebalance_timeout_ms: 60_000,
-                    lease_timeout_ms: 0,
-                }),
-            ),
+            "join-request-v1",
+            Frame::request(2, Request::Join(join(6_000))),
         ),
         (
             "join-response",
@@ -316,6 +320,20 @@ fn examples() -> Vec<(&'static str, Frame)> {
                     format!("member {MEMBER:?} was expelled: session_expired"),
                 ),
             ),
+        ),
+        (
+            "relinquish-request",
+            Frame::request(
+                11,
+                Request::Relinquish(RelinquishRequest {
+                    group: GROUP.into(),
+                    member_id: MEMBER.into(),
+                }),
+            ),
+        ),
+        (
+            "relinquish-response",
+            Frame::response(11, Response::Relinquish),
         ),
         (
             "shutdown-push",
