@@ -323,3 +323,61 @@ fn a_restart_keeps_lease_timeouts_and_whose_partitions_are_held() {
     assert_eq!(removed_at(&t, &b), Some(ExpelReason::SessionExpired));
     assert!(t.now - last < SESSION);
 }
+
+/// A commit on a new connection is the member heard there: its closed connection no
+/// longer counts, so only its session can expel it.
+#[test]
+fn a_commit_on_a_new_connection_clears_the_closed_mark() {
+    let mut t = TestContext::new();
+    let (mut a, mut b) = pair(&mut t, LEASE);
+    t.core.handle_disconnect(t.now, a.conn);
+    a.conn = 8;
+    let owned = flatten(&t.owned(&a));
+    let (topic, partition) = owned[0].clone();
+    assert!(matches!(
+        t.commit(&a, &topic, partition, 7),
+        Response::CommitOffsets(_)
+    ));
+    run_beating(&mut t, &mut b, LEASE * 3);
+    assert_eq!(removed_at(&t, &a), None, "expelled by a closed connection");
+    run_beating(&mut t, &mut b, SESSION);
+    assert_eq!(removed_at(&t, &a), Some(ExpelReason::SessionExpired));
+}
+
+/// A static member that stood down stays until its session runs out, even when its
+/// old connection closed before it stood down.
+#[test]
+fn a_stood_down_member_keeps_its_session_after_its_connection_closed() {
+    let mut t = TestContext::new();
+    let mut req = t.join_request("g", &[("orders", 6)]);
+    req.lease_timeout_ms = LEASE.as_millis() as u32;
+    req.instance_id = Some("worker-1".into());
+    let mut a = t.join_with(1, req).unwrap();
+    let mut b = join_leased(&mut t, 2, LEASE);
+    t.advance(SETTLE);
+    t.expect_beat_ok(&mut a);
+    t.expect_beat_ok(&mut b);
+    t.core.handle_disconnect(t.now, a.conn);
+    a.conn = 9;
+    let left = t.request(
+        a.conn,
+        Request::Leave(rollcall_protocol::LeaveRequest {
+            group: "g".into(),
+            member_id: a.id.clone(),
+            mode: rollcall_protocol::LeaveMode::StandDown,
+        }),
+    );
+    assert_eq!(left, Response::Leave);
+    run_beating(&mut t, &mut b, LEASE * 3);
+    assert_eq!(removed_at(&t, &a), None, "a stand-down is not a crash");
+}
+
+#[test]
+fn relinquish_refuses_an_empty_member_id() {
+    let mut t = TestContext::new();
+    let _ = pair(&mut t, LEASE);
+    assert_eq!(
+        error_code(&relinquish(&mut t, 9, "")),
+        Some(ErrorCode::InvalidRequest)
+    );
+}
