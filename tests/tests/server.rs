@@ -169,7 +169,7 @@ async fn unknown_version_is_answered_unsupported_version() {
     assert_eq!(e.code, ErrorCode::UnsupportedVersion);
     assert_eq!(e.supported, supported_versions());
     c.handshake().await;
-    c.send(raw_request(ApiKey::Join as u16, 1, 6)).await;
+    c.send(raw_request(ApiKey::Join as u16, 2, 6)).await;
     let e = error_of(c.response_to(6).await);
     assert_eq!(e.code, ErrorCode::UnsupportedVersion);
     assert_eq!(e.api_key, ApiKey::Join as u16);
