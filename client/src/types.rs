@@ -139,7 +139,9 @@ pub struct Assignment {
     pub revoking: PartitionSet,
 }
 
-/// Why partitions were lost: taken away without the application releasing them.
+/// Why partitions were lost: taken away without the application releasing them. Every
+/// reason but [`LostReason::Reassigned`] also means the membership ended (the member
+/// rejoins afresh, or is finished), which ends any suspension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum LostReason {
@@ -215,9 +217,10 @@ pub enum Event {
     /// The member's lease ran out, or its connection to the coordinator was lost: it may
     /// no longer be the owner of its partitions for all it can tell. Stop acting on every
     /// partition it holds (processing, writes outside the coordinator) until
-    /// [`Event::Resumed`] or [`Event::Lost`]. The member stays a member, keeps its
-    /// partitions and keeps heartbeating; partitions assigned while it is suspended are
-    /// suspended too. Commits are still sent (the coordinator refuses those of a member
+    /// [`Event::Resumed`], or an [`Event::Lost`] that ends the membership (for any reason
+    /// but [`LostReason::Reassigned`], which only takes some partitions away). The member
+    /// stays a member, keeps its partitions and keeps heartbeating; partitions assigned
+    /// while it is suspended are suspended too. Commits are still sent (the coordinator refuses those of a member
     /// that no longer owns the partitions), but work must not go on.
     Suspended {
         /// Every partition the member holds (possibly none).

@@ -603,9 +603,11 @@ impl Membership {
         self.suspend();
     }
 
-    /// Suspends an active member, telling the application (once).
+    /// Suspends an active member, telling the application (once). Not once its leave
+    /// is sent: the membership is ending and nothing is left to act on.
     fn suspend(&mut self) {
-        if !matches!(self.phase, Phase::Active) || self.suspended {
+        let left = self.leaving.as_ref().is_some_and(|l| l.sent.is_some());
+        if !matches!(self.phase, Phase::Active) || self.suspended || left {
             return;
         }
         self.suspended = true;
@@ -757,6 +759,8 @@ impl Membership {
         for tp in &lost {
             self.holdings.remove(tp);
         }
+        // Like every loss but a reassignment, this one ends the suspension.
+        self.suspended = false;
         self.emit(Event::Lost {
             partitions: lost,
             reason: LostReason::Left,

@@ -1271,13 +1271,16 @@ fn random_inputs_never_report_a_partition_both_owned_and_lost() {
                             assert!(app_revoking.insert(tp));
                         }
                     }
-                    Event::Lost { partitions, .. } => {
+                    Event::Lost { partitions, reason } => {
                         for tp in partitions {
                             assert!(app.remove(&tp), "seed {seed} step {step}: lost unheld {tp}");
                             app_revoking.remove(&tp);
                         }
-                        // A loss ends any suspension when the membership ends with it.
-                        app_suspended &= h.m.member_id().is_some();
+                        // Every loss but a reassignment ends the membership, and any
+                        // suspension with it.
+                        if reason != LostReason::Reassigned {
+                            app_suspended = false;
+                        }
                     }
                     Event::Suspended { partitions } => {
                         assert!(!app_suspended, "seed {seed} step {step}: suspended twice");
