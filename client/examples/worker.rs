@@ -2,7 +2,9 @@
 //!
 //! Each owned partition has an offset counter that advances every few milliseconds, as
 //! if records were being processed. Offsets are committed periodically and on
-//! revocation; assignment changes are logged. Ctrl-C leaves the group gracefully.
+//! revocation; assignment changes are logged. While the member is suspended (its lease
+//! ran out or its connection dropped) processing and periodic commits pause, and they
+//! pick up again when it resumes. Ctrl-C leaves the group gracefully.
 //!
 //! With a coordinator started by `cargo run --release --bin rollcall -- serve` (which
 //! listens on 127.0.0.1:7070 by default):
@@ -16,7 +18,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use rollcall_client::{Client, ClientConfig, Event, Member, MemberConfig, Offset, TopicPartition};
+use rollcall_client::{
+    Client, ClientConfig, Event, LostReason, Member, MemberConfig, Offset, TopicPartition,
+};
 use tracing::{error, info, warn};
 
 #[derive(Debug, Parser)]
@@ -54,6 +58,14 @@ struct Args {
 /// The next offset to process on each owned partition.
 type Positions = BTreeMap<TopicPartition, i64>;
 
+/// What the worker holds and whether it may act on it.
+#[derive(Debug, Default)]
+struct Work {
+    positions: Positions,
+    /// Between `Suspended` and `Resumed` (or `Lost`): hold everything, act on nothing.
+    suspended: bool,
+}
+
 #[tokio::main]
 async fn main() {
     tracing_subscriber::fmt()
@@ -81,28 +93,31 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let member = client.join(config).await?;
     info!(group = %args.group, member_id = ?member.member_id(), "joined");
 
-    let mut positions = Positions::new();
+    let mut work = Work::default();
     let mut records = tokio::time::interval(Duration::from_millis(args.record_interval_ms.max(1)));
     let mut commits = tokio::time::interval(Duration::from_millis(args.commit_interval_ms.max(1)));
     loop {
         tokio::select! {
             event = member.next_event() => {
                 let Some(event) = event else { break };
-                if !handle(&member, &args, &mut positions, event).await {
+                if !handle(&member, &args, &mut work, event).await {
                     return Err("the member cannot continue".into());
                 }
             }
             _ = records.tick() => {
-                // Processing one record on each partition is progress.
-                for offset in positions.values_mut() {
-                    *offset += 1;
+                // Processing one record on each partition is progress. Waiting while
+                // suspended is too: the member is doing what it should.
+                if !work.suspended {
+                    for offset in work.positions.values_mut() {
+                        *offset += 1;
+                    }
                 }
                 member.mark_progress();
             }
-            _ = commits.tick() => commit(&member, &positions, None).await,
+            _ = commits.tick(), if !work.suspended => commit(&member, &work.positions, None).await,
             _ = tokio::signal::ctrl_c() => {
                 info!("leaving");
-                leave(&member, &args, &mut positions).await;
+                leave(&member, &args, &mut work).await;
                 return Ok(());
             }
         }
@@ -111,7 +126,8 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// Acts on one event; `false` when the member cannot continue.
-async fn handle(member: &Member, args: &Args, positions: &mut Positions, event: Event) -> bool {
+async fn handle(member: &Member, args: &Args, work: &mut Work, event: Event) -> bool {
+    let positions = &mut work.positions;
     match event {
         Event::Assigned {
             partitions,
@@ -153,6 +169,20 @@ async fn handle(member: &Member, args: &Args, positions: &mut Positions, event: 
                 positions.remove(p);
             }
             warn!(%reason, partitions = %list(partitions.iter()), owned = positions.len(), "lost");
+            // Every loss but a reassignment ends the membership, and any suspension with
+            // it; partitions moved while the member was away leave it suspended.
+            if reason != LostReason::Reassigned {
+                work.suspended = false;
+            }
+        }
+        Event::Suspended { partitions } => {
+            // Maybe no longer the owner: pause everything, keep the positions.
+            work.suspended = true;
+            warn!(partitions = %list(partitions.iter()), "suspended; pausing");
+        }
+        Event::Resumed { partitions } => {
+            work.suspended = false;
+            info!(partitions = %list(partitions.iter()), "resumed");
         }
         Event::Fatal(e) => {
             error!("{e}");
@@ -192,7 +222,7 @@ async fn commit(
 }
 
 /// Leaves gracefully: commits and releases whatever the leave revokes.
-async fn leave(member: &Member, args: &Args, positions: &mut Positions) {
+async fn leave(member: &Member, args: &Args, work: &mut Work) {
     let leave = member.leave(Duration::from_millis(args.leave_timeout_ms));
     tokio::pin!(leave);
     loop {
@@ -206,7 +236,7 @@ async fn leave(member: &Member, args: &Args, positions: &mut Positions) {
             }
             event = member.next_event() => match event {
                 Some(event) => {
-                    handle(member, args, positions, event).await;
+                    handle(member, args, work, event).await;
                 }
                 None => return,
             },

@@ -13,7 +13,7 @@ use futures_util::stream::{FusedStream, Stream};
 use tokio::sync::{mpsc, oneshot, Notify};
 
 use crate::config::{ClientConfig, MemberConfig};
-use crate::driver::{open, Command, Driver, MemberShared};
+use crate::driver::{open, Command, Delivery, Driver, MemberShared};
 use crate::error::{CommitError, ConnectError, JoinError, LeaveError, RequestError};
 use crate::types::{Assignment, Committed, Event, Offset, TopicPartition};
 
@@ -143,14 +143,16 @@ async fn fetch_offsets(
 ///
 /// Dropping a `Member` without [`Member::leave`] is an abrupt exit: the task stops
 /// heartbeating for it, and the coordinator notices after the session timeout and then
-/// hands its partitions to others.
+/// hands its partitions to others. A process that ends (or drops its last [`Client`]
+/// handle) closes its connection: the coordinator then expels its members once their
+/// lease timeout has run out without them reconnecting, sooner than the session timeout.
 pub struct Member {
     key: u64,
     group: String,
     commands: mpsc::UnboundedSender<Command>,
     wake: Arc<Notify>,
     shared: Arc<MemberShared>,
-    events: tokio::sync::Mutex<mpsc::UnboundedReceiver<Event>>,
+    events: tokio::sync::Mutex<mpsc::UnboundedReceiver<Delivery>>,
 }
 
 impl fmt::Debug for Member {
@@ -182,6 +184,12 @@ impl Member {
     /// The next event, waiting for one if needed; `None` once the membership is over
     /// (left, failed fatally, or its client's task stopped) and every event was taken.
     /// Asking counts as progress. Cancel-safe.
+    ///
+    /// Taking the [`Event::Lost`] of a membership the coordinator ended (an expulsion, or
+    /// fencing) is the application's confirmation that it stopped acting on those
+    /// partitions: the client then tells the coordinator (a `Relinquish`), which hands
+    /// them over at once instead of at the end of the member's lease. So act on `Lost`
+    /// before asking for the next event.
     pub async fn next_event(&self) -> Option<Event> {
         self.mark_progress();
         let _waiting = Waiting::new(&self.shared.waiting);
@@ -225,8 +233,18 @@ impl Member {
         }
     }
 
+    /// The next event. Taking it is what the connection task may wait for (to send a
+    /// Relinquish once the application knows its membership ended): it is told at once,
+    /// so cancelling after this returns loses nothing.
     async fn receive(&self) -> Option<Event> {
-        self.events.lock().await.recv().await
+        let (event, ticket) = self.events.lock().await.recv().await?;
+        if let Some(ticket) = ticket {
+            let _ = self.commands.send(Command::Taken {
+                key: self.key,
+                ticket,
+            });
+        }
+        Some(event)
     }
 
     /// Records progress without asking for an event: for applications that spend long
@@ -242,7 +260,9 @@ impl Member {
     /// ownership: partitions the member does not hold fail locally, and the coordinator
     /// refuses commits from a member it expelled. Partitions being revoked can be
     /// committed until they are acknowledged, so commit before
-    /// [`Member::ack_revocation`].
+    /// [`Member::ack_revocation`]. Commits are sent while the member is suspended too
+    /// (the coordinator's ownership check fences them), but the work behind them must
+    /// not go on meanwhile.
     pub async fn commit<O: Into<Offset>>(
         &self,
         offsets: impl IntoIterator<Item = O>,
@@ -302,11 +322,22 @@ impl Member {
     }
 
     /// Until when no other member can own this member's partitions: the last
-    /// acknowledged heartbeat's send time plus the session timeout, less the safety
-    /// margin. `None` while not a member. Use it to bound an external write: a write
-    /// that completes before the deadline cannot overlap another owner's.
+    /// acknowledged heartbeat's send time plus the lease timeout, less the safety margin.
+    /// `None` while not a member. Use it to bound an external write: a write that
+    /// completes before the deadline cannot overlap another owner's. Once the lease has
+    /// run out the member is suspended and this is the (past) deadline until an
+    /// acknowledgement renews it.
     pub fn lease_deadline(&self) -> Option<Instant> {
         self.shared.view.lock().lease
+    }
+
+    /// Whether the member is suspended: its lease ran out, or its connection was lost,
+    /// and no heartbeat has been acknowledged since. The application must not act on its
+    /// partitions meanwhile (see [`Event::Suspended`]); commits are still sent and the
+    /// coordinator refuses those of a member that no longer owns the partitions. Like
+    /// [`Member::assignment`], this can run ahead of the events not yet taken.
+    pub fn is_suspended(&self) -> bool {
+        self.shared.view.lock().suspended
     }
 
     /// The member id the coordinator gave, while a member.

@@ -50,6 +50,10 @@ pub(crate) const DEFAULT_PROGRESS_TIMEOUT: Duration = Duration::from_secs(5 * 60
 pub(crate) const DEFAULT_REBALANCE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Smallest default lease safety margin.
 pub(crate) const MIN_DEFAULT_LEASE_MARGIN: Duration = Duration::from_millis(5);
+/// Heartbeat intervals in the default lease timeout.
+pub(crate) const DEFAULT_LEASE_INTERVALS: u32 = 3;
+/// Slack added to the default lease timeout, for a late beat.
+pub(crate) const DEFAULT_LEASE_SLACK: Duration = Duration::from_millis(250);
 
 /// How one member joins its group, and the timeouts that govern it.
 ///
@@ -75,14 +79,46 @@ pub(crate) const MIN_DEFAULT_LEASE_MARGIN: Duration = Duration::from_millis(5);
 ///   inside `next_event` or on the stream.
 /// - **Rebalance timeout** (default 60 s): how long the application may take to
 ///   acknowledge a revocation before the member is expelled.
-/// - **Lease safety margin `M`** (default 5 % of `T`, at least 5 ms): each acknowledged
-///   heartbeat extends the member's lease to `sent + T - M`, where `sent` is when that
+/// - **Lease timeout `L`** (default `min(T, 3 I + 250 ms)`, so 6.25 s): how long the
+///   member may act on its partitions without hearing from the coordinator. The
+///   coordinator extends the lease it promises a member to `received + L` on every frame
+///   it receives from it, and never hands the partitions of a member it expelled (or
+///   whose connection closed, as a crashed process's does) to another member before that
+///   promise has run out; a member whose connection closed and that does not come back
+///   on another connection within `L` is expelled then, without waiting for `T`. The
+///   default lets two consecutive beats go missing (`3 I`) and the next one arrive up to
+///   250 ms late before the coordinator gives up on the member, and is capped by `T`. A
+///   shorter `L` moves a crashed member's partitions sooner; a longer one rides out
+///   longer network blips without suspending. `L` must not exceed `T`.
+/// - **Lease safety margin `M`** (default 5 % of `L`, at least 5 ms): each acknowledged
+///   heartbeat extends the member's lease to `sent + L - M`, where `sent` is when that
 ///   heartbeat was written. The coordinator hands a silent member's partitions to
-///   another member no earlier than `received + T` for the last frame it received, and
+///   another member no earlier than `received + L` for the last frame it received, and
 ///   `received >= sent`, so while the lease runs no other member can own them; `M`
-///   absorbs the two clocks running at slightly different rates. When the lease runs out
-///   the member reports its partitions lost. `T - M` must exceed `I`, or the lease would
-///   lapse between two beats.
+///   absorbs the two clocks running at slightly different rates. Because the lease is
+///   measured from the *send* time of the last acknowledged beat, `L - M` must cover two
+///   heartbeat intervals without a renewal plus a round trip, `L - M > 2 I + RTT` (RTT
+///   the round trip to the coordinator), for the member not to suspend when a beat is
+///   lost: the beat after the last acknowledged one (sent within `I`) may be lost, and
+///   the one after that (sent within `2 I`) must then be acknowledged, one round trip
+///   later, before the lease ends. With the defaults `L - M = 0.95 (3 I + 250 ms) = 2.85 I + 237.5 ms`,
+///   which leaves `0.85 I + 237.5 ms` (1.94 s with `I` = 2 s) for the round trip.
+///   Configuration checks only the weaker `L - M > I` (or the lease would lapse between
+///   two beats).
+///
+/// When the lease runs out, the member *suspends*: the application is told at once
+/// ([`Event::Suspended`](crate::Event::Suspended)) and must stop acting on its
+/// partitions, but the member keeps them and keeps heartbeating. The next acknowledgement
+/// resumes it ([`Event::Resumed`](crate::Event::Resumed)). Losing the connection suspends
+/// at once, before the lease runs out. Only when no heartbeat has been acknowledged for
+/// `T - M` after it was sent does the member report its partitions lost (reason
+/// [`LostReason::LeaseExpired`](crate::LostReason::LeaseExpired)) and rejoin: by then the
+/// coordinator may have expelled it. With `L = T` the two bounds coincide and the member
+/// reports the loss without suspending first.
+///
+/// A coordinator too old to know lease timeouts (it does not accept version 1 of the
+/// join) keeps every member's partitions for the session timeout; on a connection to
+/// such a coordinator the member joins without a lease timeout and uses `L = T`.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct MemberConfig {
@@ -107,7 +143,9 @@ pub struct MemberConfig {
     pub progress_timeout: Duration,
     /// Rebalance timeout.
     pub rebalance_timeout: Duration,
-    /// Lease safety margin `M`; `None` means 5 % of `T`, at least 5 ms.
+    /// Lease timeout `L`; `None` means `min(T, 3 I + 250 ms)`.
+    pub lease_timeout: Option<Duration>,
+    /// Lease safety margin `M`; `None` means 5 % of `L`, at least 5 ms.
     pub lease_margin: Option<Duration>,
 }
 
@@ -127,6 +165,7 @@ impl MemberConfig {
             heartbeat_interval: None,
             progress_timeout: DEFAULT_PROGRESS_TIMEOUT,
             rebalance_timeout: DEFAULT_REBALANCE_TIMEOUT,
+            lease_timeout: None,
             lease_margin: None,
         }
     }
@@ -143,8 +182,8 @@ impl MemberConfig {
         self
     }
 
-    /// Sets the session timeout (and, unless set explicitly, the derived interval and
-    /// margin follow it).
+    /// Sets the session timeout (and, unless set explicitly, the derived interval, lease
+    /// timeout and margin follow it).
     pub fn with_session_timeout(mut self, timeout: Duration) -> Self {
         self.session_timeout = timeout;
         self
@@ -168,6 +207,12 @@ impl MemberConfig {
         self
     }
 
+    /// Sets the lease timeout (and, unless set explicitly, the margin follows it).
+    pub fn with_lease_timeout(mut self, timeout: Duration) -> Self {
+        self.lease_timeout = Some(timeout);
+        self
+    }
+
     /// Sets the lease safety margin.
     pub fn with_lease_margin(mut self, margin: Duration) -> Self {
         self.lease_margin = Some(margin);
@@ -180,10 +225,21 @@ impl MemberConfig {
             .unwrap_or(self.session_timeout / DEFAULT_HEARTBEATS_PER_SESSION)
     }
 
+    /// The lease timeout in effect (against a coordinator that knows lease timeouts).
+    pub fn effective_lease_timeout(&self) -> Duration {
+        self.lease_timeout.unwrap_or_else(|| {
+            let derived = self
+                .effective_heartbeat_interval()
+                .saturating_mul(DEFAULT_LEASE_INTERVALS)
+                .saturating_add(DEFAULT_LEASE_SLACK);
+            derived.min(self.session_timeout)
+        })
+    }
+
     /// The lease safety margin in effect.
     pub fn effective_lease_margin(&self) -> Duration {
         self.lease_margin
-            .unwrap_or_else(|| (self.session_timeout / 20).max(MIN_DEFAULT_LEASE_MARGIN))
+            .unwrap_or_else(|| (self.effective_lease_timeout() / 20).max(MIN_DEFAULT_LEASE_MARGIN))
     }
 
     /// Checks the configuration; [`Client::join`](crate::Client::join) does the same.
@@ -219,10 +275,12 @@ impl MemberConfig {
         }
         let session_timeout = self.session_timeout;
         let heartbeat_interval = self.effective_heartbeat_interval();
+        let lease_timeout = self.effective_lease_timeout();
         let lease_margin = self.effective_lease_margin();
         for (which, d) in [
             ("session timeout", session_timeout),
             ("heartbeat interval", heartbeat_interval),
+            ("lease timeout", lease_timeout),
             ("progress timeout", self.progress_timeout),
             ("rebalance timeout", self.rebalance_timeout),
         ] {
@@ -233,6 +291,7 @@ impl MemberConfig {
         let session_timeout_ms = millis("session timeout", session_timeout)?;
         let progress_timeout_ms = millis("progress timeout", self.progress_timeout)?;
         let rebalance_timeout_ms = millis("rebalance timeout", self.rebalance_timeout)?;
+        let lease_timeout_ms = millis("lease timeout", lease_timeout)?;
         if heartbeat_interval >= session_timeout {
             return Err(ConfigError::HeartbeatIntervalTooLong {
                 interval: heartbeat_interval,
@@ -245,9 +304,15 @@ impl MemberConfig {
                 session_timeout,
             });
         }
-        if session_timeout - lease_margin <= heartbeat_interval {
+        if lease_timeout > session_timeout {
+            return Err(ConfigError::LeaseTimeoutTooLong {
+                lease_timeout,
+                session_timeout,
+            });
+        }
+        if lease_timeout.saturating_sub(lease_margin) <= heartbeat_interval {
             return Err(ConfigError::LeaseShorterThanInterval {
-                lease: session_timeout - lease_margin,
+                lease: lease_timeout.saturating_sub(lease_margin),
                 interval: heartbeat_interval,
             });
         }
@@ -268,6 +333,8 @@ impl MemberConfig {
             heartbeat_interval,
             progress_timeout_ms,
             rebalance_timeout_ms,
+            lease_timeout,
+            lease_timeout_ms,
             lease_margin,
         })
     }
@@ -289,6 +356,9 @@ pub(crate) struct Settings {
     pub(crate) heartbeat_interval: Duration,
     pub(crate) progress_timeout_ms: u32,
     pub(crate) rebalance_timeout_ms: u32,
+    /// `L`, at most the session timeout.
+    pub(crate) lease_timeout: Duration,
+    pub(crate) lease_timeout_ms: u32,
     pub(crate) lease_margin: Duration,
 }
 
@@ -306,11 +376,43 @@ mod tests {
         let s = c.resolve().unwrap();
         assert_eq!(s.session_timeout, Duration::from_secs(10));
         assert_eq!(s.heartbeat_interval, Duration::from_secs(2));
-        assert_eq!(s.lease_margin, Duration::from_millis(500));
+        // L = min(T, 3 I + 250 ms) = min(10 s, 6.25 s); M = 5 % of L.
+        assert_eq!(s.lease_timeout, Duration::from_millis(6250));
+        assert_eq!(s.lease_timeout_ms, 6250);
+        assert_eq!(s.lease_margin, Duration::from_micros(312_500));
+        // L - M covers two intervals and leaves the rest for the round trip.
+        assert!(s.lease_timeout - s.lease_margin > 2 * s.heartbeat_interval);
         assert_eq!(s.progress_timeout_ms, 300_000);
         assert_eq!(s.rebalance_timeout_ms, 60_000);
         let short = base().with_session_timeout(Duration::from_millis(60));
         assert_eq!(short.effective_lease_margin(), MIN_DEFAULT_LEASE_MARGIN);
+    }
+
+    #[test]
+    fn the_default_lease_follows_the_interval_and_is_capped_by_the_session() {
+        // I = 1 s explicitly: L = 3.25 s.
+        let c = base().with_heartbeat_interval(Duration::from_secs(1));
+        assert_eq!(c.effective_lease_timeout(), Duration::from_millis(3250));
+        assert_eq!(c.effective_lease_margin(), Duration::from_micros(162_500));
+        // T = 600 ms, I = 120 ms: 3 I + 250 ms = 610 ms > T, so L = T.
+        let c = base().with_session_timeout(Duration::from_millis(600));
+        assert_eq!(c.effective_lease_timeout(), Duration::from_millis(600));
+        assert_eq!(c.effective_lease_margin(), Duration::from_millis(30));
+        c.validate().unwrap();
+        // An explicit lease is taken as given, and the margin follows it.
+        let c = base().with_lease_timeout(Duration::from_secs(4));
+        assert_eq!(c.effective_lease_timeout(), Duration::from_secs(4));
+        assert_eq!(c.effective_lease_margin(), Duration::from_millis(200));
+        let s = c.resolve().unwrap();
+        assert_eq!(
+            (s.lease_timeout, s.lease_timeout_ms),
+            (Duration::from_secs(4), 4000)
+        );
+        // L = T is allowed.
+        base()
+            .with_lease_timeout(Duration::from_secs(10))
+            .validate()
+            .unwrap();
     }
 
     #[test]
@@ -374,6 +476,39 @@ mod tests {
                     .with_heartbeat_interval(Duration::from_secs(5))
                     .with_lease_margin(Duration::from_secs(5)),
                 |e| matches!(e, ConfigError::LeaseShorterThanInterval { .. }),
+            ),
+            (base().with_lease_timeout(Duration::ZERO), |e| {
+                matches!(e, ConfigError::ZeroTimeout { .. })
+            }),
+            (
+                base().with_lease_timeout(Duration::from_millis(10_001)),
+                |e| matches!(e, ConfigError::LeaseTimeoutTooLong { .. }),
+            ),
+            (
+                // L - M = 2 s is not longer than I = 2 s.
+                base()
+                    .with_lease_timeout(Duration::from_millis(2100))
+                    .with_lease_margin(Duration::from_millis(100)),
+                |e| matches!(e, ConfigError::LeaseShorterThanInterval { .. }),
+            ),
+            (
+                // A margin as long as the lease.
+                base()
+                    .with_lease_timeout(Duration::from_secs(3))
+                    .with_lease_margin(Duration::from_secs(3)),
+                |e| matches!(e, ConfigError::LeaseShorterThanInterval { .. }),
+            ),
+            (
+                base().with_lease_timeout(Duration::from_secs(u64::from(u32::MAX))),
+                |e| {
+                    matches!(
+                        e,
+                        ConfigError::TimeoutTooLarge {
+                            which: "lease timeout",
+                            ..
+                        }
+                    )
+                },
             ),
             (
                 base().with_progress_timeout(Duration::from_secs(u64::from(u32::MAX))),

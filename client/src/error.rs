@@ -65,11 +65,21 @@ pub enum ConfigError {
         /// The session timeout.
         session_timeout: Duration,
     },
-    /// Session timeout minus margin does not exceed the heartbeat interval: the lease
+    /// The lease timeout is longer than the session timeout.
+    #[error(
+        "lease timeout {lease_timeout:?} must not exceed the session timeout {session_timeout:?}"
+    )]
+    LeaseTimeoutTooLong {
+        /// The lease timeout.
+        lease_timeout: Duration,
+        /// The session timeout.
+        session_timeout: Duration,
+    },
+    /// Lease timeout minus margin does not exceed the heartbeat interval: the lease
     /// would lapse between two beats.
-    #[error("lease of {lease:?} (session timeout minus margin) must exceed the heartbeat interval {interval:?}")]
+    #[error("lease of {lease:?} (lease timeout minus margin) must exceed the heartbeat interval {interval:?}")]
     LeaseShorterThanInterval {
-        /// Session timeout minus margin.
+        /// Lease timeout minus margin (zero if the margin is not shorter).
         lease: Duration,
         /// The interval.
         interval: Duration,

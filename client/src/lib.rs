@@ -26,6 +26,8 @@
 //!             member.ack_revocation(partitions)?;
 //!         }
 //!         Event::Lost { partitions, .. } => { /* stop at once: someone else may own them */ }
+//!         Event::Suspended { .. } => { /* pause all work until Resumed (or Lost) */ }
+//!         Event::Resumed { partitions } => { /* carry on with these */ }
 //!         Event::Fatal(e) => return Err(e.into()),
 //!         _ => {}
 //!     }
@@ -40,13 +42,33 @@
 //!   the member's either when the application acknowledges its revocation or by one
 //!   `Lost` event; it is never reported lost while held, nor held after it was lost.
 //! - **Leases.** Each acknowledged heartbeat extends the member's lease to the instant
-//!   that heartbeat was *sent* plus the session timeout, less a safety margin. The
+//!   that heartbeat was *sent* plus the lease timeout, less a safety margin. The
 //!   coordinator never hands a member's unreleased partitions to another member before
-//!   the latest lease it promised (last receipt plus the session timeout), which comes
-//!   later, also across a coordinator restart. When
-//!   the lease runs out without a newer acknowledgement, the member reports its
-//!   partitions [`LostReason::LeaseExpired`] at once and rejoins when it can;
-//!   [`Member::lease_deadline`] bounds writes made outside the coordinator.
+//!   the latest lease it promised (last receipt plus the lease timeout), which comes
+//!   later, also across a coordinator restart. [`Member::lease_deadline`] bounds writes
+//!   made outside the coordinator.
+//! - **Suspension.** When the lease runs out without a newer acknowledgement, or the
+//!   connection to the coordinator is lost, the member *suspends*: the application gets
+//!   [`Event::Suspended`] at once and must stop acting on its partitions
+//!   ([`Member::is_suspended`] says so too). The member stays a member, keeps its
+//!   partitions and keeps heartbeating (reconnecting first if needed; the first attempt
+//!   comes within the reconnection base delay, 50 ms by default). The next
+//!   acknowledgement resumes it with [`Event::Resumed`] and the partitions it still
+//!   holds; if the coordinator expelled it meanwhile, it reports [`Event::Lost`] instead.
+//!   Commits may still be sent while suspended (the coordinator fences them by
+//!   ownership), but the work behind them must wait for `Resumed`. If no heartbeat is
+//!   acknowledged for the session timeout (less the margin) after it was sent, the
+//!   member reports its partitions [`LostReason::LeaseExpired`] and rejoins when it can.
+//! - **Crashes.** A process that dies closes its connection; the coordinator expels its
+//!   members when their lease timeout has run out without them reconnecting, so their
+//!   partitions move after the lease timeout rather than the session timeout.
+//! - **Relinquishing.** When the coordinator itself ends a membership (an expulsion, or
+//!   fencing), the partitions wait for the member's lease to run out in case its
+//!   process is still at work on them. Once the application has *taken* the resulting
+//!   [`Event::Lost`] (from [`Member::next_event`] or the [`Member::events`] stream), the
+//!   client tells the coordinator that it stopped (a `Relinquish` request, sent once,
+//!   and given up after a session timeout), and the partitions move at once. Stop work
+//!   on lost partitions before asking for the next event.
 //! - **Fencing.** Commits are checked against ownership locally and by the coordinator;
 //!   a member that was expelled or fenced gets a typed [`CommitError`].
 //! - **Leaving.** [`Member::leave`] revokes every partition locally and leaves once the

@@ -139,7 +139,9 @@ pub struct Assignment {
     pub revoking: PartitionSet,
 }
 
-/// Why partitions were lost: taken away without the application releasing them.
+/// Why partitions were lost: taken away without the application releasing them. Every
+/// reason but [`LostReason::Reassigned`] also means the membership ended (the member
+/// rejoins afresh, or is finished), which ends any suspension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum LostReason {
@@ -147,8 +149,9 @@ pub enum LostReason {
     Expelled(ExpelReason),
     /// Another process joined with the same static instance id.
     Fenced,
-    /// No heartbeat was acknowledged within the lease: the coordinator may already have
-    /// handed the partitions to another member.
+    /// No heartbeat was acknowledged within the session timeout (less the lease safety
+    /// margin) after it was sent: the coordinator may already have expelled the member
+    /// and handed the partitions to another.
     LeaseExpired,
     /// The coordinator no longer knows the member (typically learnt after a reconnect).
     MembershipGone,
@@ -178,6 +181,11 @@ impl fmt::Display for LostReason {
 /// exactly one of: the application acknowledging an [`Event::RevokeRequested`], or an
 /// [`Event::Lost`]. No partition is ever reported lost while it is still held, nor held
 /// after it was reported lost.
+///
+/// [`Event::Suspended`] and [`Event::Resumed`] change nothing the member holds: they say
+/// when the application must stop acting on the member's partitions and when it may act
+/// again. They come in pairs, unless the membership ends in between (an
+/// [`Event::Lost`] then follows the suspension instead of a resumption).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Event {
@@ -205,6 +213,25 @@ pub enum Event {
         partitions: PartitionSet,
         /// Why.
         reason: LostReason,
+    },
+    /// The member's lease ran out, or its connection to the coordinator was lost: it may
+    /// no longer be the owner of its partitions for all it can tell. Stop acting on every
+    /// partition it holds (processing, writes outside the coordinator) until
+    /// [`Event::Resumed`], or an [`Event::Lost`] that ends the membership (for any reason
+    /// but [`LostReason::Reassigned`], which only takes some partitions away). The member
+    /// stays a member, keeps its partitions and keeps heartbeating; partitions assigned
+    /// while it is suspended are suspended too. Commits are still sent (the coordinator refuses those of a member
+    /// that no longer owns the partitions), but work must not go on.
+    Suspended {
+        /// Every partition the member holds (possibly none).
+        partitions: PartitionSet,
+    },
+    /// A heartbeat was acknowledged after a suspension and the member still holds these
+    /// partitions: act on them again. Partitions the coordinator moved meanwhile were
+    /// reported [`Event::Lost`] before.
+    Resumed {
+        /// Every partition the member holds (possibly none).
+        partitions: PartitionSet,
     },
     /// The member cannot continue; no further events follow.
     Fatal(FatalError),

@@ -113,6 +113,21 @@ impl Ledger {
             .collect()
     }
 
+    /// Checks that the events from `from` on are only suspensions and resumptions of
+    /// `held`, each suspension followed by its resumption; returns how many pairs.
+    fn suspensions_since(&self, from: usize, held: &PartitionSet) -> usize {
+        let events: Vec<&Event> = self.log[from..].iter().map(|(_, e)| e).collect();
+        assert_eq!(events.len() % 2, 0, "{events:?}");
+        for pair in events.chunks(2) {
+            match pair {
+                [Event::Suspended { partitions: s }, Event::Resumed { partitions: r }]
+                    if s == held && r == held => {}
+                other => panic!("not a suspension and its resumption: {other:?}"),
+            }
+        }
+        events.len() / 2
+    }
+
     /// When `p` was last assigned.
     fn assigned_at(&self, p: &TopicPartition) -> Option<Instant> {
         self.log.iter().rev().find_map(|(at, e)| match e {
@@ -533,12 +548,10 @@ async fn a_member_cut_off_briefly_resumes_without_losing_anything() {
     // Long enough for a session to have expired had the member not resumed.
     tokio::time::sleep(SESSION * 2).await;
     assert_eq!(a.owned(), before);
-    assert_eq!(
-        a.ledger.lock().log.len(),
-        events_before,
-        "{:?}",
-        a.ledger.lock().log
-    );
+    // Each cut suspended the member at once, and it resumed on reconnecting.
+    let pairs = a.ledger.lock().suspensions_since(events_before, &before);
+    assert!(pairs >= 1, "no suspension");
+    assert!(!a.member().is_suspended());
     assert_eq!(a.member().assignment().partitions, before);
     a.assert_consistent();
     b.assert_consistent();
@@ -693,28 +706,25 @@ async fn members_survive_a_coordinator_restart() {
         .expect("clean shutdown");
     let second = start_server(StoreConfig::Custom(store)).await;
     proxy.set_upstream(second.local_addr());
-    // Both reconnect, resume, and keep their partitions.
+    // Both reconnect, resume, and keep their partitions: the restart suspended them
+    // (their connections closed), and nothing else happened.
+    let resumed = |w: &Worker, events: usize| {
+        w.ledger.lock().log.len() >= events + 2
+            && !w.member().is_suspended()
+            && w.member()
+                .lease_deadline()
+                .is_some_and(|l| l > Instant::now() + Duration::from_secs(1))
+    };
     bounded("resumed", async {
-        loop {
-            let a_ok = a
-                .member()
-                .lease_deadline()
-                .is_some_and(|l| l > Instant::now() + Duration::from_secs(2));
-            let b_ok = b
-                .member()
-                .lease_deadline()
-                .is_some_and(|l| l > Instant::now() + Duration::from_secs(2));
-            if a_ok && b_ok {
-                return;
-            }
+        while !(resumed(&a, a_events) && resumed(&b, b_events)) {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     })
     .await;
     assert_eq!(a.owned(), a_had);
     assert_eq!(b.owned(), b_had);
-    assert_eq!(a.ledger.lock().log.len(), a_events);
-    assert_eq!(b.ledger.lock().log.len(), b_events);
+    assert_eq!(a.ledger.lock().suspensions_since(a_events, &a_had), 1);
+    assert_eq!(b.ledger.lock().suspensions_since(b_events, &b_had), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,5 +1,9 @@
 //! Member leases end to end: a member cut off from the coordinator stands down before
-//! its partitions can move, and one whose acknowledgements are merely slow does not.
+//! its partitions can move, and one whose acknowledgements are merely slow does not; a
+//! blip longer than the lease timeout but shorter than the session suspends a member and
+//! resumes it; a crashed process's partitions move after its lease timeout, not its
+//! session timeout; and an expelled member's partitions move as soon as its application
+//! has taken the loss, not at the end of its lease.
 //!
 //! A proxy sits between one member and the coordinator. It can delay traffic, or drop it
 //! silently in both directions while keeping the connection open (a network partition,
@@ -13,7 +17,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use rollcall_client::{Client, ClientConfig, Event, LostReason, Member, MemberConfig};
+use rollcall_client::{
+    Client, ClientConfig, Event, ExpelReason, LostReason, Member, MemberConfig, PartitionSet,
+};
 use rollcall_coordinator::server::{ServerConfig, ServerHandle};
 use rollcall_tests::proxy::{Direction, Proxy};
 use rollcall_tests::{bounded, start};
@@ -29,18 +35,30 @@ struct App {
     _client: Client,
 }
 
+fn client_config() -> ClientConfig {
+    let mut config = ClientConfig::default();
+    config.reconnect_base = Duration::from_millis(20);
+    config.reconnect_max = Duration::from_millis(200);
+    config
+}
+
+async fn connect(addr: SocketAddr) -> Client {
+    bounded("connect", Client::connect(addr, client_config()))
+        .await
+        .expect("connects")
+}
+
 impl App {
     async fn start(addr: SocketAddr) -> Self {
-        let mut config = ClientConfig::default();
-        config.reconnect_base = Duration::from_millis(20);
-        config.reconnect_max = Duration::from_millis(200);
-        let client = bounded("connect", Client::connect(addr, config))
-            .await
-            .expect("connects");
         let member_config = MemberConfig::new("leases", [("t", 4)])
             .with_session_timeout(SESSION)
             .with_lease_margin(MARGIN)
             .with_rebalance_timeout(Duration::from_secs(5));
+        Self::start_with(addr, member_config).await
+    }
+
+    async fn start_with(addr: SocketAddr, member_config: MemberConfig) -> Self {
+        let client = connect(addr).await;
         let member = Arc::new(
             bounded("join", client.join(member_config))
                 .await
@@ -77,6 +95,10 @@ impl App {
                 _ => None,
             })
             .collect()
+    }
+
+    fn log(&self) -> Vec<Event> {
+        self.events.lock().iter().map(|(_, e)| e.clone()).collect()
     }
 
     /// When the application was first told it holds `n` partitions.
@@ -170,4 +192,148 @@ async fn slow_acknowledgements_within_the_lease_do_not_make_a_member_stand_down(
     assert!(a.lost().is_empty(), "{:?}", a.lost());
     assert!(b.lost().is_empty(), "{:?}", b.lost());
     assert_eq!((a.owned(), b.owned()), (2, 2));
+}
+
+/// A group whose members have a long session and a short lease timeout.
+fn long_session(session: Duration, lease: Duration) -> MemberConfig {
+    MemberConfig::new("leases", [("t", 4)])
+        .with_session_timeout(session)
+        .with_heartbeat_interval(Duration::from_millis(200))
+        .with_lease_timeout(lease)
+        .with_rebalance_timeout(Duration::from_secs(5))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blip_longer_than_the_lease_but_shorter_than_the_session_suspends_and_resumes() {
+    let server = coordinator().await;
+    let proxy = Proxy::start(server.local_addr()).await;
+    let config = long_session(Duration::from_secs(4), Duration::from_secs(1));
+    let a = App::start_with(proxy.addr(), config.clone()).await;
+    let b = App::start_with(server.local_addr(), config).await;
+    until("balanced", || a.owned() == 2 && b.owned() == 2).await;
+    until("both applications hold 2", || {
+        a.first_holding(2).is_some() && b.first_holding(2).is_some()
+    })
+    .await;
+    let held: PartitionSet = a.member.assignment().partitions;
+    let generation = a.member.assignment().generation;
+    let (a_before, b_before) = (a.log().len(), b.log().len());
+
+    // Nothing gets through for 1.6 s, with the connection open: longer than the lease
+    // (1 s less its margin), well within the session (4 s) and the client's own stall
+    // detection (a session timeout).
+    proxy.freeze(Direction::Both);
+    let frozen_at = Instant::now();
+    until("a suspended", || a.member.is_suspended()).await;
+    assert!(frozen_at.elapsed() < Duration::from_secs(1));
+    let deadline = a.member.lease_deadline().expect("still a member");
+    assert!(deadline <= Instant::now());
+    tokio::time::sleep(Duration::from_millis(1600).saturating_sub(frozen_at.elapsed())).await;
+    proxy.thaw(Direction::Both);
+    until("a resumed", || !a.member.is_suspended()).await;
+    until("a's application told", || a.log().len() >= a_before + 2).await;
+
+    assert_eq!(
+        a.log()[a_before..],
+        [
+            Event::Suspended {
+                partitions: held.clone()
+            },
+            Event::Resumed {
+                partitions: held.clone()
+            }
+        ]
+    );
+    assert_eq!(a.member.assignment().partitions, held);
+    assert_eq!(a.member.assignment().generation, generation);
+    assert!(a.member.lease_deadline().unwrap() > Instant::now());
+    // Nobody else noticed.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(b.log().len(), b_before, "{:?}", b.log());
+    assert_eq!(b.member.assignment().generation, generation);
+    assert!(a.lost().is_empty() && b.lost().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_process_s_partitions_move_after_its_lease_not_its_session() {
+    let server = coordinator().await;
+    let session = Duration::from_secs(10);
+    let lease = Duration::from_secs(1);
+    let config = long_session(session, lease);
+    let b = App::start_with(server.local_addr(), config.clone()).await;
+    let client = connect(server.local_addr()).await;
+    let a = bounded("join", client.join(config)).await.expect("joins");
+    until("balanced", || {
+        a.assignment().partitions.len() == 2 && b.owned() == 2
+    })
+    .await;
+    until("b's application holds 2", || b.first_holding(2).is_some()).await;
+
+    // The process dies: its client and member go, and with them the connection.
+    drop(a);
+    drop(client);
+    let crashed_at = Instant::now();
+    until("b takes everything", || b.first_holding(4).is_some()).await;
+    let took = b.first_holding(4).unwrap() - crashed_at;
+    // The lease timeout from a's last heartbeat, plus scheduling: far from the session.
+    assert!(took < session / 2, "partitions moved after {took:?}");
+    assert!(took < lease + Duration::from_millis(800), "{took:?}");
+    assert!(b.lost().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expelled_member_s_partitions_move_once_its_application_takes_the_loss() {
+    let server = coordinator().await;
+    let lease = Duration::from_secs(8);
+    let config = MemberConfig::new("leases", [("t", 4)])
+        .with_session_timeout(Duration::from_secs(10))
+        .with_heartbeat_interval(Duration::from_millis(300))
+        .with_lease_timeout(lease)
+        .with_rebalance_timeout(Duration::from_secs(5));
+    let b = App::start_with(server.local_addr(), config.clone()).await;
+    let client = connect(server.local_addr()).await;
+    let a = bounded(
+        "join",
+        client.join(config.with_progress_timeout(Duration::from_millis(600))),
+    )
+    .await
+    .expect("joins");
+    let first = bounded("a's assignment", a.next_event()).await;
+    assert!(matches!(first, Some(Event::Assigned { .. })), "{first:?}");
+    until("balanced", || {
+        a.assignment().partitions.len() == 2 && b.owned() == 2
+    })
+    .await;
+    until("b's application holds 2", || b.first_holding(2).is_some()).await;
+
+    // a's application is stuck: heartbeats go on, progress does not, and the
+    // coordinator expels it. It holds a's partitions for a's lease (8 s).
+    until("a expelled", || a.member_id().is_none()).await;
+    let expelled_at = Instant::now();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(b.owned(), 2, "granted before the loss was taken");
+
+    // The application comes back and takes the loss: the client relinquishes.
+    let lost = bounded("a's loss", a.next_event()).await;
+    let taken_at = Instant::now();
+    assert_eq!(
+        lost,
+        Some(Event::Lost {
+            partitions: (0..4)
+                .map(|p| rollcall_client::TopicPartition::new("t", p))
+                .filter(|p| !b.member.assignment().partitions.contains(p))
+                .collect(),
+            reason: LostReason::Expelled(ExpelReason::ProgressExpired)
+        })
+    );
+    until("b takes everything", || b.first_holding(4).is_some()).await;
+    let granted = b.first_holding(4).unwrap();
+    assert!(
+        granted - taken_at < Duration::from_secs(2),
+        "granted {:?} after the loss was taken",
+        granted - taken_at
+    );
+    // Well before the lease would have let them go.
+    assert!(granted < expelled_at + lease - Duration::from_secs(4));
+    assert!(b.lost().is_empty());
 }

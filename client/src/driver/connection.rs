@@ -9,6 +9,8 @@ pub(crate) struct Connection {
     pub(super) writer: mpsc::UnboundedSender<Frame>,
     pub(super) writer_task: JoinHandle<Result<(), FrameError>>,
     pub(super) max_frame_size: usize,
+    /// What the coordinator supports beyond version 0.
+    pub(super) features: Features,
 }
 
 impl Drop for Connection {
@@ -47,6 +49,17 @@ pub(crate) async fn open(addr: &str, config: &ClientConfig) -> Result<Connection
                 return Err(ConnectError::Unsupported { api });
             }
         }
+        // Optional: without them the member falls back to session-long leases and to
+        // letting held partitions wait for the lease.
+        let supports = |key: ApiKey, version: u16| {
+            versions.versions.iter().any(|r| {
+                r.api_key == key as u16 && (r.min_version..=r.max_version).contains(&version)
+            })
+        };
+        let features = Features {
+            lease_timeout: supports(ApiKey::Join, 1),
+            relinquish: supports(ApiKey::Relinquish, CURRENT_VERSION),
+        };
         let max_frame_size = match usize::try_from(versions.max_frame_size) {
             Ok(0) | Err(_) => config.max_frame_size,
             Ok(n) => n,
@@ -59,6 +72,7 @@ pub(crate) async fn open(addr: &str, config: &ClientConfig) -> Result<Connection
             writer,
             writer_task,
             max_frame_size,
+            features,
         })
     };
     match tokio::time::timeout(config.connect_timeout, attempt).await {

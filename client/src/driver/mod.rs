@@ -35,7 +35,7 @@ use tracing::{debug, info, warn};
 use crate::backoff::Backoff;
 use crate::config::{ClientConfig, Settings};
 use crate::error::{CommitError, ConnectError, FatalError, LeaveError, RequestError};
-use crate::membership::{BackoffConfig, Membership, RequestId};
+use crate::membership::{BackoffConfig, Features, Membership, RequestId, Ticket};
 use crate::types::{Assignment, Committed, Event, Offset, TopicPartition};
 
 type Transport = Framed<TcpStream, Codec>;
@@ -70,8 +70,14 @@ pub(crate) struct MemberShared {
 pub(crate) struct View {
     pub(crate) assignment: Assignment,
     pub(crate) lease: Option<std::time::Instant>,
+    pub(crate) suspended: bool,
     pub(crate) member_id: Option<String>,
 }
+
+/// An event on its way to the application, with the ticket the member handle returns
+/// ([`Command::Taken`]) once the application has taken it, if the membership waits for
+/// that.
+pub(crate) type Delivery = (Event, Option<Ticket>);
 
 /// A request from the application to the task.
 #[derive(Debug)]
@@ -80,8 +86,13 @@ pub(crate) enum Command {
         key: u64,
         settings: Box<Settings>,
         shared: Arc<MemberShared>,
-        events: mpsc::UnboundedSender<Event>,
+        events: mpsc::UnboundedSender<Delivery>,
         reply: oneshot::Sender<Result<(), FatalError>>,
+    },
+    /// The application took the event that carried `ticket`.
+    Taken {
+        key: u64,
+        ticket: Ticket,
     },
     Commit {
         key: u64,
@@ -110,7 +121,7 @@ pub(crate) enum Command {
 struct Slot {
     m: Membership,
     shared: Arc<MemberShared>,
-    events: mpsc::UnboundedSender<Event>,
+    events: mpsc::UnboundedSender<Delivery>,
     join_reply: Option<oneshot::Sender<Result<(), FatalError>>>,
     leave_replies: Vec<oneshot::Sender<Result<(), LeaveError>>>,
     commits: HashMap<RequestId, oneshot::Sender<Result<(), CommitError>>>,
@@ -138,6 +149,8 @@ pub(crate) struct Driver {
     next_correlation: u32,
     /// When the connection last delivered a frame.
     last_frame_at: Instant,
+    /// Whether the fallback to session-long leases was logged (once per client).
+    lease_fallback_logged: bool,
 }
 
 impl Driver {
@@ -162,6 +175,28 @@ impl Driver {
             pending: HashMap::new(),
             next_correlation: HANDSHAKE_CORRELATION + 1,
             last_frame_at: Instant::now(),
+            lease_fallback_logged: false,
+        }
+        .noting_features()
+    }
+
+    fn noting_features(mut self) -> Self {
+        if let Some(features) = self.conn.as_ref().map(|c| c.features) {
+            self.note_features(features);
+        }
+        self
+    }
+
+    /// Logs, once per client, a coordinator that does not know lease timeouts: members
+    /// fall back to leases of their session timeout on its connections.
+    fn note_features(&mut self, features: Features) {
+        if !features.lease_timeout && !self.lease_fallback_logged {
+            self.lease_fallback_logged = true;
+            info!(
+                addr = %self.addr,
+                "the coordinator does not support lease timeouts (join version 1): \
+                 members use their session timeout as their lease on its connections"
+            );
         }
     }
 
@@ -285,11 +320,12 @@ impl Driver {
                 let mut view = slot.shared.view.lock();
                 view.assignment = slot.m.assignment();
                 view.lease = slot.m.lease_deadline();
+                view.suspended = slot.m.is_suspended();
                 view.member_id = slot.m.member_id().map(str::to_owned);
             }
-            while let Some(event) = slot.m.poll_event() {
-                log_event(slot.m.group(), &event);
-                let _ = slot.events.send(event);
+            while let Some(delivery) = slot.m.poll_event() {
+                log_event(slot.m.group(), &delivery.0);
+                let _ = slot.events.send(delivery);
             }
             if let Some(result) = slot.m.take_join_result() {
                 if let Some(reply) = slot.join_reply.take() {
@@ -344,8 +380,8 @@ impl Driver {
                     max: self.config.reconnect_max,
                 };
                 let mut m = Membership::new(*settings, backoff, self.rng.gen(), std_now);
-                if self.conn.is_some() {
-                    m.handle_connected(std_now);
+                if let Some(conn) = &self.conn {
+                    m.handle_connected(std_now, conn.features);
                 }
                 self.slots.insert(
                     key,
@@ -393,6 +429,14 @@ impl Driver {
                         slot.commits.insert(id, reply);
                         self.send(Pending::Commit { key, id }, request);
                     }
+                }
+            }
+            Command::Taken { key, ticket } => {
+                // Handled before the `Drop` the same handle may send next (one channel,
+                // in order), and the Relinquish it makes due goes out with the `drive`
+                // that follows every command.
+                if let Some(slot) = self.slots.get_mut(&key) {
+                    slot.m.handle_taken(ticket, std_now);
                 }
             }
             Command::Ack { key, partitions } => {
@@ -504,12 +548,14 @@ impl Driver {
 
     fn on_connected(&mut self, conn: Connection, now: Instant) {
         info!(addr = %self.addr, "connected");
+        let features = conn.features;
         self.conn = Some(conn);
         self.last_frame_at = now;
         self.backoff.reset();
         self.next_correlation = HANDSHAKE_CORRELATION + 1;
+        self.note_features(features);
         for slot in self.slots.values_mut() {
-            slot.m.handle_connected(now.into_std());
+            slot.m.handle_connected(now.into_std(), features);
         }
     }
 
@@ -536,6 +582,10 @@ impl Driver {
         self.schedule_reconnect(reason, now);
     }
 
+    /// The first attempt after a working connection was lost waits at most
+    /// `reconnect_base` (50 ms by default; the backoff is reset on every successful
+    /// connection), well within any lease: suspended members resume as soon as the
+    /// coordinator answers again.
     fn schedule_reconnect(&mut self, reason: &str, now: Instant) {
         let delay = self.backoff.next_delay(&mut self.rng);
         debug!(reason, ?delay, "reconnecting");
@@ -608,6 +658,12 @@ fn log_event(group: &str, event: &Event) {
         ),
         Event::Lost { partitions, reason } => {
             warn!(group, %reason, count = partitions.len(), "partitions lost");
+        }
+        Event::Suspended { partitions } => {
+            warn!(group, count = partitions.len(), "member suspended");
+        }
+        Event::Resumed { partitions } => {
+            info!(group, count = partitions.len(), "member resumed");
         }
         Event::Fatal(e) => warn!(group, error = %e, "member failed"),
     }

@@ -1,16 +1,19 @@
-//! Time and the application: lease expiry, progress, acknowledged revocations, leaving
-//! and commits.
+//! Time and the application: lease and session expiry, events taken, progress,
+//! acknowledged revocations, leaving and commits.
 
 use super::*;
 
 impl Membership {
-    /// Timers due at `now`: lease expiry and leave bounds. Heartbeats and joins due are
-    /// produced by [`Membership::poll_transmit`].
+    /// Timers due at `now`: the session bound, the lease, leave bounds and relinquishes
+    /// given up. Heartbeats and joins due are produced by [`Membership::poll_transmit`].
     pub(crate) fn handle_timeout(&mut self, now: Instant) {
+        self.relinquishes.retain(|r| now < r.give_up_at);
         if !matches!(self.phase, Phase::Active) {
             return;
         }
-        if self.lease.is_some_and(|l| now >= l) {
+        // The session bound first: with `L = T` it passes with the lease, and the loss
+        // alone is reported.
+        if self.session_bound.is_some_and(|b| now >= b) {
             let old = self.end_membership(LostReason::LeaseExpired);
             if self.leaving.is_some() {
                 self.finish_leave(Err(LeaveError::Unconfirmed));
@@ -20,12 +23,26 @@ impl Membership {
             }
             return;
         }
+        if self.lease.is_some_and(|l| now >= l) {
+            self.suspend();
+        }
         let leave_expired = self.leaving.as_ref().is_some_and(|l| match l.sent {
             Some(sent) => now >= sent + self.session_timeout,
             None => !self.connected && now >= l.deadline,
         });
         if leave_expired {
             self.finish_leave(Err(LeaveError::Unconfirmed));
+        }
+    }
+
+    /// The application has taken the event that carried `ticket`: a Relinquish waiting
+    /// for it goes out with the next [`Membership::poll_transmit`] (at once if
+    /// connected, otherwise after reconnecting), unless given up already.
+    pub(crate) fn handle_taken(&mut self, ticket: Ticket, now: Instant) {
+        for r in &mut self.relinquishes {
+            if r.ticket == ticket && r.state == RelinquishState::Untaken && now < r.give_up_at {
+                r.state = RelinquishState::Due;
+            }
         }
     }
 
@@ -75,7 +92,7 @@ impl Membership {
             }
         }
         if !kept.is_empty() {
-            self.events.push_back(Event::Assigned {
+            self.emit(Event::Assigned {
                 partitions: kept,
                 generation: self.generation,
             });
@@ -99,7 +116,7 @@ impl Membership {
                     }
                 }
                 if !newly.is_empty() {
-                    self.events.push_back(Event::RevokeRequested {
+                    self.emit(Event::RevokeRequested {
                         partitions: newly,
                         generation: self.generation,
                     });
@@ -224,19 +241,20 @@ impl Membership {
             Response::Error(e) => Err(match e.code {
                 ErrorCode::UnknownMember => {
                     if current {
-                        self.membership_gone(now);
+                        self.membership_gone(now, false);
                     }
                     CommitError::UnknownMember
                 }
                 ErrorCode::MemberExpelled => {
                     if current {
-                        self.membership_gone(now);
+                        self.membership_gone(now, true);
                     }
                     CommitError::Expelled
                 }
                 ErrorCode::FencedInstance => {
                     if current {
-                        self.end_membership(LostReason::Fenced);
+                        let old = self.end_membership(LostReason::Fenced);
+                        self.relinquish_after_lost(old, now);
                         self.fail(FatalError::Fenced {
                             message: e.message.clone(),
                         });

@@ -19,6 +19,23 @@
 //! A partition enters the map only with an `Assigned` event and leaves the owned and
 //! revoking states only through the application's acknowledgement or a [`Event::Lost`]
 //! event, so the application is never told a partition is both held and lost.
+//!
+//! # Lease, suspension, session bound
+//!
+//! Each acknowledged join or heartbeat, sent at `sent`, renews two deadlines: the lease
+//! `sent + L - M` and the session bound `sent + T - M`. When the lease passes (or the
+//! connection is lost) an active member *suspends*: [`Event::Suspended`] with everything
+//! it holds. The next acknowledgement that renews the lease past `now` resumes it
+//! ([`Event::Resumed`]). When the session bound passes, the membership ends with
+//! [`LostReason::LeaseExpired`] and the member rejoins as before.
+//!
+//! # Relinquish
+//!
+//! When the coordinator ends the membership (an expulsion push, a `member_expelled` or
+//! `fenced_instance` answer), the [`Event::Lost`] it produces carries a [`Ticket`]. Once
+//! the application has taken that event ([`Membership::handle_taken`]), the member sends
+//! `Relinquish` for the id it was expelled with, so that what the coordinator holds for
+//! it moves at once instead of at the end of its lease.
 
 mod app;
 mod pushes;
@@ -32,8 +49,9 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rollcall_protocol::{
     ClientAction, CommitOffsetsRequest, ErrorCode, ExpelReason, HeartbeatRequest, JoinRequest,
-    LeaveMode, LeaveRequest, OffsetCommit, Push, Request, Response,
+    LeaveMode, LeaveRequest, OffsetCommit, Push, RelinquishRequest, Request, Response,
 };
+use tracing::debug;
 
 use crate::backoff::{heartbeat_delay, Backoff};
 use crate::config::Settings;
@@ -46,8 +64,51 @@ use crate::types::{
 /// it.
 pub(crate) type RequestId = u64;
 
+/// Identifies an event whose taking by the application the membership waits for.
+pub(crate) type Ticket = u64;
+
 /// Most pushes kept while a join's response is outstanding.
 const MAX_EARLY_PUSHES: usize = 64;
+
+/// What the coordinator of the current connection supports beyond version 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Features {
+    /// Join version 1: the lease timeout.
+    pub(crate) lease_timeout: bool,
+    /// The Relinquish request.
+    pub(crate) relinquish: bool,
+}
+
+impl Features {
+    /// Everything this client knows of.
+    #[cfg(test)]
+    pub(crate) const ALL: Self = Self {
+        lease_timeout: true,
+        relinquish: true,
+    };
+}
+
+/// A Relinquish to send once the application has taken the `Lost` event that ended the
+/// membership.
+#[derive(Debug)]
+struct Relinquish {
+    ticket: Ticket,
+    /// The id the member had when the coordinator ended the membership.
+    member_id: String,
+    /// After this, nothing is held for the member any more: the request is dropped.
+    give_up_at: Instant,
+    state: RelinquishState,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RelinquishState {
+    /// The application has not taken the `Lost` event yet.
+    Untaken,
+    /// To be sent as soon as connected.
+    Due,
+    /// Sent on the current connection, not answered yet.
+    Sent,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Hold {
@@ -102,6 +163,9 @@ enum InFlight {
     Commit {
         incarnation: u64,
     },
+    Relinquish {
+        ticket: Ticket,
+    },
 }
 
 /// Reconnection and rejoin backoff bounds.
@@ -119,6 +183,8 @@ pub(crate) struct Membership {
     backoff: Backoff,
     phase: Phase,
     connected: bool,
+    /// What the current connection's coordinator supports.
+    features: Features,
     /// Set while active.
     member_id: Option<String>,
     /// Changes whenever the membership identity does; responses to requests of an older
@@ -133,13 +199,20 @@ pub(crate) struct Membership {
     sequence: u64,
     interval: Duration,
     session_timeout: Duration,
+    /// `sent + L - M` for the latest acknowledged join or heartbeat, while active.
     lease: Option<Instant>,
+    /// `sent + T - M` for the same, while active.
+    session_bound: Option<Instant>,
+    /// Whether the member is suspended (and the application was told).
+    suspended: bool,
     next_beat: Option<Instant>,
     leaving: Option<Leaving>,
     last_loss: Option<LostReason>,
     next_request: RequestId,
     in_flight: HashMap<RequestId, InFlight>,
-    events: VecDeque<Event>,
+    events: VecDeque<(Event, Option<Ticket>)>,
+    relinquishes: Vec<Relinquish>,
+    next_ticket: Ticket,
     join_reported: bool,
     join_result: Option<Result<(), FatalError>>,
     leave_result: Option<Result<(), LeaveError>>,
@@ -164,6 +237,10 @@ impl Membership {
                 early_pushes: Vec::new(),
             }),
             connected: false,
+            features: Features {
+                lease_timeout: false,
+                relinquish: false,
+            },
             member_id: None,
             incarnation: 0,
             generation: 0,
@@ -173,12 +250,16 @@ impl Membership {
             progress: 0,
             sequence: 0,
             lease: None,
+            session_bound: None,
+            suspended: false,
             next_beat: None,
             leaving: None,
             last_loss: None,
             next_request: 1,
             in_flight: HashMap::new(),
             events: VecDeque::new(),
+            relinquishes: Vec::new(),
+            next_ticket: 1,
             join_reported: false,
             join_result: None,
             leave_result: None,
@@ -226,8 +307,25 @@ impl Membership {
     }
 
     /// Until when no other member can own this member's partitions, if it is a member.
+    /// In the past once the lease has run out (the member is then suspended).
     pub(crate) fn lease_deadline(&self) -> Option<Instant> {
         self.lease
+    }
+
+    /// Whether the member is suspended: its lease ran out or its connection was lost, and
+    /// no acknowledgement has renewed it since.
+    pub(crate) fn is_suspended(&self) -> bool {
+        self.suspended
+    }
+
+    /// The lease timeout in force on the current connection: `L`, or the session timeout
+    /// against a coordinator that does not know lease timeouts.
+    fn lease_timeout(&self) -> Duration {
+        if self.features.lease_timeout {
+            self.settings.lease_timeout.min(self.session_timeout)
+        } else {
+            self.session_timeout
+        }
     }
 
     /// The progress counter as last reported.
@@ -241,18 +339,26 @@ impl Membership {
         matches!(self.phase, Phase::AwaitingProgress { .. })
     }
 
-    /// Whether the membership is over and every event has been drained.
+    /// Whether the membership is over, every event has been drained and no Relinquish
+    /// is pending.
     pub(crate) fn is_finished(&self) -> bool {
-        matches!(self.phase, Phase::Finished) && self.events.is_empty()
+        matches!(self.phase, Phase::Finished)
+            && self.events.is_empty()
+            && self.relinquishes.is_empty()
     }
 
     // -----------------------------------------------------------------------------------
     // Outputs
     // -----------------------------------------------------------------------------------
 
-    /// The next event for the application.
-    pub(crate) fn poll_event(&mut self) -> Option<Event> {
+    /// The next event for the application, with the ticket to pass to
+    /// [`Membership::handle_taken`] once the application has taken it, if any.
+    pub(crate) fn poll_event(&mut self) -> Option<(Event, Option<Ticket>)> {
         self.events.pop_front()
+    }
+
+    fn emit(&mut self, event: Event) {
+        self.events.push_back((event, None));
     }
 
     /// The outcome of the first join, once known.
@@ -267,15 +373,23 @@ impl Membership {
 
     /// When [`Membership::handle_timeout`] (and then `poll_transmit`) should next run.
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        // A due Relinquish needs no wake-up: it goes out with the next `poll_transmit`,
+        // which follows every input.
+        let give_up = self.relinquishes.iter().map(|r| r.give_up_at).min();
+        [give_up, self.phase_timeout()].into_iter().flatten().min()
+    }
+
+    fn phase_timeout(&self) -> Option<Instant> {
         match &self.phase {
             Phase::Joining(j) => (self.connected && j.in_flight.is_none()).then_some(j.not_before),
             Phase::Active => {
-                let mut t = self.lease;
+                let mut t = self.session_bound;
                 let mut add = |x: Option<Instant>| {
                     if let Some(x) = x {
                         t = Some(t.map_or(x, |t| t.min(x)));
                     }
                 };
+                add(self.lease.filter(|_| !self.suspended));
                 match &self.leaving {
                     Some(Leaving {
                         sent: Some(sent), ..
@@ -301,6 +415,9 @@ impl Membership {
         if !self.connected {
             return None;
         }
+        if let Some(request) = self.poll_relinquish(now) {
+            return Some(request);
+        }
         match &mut self.phase {
             Phase::Joining(j) => {
                 if j.in_flight.is_some() || now < j.not_before {
@@ -310,6 +427,16 @@ impl Membership {
                 self.next_request += 1;
                 j.in_flight = Some(id);
                 let s = &self.settings;
+                // 0 ("the session timeout") goes out as version 0, which every
+                // coordinator accepts.
+                let lease_timeout_ms = if self.features.lease_timeout {
+                    match s.lease_timeout_ms {
+                        ms if ms == s.session_timeout_ms => 0,
+                        ms => ms,
+                    }
+                } else {
+                    0
+                };
                 let request = Request::Join(JoinRequest {
                     group: s.group.clone(),
                     member_id: j.member_id.clone(),
@@ -320,7 +447,7 @@ impl Membership {
                     session_timeout_ms: s.session_timeout_ms,
                     progress_timeout_ms: s.progress_timeout_ms,
                     rebalance_timeout_ms: s.rebalance_timeout_ms,
-                    lease_timeout_ms: 0,
+                    lease_timeout_ms,
                 });
                 self.in_flight.insert(id, InFlight::Join { sent: now });
                 Some((id, request))
@@ -391,6 +518,38 @@ impl Membership {
         }
     }
 
+    /// The next due Relinquish, if any; dropped without sending if the coordinator does
+    /// not know the request.
+    fn poll_relinquish(&mut self, now: Instant) -> Option<(RequestId, Request)> {
+        let i = self
+            .relinquishes
+            .iter()
+            .position(|r| r.state == RelinquishState::Due)?;
+        if now >= self.relinquishes[i].give_up_at {
+            self.relinquishes.remove(i);
+            return None;
+        }
+        if !self.features.relinquish {
+            let r = self.relinquishes.remove(i);
+            debug!(
+                group = %self.settings.group,
+                member_id = %r.member_id,
+                "the coordinator does not support relinquish; its hold runs out instead"
+            );
+            return None;
+        }
+        let id = self.request_id();
+        let r = &mut self.relinquishes[i];
+        r.state = RelinquishState::Sent;
+        let ticket = r.ticket;
+        let request = Request::Relinquish(RelinquishRequest {
+            group: self.settings.group.clone(),
+            member_id: r.member_id.clone(),
+        });
+        self.in_flight.insert(id, InFlight::Relinquish { ticket });
+        Some((id, request))
+    }
+
     fn request_id(&mut self) -> RequestId {
         let id = self.next_request;
         self.next_request += 1;
@@ -401,27 +560,36 @@ impl Membership {
     // Inputs: connection
     // -----------------------------------------------------------------------------------
 
-    /// A connection is up and its handshake done. An active member probes it at once
-    /// with a heartbeat carrying its member id and generation.
-    pub(crate) fn handle_connected(&mut self, now: Instant) {
+    /// A connection is up and its handshake done, to a coordinator supporting
+    /// `features`. An active member probes it at once with a heartbeat carrying its
+    /// member id and generation.
+    pub(crate) fn handle_connected(&mut self, now: Instant, features: Features) {
         self.connected = true;
+        self.features = features;
         if matches!(self.phase, Phase::Active) {
             self.next_beat = Some(now);
         }
     }
 
-    /// The connection is gone, and every request in flight with it.
+    /// The connection is gone, and every request in flight with it. An active member
+    /// suspends at once: nothing can renew its lease until it reconnects.
     pub(crate) fn handle_disconnected(&mut self, _now: Instant) {
         self.connected = false;
         self.next_beat = None;
         for (_, f) in mem::take(&mut self.in_flight) {
-            if let InFlight::Heartbeat {
-                incarnation, acks, ..
-            } = f
-            {
-                if incarnation == self.incarnation {
-                    self.requeue_acks(acks);
+            match f {
+                InFlight::Heartbeat {
+                    incarnation, acks, ..
+                } if incarnation == self.incarnation => self.requeue_acks(acks),
+                InFlight::Relinquish { ticket } => {
+                    // Unanswered: sent again on the next connection.
+                    for r in &mut self.relinquishes {
+                        if r.ticket == ticket {
+                            r.state = RelinquishState::Due;
+                        }
+                    }
                 }
+                _ => {}
             }
         }
         if let Phase::Joining(j) = &mut self.phase {
@@ -432,6 +600,50 @@ impl Membership {
         if self.leaving.as_ref().is_some_and(|l| l.sent.is_some()) {
             self.finish_leave(Err(LeaveError::Unconfirmed));
         }
+        self.suspend();
+    }
+
+    /// Suspends an active member, telling the application (once). Not once its leave
+    /// is sent: the membership is ending and nothing is left to act on.
+    fn suspend(&mut self) {
+        let left = self.leaving.as_ref().is_some_and(|l| l.sent.is_some());
+        if !matches!(self.phase, Phase::Active) || self.suspended || left {
+            return;
+        }
+        self.suspended = true;
+        let partitions = self.held();
+        self.emit(Event::Suspended { partitions });
+    }
+
+    /// Resumes a suspended member whose lease an acknowledgement renewed past `now`.
+    fn resume_if_renewed(&mut self, now: Instant) {
+        if !self.suspended || !matches!(self.phase, Phase::Active) {
+            return;
+        }
+        if self.lease.is_some_and(|l| l > now) {
+            self.suspended = false;
+            let partitions = self.held();
+            self.emit(Event::Resumed { partitions });
+        }
+    }
+
+    /// The partitions the member holds (owned or being revoked).
+    fn held(&self) -> PartitionSet {
+        self.holdings
+            .iter()
+            .filter(|(_, h)| **h != Hold::Released)
+            .map(|(tp, _)| tp.clone())
+            .collect()
+    }
+
+    /// Renews the lease and the session bound from an acknowledged request sent at
+    /// `sent`; they never move back.
+    fn renew(&mut self, sent: Instant) {
+        let margin = self.settings.lease_margin;
+        let lease = sent + self.lease_timeout().saturating_sub(margin);
+        let bound = sent + self.session_timeout.saturating_sub(margin);
+        self.lease = Some(self.lease.map_or(lease, |l| l.max(lease)));
+        self.session_bound = Some(self.session_bound.map_or(bound, |b| b.max(bound)));
     }
 
     fn requeue_acks(&mut self, acks: PartitionSet) {
@@ -456,14 +668,39 @@ impl Membership {
         }
     }
 
-    /// The coordinator no longer knows the member.
-    fn membership_gone(&mut self, now: Instant) {
+    /// The coordinator no longer knows the member; `expelled` if it said it expelled it
+    /// (rather than not knowing it at all).
+    fn membership_gone(&mut self, now: Instant, expelled: bool) {
         if self.leaving.is_some() {
             self.finish_leave(Ok(()));
         } else {
-            self.end_membership(LostReason::MembershipGone);
+            let old = self.end_membership(LostReason::MembershipGone);
+            if expelled {
+                self.relinquish_after_lost(old, now);
+            }
             self.rejoin(None, now);
         }
+    }
+
+    /// The coordinator ended the membership of `member_id`, and the `Lost` event just
+    /// emitted says so: once the application has taken it, a Relinquish goes out.
+    fn relinquish_after_lost(&mut self, member_id: Option<String>, now: Instant) {
+        let Some(member_id) = member_id else {
+            return;
+        };
+        let Some((Event::Lost { .. }, ticket @ None)) = self.events.back_mut() else {
+            return;
+        };
+        let id = self.next_ticket;
+        self.next_ticket += 1;
+        *ticket = Some(id);
+        self.relinquishes.push(Relinquish {
+            ticket: id,
+            member_id,
+            // Whatever the coordinator holds for the member is released by then anyway.
+            give_up_at: now + self.session_timeout,
+            state: RelinquishState::Untaken,
+        });
     }
 
     /// Ends the current membership: every held partition is reported lost (the event is
@@ -477,13 +714,17 @@ impl Membership {
             .collect();
         self.revoke_requested.clear();
         self.acks_unsent.clear();
-        self.lease = None;
+        self.clear_lease();
         self.next_beat = None;
         self.incarnation += 1;
         self.last_loss = Some(reason);
-        self.in_flight
-            .retain(|_, f| matches!(f, InFlight::Join { .. } | InFlight::Commit { .. }));
-        self.events.push_back(Event::Lost {
+        self.in_flight.retain(|_, f| {
+            matches!(
+                f,
+                InFlight::Join { .. } | InFlight::Commit { .. } | InFlight::Relinquish { .. }
+            )
+        });
+        self.emit(Event::Lost {
             partitions: lost,
             reason,
         });
@@ -518,10 +759,19 @@ impl Membership {
         for tp in &lost {
             self.holdings.remove(tp);
         }
-        self.events.push_back(Event::Lost {
+        // Like every loss but a reassignment, this one ends the suspension.
+        self.suspended = false;
+        self.emit(Event::Lost {
             partitions: lost,
             reason: LostReason::Left,
         });
+    }
+
+    /// Not a member any more: no lease, no suspension.
+    fn clear_lease(&mut self) {
+        self.lease = None;
+        self.session_bound = None;
+        self.suspended = false;
     }
 
     fn finish_leave(&mut self, result: Result<(), LeaveError>) {
@@ -531,14 +781,14 @@ impl Membership {
             .map(|(tp, _)| tp)
             .collect();
         if !remaining.is_empty() {
-            self.events.push_back(Event::Lost {
+            self.emit(Event::Lost {
                 partitions: remaining,
                 reason: LostReason::Left,
             });
         }
         self.revoke_requested.clear();
         self.acks_unsent.clear();
-        self.lease = None;
+        self.clear_lease();
         self.next_beat = None;
         self.member_id = None;
         self.incarnation += 1;
@@ -549,13 +799,13 @@ impl Membership {
 
     fn fail(&mut self, error: FatalError) {
         if self.join_reported {
-            self.events.push_back(Event::Fatal(error));
+            self.emit(Event::Fatal(error));
         } else {
             self.join_reported = true;
             self.join_result = Some(Err(error));
         }
         self.holdings.clear();
-        self.lease = None;
+        self.clear_lease();
         self.next_beat = None;
         self.member_id = None;
         self.incarnation += 1;

@@ -68,13 +68,13 @@ impl Membership {
         self.acks_unsent.retain(|tp| holdings.contains_key(tp));
         self.revoke_requested.retain(|tp| holdings.contains_key(tp));
         if !lost.is_empty() {
-            self.events.push_back(Event::Lost {
+            self.emit(Event::Lost {
                 partitions: lost,
                 reason: LostReason::Reassigned,
             });
         }
         if !added.is_empty() {
-            self.events.push_back(Event::Assigned {
+            self.emit(Event::Assigned {
                 partitions: added,
                 generation,
             });
@@ -94,33 +94,39 @@ impl Membership {
             }
         }
         if !newly.is_empty() {
-            self.events.push_back(Event::RevokeRequested {
+            self.emit(Event::RevokeRequested {
                 partitions: newly,
                 generation,
             });
         }
     }
 
+    /// The coordinator ended the membership. Every path reports it `Lost` with a ticket,
+    /// so that a Relinquish follows once the application has taken the event.
     pub(super) fn on_expelled(&mut self, reason: ExpelReason, message: String, now: Instant) {
         match reason {
             ExpelReason::Fenced => {
-                self.end_membership(LostReason::Fenced);
+                let old = self.end_membership(LostReason::Fenced);
+                self.relinquish_after_lost(old, now);
                 self.fail(FatalError::Fenced { message });
             }
             _ if self.leaving.is_some() => {
                 if reason != ExpelReason::Left {
-                    self.end_membership(LostReason::Expelled(reason));
+                    let old = self.end_membership(LostReason::Expelled(reason));
+                    self.relinquish_after_lost(old, now);
                 }
                 self.finish_leave(Ok(()));
             }
             ExpelReason::ProgressExpired => {
-                self.end_membership(LostReason::Expelled(reason));
+                let old = self.end_membership(LostReason::Expelled(reason));
+                self.relinquish_after_lost(old, now);
                 self.phase = Phase::AwaitingProgress {
                     since: self.progress,
                 };
             }
             _ => {
-                self.end_membership(LostReason::Expelled(reason));
+                let old = self.end_membership(LostReason::Expelled(reason));
+                self.relinquish_after_lost(old, now);
                 self.rejoin(None, now);
             }
         }

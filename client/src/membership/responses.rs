@@ -1,10 +1,10 @@
-//! Responses to the joins, heartbeats and leaves a membership sent: where its lease,
-//! its generation and its partitions' releases are settled.
+//! Responses to the joins, heartbeats, leaves and relinquishes a membership sent: where
+//! its lease, its suspension, its generation and its partitions' releases are settled.
 
 use super::*;
 
 impl Membership {
-    /// The response to a join, heartbeat or leave this membership issued.
+    /// The response to a join, heartbeat, leave or relinquish this membership issued.
     pub(crate) fn handle_response(&mut self, id: RequestId, response: Response, now: Instant) {
         match self.in_flight.remove(&id) {
             Some(InFlight::Join { sent }) => self.on_join_response(id, sent, response, now),
@@ -16,6 +16,19 @@ impl Membership {
             Some(InFlight::Leave { incarnation }) => {
                 if incarnation == self.incarnation && self.leaving.is_some() {
                     self.finish_leave(Ok(()));
+                }
+            }
+            Some(InFlight::Relinquish { ticket }) => {
+                if let Some(i) = self.relinquishes.iter().position(|r| r.ticket == ticket) {
+                    let r = self.relinquishes.remove(i);
+                    // The answer changes nothing: `unknown_member` only means that nothing
+                    // was held for the member any more.
+                    debug!(
+                        group = %self.settings.group,
+                        member_id = %r.member_id,
+                        ?response,
+                        "relinquish answered"
+                    );
                 }
             }
             Some(InFlight::Commit { .. }) | None => {}
@@ -48,7 +61,8 @@ impl Membership {
                     0 => self.settings.heartbeat_interval,
                     ms => Duration::from_millis(ms.into()).min(self.settings.heartbeat_interval),
                 };
-                self.lease = Some(sent + self.lease_span());
+                self.clear_lease();
+                self.renew(sent);
                 self.next_beat = Some(now + heartbeat_delay(self.interval, &mut self.rng));
                 self.backoff.reset();
                 if !self.join_reported {
@@ -105,36 +119,32 @@ impl Membership {
                 if r.session_timeout_ms > 0 {
                     self.session_timeout = Duration::from_millis(r.session_timeout_ms.into());
                 }
-                let renewed = sent + self.lease_span();
-                self.lease = Some(self.lease.map_or(renewed, |l| l.max(renewed)));
+                self.renew(sent);
                 for tp in acks {
                     if self.holdings.get(&tp) == Some(&Hold::Released) {
                         self.holdings.remove(&tp);
                         self.revoke_requested.remove(&tp);
                     }
                 }
+                self.resume_if_renewed(now);
             }
             Response::Error(e) => {
                 self.requeue_acks(acks);
                 match e.code {
                     ErrorCode::FencedInstance => {
-                        self.end_membership(LostReason::Fenced);
+                        let old = self.end_membership(LostReason::Fenced);
+                        self.relinquish_after_lost(old, now);
                         self.fail(FatalError::Fenced { message: e.message });
                     }
+                    ErrorCode::MemberExpelled => self.membership_gone(now, true),
                     ErrorCode::UnknownMember
-                    | ErrorCode::MemberExpelled
                     | ErrorCode::IllegalGeneration
-                    | ErrorCode::InconsistentMember => self.membership_gone(now),
+                    | ErrorCode::InconsistentMember => self.membership_gone(now, false),
                     // Transient or unexpected: the next beat tries again.
                     _ => {}
                 }
             }
             _ => self.requeue_acks(acks),
         }
-    }
-
-    pub(super) fn lease_span(&self) -> Duration {
-        self.session_timeout
-            .saturating_sub(self.settings.lease_margin)
     }
 }

@@ -10,13 +10,14 @@ use rollcall_protocol::{
     JoinResponse, LeaveMode, PartitionResult, Push, Request, Response, RevokePush,
 };
 
-use super::{BackoffConfig, Membership, RequestId};
+use super::{BackoffConfig, Features, Membership, RequestId, Ticket};
 use crate::config::MemberConfig;
 use crate::error::{CommitError, FatalError, LeaveError};
 use crate::types::{to_wire, Event, LostReason, Offset, PartitionSet, TopicPartition};
 
 const SESSION: Duration = Duration::from_millis(1000);
 const INTERVAL: Duration = Duration::from_millis(200);
+const LEASE: Duration = Duration::from_millis(600);
 const MARGIN: Duration = Duration::from_millis(50);
 const MS: Duration = Duration::from_millis(1);
 
@@ -32,6 +33,7 @@ fn config() -> MemberConfig {
     MemberConfig::new("g", [("t", 8)])
         .with_session_timeout(SESSION)
         .with_heartbeat_interval(INTERVAL)
+        .with_lease_timeout(LEASE)
         .with_lease_margin(MARGIN)
         .with_rebalance_timeout(Duration::from_secs(5))
 }
@@ -45,6 +47,8 @@ struct Harness {
     /// Answer every heartbeat as soon as it is sent (and log it in `beats`).
     auto_ack: bool,
     beats: Vec<(rollcall_protocol::HeartbeatRequest, Instant)>,
+    /// Tickets of the events drained by [`Harness::events`], in order.
+    tickets: Vec<Ticket>,
 }
 
 impl Harness {
@@ -64,11 +68,14 @@ impl Harness {
             outbox: VecDeque::new(),
             auto_ack: false,
             beats: Vec::new(),
+            tickets: Vec::new(),
         }
     }
 
-    /// Collects everything the membership wants to send now.
+    /// Fires the timers due now and collects everything the membership wants to send
+    /// now, as the connection task does after every input.
     fn flush(&mut self) {
+        self.m.handle_timeout(self.now);
         while let Some((id, req)) = self.m.poll_transmit(self.now) {
             match req {
                 Request::Heartbeat(b) if self.auto_ack => {
@@ -102,7 +109,11 @@ impl Harness {
     }
 
     fn connect(&mut self) {
-        self.m.handle_connected(self.now);
+        self.connect_to(Features::ALL);
+    }
+
+    fn connect_to(&mut self, features: Features) {
+        self.m.handle_connected(self.now, features);
         self.flush();
     }
 
@@ -188,8 +199,35 @@ impl Harness {
         }));
     }
 
+    /// Drains the events, keeping their tickets in `tickets`.
     fn events(&mut self) -> Vec<Event> {
-        std::iter::from_fn(|| self.m.poll_event()).collect()
+        let mut out = Vec::new();
+        while let Some((event, ticket)) = self.m.poll_event() {
+            self.tickets.extend(ticket);
+            out.push(event);
+        }
+        out
+    }
+
+    /// The application takes every event drained so far that carried a ticket.
+    fn take_events(&mut self) {
+        for ticket in std::mem::take(&mut self.tickets) {
+            self.m.handle_taken(ticket, self.now);
+        }
+        self.flush();
+    }
+
+    /// Removes the relinquishes sent and returns them with their request ids.
+    fn relinquishes(&mut self) -> Vec<(RequestId, rollcall_protocol::RelinquishRequest)> {
+        let mut out = Vec::new();
+        self.outbox.retain(|(id, r, _)| match r {
+            Request::Relinquish(r) => {
+                out.push((*id, r.clone()));
+                false
+            }
+            _ => true,
+        });
+        out
     }
 
     /// Connects, joins as `member` and receives `ps` at generation 1.
@@ -432,19 +470,20 @@ fn an_unanswered_ack_is_sent_again_after_a_reconnect() {
 fn the_lease_runs_from_the_send_instant_of_the_acknowledged_heartbeat() {
     let mut h = Harness::joined("m", &[0]);
     let joined_at = h.now;
-    assert_eq!(h.m.lease_deadline(), Some(joined_at + SESSION - MARGIN));
+    assert_eq!(h.m.lease_deadline(), Some(joined_at + LEASE - MARGIN));
     h.advance(INTERVAL);
     let (id, _, sent) = h.heartbeats().remove(0);
     // The answer is slow: it arrives 300 ms after the beat was written.
     h.now = sent + 300 * MS;
     h.ack_heartbeat(id);
-    assert_eq!(h.m.lease_deadline(), Some(sent + SESSION - MARGIN));
+    assert_eq!(h.m.lease_deadline(), Some(sent + LEASE - MARGIN));
 }
 
 #[test]
 fn slow_acknowledgements_within_the_lease_keep_the_partitions() {
     let mut h = Harness::joined("m", &[0, 1]);
-    // Every beat is acknowledged 700 ms late (well under the 950 ms lease).
+    // Every beat is acknowledged 300 ms late: with the next beat at most 200 ms later,
+    // each renewal comes within the 550 ms the previous one granted.
     let mut pending: VecDeque<(RequestId, Instant)> = VecDeque::new();
     for _ in 0..500 {
         h.advance(10 * MS);
@@ -453,7 +492,7 @@ fn slow_acknowledgements_within_the_lease_keep_the_partitions() {
         }
         while pending
             .front()
-            .is_some_and(|(_, at)| h.now >= *at + 700 * MS)
+            .is_some_and(|(_, at)| h.now >= *at + 300 * MS)
         {
             let (id, _) = pending.pop_front().unwrap();
             h.ack_heartbeat(id);
@@ -462,23 +501,85 @@ fn slow_acknowledgements_within_the_lease_keep_the_partitions() {
     }
     assert_eq!(h.m.assignment().partitions, set(&[0, 1]));
     assert!(h.m.lease_deadline().unwrap() > h.now);
+    assert!(!h.m.is_suspended());
 }
 
 #[test]
-fn an_expired_lease_reports_the_partitions_lost_at_once() {
+fn the_lease_suspends_and_a_later_acknowledgement_resumes() {
+    let mut h = Harness::joined("m", &[0, 1]);
+    h.advance(INTERVAL);
+    let (id, _, sent) = h.heartbeats().remove(0);
+    h.ack_heartbeat(id);
+    let deadline = sent + LEASE - MARGIN;
+    assert_eq!(h.m.lease_deadline(), Some(deadline));
+    // Nothing is acknowledged any more (the beats vanish, or their answers do).
+    h.advance(deadline - h.now - MS);
+    assert!(h.events().is_empty());
+    assert!(!h.m.is_suspended());
+    let before = h.heartbeats();
+    assert!(!before.is_empty());
+    h.advance(MS);
+    assert_eq!(h.now, deadline);
+    assert_eq!(
+        h.events(),
+        vec![Event::Suspended {
+            partitions: set(&[0, 1])
+        }]
+    );
+    assert!(h.m.is_suspended());
+    // Still a member, holding its partitions, with its lease in the past.
+    assert_eq!(h.m.member_id(), Some("m"));
+    assert_eq!(h.m.assignment().partitions, set(&[0, 1]));
+    assert_eq!(h.m.lease_deadline(), Some(deadline));
+    // It keeps heartbeating (short of the session bound at 950 ms); a suspension is
+    // reported once.
+    h.advance(350 * MS);
+    let beats = h.heartbeats();
+    assert!(!beats.is_empty(), "no beat while suspended");
+    assert!(h.events().is_empty());
+    // Commits still go out: the coordinator fences them.
+    assert!(h.m.commit(vec![Offset::new(tp(0), 1)], h.now).is_ok());
+    // An acknowledgement that renews the lease only into the past does not resume.
+    let (old, _, old_sent) = before[0];
+    assert!(old_sent + LEASE - MARGIN <= h.now);
+    h.ack_heartbeat(old);
+    assert!(h.events().is_empty());
+    assert!(h.m.is_suspended());
+    // The latest beat's acknowledgement does: same partitions, same generation.
+    let (last, _, last_sent) = *beats.last().unwrap();
+    h.ack_heartbeat(last);
+    assert_eq!(
+        h.events(),
+        vec![Event::Resumed {
+            partitions: set(&[0, 1])
+        }]
+    );
+    assert!(!h.m.is_suspended());
+    assert_eq!(h.m.lease_deadline(), Some(last_sent + LEASE - MARGIN));
+    assert_eq!(h.m.assignment().generation, 1);
+    assert!(h
+        .outbox
+        .iter()
+        .all(|(_, r, _)| !matches!(r, Request::Join(_))));
+}
+
+#[test]
+fn the_session_bound_reports_the_partitions_lost_and_rejoins() {
     let mut h = Harness::joined("m", &[0, 1]);
     h.advance(INTERVAL);
     let beats = h.heartbeats();
     let (id, _, sent) = beats[0];
     h.ack_heartbeat(id);
-    let deadline = sent + SESSION - MARGIN;
-    assert_eq!(h.m.lease_deadline(), Some(deadline));
-    // Nothing is acknowledged any more (the beats vanish).
-    h.advance(deadline - h.now - MS);
-    assert!(h.events().is_empty());
-    assert!(h.m.assignment().partitions.len() == 2);
+    let bound = sent + SESSION - MARGIN;
+    h.advance(bound - h.now - MS);
+    assert_eq!(
+        h.events(),
+        vec![Event::Suspended {
+            partitions: set(&[0, 1])
+        }]
+    );
     h.advance(MS);
-    assert_eq!(h.now, deadline);
+    assert_eq!(h.now, bound);
     assert_eq!(
         h.events(),
         vec![Event::Lost {
@@ -486,6 +587,7 @@ fn an_expired_lease_reports_the_partitions_lost_at_once() {
             reason: LostReason::LeaseExpired
         }]
     );
+    assert!(!h.m.is_suspended());
     assert!(h.m.assignment().partitions.is_empty());
     assert_eq!(h.m.lease_deadline(), None);
     assert_eq!(
@@ -499,6 +601,9 @@ fn an_expired_lease_reports_the_partitions_lost_at_once() {
     assert!(h.events().is_empty());
     h.outbox
         .retain(|(_, r, _)| !matches!(r, Request::Heartbeat(_)));
+    // No Relinquish: the member ended the membership itself.
+    h.take_events();
+    assert!(h.relinquishes().is_empty());
     // It rejoins as the same member, with a fresh token.
     let (jid, j) = h.pop_join();
     assert_eq!(j.member_id.as_deref(), Some("m"));
@@ -511,12 +616,60 @@ fn an_expired_lease_reports_the_partitions_lost_at_once() {
             generation: 1
         }]
     );
+    assert!(h.relinquishes().is_empty());
 }
 
 #[test]
-fn the_lease_expires_while_disconnected_and_the_member_rejoins_on_reconnect() {
+fn with_the_lease_as_long_as_the_session_the_loss_is_reported_alone() {
+    let mut h = Harness::with_config(config().with_lease_timeout(SESSION), 1);
+    h.connect();
+    let (id, j) = h.pop_join();
+    // L = T goes out as "the session timeout", at version 0.
+    assert_eq!(j.lease_timeout_ms, 0);
+    h.respond(id, join_ok("m"));
+    h.assign("m", 1, &[0]);
+    h.events();
+    h.advance(SESSION);
+    assert_eq!(
+        h.events(),
+        vec![Event::Lost {
+            partitions: set(&[0]),
+            reason: LostReason::LeaseExpired
+        }]
+    );
+}
+
+#[test]
+fn the_join_carries_the_lease_timeout_unless_the_coordinator_is_too_old_for_it() {
+    let mut h = Harness::new();
+    h.connect();
+    let (_, j) = h.pop_join();
+    assert_eq!(j.lease_timeout_ms, 600);
+
+    // A coordinator without join version 1: no lease timeout, and the lease is the
+    // session timeout's.
+    let mut h = Harness::new();
+    h.connect_to(Features {
+        lease_timeout: false,
+        relinquish: false,
+    });
+    let (id, j) = h.pop_join();
+    assert_eq!(j.lease_timeout_ms, 0);
+    let sent = h.now;
+    h.respond(id, join_ok("m"));
+    assert_eq!(h.m.lease_deadline(), Some(sent + SESSION - MARGIN));
+}
+
+#[test]
+fn the_session_bound_passes_while_disconnected_and_the_member_rejoins_on_reconnect() {
     let mut h = Harness::joined("m", &[3]);
     h.disconnect();
+    assert_eq!(
+        h.events(),
+        vec![Event::Suspended {
+            partitions: set(&[3])
+        }]
+    );
     h.advance(SESSION);
     assert_eq!(
         h.events(),
@@ -536,16 +689,35 @@ fn the_lease_expires_while_disconnected_and_the_member_rejoins_on_reconnect() {
 }
 
 #[test]
-fn reconnecting_within_the_lease_resumes_and_reconciles() {
+fn a_lost_connection_suspends_at_once_and_the_first_acknowledgement_resumes() {
     let mut h = Harness::joined("m", &[0, 1, 2]);
+    let lease = h.m.lease_deadline().unwrap();
     h.disconnect();
+    // Suspended at once, well before the lease runs out (which still bounds writes).
+    assert_eq!(
+        h.events(),
+        vec![Event::Suspended {
+            partitions: set(&[0, 1, 2])
+        }]
+    );
+    assert!(h.m.is_suspended());
+    assert_eq!(h.m.lease_deadline(), Some(lease));
+    assert!(lease > h.now);
     h.advance(300 * MS);
     assert!(h.events().is_empty());
     h.connect();
+    assert!(h.m.is_suspended());
     // The probe carries the same member id and generation.
     let (id, probe, _) = h.pop_heartbeat();
     assert_eq!((probe.member_id.as_str(), probe.generation), ("m", 1));
     h.ack_heartbeat(id);
+    assert_eq!(
+        h.events(),
+        vec![Event::Resumed {
+            partitions: set(&[0, 1, 2])
+        }]
+    );
+    assert!(!h.m.is_suspended());
     // The coordinator re-pushes: 0 and 1 continue, 2 moved meanwhile, 5 is new.
     h.assign("m", 2, &[0, 1, 5]);
     assert_eq!(
@@ -577,16 +749,34 @@ fn reconnecting_to_a_coordinator_that_forgot_the_member_loses_everything_and_rej
         assert_eq!(first.member_id, "m");
         let id = h.m.in_flight.keys().copied().next().unwrap();
         h.respond(id, error(code));
+        // Lost, not resumed.
         assert_eq!(
             h.events(),
-            vec![Event::Lost {
-                partitions: set(&[0, 1]),
-                reason: LostReason::MembershipGone
-            }]
+            vec![
+                Event::Suspended {
+                    partitions: set(&[0, 1])
+                },
+                Event::Lost {
+                    partitions: set(&[0, 1]),
+                    reason: LostReason::MembershipGone
+                }
+            ]
         );
+        assert!(!h.m.is_suspended());
         let (_, j) = h.pop_join();
         assert_eq!(j.member_id, None);
         assert!(h.m.assignment().partitions.is_empty());
+        // Only an expulsion calls for a Relinquish, once the loss is taken.
+        h.take_events();
+        let sent: Vec<_> = h.relinquishes().into_iter().map(|(_, r)| r).collect();
+        let expected = match code {
+            ErrorCode::MemberExpelled => vec![rollcall_protocol::RelinquishRequest {
+                group: "g".into(),
+                member_id: "m".into(),
+            }],
+            _ => vec![],
+        };
+        assert_eq!(sent, expected, "{code:?}");
     }
 }
 
@@ -659,6 +849,12 @@ fn a_refused_rejoin_is_a_fatal_event() {
             })
         ]
     ));
+    // Finished once the Relinquish for the expelled id is done with.
+    assert!(!h.m.is_finished());
+    h.take_events();
+    let sent = h.relinquishes();
+    assert_eq!(sent.len(), 1);
+    h.respond(sent[0].0, Response::Relinquish);
     assert!(h.m.is_finished());
 }
 
@@ -958,6 +1154,7 @@ fn random_inputs_never_report_a_partition_both_owned_and_lost() {
         h.connect();
         let mut app: PartitionSet = PartitionSet::new();
         let mut app_revoking: PartitionSet = PartitionSet::new();
+        let mut app_suspended = false;
         let mut generation = 1;
         for step in 0..200 {
             let member = h.m.member_id().map(str::to_owned);
@@ -1074,14 +1271,40 @@ fn random_inputs_never_report_a_partition_both_owned_and_lost() {
                             assert!(app_revoking.insert(tp));
                         }
                     }
-                    Event::Lost { partitions, .. } => {
+                    Event::Lost { partitions, reason } => {
                         for tp in partitions {
                             assert!(app.remove(&tp), "seed {seed} step {step}: lost unheld {tp}");
                             app_revoking.remove(&tp);
                         }
+                        // Every loss but a reassignment ends the membership, and any
+                        // suspension with it.
+                        if reason != LostReason::Reassigned {
+                            app_suspended = false;
+                        }
+                    }
+                    Event::Suspended { partitions } => {
+                        assert!(!app_suspended, "seed {seed} step {step}: suspended twice");
+                        assert_eq!(partitions, app, "seed {seed} step {step}");
+                        app_suspended = true;
+                    }
+                    Event::Resumed { partitions } => {
+                        assert!(
+                            app_suspended,
+                            "seed {seed} step {step}: resumed unsuspended"
+                        );
+                        assert_eq!(partitions, app, "seed {seed} step {step}");
+                        app_suspended = false;
                     }
                     Event::Fatal(_) => {}
                 }
+            }
+            assert_eq!(h.m.is_suspended(), app_suspended, "seed {seed} step {step}");
+            if let Some(lease) = h.m.lease_deadline() {
+                // Not suspended means the lease runs.
+                assert!(
+                    h.m.is_suspended() || lease > h.now,
+                    "seed {seed} step {step}"
+                );
             }
             let a = h.m.assignment();
             assert_eq!(a.partitions, app, "seed {seed} step {step}");
@@ -1111,4 +1334,139 @@ fn an_ack_for_a_withdrawn_revocation_keeps_the_partition() {
     let (_, beat, _) = h.pop_heartbeat();
     assert_eq!(beat.acked_revocations, to_wire(&set(&[1])));
     assert_eq!(h.m.assignment().partitions, set(&[0, 2]));
+}
+
+#[test]
+fn a_relinquish_follows_an_expulsion_once_the_loss_is_taken_and_only_once() {
+    let mut h = Harness::joined("m", &[0, 1]);
+    h.expel("m", ExpelReason::RebalanceTimeout);
+    assert_eq!(
+        h.events(),
+        vec![Event::Lost {
+            partitions: set(&[0, 1]),
+            reason: LostReason::Expelled(ExpelReason::RebalanceTimeout)
+        }]
+    );
+    // Not before the application has taken the event, however long that takes.
+    h.advance(300 * MS);
+    assert!(h.relinquishes().is_empty());
+    h.take_events();
+    let sent = h.relinquishes();
+    assert_eq!(
+        sent.iter().map(|(_, r)| r.clone()).collect::<Vec<_>>(),
+        vec![rollcall_protocol::RelinquishRequest {
+            group: "g".into(),
+            member_id: "m".into(),
+        }]
+    );
+    // Its answer changes nothing, and nothing is sent again.
+    h.respond(sent[0].0, error(ErrorCode::UnknownMember));
+    assert!(h.events().is_empty());
+    h.advance(SESSION * 2);
+    assert!(h.relinquishes().is_empty());
+}
+
+#[test]
+fn a_relinquish_taken_while_disconnected_goes_out_after_reconnecting() {
+    let mut h = Harness::joined("m", &[0]);
+    h.m.set_progress(1, h.now);
+    h.expel("m", ExpelReason::ProgressExpired);
+    h.events();
+    h.disconnect();
+    h.take_events();
+    assert!(h.relinquishes().is_empty());
+    h.advance(100 * MS);
+    h.connect();
+    let sent = h.relinquishes();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].1.member_id, "m");
+    // Lost with its answer: sent again on the next connection.
+    h.disconnect();
+    h.connect();
+    let again = h.relinquishes();
+    assert_eq!(again.len(), 1);
+    h.respond(again[0].0, Response::Relinquish);
+    h.disconnect();
+    h.connect();
+    assert!(h.relinquishes().is_empty());
+}
+
+#[test]
+fn a_relinquish_is_given_up_after_a_session_timeout() {
+    let mut h = Harness::joined("m", &[0]);
+    h.expel("m", ExpelReason::SessionExpired);
+    h.events();
+    h.advance(SESSION);
+    h.take_events();
+    assert!(h.relinquishes().is_empty());
+}
+
+#[test]
+fn a_coordinator_without_relinquish_is_not_sent_one() {
+    let mut h = Harness::new();
+    h.connect_to(Features {
+        lease_timeout: true,
+        relinquish: false,
+    });
+    let (id, _) = h.pop_join();
+    h.respond(id, join_ok("m"));
+    h.assign("m", 1, &[0]);
+    h.expel("m", ExpelReason::SessionExpired);
+    h.events();
+    h.take_events();
+    assert!(h.relinquishes().is_empty());
+}
+
+#[test]
+fn a_fenced_member_relinquishes_before_it_is_finished() {
+    let mut h = Harness::joined("m", &[0, 1]);
+    h.advance(INTERVAL);
+    let (id, _, _) = h.heartbeats().remove(0);
+    h.respond(id, error(ErrorCode::FencedInstance));
+    assert!(matches!(
+        h.events().as_slice(),
+        [Event::Lost { .. }, Event::Fatal(FatalError::Fenced { .. })]
+    ));
+    // Finished, but not before the Relinquish is done with.
+    assert!(!h.m.is_finished());
+    h.take_events();
+    let sent = h.relinquishes();
+    assert_eq!(sent.len(), 1);
+    assert!(!h.m.is_finished());
+    h.respond(sent[0].0, Response::Relinquish);
+    assert!(h.m.is_finished());
+
+    // Never taken: given up after a session timeout.
+    let mut h = Harness::joined("m", &[0]);
+    h.expel("m", ExpelReason::Fenced);
+    h.events();
+    assert!(!h.m.is_finished());
+    h.advance(SESSION);
+    assert!(h.m.is_finished());
+    assert!(h.relinquishes().is_empty());
+}
+
+#[test]
+fn partitions_assigned_while_suspended_are_resumed_with_the_rest() {
+    let mut h = Harness::joined("m", &[0]);
+    h.disconnect();
+    h.connect();
+    h.assign("m", 2, &[0, 1]);
+    let (id, _, _) = h.pop_heartbeat();
+    h.ack_heartbeat(id);
+    assert_eq!(
+        h.events(),
+        vec![
+            Event::Suspended {
+                partitions: set(&[0])
+            },
+            Event::Assigned {
+                partitions: set(&[1]),
+                generation: 2
+            },
+            Event::Resumed {
+                partitions: set(&[0, 1])
+            },
+        ]
+    );
 }
