@@ -41,13 +41,17 @@ impl ConnTask {
     pub(super) fn on_command(&mut self, cmd: Cmd) -> Option<Exit> {
         let now = Instant::now();
         match cmd {
-            Cmd::Kill { member, reply } => {
+            Cmd::Kill {
+                member,
+                close,
+                reply,
+            } => {
                 let local = self.local(member)?;
                 let m = &mut self.members[local];
                 let _ = reply.send(m.last_sent);
                 m.phase = Phase::Dead;
                 m.timer_stamp += 1;
-                if self.members.iter().all(|m| m.phase == Phase::Dead) {
+                if close && self.members.iter().all(|m| m.phase == Phase::Dead) {
                     return Some(Exit::Closed);
                 }
             }

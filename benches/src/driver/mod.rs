@@ -151,10 +151,13 @@ pub(crate) enum Obs {
 /// A command to one member.
 #[derive(Debug)]
 pub(crate) enum Cmd {
-    /// Stop at once: close the connection if the member is alone on it, else go silent.
-    /// Answers the send time of the member's last heartbeat.
+    /// Stop at once and send nothing more. With `close`, the connection closes once
+    /// every member on it is stopped (at once when the member is alone on it); without,
+    /// it stays open (a hung process) and still takes pushes. Answers the send time of
+    /// the member's last heartbeat.
     Kill {
         member: usize,
+        close: bool,
         reply: oneshot::Sender<Option<Instant>>,
     },
     /// Keep heartbeating but stop advancing the progress counter. Answers the send time

@@ -279,9 +279,7 @@ impl Scenario for ChurnArgs {
                         if next_kill.is_some_and(|t| Instant::now() >= t) {
                             let Some(victim) = victims.by_ref().find(|v| tracker.live[*v] && !killed_set.contains(v)) else { continue };
                             let (reply, answer) = oneshot::channel();
-                            let cmd = match mode {
-                                KillMode::Drop | KillMode::Silent => Cmd::Kill { member: victim, reply },
-                            };
+                            let cmd = Cmd::Kill { member: victim, close: mode == KillMode::Drop, reply };
                             rig.driver.command(cmd);
                             let last = answer.await.ok().flatten();
                             let killed_at = Instant::now();
