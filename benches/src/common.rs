@@ -93,6 +93,12 @@ pub(crate) struct CommonArgs {
     /// Session timeout the members ask for (default depends on the scenario).
     #[arg(long, value_parser = duration)]
     pub(crate) session_timeout: Option<Duration>,
+    /// Lease timeout the members ask for (Join version 1): how long after its last frame
+    /// an expelled member's partitions wait, and how soon a member whose connection
+    /// closed is expelled. At most the session timeout. Default: none, the session
+    /// timeout (the Join is sent at version 0).
+    #[arg(long, value_parser = duration)]
+    pub(crate) lease_timeout: Option<Duration>,
     /// Heartbeat interval of each member (default depends on the scenario).
     #[arg(long, value_parser = duration)]
     pub(crate) interval: Option<Duration>,
@@ -106,6 +112,26 @@ pub(crate) struct CommonArgs {
     /// No progress lines on stderr.
     #[arg(long)]
     pub(crate) quiet: bool,
+}
+
+/// Whether members confirm their expulsions (scenarios that expel live members).
+#[derive(Debug, Clone, Args)]
+pub(crate) struct StandDownArgs {
+    /// A member told it is expelled (an Expelled push or a `member_expelled` answer)
+    /// confirms it at once with a Relinquish, as an application that takes the `Lost`
+    /// event instantly would; a paused member once its pause is over. The default.
+    #[arg(long, overrides_with = "no_relinquish")]
+    pub(crate) relinquish: bool,
+    /// A member told it is expelled sends nothing more (a client that does not speak
+    /// Relinquish): what is held for it waits for its lease.
+    #[arg(long, overrides_with = "relinquish")]
+    pub(crate) no_relinquish: bool,
+}
+
+impl StandDownArgs {
+    pub(crate) fn enabled(&self) -> bool {
+        !self.no_relinquish
+    }
 }
 
 impl CommonArgs {
@@ -184,6 +210,7 @@ pub(crate) fn member_specs(
     partitions: u32,
     session_timeout: Duration,
     progress_timeout: Duration,
+    lease_timeout: Option<Duration>,
     static_ids: bool,
 ) -> Vec<MemberSpec> {
     (0..members)
@@ -194,6 +221,7 @@ pub(crate) fn member_specs(
             session_timeout,
             progress_timeout,
             rebalance_timeout: Duration::from_secs(60),
+            lease_timeout,
         })
         .collect()
 }

@@ -98,6 +98,9 @@ pub(crate) struct Setup {
     pub(crate) session_timeout: Duration,
     /// The progress timeout the members ask for.
     pub(crate) progress_timeout: Duration,
+    /// The lease timeout the members ask for (`--lease-timeout`); `None`: the session
+    /// timeout.
+    pub(crate) lease_timeout: Option<Duration>,
     /// Members carry instance ids (static membership).
     pub(crate) static_ids: bool,
     pub(crate) per_conn: usize,
@@ -108,13 +111,16 @@ pub(crate) struct Setup {
     pub(crate) auto_join: bool,
     /// Deliver every push and join outcome (see [`Rig::observations`]).
     pub(crate) observe: bool,
+    /// Members confirm their expulsions with a Relinquish (see [`Plan::relinquish`]).
+    pub(crate) relinquish: bool,
 }
 
 impl Setup {
     /// `members` in `groups` of `partitions` each, with `session_timeout`, doing
     /// `load`: members joining as soon as connected (`--join-concurrency` at once), as
-    /// many per connection as the options say, a progress timeout never reached, no
-    /// instance ids and no observations.
+    /// many per connection as the options say, a progress timeout never reached, the
+    /// lease timeout of `--lease-timeout`, no instance ids, no observations and no
+    /// Relinquish.
     pub(crate) fn new(
         common: &CommonArgs,
         members: usize,
@@ -129,12 +135,14 @@ impl Setup {
             partitions,
             session_timeout,
             progress_timeout: Duration::from_secs(3600),
+            lease_timeout: common.lease_timeout,
             static_ids: false,
             per_conn: common.per_conn(members),
             load,
             join_concurrency: common.join_concurrency,
             auto_join: true,
             observe: false,
+            relinquish: false,
         }
     }
 
@@ -146,6 +154,7 @@ impl Setup {
                 self.partitions,
                 self.session_timeout,
                 self.progress_timeout,
+                self.lease_timeout,
                 self.static_ids,
             ),
             per_conn: self.per_conn,
@@ -154,6 +163,7 @@ impl Setup {
             join_concurrency: self.join_concurrency,
             auto_join: self.auto_join,
             observe: self.observe,
+            relinquish: self.relinquish,
         }
     }
 }
@@ -179,6 +189,15 @@ impl Rig {
     /// Starts the coordinator the options name, then the load generator (which
     /// connects and, unless told otherwise, joins in the background).
     pub(crate) async fn start(common: &CommonArgs, setup: Setup) -> Result<Self, String> {
+        if let Some(lease) = setup.lease_timeout {
+            if lease.is_zero() || lease > setup.session_timeout {
+                return Err(format!(
+                    "--lease-timeout {} ms must be above zero and at most the session timeout ({} ms)",
+                    lease.as_millis(),
+                    setup.session_timeout.as_millis()
+                ));
+            }
+        }
         let opts = common.target_options()?;
         let target = Target::start(&opts).await?;
         let info = target.info(&opts);

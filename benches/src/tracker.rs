@@ -46,13 +46,28 @@ impl Tracker {
         &mut self,
         observations: &mut tokio::sync::mpsc::UnboundedReceiver<Obs>,
         until: Instant,
+        done: impl FnMut(&Self) -> bool,
+    ) {
+        self.absorb_watching(observations, until, |_, _| {}, done)
+            .await;
+    }
+
+    /// Like [`Self::absorb`], showing `watch` each observation before it is applied.
+    pub(crate) async fn absorb_watching(
+        &mut self,
+        observations: &mut tokio::sync::mpsc::UnboundedReceiver<Obs>,
+        until: Instant,
+        mut watch: impl FnMut(&Self, &Obs),
         mut done: impl FnMut(&Self) -> bool,
     ) {
         let mut batch = Vec::with_capacity(256);
         while Instant::now() < until && !done(self) {
             tokio::select! {
                 _ = observations.recv_many(&mut batch, 256) => {
-                    for obs in batch.drain(..) { self.apply(&obs); }
+                    for obs in batch.drain(..) {
+                        watch(self, &obs);
+                        self.apply(&obs);
+                    }
                 }
                 () = tokio::time::sleep(std::time::Duration::from_millis(20)) => {}
             }
@@ -256,7 +271,9 @@ impl Tracker {
                 self.set_awaiting(m, true);
                 Some(self.member_group[m])
             }
-            Obs::Expelled { member, at, reason } => {
+            Obs::Expelled {
+                member, at, reason, ..
+            } => {
                 self.expelled.push((*member, *at, *reason));
                 self.take_out(*member, *at);
                 Some(self.member_group[*member])
@@ -265,6 +282,7 @@ impl Tracker {
                 self.heartbeat_errors.push((*member, *at, *code));
                 None
             }
+            Obs::Relinquished { .. } => None,
             Obs::Restarting { member } => {
                 // The coordinator keeps a static member's partitions while it restarts;
                 // its next assignment push tells whether any moved.

@@ -41,13 +41,17 @@ impl ConnTask {
     pub(super) fn on_command(&mut self, cmd: Cmd) -> Option<Exit> {
         let now = Instant::now();
         match cmd {
-            Cmd::Kill { member, reply } => {
+            Cmd::Kill {
+                member,
+                close,
+                reply,
+            } => {
                 let local = self.local(member)?;
                 let m = &mut self.members[local];
                 let _ = reply.send(m.last_sent);
                 m.phase = Phase::Dead;
                 m.timer_stamp += 1;
-                if self.members.iter().all(|m| m.phase == Phase::Dead) {
+                if close && self.members.iter().all(|m| m.phase == Phase::Dead) {
                     return Some(Exit::Closed);
                 }
             }
@@ -87,6 +91,8 @@ impl ConnTask {
                     m.generation = 0;
                     m.commits_inflight = 0;
                     m.paused_until = None;
+                    m.relinquish_at = None;
+                    m.relinquished = false;
                     m.timer_stamp += 1;
                     self.shared.observe(Obs::Restarting { member: m.index });
                 }
@@ -119,7 +125,7 @@ impl ConnTask {
             session_timeout_ms: ms(m.spec.session_timeout),
             progress_timeout_ms: ms(m.spec.progress_timeout),
             rebalance_timeout_ms: ms(m.spec.rebalance_timeout),
-            lease_timeout_ms: 0,
+            lease_timeout_ms: m.spec.lease_timeout.map_or(0, |d| ms(d).max(1)),
         });
         let id = self.correlation();
         self.pending.insert(
@@ -146,7 +152,15 @@ impl ConnTask {
             }
             let TimerEntry(_, local, stamp) = self.timers.pop().expect("peeked");
             let m = &mut self.members[local];
-            if stamp != m.timer_stamp || m.phase != Phase::Active {
+            if stamp != m.timer_stamp {
+                continue;
+            }
+            if m.phase == Phase::Dead && m.relinquish_at.is_some() {
+                // Expelled while paused: the pause is over.
+                self.send_relinquish(local, now);
+                continue;
+            }
+            if m.phase != Phase::Active {
                 continue;
             }
             let resumed = m.paused_until.take().is_some();
@@ -220,8 +234,46 @@ impl ConnTask {
             acked_revocations: partitions,
         });
         let id = self.correlation();
-        self.pending.insert(id, Pending::Ack);
+        self.pending.insert(id, Pending::Ack { local, sent: now });
         inc(&self.shared.counters.acks_sent);
+        self.outbox.push(Frame::request(id, request));
+    }
+
+    /// The member was told it is expelled: unless relinquishing is off, its application
+    /// stops acting at once and confirms it (a paused member once its pause is over).
+    pub(super) fn stand_down(&mut self, local: usize, now: Instant) {
+        if !self.shared.relinquish {
+            return;
+        }
+        let m = &mut self.members[local];
+        if m.relinquished || m.relinquish_at.is_some() {
+            return;
+        }
+        match m.paused_until {
+            Some(resume) if resume > now => {
+                m.relinquish_at = Some(resume);
+                self.schedule(local, resume);
+            }
+            _ => self.send_relinquish(local, now),
+        }
+    }
+
+    pub(super) fn send_relinquish(&mut self, local: usize, now: Instant) {
+        let m = &mut self.members[local];
+        m.relinquish_at = None;
+        let Some(member_id) = m.member_id.clone() else {
+            return;
+        };
+        m.relinquished = true;
+        let request = Request::Relinquish(RelinquishRequest {
+            group: m.spec.group.clone(),
+            member_id,
+        });
+        let member = m.index;
+        let id = self.correlation();
+        self.pending.insert(id, Pending::Relinquish);
+        inc(&self.shared.counters.relinquish_sent);
+        self.shared.observe(Obs::Relinquished { member, at: now });
         self.outbox.push(Frame::request(id, request));
     }
 
@@ -340,7 +392,11 @@ impl ConnTask {
                     self.local_service.push(micros(now - sent));
                 }
                 match response {
-                    Response::Heartbeat(_) => inc(&c.hb_ok),
+                    Response::Heartbeat(_) => {
+                        inc(&c.hb_ok);
+                        let m = &mut self.members[local];
+                        m.last_answered = m.last_answered.max(Some(sent));
+                    }
                     Response::Error(e) => {
                         inc(&c.hb_err);
                         let m = &mut self.members[local];
@@ -355,10 +411,14 @@ impl ConnTask {
                                 | ErrorCode::UnknownMember
                                 | ErrorCode::FencedInstance
                         ) {
+                            let was_active = m.phase == Phase::Active;
                             m.phase = Phase::Dead;
+                            if was_active && e.code == ErrorCode::MemberExpelled {
+                                self.stand_down(local, now);
+                            }
                         }
                     }
-                    _ => inc(&c.protocol_errors),
+                    _ => inc(&self.shared.counters.protocol_errors),
                 }
                 if matches!(self.shared.load, Load::ClosedLoop)
                     && self.members[local].phase == Phase::Active
@@ -366,7 +426,20 @@ impl ConnTask {
                     self.send_heartbeat(local, now, now);
                 }
             }
-            Pending::Ack => {}
+            Pending::Ack { local, sent } => {
+                if matches!(response, Response::Heartbeat(_)) {
+                    let m = &mut self.members[local];
+                    m.last_answered = m.last_answered.max(Some(sent));
+                }
+            }
+            Pending::Relinquish => match response {
+                Response::Relinquish => inc(&c.relinquish_ok),
+                other => {
+                    if c.relinquish_err.fetch_add(1, Ordering::Relaxed) < 5 {
+                        eprintln!("relinquish refused: {other:?}");
+                    }
+                }
+            },
             Pending::Commit { local, sent } => {
                 inc(&c.commit_answers);
                 let window = self.shared.in_window(sent);
@@ -474,12 +547,17 @@ impl ConnTask {
                     return;
                 };
                 let m = &mut self.members[local];
+                let was_active = m.phase == Phase::Active;
                 m.phase = Phase::Dead;
                 self.shared.observe(Obs::Expelled {
                     member: m.index,
                     at: now,
                     reason: p.reason,
+                    last_answered: m.last_answered,
                 });
+                if was_active {
+                    self.stand_down(local, now);
+                }
             }
             Push::Shutdown(_) => inc(&c.shutdown_pushes),
         }

@@ -13,7 +13,10 @@
 //!   periodic heartbeats beside them.
 //!
 //! Revocations are acknowledged at once by a heartbeat, as a prompt application would.
-//! Scenarios steer single members (kill, stall, pause, restart) through commands, and
+//! With [`Plan::relinquish`], a member told it was expelled (an Expelled push, or a
+//! `member_expelled` answer) confirms its stand-down at once with a Relinquish, as an
+//! application that takes the `Lost` event instantly would (a paused member, once its
+//! pause is over). Scenarios steer single members (kill, stall, pause, restart) through commands, and
 //! may ask for every push and join outcome as an [`Obs`]ervation.
 
 mod events;
@@ -29,7 +32,7 @@ use futures_util::{FutureExt, SinkExt, StreamExt};
 use rollcall_client::raw::{self, Transport};
 use rollcall_protocol::{
     Body, CommitOffsetsRequest, ErrorCode, ExpelReason, Frame, HeartbeatRequest, JoinRequest,
-    OffsetCommit, Push, Request, Response, TopicPartitions, TopicSubscription,
+    OffsetCommit, Push, RelinquishRequest, Request, Response, TopicPartitions, TopicSubscription,
 };
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
@@ -74,6 +77,9 @@ pub(crate) struct MemberSpec {
     pub(crate) session_timeout: Duration,
     pub(crate) progress_timeout: Duration,
     pub(crate) rebalance_timeout: Duration,
+    /// The lease timeout the member asks for; `None`: the session timeout (the Join is
+    /// then sent at version 0).
+    pub(crate) lease_timeout: Option<Duration>,
 }
 
 /// Everything the driver needs to start.
@@ -90,6 +96,8 @@ pub(crate) struct Plan {
     pub(crate) auto_join: bool,
     /// Deliver [`Obs`]ervations.
     pub(crate) observe: bool,
+    /// Confirm every expulsion of a live member with a Relinquish at once.
+    pub(crate) relinquish: bool,
 }
 
 /// Something a member saw, for scenarios that follow semantics.
@@ -120,6 +128,14 @@ pub(crate) enum Obs {
         member: usize,
         at: Instant,
         reason: ExpelReason,
+        /// The send time of the member's last heartbeat answered as a member (the
+        /// coordinator counted it: the lease it promised runs from no earlier).
+        last_answered: Option<Instant>,
+    },
+    /// The member confirmed its stand-down: a Relinquish for it was sent `at`.
+    Relinquished {
+        member: usize,
+        at: Instant,
     },
     HeartbeatError {
         member: usize,
@@ -135,10 +151,13 @@ pub(crate) enum Obs {
 /// A command to one member.
 #[derive(Debug)]
 pub(crate) enum Cmd {
-    /// Stop at once: close the connection if the member is alone on it, else go silent.
-    /// Answers the send time of the member's last heartbeat.
+    /// Stop at once and send nothing more. With `close`, the connection closes once
+    /// every member on it is stopped (at once when the member is alone on it); without,
+    /// it stays open (a hung process) and still takes pushes. Answers the send time of
+    /// the member's last heartbeat.
     Kill {
         member: usize,
+        close: bool,
         reply: oneshot::Sender<Option<Instant>>,
     },
     /// Keep heartbeating but stop advancing the progress counter. Answers the send time
@@ -193,6 +212,9 @@ pub(crate) struct Counters {
     pub(crate) expelled_rebalance: AtomicU64,
     pub(crate) expelled_fenced: AtomicU64,
     pub(crate) shutdown_pushes: AtomicU64,
+    pub(crate) relinquish_sent: AtomicU64,
+    pub(crate) relinquish_ok: AtomicU64,
+    pub(crate) relinquish_err: AtomicU64,
     pub(crate) protocol_errors: AtomicU64,
 }
 
@@ -234,6 +256,7 @@ pub(crate) struct Shared {
     observations: Option<mpsc::UnboundedSender<Obs>>,
     load: Load,
     members: usize,
+    relinquish: bool,
 }
 
 impl Shared {
@@ -303,6 +326,7 @@ impl Driver {
             observations: obs_tx,
             load: plan.load,
             members: plan.members.len(),
+            relinquish: plan.relinquish,
         });
         let mut conns = Vec::new();
         let mut tasks = Vec::new();
@@ -439,6 +463,11 @@ struct MemberState {
     progress_frozen: bool,
     last_progress_sent: Option<Instant>,
     last_sent: Option<Instant>,
+    /// Send time of the last heartbeat answered as a member.
+    last_answered: Option<Instant>,
+    /// Expelled while paused: confirm the stand-down when the pause is over.
+    relinquish_at: Option<Instant>,
+    relinquished: bool,
     timer_stamp: u64,
     /// Resume after a pause, at this time.
     paused_until: Option<Instant>,
@@ -461,6 +490,9 @@ impl MemberState {
             progress_frozen: false,
             last_progress_sent: None,
             last_sent: None,
+            last_answered: None,
+            relinquish_at: None,
+            relinquished: false,
             timer_stamp: 0,
             paused_until: None,
             owned: Vec::new(),
@@ -483,11 +515,15 @@ enum Pending {
         intended: Instant,
         sent: Instant,
     },
-    Ack,
+    Ack {
+        local: usize,
+        sent: Instant,
+    },
     Commit {
         local: usize,
         sent: Instant,
     },
+    Relinquish,
 }
 
 /// Why a connection's session ended.

@@ -1,6 +1,7 @@
 //! `churn`: members killed abruptly at a fixed rate. Measures how soon the coordinator
-//! notices (against the session timeout), how soon every survivor holds its final
-//! assignment, and how long each moved partition had no owner.
+//! notices (against the session timeout, or the lease timeout for a closed connection
+//! with `--lease-timeout`), how soon every survivor holds its final assignment, and how
+//! long each moved partition had no owner.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -11,7 +12,7 @@ use rand::SeedableRng;
 use serde::Serialize;
 use tokio::sync::oneshot;
 
-use crate::common::{group_name, Check, CommonArgs};
+use crate::common::{group_name, Check, CommonArgs, StandDownArgs};
 use crate::driver::{Cmd, Load, Obs};
 use crate::harness::{Outcome, Rig, Scenario, Setup};
 use crate::probe::spawn_poller;
@@ -20,7 +21,9 @@ use crate::stats::{fmt_count, median, summary, Percentiles};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum KillMode {
-    /// Close the member's connection (it must be alone on it) and send nothing more.
+    /// Close the member's connection (it must be alone on it) and send nothing more (a
+    /// crashed process: its sockets close). With `--lease-timeout`, the coordinator
+    /// expels it when its lease runs out.
     Drop,
     /// Keep the connection open but send nothing more (a hung process); the expulsion
     /// push then arrives and dates the detection exactly.
@@ -37,15 +40,21 @@ pub(crate) struct ChurnArgs {
     /// Number of kills; default: --duration times --rate.
     #[arg(long)]
     pub(crate) kills: Option<usize>,
-    /// How a member is killed.
-    #[arg(long, value_enum, default_value_t = KillMode::Drop)]
-    pub(crate) kill_mode: KillMode,
+    /// How a member is killed. `drop` needs one member per connection
+    /// (`--members-per-conn 1`). Default: `drop` when every member is alone on its
+    /// connection, otherwise `silent` (the report says so).
+    #[arg(long, value_enum)]
+    pub(crate) kill_mode: Option<KillMode>,
     /// How often the coordinator's group list is polled (the describe-based view).
     #[arg(long, value_parser = crate::common::duration, default_value = "1ms")]
     pub(crate) poll: Duration,
     /// Seed of the choice of victims.
     #[arg(long, default_value_t = 1)]
     pub(crate) seed: u64,
+    /// Only members expelled while alive (false expulsions) confirm anything: a killed
+    /// member never does.
+    #[command(flatten)]
+    pub(crate) stand_down: StandDownArgs,
 }
 
 #[derive(Debug)]
@@ -70,15 +79,23 @@ pub(crate) struct ChurnFigures {
     pub(crate) groups: usize,
     pub(crate) partitions_per_group: u32,
     pub(crate) session_timeout_ms: u64,
+    /// `--lease-timeout`; none: the session timeout.
+    pub(crate) lease_timeout_ms: Option<u64>,
+    /// The timeout detection is measured against: the lease for dropped connections
+    /// with a lease timeout, otherwise the session timeout.
+    pub(crate) detection_timeout_ms: u64,
     pub(crate) heartbeat_interval_ms: u64,
     pub(crate) kill_mode: KillMode,
+    /// Members expelled while alive confirm it with a Relinquish.
+    pub(crate) relinquish: bool,
     pub(crate) kills: usize,
     pub(crate) kills_resolved: usize,
     /// Last heartbeat to the member's disappearance from the group list.
     pub(crate) detection_listed: Percentiles,
-    /// The same, less the session timeout.
+    /// The same, less the detection timeout.
     pub(crate) detection_listed_over_timeout: Percentiles,
-    /// Last heartbeat to the expulsion push (silent kills only).
+    /// Last heartbeat to the expulsion push, less the session timeout (silent kills
+    /// only).
     pub(crate) detection_pushed_over_timeout: Percentiles,
     /// Last heartbeat to the first survivor assignment that takes one of its partitions.
     pub(crate) detection_first_grant: Percentiles,
@@ -133,12 +150,26 @@ impl Scenario for ChurnArgs {
         let load = Load::Periodic { period: interval };
         let setup = Setup {
             observe: true,
+            relinquish: self.stand_down.enabled(),
             ..Setup::new(common, members, groups, partitions, session, load)
         };
-        let mode = if setup.per_conn > 1 {
-            KillMode::Silent
-        } else {
-            self.kill_mode
+        let per_conn = setup.per_conn;
+        let mode = match self.kill_mode {
+            Some(KillMode::Drop) if per_conn > 1 => {
+                return Err(format!(
+                    "--kill-mode drop closes the member's connection, so it needs one member per connection (--members-per-conn 1); with {per_conn} per connection use --kill-mode silent"
+                ))
+            }
+            Some(mode) => mode,
+            None if per_conn > 1 => KillMode::Silent,
+            None => KillMode::Drop,
+        };
+        let lease = common.lease_timeout;
+        // A closed connection is expelled when its lease runs out; an open but silent
+        // one at its session deadline.
+        let detection_timeout = match (mode, lease) {
+            (KillMode::Drop, Some(lease)) => lease,
+            _ => session,
         };
         let mut rig = Rig::start(common, setup).await?;
         let mut observations = rig.observations()?;
@@ -248,9 +279,7 @@ impl Scenario for ChurnArgs {
                         if next_kill.is_some_and(|t| Instant::now() >= t) {
                             let Some(victim) = victims.by_ref().find(|v| tracker.live[*v] && !killed_set.contains(v)) else { continue };
                             let (reply, answer) = oneshot::channel();
-                            let cmd = match mode {
-                                KillMode::Drop | KillMode::Silent => Cmd::Kill { member: victim, reply },
-                            };
+                            let cmd = Cmd::Kill { member: victim, close: mode == KillMode::Drop, reply };
                             rig.driver.command(cmd);
                             let last = answer.await.ok().flatten();
                             let killed_at = Instant::now();
@@ -284,7 +313,8 @@ impl Scenario for ChurnArgs {
         let done = rig.finish().await;
         let (killed, tracker, killed_set) = outcome?;
 
-        let over = |d: Duration| d.saturating_sub(session);
+        let over = |d: Duration| d.saturating_sub(detection_timeout);
+        let over_session = |d: Duration| d.saturating_sub(session);
         let since = |a: Option<Instant>, b: Instant| a.map(|a| a.saturating_duration_since(b));
         let trigger = |k: &Kill| k.expelled_pushed.or(k.expelled_listed);
         let mut orphan_from_kill = Vec::new();
@@ -337,8 +367,11 @@ impl Scenario for ChurnArgs {
             groups,
             partitions_per_group: partitions,
             session_timeout_ms: session.as_millis() as u64,
+            lease_timeout_ms: lease.map(|l| l.as_millis() as u64),
+            detection_timeout_ms: detection_timeout.as_millis() as u64,
             heartbeat_interval_ms: interval.as_millis() as u64,
             kill_mode: mode,
+            relinquish: self.stand_down.enabled(),
             kills: killed.len(),
             kills_resolved: killed.iter().filter(|k| k.resolved.is_some()).count(),
             detection_listed: durations_of(
@@ -354,7 +387,7 @@ impl Scenario for ChurnArgs {
             detection_pushed_over_timeout: durations_of(
                 killed
                     .iter()
-                    .map(|k| since(k.expelled_pushed, k.last_heartbeat).map(over)),
+                    .map(|k| since(k.expelled_pushed, k.last_heartbeat).map(over_session)),
             ),
             detection_first_grant: durations_of(
                 killed
@@ -387,7 +420,11 @@ impl Scenario for ChurnArgs {
             f.detection_listed
                 .row("detection: last heartbeat to gone from group list"),
             f.detection_listed_over_timeout
-                .row("  same, less the session timeout"),
+                .row(if detection_timeout == session {
+                    "  same, less the session timeout"
+                } else {
+                    "  same, less the lease timeout"
+                }),
         ];
         if mode == KillMode::Silent {
             rows.push(
@@ -409,10 +446,13 @@ impl Scenario for ChurnArgs {
             f.survivor_moves_unowned
                 .row("survivor-to-survivor move unowned"),
         ]);
+        let lease_text = f
+            .lease_timeout_ms
+            .map_or(String::new(), |l| format!(", lease timeout {l} ms"));
         let text = summary(
             &[
             ("layout", format!(
-                "{} members in {} group(s), {} partitions each; session timeout {} ms, heartbeat every {} ms",
+                "{} members in {} group(s), {} partitions each; session timeout {} ms{lease_text}, heartbeat every {} ms",
                 fmt_count(members as f64), groups, fmt_count(f64::from(partitions)), f.session_timeout_ms, f.heartbeat_interval_ms)),
             ("kills", format!(
                 "{} at {}/s ({:?} mode), {} resolved; generations per kill: median {}, max {}",
@@ -428,13 +468,27 @@ impl Scenario for ChurnArgs {
         } else {
             &f.detection_listed_over_timeout
         };
-        let checks = vec![
-            Check::new(
-                "detection within session timeout + 10 ms (p99)",
-                "<= 10 ms over",
-                format!("{:.1} ms over", detection.p99_ms),
-                detection.count > 0 && detection.p99_ms <= 10.0,
-            ),
+        let mut checks = vec![Check::new(
+            if detection_timeout == session {
+                "detection within session timeout + 10 ms (p99)"
+            } else {
+                "detection within lease timeout + 10 ms (p99)"
+            },
+            "<= 10 ms over",
+            format!("{:.1} ms over", detection.p99_ms),
+            detection.count > 0 && detection.p99_ms <= 10.0,
+        )];
+        if let (KillMode::Drop, Some(lease)) = (mode, lease) {
+            let limit = lease.as_secs_f64() * 1000.0 + 200.0;
+            let grants = &f.orphan_unowned_from_kill;
+            checks.push(Check::new(
+                "orphaned partition granted within lease + 200 ms of the kill (p99)",
+                format!("<= {limit:.0} ms"),
+                format!("{:.1} ms", grants.p99_ms),
+                grants.count > 0 && grants.p99_ms <= limit,
+            ));
+        }
+        checks.extend([
             Check::new(
                 "every survivor holds its final assignment after an expulsion (p99)",
                 "<= 50 ms",
@@ -453,11 +507,14 @@ impl Scenario for ChurnArgs {
                 f.false_expulsions.to_string(),
                 f.false_expulsions == 0,
             ),
-        ];
-        let notes = vec![
+        ]);
+        let mut notes = vec![
             "the rebalance after an expulsion waits the coordinator's coalescing window (rebalance_coalesce, 20 ms by default) before it is computed".to_owned(),
             format!("the group list is polled every {} ms, so the listed times are late by up to that plus a round trip", self.poll.as_secs_f64() * 1000.0),
         ];
+        if mode == KillMode::Silent && self.kill_mode.is_none() {
+            notes.push(format!("{per_conn} members per connection: the kills are silent (the connection stays open for the others); --kill-mode drop needs --members-per-conn 1"));
+        }
         let load = format!(
             "heartbeats every {} ms; revocations acknowledged at once",
             interval.as_millis()

@@ -1,7 +1,9 @@
 //! `stall`: members whose heartbeats continue but whose progress counter stops (they
 //! must be expelled soon after the progress timeout), and members that pause entirely
 //! for a while (they must be expelled exactly when the pause exceeds the session
-//! timeout).
+//! timeout). A stalled member's process confirms its expulsion with a Relinquish
+//! (unless `--no-relinquish`): its partitions must then move at once; without it they
+//! wait for its lease (its last frame plus the lease timeout).
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -11,8 +13,8 @@ use rollcall_protocol::ExpelReason;
 use serde::Serialize;
 use tokio::sync::oneshot;
 
-use crate::common::{Check, CommonArgs};
-use crate::driver::{Cmd, Load};
+use crate::common::{Check, CommonArgs, StandDownArgs};
+use crate::driver::{Cmd, Load, Obs};
 use crate::harness::{Outcome, Rig, Scenario, Setup};
 use crate::stats::{fmt_ms, summary, table, Percentiles};
 use crate::tracker::Tracker;
@@ -36,6 +38,18 @@ pub(crate) struct StallArgs {
     /// Members paused for each pause length.
     #[arg(long, default_value_t = 5)]
     pub(crate) paused_per_value: usize,
+    #[command(flatten)]
+    pub(crate) stand_down: StandDownArgs,
+}
+
+/// A stalled member's expulsion as its process saw it.
+#[derive(Debug)]
+struct StallEnd {
+    expelled_at: Instant,
+    /// What it owned when the expulsion reached it.
+    owned: Vec<u32>,
+    last_answered: Option<Instant>,
+    relinquished_at: Option<Instant>,
 }
 
 #[derive(Debug, Serialize)]
@@ -58,6 +72,27 @@ pub(crate) struct StallFigures {
     pub(crate) stalled_expelled_other: usize,
     /// Last progress-advancing heartbeat to the expulsion push, less the progress timeout.
     pub(crate) progress_expiry_over_timeout: Percentiles,
+    /// `--lease-timeout`; none: the session timeout.
+    pub(crate) lease_timeout_ms: Option<u64>,
+    /// Expelled members confirm it with a Relinquish.
+    pub(crate) relinquish: bool,
+    pub(crate) relinquish_sent: u64,
+    pub(crate) relinquish_refused: u64,
+    /// Partitions the stalled members owned when their expulsion reached them, and how
+    /// many of those were granted to another member before the run ended.
+    pub(crate) stalled_partitions: usize,
+    pub(crate) stalled_partitions_granted: usize,
+    /// Relinquish sent to the first grant to another member, per partition of a stalled
+    /// member.
+    pub(crate) relinquish_to_grant: Percentiles,
+    /// The expulsion push to that grant, per partition.
+    pub(crate) expulsion_to_grant: Percentiles,
+    /// The member's last heartbeat answered as a member to that grant, per partition:
+    /// without Relinquish at least the lease.
+    pub(crate) last_answered_to_grant: Percentiles,
+    /// Partitions granted before their member's last answered heartbeat plus the lease,
+    /// without Relinquish (a hold released early).
+    pub(crate) granted_before_lease: usize,
     pub(crate) pauses: Vec<PauseRow>,
     pub(crate) false_expulsions: usize,
     pub(crate) missed_expulsions: usize,
@@ -89,9 +124,12 @@ impl Scenario for StallArgs {
             ));
         }
         let load = Load::Periodic { period: interval };
+        let relinquish = self.stand_down.enabled();
+        let lease = common.lease_timeout;
         let setup = Setup {
             progress_timeout: self.progress_timeout,
             observe: true,
+            relinquish,
             ..Setup::new(common, members, groups, partitions, session, load)
         };
         let mut rig = Rig::start(common, setup).await?;
@@ -116,19 +154,43 @@ impl Scenario for StallArgs {
                 }
             }
             let stalled: HashSet<usize> = (0..self.stalled).collect();
+            let mut ends: HashMap<usize, StallEnd> = HashMap::new();
+            let mut watch = |t: &Tracker, obs: &Obs| match obs {
+                Obs::Expelled {
+                    member,
+                    at,
+                    last_answered,
+                    ..
+                } if stalled.contains(member) => {
+                    ends.entry(*member).or_insert_with(|| StallEnd {
+                        expelled_at: *at,
+                        owned: t.owned[*member].clone(),
+                        last_answered: *last_answered,
+                        relinquished_at: None,
+                    });
+                }
+                Obs::Relinquished { member, at } => {
+                    if let Some(end) = ends.get_mut(member) {
+                        end.relinquished_at.get_or_insert(*at);
+                    }
+                }
+                _ => {}
+            };
             let limit = Instant::now() + self.progress_timeout + Duration::from_secs(5);
             tracker
-                .absorb(&mut observations, limit, |t| {
+                .absorb_watching(&mut observations, limit, &mut watch, |t| {
                     stalled
                         .iter()
                         .all(|m| t.expelled.iter().any(|(e, _, _)| e == m))
                 })
                 .await;
-            // Let the group settle again before the pauses.
+            // Let the group settle again before the pauses (without Relinquish, the
+            // stalled members' partitions wait for their lease).
             tracker
-                .absorb(
+                .absorb_watching(
                     &mut observations,
-                    Instant::now() + Duration::from_secs(10),
+                    Instant::now() + Duration::from_secs(10) + lease.unwrap_or_default(),
+                    &mut watch,
                     Tracker::all_settled,
                 )
                 .await;
@@ -158,11 +220,44 @@ impl Scenario for StallArgs {
                     longest.max(session) + Duration::from_secs(2),
                 )
                 .await;
-            Ok::<_, String>((tracker, last_progress, paused))
+            Ok::<_, String>((tracker, last_progress, paused, ends))
         }
         .await;
         let done = rig.finish().await;
-        let (tracker, last_progress, paused) = outcome?;
+        let (tracker, last_progress, paused, ends) = outcome?;
+
+        // Each stalled member's partitions: from its stand-down to their first grant.
+        let held_for = lease.unwrap_or(session);
+        let mut stalled_partitions = 0;
+        let mut granted = 0;
+        let mut granted_before_lease = 0;
+        let (mut from_relinquish, mut from_expulsion, mut from_last) =
+            (Vec::new(), Vec::new(), Vec::new());
+        for (m, end) in &ends {
+            let g = tracker.group_of(*m);
+            stalled_partitions += end.owned.len();
+            for gap in tracker.gaps.iter().filter(|gap| {
+                gap.group == g
+                    && gap.since == end.expelled_at
+                    && end.owned.binary_search(&gap.partition).is_ok()
+            }) {
+                granted += 1;
+                from_expulsion.push(gap.granted.saturating_duration_since(end.expelled_at));
+                if let Some(t) = end.relinquished_at {
+                    from_relinquish.push(gap.granted.saturating_duration_since(t));
+                }
+                if let Some(t) = end.last_answered {
+                    let d = gap.granted.saturating_duration_since(t);
+                    from_last.push(d);
+                    if !relinquish && d < held_for {
+                        granted_before_lease += 1;
+                    }
+                }
+            }
+        }
+        let c = &done.shared.counters;
+        let relinquish_sent = crate::driver::Counters::get(&c.relinquish_sent);
+        let relinquish_refused = crate::driver::Counters::get(&c.relinquish_err);
 
         let expelled: HashMap<usize, (Instant, ExpelReason)> = tracker
             .expelled
@@ -239,17 +334,59 @@ impl Scenario for StallArgs {
             stalled_expelled_progress: stalled_progress,
             stalled_expelled_other: stalled_other,
             progress_expiry_over_timeout: Percentiles::of_durations(&stall_over),
+            lease_timeout_ms: lease.map(|l| l.as_millis() as u64),
+            relinquish,
+            relinquish_sent,
+            relinquish_refused,
+            stalled_partitions,
+            stalled_partitions_granted: granted,
+            relinquish_to_grant: Percentiles::of_durations(&from_relinquish),
+            expulsion_to_grant: Percentiles::of_durations(&from_expulsion),
+            last_answered_to_grant: Percentiles::of_durations(&from_last),
+            granted_before_lease,
             pauses: rows,
             false_expulsions,
             missed_expulsions: missed,
         };
+        let lease_text = f
+            .lease_timeout_ms
+            .map_or(String::new(), |l| format!(", lease timeout {l} ms"));
+        let stand_down = if relinquish {
+            format!(
+                "confirmed by Relinquish at once ({} sent, {} refused); {} of {} partitions of the stalled members granted again",
+                f.relinquish_sent, f.relinquish_refused, f.stalled_partitions_granted, f.stalled_partitions
+            )
+        } else {
+            format!(
+                "not confirmed (--no-relinquish): the partitions wait for the lease; {} of {} granted again, {} before the last answered heartbeat + {} ms",
+                f.stalled_partitions_granted,
+                f.stalled_partitions,
+                f.granted_before_lease,
+                held_for.as_millis()
+            )
+        };
+        let mut grant_rows = vec![f
+            .progress_expiry_over_timeout
+            .row("progress expiry, over the timeout")];
+        if relinquish {
+            grant_rows.push(
+                f.relinquish_to_grant
+                    .row("stalled member's partition: Relinquish sent to grant"),
+            );
+        }
+        grant_rows.extend([
+            f.expulsion_to_grant
+                .row("stalled member's partition: expulsion push to grant"),
+            f.last_answered_to_grant
+                .row("stalled member's partition: last answered heartbeat to grant"),
+        ]);
         let mut text = summary(
             &[
-            ("layout", format!("{members} members in {groups} group(s); session timeout {} ms, progress timeout {} ms, heartbeat every {} ms", f.session_timeout_ms, f.progress_timeout_ms, f.heartbeat_interval_ms)),
+            ("layout", format!("{members} members in {groups} group(s); session timeout {} ms{lease_text}, progress timeout {} ms, heartbeat every {} ms", f.session_timeout_ms, f.progress_timeout_ms, f.heartbeat_interval_ms)),
             ("stalled", format!("{} members stopped progress: {} expelled for progress, {} for another reason", f.stalled, f.stalled_expelled_progress, f.stalled_expelled_other)),
+            ("stand-down", stand_down),
             ],
-            &[f.progress_expiry_over_timeout
-                .row("progress expiry, over the timeout")],
+            &grant_rows,
         );
         text.push('\n');
         let pause_rows: Vec<Vec<String>> = f
@@ -290,7 +427,7 @@ impl Scenario for StallArgs {
             ],
             &pause_rows,
         ));
-        let checks = vec![
+        let mut checks = vec![
             Check::new(
                 "stalled members expelled for progress",
                 f.stalled.to_string(),
@@ -317,6 +454,25 @@ impl Scenario for StallArgs {
                 f.missed_expulsions == 0,
             ),
         ];
+        if relinquish {
+            let r = &f.relinquish_to_grant;
+            checks.push(Check::new(
+                "stalled member's partitions granted after its Relinquish (p99)",
+                "<= 50 ms",
+                format!(
+                    "{:.1} ms ({} of {} partitions)",
+                    r.p99_ms, r.count, f.stalled_partitions
+                ),
+                r.count > 0 && r.count == f.stalled_partitions as u64 && r.p99_ms <= 50.0,
+            ));
+        } else {
+            checks.push(Check::new(
+                "stalled member's partitions granted before its last answered heartbeat + the lease",
+                "0",
+                f.granted_before_lease.to_string(),
+                f.granted_before_lease == 0,
+            ));
+        }
         let load = format!(
             "heartbeats every {} ms; stalls and pauses steered per member",
             interval.as_millis()
