@@ -300,11 +300,14 @@ impl Coordinator {
             group.snapshot_dirty = true;
         }
         m.heard(now);
-        m.bind(conn);
+        let resumed = m.bind(conn);
         // A shorter timeout can bring a deadline forward.
         group.schedule_member(ctx, id);
         let generation = group.generation;
         group.push_state(ctx, id);
+        if resumed {
+            group.reconcile(ctx);
+        }
         Response::Join(JoinResponse {
             member_id: id.to_string(),
             generation,
@@ -361,7 +364,7 @@ impl Coordinator {
         m.record_sequence(r.sequence);
         m.report_progress(now, r.progress);
         let rebound = m.conn != Some(conn);
-        m.bind(conn);
+        let resumed = m.bind(conn);
         let stale = r.generation != m.generation;
         let session_timeout_ms = duration_ms(m.session_timeout) as u32;
         // The common case ends here: no acknowledgement, same connection, same generation.
@@ -385,6 +388,9 @@ impl Coordinator {
             group.push_state(&mut ctx, &id);
         }
         group.acknowledge_and_grant(&mut ctx, &id, &acked);
+        if resumed {
+            group.reconcile(&mut ctx);
+        }
         let generation = group.members[&id].generation;
         if rebound {
             self.bind(conn, &r.group, &r.member_id);

@@ -90,8 +90,11 @@ impl Coordinator {
             let m = group.members.get_mut(id).expect("member exists");
             m.heard(now);
             if m.conn != Some(conn) {
-                m.bind(conn);
+                let resumed = m.bind(conn);
                 group.push_state(&mut ctx, id);
+                if resumed {
+                    group.reconcile(&mut ctx);
+                }
                 rebound = true;
             }
         }

@@ -140,10 +140,20 @@ impl Member {
         self.lease_until = self.lease_until.max(now + self.lease_timeout);
     }
 
-    /// The member now talks over `conn` (a join, or a heartbeat on a new connection).
-    pub(crate) fn bind(&mut self, conn: ConnId) {
+    /// The member now talks over `conn` (a join, or a request on a new connection).
+    /// Returns whether it was waiting out a closed connection (it takes grants again:
+    /// the caller reconciles).
+    #[must_use]
+    pub(crate) fn bind(&mut self, conn: ConnId) -> bool {
         self.conn = Some(conn);
-        self.conn_closed = false;
+        std::mem::take(&mut self.conn_closed)
+    }
+
+    /// Whether new partitions may be granted to the member: not while its process stood
+    /// down (it is gone until its replacement arrives) or its connection is closed (it
+    /// is most likely gone, and expelled when its lease runs out).
+    pub(crate) fn takes_grants(&self) -> bool {
+        !self.stood_down && !self.conn_closed
     }
 
     /// Applies the timeouts of a rejoin. The session deadline follows the new session

@@ -114,9 +114,9 @@ impl Group {
             let Some(m) = self.members.get(id) else {
                 continue;
             };
-            // A member whose process stood down takes nothing new: it is gone until its
-            // replacement (which inherits its target) arrives.
-            let grants: Vec<TopicPartition> = if m.stood_down {
+            // A member whose process stood down or whose connection closed takes nothing
+            // new (see `Member::takes_grants`).
+            let grants: Vec<TopicPartition> = if !m.takes_grants() {
                 Vec::new()
             } else {
                 m.target
@@ -220,7 +220,7 @@ impl Group {
             let Some(m) = self.members.get_mut(to) else {
                 continue;
             };
-            if !m.stood_down && m.target.contains(tp) && m.owned.insert(*tp) {
+            if m.takes_grants() && m.target.contains(tp) && m.owned.insert(*tp) {
                 self.owners.insert(*tp, to.clone());
                 m.assignment_dirty = true;
                 changed.push(to.clone());

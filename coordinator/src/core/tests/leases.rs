@@ -381,3 +381,47 @@ fn relinquish_refuses_an_empty_member_id() {
         Some(ErrorCode::InvalidRequest)
     );
 }
+
+/// A member whose connection closed is most likely gone: a rebalance meanwhile gives it
+/// targets but no partitions (they would wait out its lease), until it is heard again.
+#[test]
+fn a_member_whose_connection_closed_is_granted_nothing_until_it_resumes() {
+    let mut t = TestContext::new();
+    let lease = Duration::from_secs(5);
+    let (mut a, mut b) = pair(&mut t, lease);
+    t.core.handle_disconnect(t.now, a.conn);
+    // `b` leaves: its partitions are free, and `a`'s target takes them all.
+    t.expect_beat_ok(&mut b);
+    assert_eq!(
+        t.ack_all(&mut b),
+        Response::Heartbeat(t.expect_beat_ok(&mut b))
+    );
+    assert_eq!(
+        t.request(
+            b.conn,
+            Request::Leave(rollcall_protocol::LeaveRequest {
+                group: "g".into(),
+                member_id: b.id.clone(),
+                mode: rollcall_protocol::LeaveMode::Released,
+            }),
+        ),
+        Response::Leave
+    );
+    t.advance(SETTLE);
+    let id = a.id.clone();
+    let owned_by_a = |t: &mut TestContext| {
+        let d = t.describe("g");
+        let m = d
+            .members
+            .iter()
+            .find(|m| m.member_id == id)
+            .expect("a is a member");
+        count(&m.owned)
+    };
+    assert_eq!(owned_by_a(&mut t), 3, "granted to a closed connection");
+    a.conn = 4;
+    t.expect_beat_ok(&mut a);
+    t.advance(Duration::from_millis(1));
+    assert_eq!(owned_by_a(&mut t), 6, "granted once it resumed");
+    assert_eq!(count(&t.owned(&a)), 6, "and pushed");
+}
