@@ -159,6 +159,24 @@ async fn unknown_api_is_answered_with_what_is_supported_and_the_connection_works
 }
 
 #[tokio::test]
+async fn before_the_handshake_every_other_request_is_answered_handshake_required() {
+    let server = start(test_config()).await;
+    let mut c = RawClient::connect(server.local_addr()).await;
+    // An unknown key, and a known key at an unknown version: the missing handshake is
+    // what is wrong (docs/PROTOCOL.md §5.1), whatever the key.
+    for (api_key, version, id) in [(99, 0, 7), (ApiKey::Join as u16, 2, 8)] {
+        c.send(raw_request(api_key, version, id)).await;
+        let e = error_of(c.response_to(id).await);
+        assert_eq!(e.code, ErrorCode::HandshakeRequired, "key {api_key}");
+        assert_eq!(e.api_key, api_key);
+    }
+    c.handshake().await;
+    c.send(raw_request(99, 0, 9)).await;
+    assert_eq!(error_of(c.response_to(9).await).code, ErrorCode::UnknownApi);
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
 async fn unknown_version_is_answered_unsupported_version() {
     let server = start(test_config()).await;
     let mut c = RawClient::connect(server.local_addr()).await;
@@ -682,6 +700,60 @@ async fn an_unusable_store_exits_3_naming_the_file() {
     assert_eq!(out.code, Some(3), "{}", out.stderr);
     assert!(out.stderr.contains("rollcall.redb"), "{}", out.stderr);
     assert_eq!(out.stderr.trim().lines().count(), 1, "{}", out.stderr);
+}
+
+#[tokio::test]
+async fn a_truncated_store_exits_3_with_only_the_clean_message() {
+    let dir = TempDir::new("truncated");
+    let server = start(ServerConfig {
+        store: StoreConfig::Dir(dir.path().to_owned()),
+        ..test_config()
+    })
+    .await;
+    let mut c = RawClient::connected(server.local_addr()).await;
+    for batch in 0..10 {
+        let offsets = (0..500)
+            .map(|p| OffsetCommit {
+                topic: format!("topic-{batch}"),
+                partition: p,
+                offset: 1,
+                metadata: "meta".into(),
+            })
+            .collect();
+        let committed = c
+            .request(Request::CommitOffsets(CommitOffsetsRequest {
+                group: format!("g-{batch}"),
+                member_id: None,
+                generation: 0,
+                offsets,
+            }))
+            .await;
+        assert!(matches!(committed, Response::CommitOffsets(_)));
+    }
+    drop(c);
+    server.shutdown().await.unwrap();
+
+    let file = dir.path().join("rollcall.redb");
+    let full = std::fs::read(&file).unwrap();
+    // Lengths at which redb itself panics while opening; the coordinator turns the
+    // panic into its error, and nothing else reaches stderr.
+    for len in [full.len() / 2, full.len() - 4096] {
+        std::fs::write(&file, &full[..len]).unwrap();
+        let out = rollcall(&[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-addr",
+            "off",
+            "--data-dir",
+            dir.path().to_str().unwrap(),
+        ])
+        .await;
+        assert_eq!(out.code, Some(3), "truncated to {len}: {}", out.stderr);
+        assert!(out.stderr.contains("rollcall.redb"), "{}", out.stderr);
+        assert!(!out.stderr.contains("panicked"), "{}", out.stderr);
+        assert_eq!(out.stderr.trim().lines().count(), 1, "{}", out.stderr);
+    }
 }
 
 fn sigterm(child: &tokio::process::Child) {

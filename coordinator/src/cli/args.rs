@@ -1,7 +1,8 @@
 //! `rollcall serve`'s arguments: value types, flags with their environment variables
 //! and defaults, and the layering of flags over the environment over a TOML file.
 //!
-//! Defaults come from [`ServerConfig::default`] and [`CoreConfig::default`] except the
+//! Defaults come from [`ServerConfig::default`] (its `core` for the core's limits, which
+//! lowers the partition limit to fit the frame size) and [`CoreConfig::default`] except the
 //! four where a test server and a deployed one differ (listen and metrics addresses,
 //! store, shards), which are the `DEFAULT_*` constants here. The file's keys are the
 //! flags' long names, read from clap's own argument list.
@@ -198,6 +199,14 @@ pub(super) struct ServeArgs {
     /// Time a new connection has to send its ApiVersions handshake.
     #[arg(long, env = "ROLLCALL_HANDSHAKE_TIMEOUT", value_name = "DURATION", default_value_t = Dur(server_default().handshake_timeout))]
     handshake_timeout: Dur,
+    /// Time a frame has to arrive whole once its first byte has; a connection that
+    /// leaves a frame unfinished longer is closed.
+    #[arg(long, env = "ROLLCALL_FRAME_TIMEOUT", value_name = "DURATION", default_value_t = Dur(server_default().frame_timeout))]
+    frame_timeout: Dur,
+    /// Time a handshaken connection may send nothing before it is closed; must exceed
+    /// --max-session-timeout (members heartbeat within their session timeout).
+    #[arg(long, env = "ROLLCALL_IDLE_TIMEOUT", value_name = "DURATION", default_value_t = Dur(server_default().idle_timeout))]
+    idle_timeout: Dur,
     /// Frames queued for one connection; a client that lets more pile up is disconnected.
     #[arg(
         long,
@@ -206,6 +215,10 @@ pub(super) struct ServeArgs {
         default_value_t = server_default().send_buffer
     )]
     send_buffer: usize,
+    /// Bytes queued for one connection (at least --max-frame-size); a client that lets
+    /// more pile up is disconnected.
+    #[arg(long, env = "ROLLCALL_SEND_BUFFER_BYTES", value_name = "SIZE", default_value_t = Size(server_default().send_buffer_bytes))]
+    send_buffer_bytes: Size,
     /// Time a graceful shutdown may take.
     #[arg(long, env = "ROLLCALL_SHUTDOWN_TIMEOUT", value_name = "DURATION", default_value_t = Dur(server_default().shutdown_timeout))]
     shutdown_timeout: Dur,
@@ -230,8 +243,9 @@ pub(super) struct ServeArgs {
     /// Most members in one group.
     #[arg(long, env = "ROLLCALL_MAX_MEMBERS_PER_GROUP", value_name = "N", default_value_t = core_default().max_members_per_group)]
     max_members_per_group: usize,
-    /// Most partitions (over all topics) in one group.
-    #[arg(long, env = "ROLLCALL_MAX_PARTITIONS_PER_GROUP", value_name = "N", default_value_t = core_default().max_partitions_per_group)]
+    /// Most partitions (over all topics) in one group; the answers about one member
+    /// must fit --max-frame-size (about 130,000 partitions per MiB).
+    #[arg(long, env = "ROLLCALL_MAX_PARTITIONS_PER_GROUP", value_name = "N", default_value_t = server_default().core.max_partitions_per_group)]
     max_partitions_per_group: u32,
     /// Largest commit metadata.
     #[arg(long, env = "ROLLCALL_MAX_METADATA_BYTES", value_name = "SIZE", default_value_t = Size(core_default().max_metadata_bytes))]
@@ -341,7 +355,10 @@ impl ServeArgs {
             max_frame_size: self.max_frame_size.0,
             max_connections: self.max_connections,
             handshake_timeout: self.handshake_timeout.0,
+            frame_timeout: self.frame_timeout.0,
+            idle_timeout: self.idle_timeout.0,
             send_buffer: self.send_buffer,
+            send_buffer_bytes: self.send_buffer_bytes.0,
             shutdown_timeout: self.shutdown_timeout.0,
             offsets_retention: self.offsets_retention.0,
             retention_interval: self.retention_interval.0,

@@ -208,7 +208,7 @@ mod tests {
         let file = dir.join("rollcall.toml");
         std::fs::write(
             &file,
-            "listen = \"127.0.0.1:9999\"\nhandshake-timeout = \"2s\"\nshards = 3\nmetrics-addr = \"off\"\nmax-frame-size = \"64KiB\"\n",
+            "listen = \"127.0.0.1:9999\"\nhandshake-timeout = \"2s\"\nshards = 3\nmetrics-addr = \"off\"\nmax-frame-size = \"64KiB\"\nmax-partitions-per-group = 7000\nframe-timeout = \"2s\"\n",
         )
         .unwrap();
         let path = file.to_str().unwrap();
@@ -218,7 +218,10 @@ mod tests {
         assert_eq!(c.shards, 5);
         assert_eq!(c.metrics_addr, None);
         assert_eq!(c.max_frame_size, 64 << 10);
+        assert_eq!(c.core.max_partitions_per_group, 7000);
+        assert_eq!(c.frame_timeout, Duration::from_secs(2));
         assert_eq!(c.send_buffer, 4096);
+        assert_eq!(c.send_buffer_bytes, 4 << 20);
 
         std::fs::write(
             &file,
@@ -271,5 +274,17 @@ mod tests {
             "{e}"
         );
         assert!(config_of(&["rollcall", "serve", "--shards", "0"]).is_err());
+        // A smaller frame without a smaller partition limit: the answers about one
+        // member of a full group would not fit.
+        let e = config_of(&["rollcall", "serve", "--max-frame-size", "64KiB"]).unwrap_err();
+        assert!(e.contains("max-partitions-per-group"), "{e}");
+        assert!(e.contains("at most 7895 fit"), "{e}");
+        let e = config_of(&["rollcall", "serve", "--idle-timeout", "10m"]).unwrap_err();
+        assert!(
+            e.contains("idle-timeout (10m) must be more than max-session-timeout (30m)"),
+            "{e}"
+        );
+        let e = config_of(&["rollcall", "serve", "--send-buffer-bytes", "512KiB"]).unwrap_err();
+        assert!(e.contains("send-buffer-bytes"), "{e}");
     }
 }

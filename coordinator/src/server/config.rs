@@ -53,8 +53,22 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// Time a new connection has to complete its ApiVersions handshake.
     pub handshake_timeout: Duration,
+    /// Time a frame has to arrive whole once its first byte has: a connection that
+    /// leaves a frame unfinished for longer is closed (it would otherwise hold a read
+    /// buffer of up to `max_frame_size`, and a connection slot, for ever).
+    pub frame_timeout: Duration,
+    /// Time a handshaken connection may send nothing at all before it is closed. It
+    /// must exceed the longest session timeout a member may ask for
+    /// (`core.max_session_timeout`): a member heartbeats within its session timeout or
+    /// is expelled anyway, so only connections that carry no live member (an idle admin
+    /// connection, a peer that vanished without closing) ever reach it.
+    pub idle_timeout: Duration,
     /// Frames queued for one connection before it is deemed too slow and disconnected.
     pub send_buffer: usize,
+    /// Bytes (encoded frames, length prefixes included) queued for one connection
+    /// before it is deemed too slow and disconnected. At least `max_frame_size`; a frame
+    /// is always accepted into an empty queue, so one answer of any size fits.
+    pub send_buffer_bytes: usize,
     /// Time graceful shutdown may take before the server gives up waiting.
     pub shutdown_timeout: Duration,
     /// Offsets of groups empty for longer than this are purged.
@@ -78,14 +92,63 @@ impl Default for ServerConfig {
             max_frame_size: rollcall_protocol::DEFAULT_MAX_FRAME_SIZE,
             max_connections: 10_000,
             handshake_timeout: Duration::from_secs(5),
+            frame_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(60 * 60),
             send_buffer: 4096,
+            send_buffer_bytes: 4 << 20,
             shutdown_timeout: Duration::from_secs(10),
             offsets_retention: Duration::from_secs(7 * 24 * 60 * 60),
             retention_interval: Duration::from_secs(60 * 60),
             stats_interval: Duration::from_secs(1),
-            core: CoreConfig::default(),
+            core: CoreConfig {
+                // The largest that keeps every push and a one-member Describe answer
+                // within the default 1 MiB frame (see `largest_member_answer`).
+                max_partitions_per_group: DEFAULT_MAX_PARTITIONS_PER_GROUP,
+                ..CoreConfig::default()
+            },
         }
     }
+}
+
+/// The default `core.max_partitions_per_group` of a server.
+pub const DEFAULT_MAX_PARTITIONS_PER_GROUP: u32 = 100_000;
+
+/// An upper bound, in bytes (length prefix excluded), of the largest frame the
+/// coordinator sends about one member of a group of `partitions` partitions in one
+/// topic: its Assignment or Revoke push, or the DescribeGroup answer for a group of that
+/// one member. The Describe answer is the largest: it lists the member's owned
+/// partitions, those pending revocation (a subset of the owned ones) and those pending
+/// grant (disjoint from the owned ones), so at most twice the group's partitions, in
+/// three lists.
+///
+/// Every name is counted at its longest (255 bytes; a member id 510). Encoding, from
+/// `docs/PROTOCOL.md` §3, §6.9 and §7.1: a 9-byte header; group, assignor, member id,
+/// client id as strings (2 + length); the instance id as an optional string
+/// (1 + 2 + length); state 1, generation 4, member count 4, liveness 1, two u64s; each
+/// partition list a u32 count, then per topic a string and a u32 count (at most 261
+/// bytes), then 4 bytes per partition.
+///
+/// Each further topic adds at most 261 bytes per list. The default limits leave room
+/// for hundreds of them (100,000 partitions need 802,371 of the 1,048,576 bytes); a
+/// group with so many topics that an answer still does not fit gets the
+/// `frame_too_large` error answer instead (see `docs/PROTOCOL.md` §2).
+pub fn largest_member_answer(partitions: u64) -> u64 {
+    const NAME: u64 = 2 + crate::core::MAX_NAME_BYTES as u64;
+    const MEMBER_ID: u64 = 2 + crate::core::MAX_MEMBER_ID_BYTES as u64;
+    const TOPIC: u64 = NAME + 4;
+    let fixed = rollcall_protocol::HEADER_SIZE as u64
+        + NAME // group
+        + 1 // state
+        + 4 // generation
+        + NAME // assignor
+        + 4 // member count
+        + MEMBER_ID
+        + 1 + NAME // instance id
+        + NAME // client id
+        + 1 // liveness
+        + 8 + 8; // since heartbeat, since progress
+    let lists = 3 * (4 + TOPIC);
+    fixed + lists + 2 * 4 * partitions
 }
 
 impl ServerConfig {
@@ -135,10 +198,32 @@ impl ServerConfig {
                 "must be at least 1 frame",
             ));
         }
+        if self.send_buffer_bytes < self.max_frame_size {
+            return Err(InvalidConfig::new(
+                "send-buffer-bytes",
+                format!(
+                    "is {} bytes, less than max-frame-size ({} bytes)",
+                    self.send_buffer_bytes, self.max_frame_size
+                ),
+            ));
+        }
         if self.handshake_timeout.is_zero() {
             return Err(InvalidConfig::new(
                 "handshake-timeout",
                 "must be more than 0",
+            ));
+        }
+        if self.frame_timeout.is_zero() {
+            return Err(InvalidConfig::new("frame-timeout", "must be more than 0"));
+        }
+        if self.idle_timeout <= self.core.max_session_timeout {
+            return Err(InvalidConfig::new(
+                "idle-timeout",
+                format!(
+                    "({}) must be more than max-session-timeout ({}): a member may be silent that long",
+                    format_duration(self.idle_timeout),
+                    format_duration(self.core.max_session_timeout)
+                ),
             ));
         }
         if self.retention_interval.is_zero() {
@@ -179,6 +264,18 @@ impl ServerConfig {
                 "must be at least 1",
             ));
         }
+        let largest = largest_member_answer(u64::from(core.max_partitions_per_group));
+        if largest > self.max_frame_size as u64 {
+            return Err(InvalidConfig::new(
+                "max-partitions-per-group",
+                format!(
+                    "({}) is too many for max-frame-size ({} bytes): the largest push or describe answer about one member could take {largest} bytes; at most {} fit",
+                    core.max_partitions_per_group,
+                    self.max_frame_size,
+                    max_partitions_for(self.max_frame_size)
+                ),
+            ));
+        }
         if core.rebalance_coalesce > core.rebalance_coalesce_max {
             return Err(InvalidConfig::new(
                 "rebalance-coalesce",
@@ -191,6 +288,12 @@ impl ServerConfig {
         }
         Ok(())
     }
+}
+
+/// The most partitions per group whose [`largest_member_answer`] fits
+/// `max_frame_size`.
+pub fn max_partitions_for(max_frame_size: usize) -> u64 {
+    (max_frame_size as u64).saturating_sub(largest_member_answer(0)) / 8
 }
 
 /// A configuration the server refuses: which option, and why.
@@ -354,5 +457,85 @@ mod tests {
         let mut c = ServerConfig::default();
         c.core.min_session_timeout = c.core.max_session_timeout * 2;
         assert_eq!(c.validate().unwrap_err().option, "min-session-timeout");
+    }
+
+    #[test]
+    fn partition_limit_must_fit_the_frame() {
+        use rollcall_protocol::{
+            AssignmentPush, DescribeGroupResponse, Frame, GroupState, Liveness, MemberDescription,
+            Push, Response, TopicPartitions,
+        };
+        let c = ServerConfig::default();
+        let fits = max_partitions_for(c.max_frame_size);
+        assert!(u64::from(DEFAULT_MAX_PARTITIONS_PER_GROUP) <= fits);
+
+        // The bound holds for real encodings with every name at its longest.
+        let p = u32::try_from(fits).unwrap();
+        let name = |c: char| c.to_string().repeat(crate::core::MAX_NAME_BYTES);
+        let all = vec![TopicPartitions {
+            topic: name('t'),
+            partitions: (0..p).collect(),
+        }];
+        let half = vec![TopicPartitions {
+            topic: name('t'),
+            partitions: (0..p / 2).collect(),
+        }];
+        let describe = Frame::response(
+            1,
+            Response::DescribeGroup(DescribeGroupResponse {
+                group: name('g'),
+                state: GroupState::Reconciling,
+                generation: 7,
+                assignor: name('a'),
+                members: vec![MemberDescription {
+                    member_id: "m".repeat(crate::core::MAX_MEMBER_ID_BYTES),
+                    instance_id: Some(name('i')),
+                    client_id: name('c'),
+                    liveness: Liveness::Suspect,
+                    since_heartbeat_ms: 1,
+                    since_progress_ms: 1,
+                    owned: all.clone(),
+                    pending_revoke: half.clone(),
+                    pending_grant: half,
+                }],
+            }),
+        );
+        let push = Frame::push(Push::Assignment(AssignmentPush {
+            group: name('g'),
+            member_id: "m".repeat(crate::core::MAX_MEMBER_ID_BYTES),
+            generation: 7,
+            partitions: all,
+        }));
+        for frame in [describe, push] {
+            let mut buf = bytes::BytesMut::new();
+            frame.encode(&mut buf, c.max_frame_size).unwrap();
+            assert!(buf.len() - 4 <= largest_member_answer(fits) as usize);
+        }
+
+        let mut c = ServerConfig::default();
+        c.core.max_partitions_per_group = u32::try_from(fits + 1).unwrap();
+        assert_eq!(c.validate().unwrap_err().option, "max-partitions-per-group");
+        // The limit the core had before: an Assignment push of more than ~262,000
+        // partitions cannot be encoded within 1 MiB.
+        c.core.max_partitions_per_group = 1_000_000;
+        assert!(c.validate().is_err());
+        c.max_frame_size = 8 << 20;
+        c.send_buffer_bytes = 8 << 20;
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn deadlines_and_send_buffer_are_checked() {
+        let mut c = ServerConfig::default();
+        c.idle_timeout = c.core.max_session_timeout;
+        assert_eq!(c.validate().unwrap_err().option, "idle-timeout");
+        let c = ServerConfig {
+            frame_timeout: Duration::ZERO,
+            ..ServerConfig::default()
+        };
+        assert_eq!(c.validate().unwrap_err().option, "frame-timeout");
+        let mut c = ServerConfig::default();
+        c.send_buffer_bytes = c.max_frame_size - 1;
+        assert_eq!(c.validate().unwrap_err().option, "send-buffer-bytes");
     }
 }

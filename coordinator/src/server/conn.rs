@@ -1,18 +1,26 @@
 //! One client connection: a reader that decodes frames, answers the handshake itself and
 //! routes requests to shards, and a writer task that drains the connection's bounded
 //! queue into the socket, many frames per flush.
+//!
+//! The reader enforces three deadlines: the handshake's (from the accept), a frame's
+//! (from its first byte until it is whole) and, once handshaken, the idle one (from the
+//! last whole frame). Frames already received are always read before a deadline is
+//! judged, so a coordinator that was itself paused does not blame its peers.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
+use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use rollcall_protocol::{
     supported_versions, ApiKey, ApiVersionsResponse, Body, Codec, ErrorCode, ErrorResponse, Frame,
     FrameError, FrameKind, Header, ListGroupsResponse, Push, Request, Response, ShutdownPush,
 };
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, Semaphore};
@@ -23,12 +31,15 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::metrics::{Metrics, ProtocolError};
-use super::registry::{ConnHandle, ConnState, Registry};
+use super::registry::{ConnHandle, ConnState, Registry, SendLimits};
 use super::shard::{shard_of, ShardInput};
 use crate::core::ConnId;
 
-/// Frames the writer encodes before each flush, at most.
+/// Frames the writer takes off the queue before each flush, at most.
 const WRITE_BATCH: usize = 256;
+
+/// The writer's buffer: smaller frames are gathered in it, larger ones written directly.
+const WRITE_BUFFER: usize = 8 * 1024;
 
 /// How long a closing connection keeps reading (and discarding) what the peer still
 /// sends, so that closing with unread input does not reset the connection before the
@@ -46,7 +57,9 @@ pub(crate) struct ConnContext {
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) codec: Codec,
     pub(crate) handshake_timeout: Duration,
-    pub(crate) send_buffer: usize,
+    pub(crate) frame_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
+    pub(crate) limits: Arc<SendLimits>,
     pub(crate) max_connections: usize,
     pub(crate) active: AtomicUsize,
     pub(crate) next_id: AtomicU64,
@@ -65,13 +78,23 @@ impl ConnContext {
         metrics: Arc<Metrics>,
         config: &super::ServerConfig,
     ) -> Self {
+        let limits = Arc::new(SendLimits {
+            frames: config.send_buffer,
+            bytes: config.send_buffer_bytes,
+            max_frame_size: config.max_frame_size,
+            too_large: metrics
+                .protocol_error(ProtocolError::OutgoingTooLarge)
+                .clone(),
+        });
         Self {
             shards,
             registry,
             metrics,
             codec: Codec::new(config.max_frame_size),
             handshake_timeout: config.handshake_timeout,
-            send_buffer: config.send_buffer,
+            frame_timeout: config.frame_timeout,
+            idle_timeout: config.idle_timeout,
+            limits,
             max_connections: config.max_connections,
             active: AtomicUsize::new(0),
             next_id: AtomicU64::new(1),
@@ -168,6 +191,10 @@ enum Exit {
     Protocol,
     /// No handshake in time.
     HandshakeTimeout,
+    /// A frame begun and not finished in time: answer queued, close.
+    FrameTimeout,
+    /// Handshaken, and silent for the idle deadline.
+    IdleTimeout,
     /// The connection was killed (slow reader, write failure).
     Killed,
     /// A shard is gone (the server is failing); close.
@@ -182,7 +209,7 @@ struct Connection {
     peer: SocketAddr,
     handle: ConnHandle,
     state: Arc<ConnState>,
-    queue: Option<mpsc::Receiver<Frame>>,
+    queue: Option<mpsc::Receiver<Bytes>>,
     handshaken: bool,
     /// Shards this connection sent requests to, to tell them when it closes.
     used_shards: Vec<bool>,
@@ -190,7 +217,7 @@ struct Connection {
 
 impl Connection {
     fn new(ctx: Arc<ConnContext>, id: ConnId, peer: SocketAddr) -> Self {
-        let (handle, queue, state) = ConnHandle::new(ctx.send_buffer);
+        let (handle, queue, state) = ConnHandle::new(ctx.limits.clone());
         let used_shards = vec![false; ctx.shards.len()];
         Self {
             ctx,
@@ -209,10 +236,10 @@ impl Connection {
         let queue = self.queue.take().expect("queue taken once");
         let writer = tokio::spawn(write_loop(
             queue,
-            FramedWrite::new(write, self.ctx.codec),
+            BufWriter::with_capacity(WRITE_BUFFER, write),
             self.state.clone(),
             // Frames taken off the queue count against the bound too.
-            self.ctx.send_buffer.clamp(1, WRITE_BATCH),
+            self.ctx.limits.frames.clamp(1, WRITE_BATCH),
         ));
         self.ctx.registry.insert(self.id, self.handle.clone());
         debug!(conn = self.id, peer = %self.peer, "connection opened");
@@ -250,6 +277,22 @@ impl Connection {
                     .increment(1);
                 warn!(conn = self.id, peer = %self.peer, "no handshake within the deadline; closing");
             }
+            Exit::FrameTimeout => {
+                self.ctx
+                    .metrics
+                    .protocol_error(ProtocolError::FrameTimeout)
+                    .increment(1);
+                warn!(conn = self.id, peer = %self.peer, timeout = ?self.ctx.frame_timeout,
+                    "frame not completed within the deadline; closing");
+            }
+            Exit::IdleTimeout => {
+                self.ctx
+                    .metrics
+                    .protocol_error(ProtocolError::IdleTimeout)
+                    .increment(1);
+                debug!(conn = self.id, peer = %self.peer, timeout = ?self.ctx.idle_timeout,
+                    "nothing received within the idle deadline; closing");
+            }
             Exit::Eof | Exit::Protocol | Exit::Killed | Exit::ShardGone => {}
         }
         if self.state.overflowed.load(Ordering::Relaxed) {
@@ -257,7 +300,8 @@ impl Connection {
                 .metrics
                 .protocol_error(ProtocolError::SlowReader)
                 .increment(1);
-            warn!(conn = self.id, peer = %self.peer, queued = self.ctx.send_buffer,
+            warn!(conn = self.id, peer = %self.peer, max_frames = self.ctx.limits.frames,
+                max_bytes = self.ctx.limits.bytes,
                 "client does not read its frames; disconnected");
         }
 
@@ -273,7 +317,7 @@ impl Connection {
             ctx.handshake_timeout.max(Duration::from_secs(1)),
         )
         .await;
-        if matches!(exit, Exit::Protocol) {
+        if matches!(exit, Exit::Protocol | Exit::FrameTimeout) {
             linger(frames.into_inner()).await;
         }
         debug!(conn = self.id, peer = %self.peer, reason = ?exit, "connection closed");
@@ -282,16 +326,45 @@ impl Connection {
     async fn read_loop(&mut self, frames: &mut FramedRead<OwnedReadHalf, Codec>) -> Exit {
         let handshake_deadline = tokio::time::sleep(self.ctx.handshake_timeout);
         tokio::pin!(handshake_deadline);
+        // Armed while a frame is partly read, from when its first byte was seen.
+        let frame_deadline = tokio::time::sleep(self.ctx.frame_timeout);
+        tokio::pin!(frame_deadline);
+        let mut partial = false;
+        // From the last whole frame; judged once handshaken, and only between frames.
+        let idle_deadline = tokio::time::sleep(self.ctx.idle_timeout);
+        tokio::pin!(idle_deadline);
         loop {
+            let started = !frames.read_buffer().is_empty();
+            if started && !partial {
+                frame_deadline
+                    .as_mut()
+                    .reset(Instant::now() + self.ctx.frame_timeout);
+            }
+            partial = started;
             let next = tokio::select! {
                 biased;
                 () = self.state.kill.cancelled() => return Exit::Killed,
                 () = self.ctx.stop_reading.cancelled() => return Exit::Shutdown,
+                // Before the deadlines: what has arrived is read first.
+                next = next_or_started(frames, partial) => next,
                 () = &mut handshake_deadline, if !self.handshaken => {
                     return Exit::HandshakeTimeout;
                 }
-                next = frames.next() => next,
+                () = &mut frame_deadline, if partial => {
+                    self.frame_timed_out();
+                    return Exit::FrameTimeout;
+                }
+                () = &mut idle_deadline, if self.handshaken && !partial => {
+                    return Exit::IdleTimeout;
+                }
             };
+            // `None`: a frame's first bytes arrived; its deadline is armed above.
+            let Some(next) = next else { continue };
+            idle_deadline
+                .as_mut()
+                .reset(Instant::now() + self.ctx.idle_timeout);
+            // The next frame, if begun, gets a deadline of its own.
+            partial = false;
             let exit = match next {
                 None => Some(Exit::Eof),
                 Some(Ok(frame)) => self.on_frame(frame).await,
@@ -301,6 +374,18 @@ impl Connection {
                 return exit;
             }
         }
+    }
+
+    /// Answers a frame left unfinished past the frame deadline, before closing.
+    fn frame_timed_out(&mut self) {
+        let message = format!(
+            "frame not completed within {}; closing the connection",
+            super::format_duration(self.ctx.frame_timeout)
+        );
+        self.send(Frame::response(
+            0,
+            Response::error(0, ErrorCode::MalformedFrame, message),
+        ));
     }
 
     async fn on_frame(&mut self, frame: Frame) -> Option<Exit> {
@@ -359,20 +444,10 @@ impl Connection {
             return None;
         }
         if !self.handshaken {
+            self.handshake_required(correlation_id, api as u16);
             metrics
-                .protocol_error(ProtocolError::HandshakeRequired)
-                .increment(1);
-            warn!(conn = self.id, peer = %self.peer, api = api.as_str(), "request before the handshake");
-            self.reply(
-                correlation_id,
-                Response::error(
-                    api as u16,
-                    ErrorCode::HandshakeRequired,
-                    "send ApiVersions first",
-                ),
-                api,
-                received,
-            );
+                .duration(api)
+                .record(received.elapsed().as_secs_f64());
             return None;
         }
         let shard = match request.group() {
@@ -448,7 +523,32 @@ impl Connection {
         });
     }
 
+    /// Answers a request other than ApiVersions (of any key or version) that arrives
+    /// before the handshake.
+    fn handshake_required(&self, correlation_id: u32, api_key: u16) {
+        self.ctx
+            .metrics
+            .protocol_error(ProtocolError::HandshakeRequired)
+            .increment(1);
+        warn!(conn = self.id, peer = %self.peer, api_key, "request before the handshake");
+        self.send(Frame::response(
+            correlation_id,
+            Response::error(
+                api_key,
+                ErrorCode::HandshakeRequired,
+                "send ApiVersions first",
+            ),
+        ));
+    }
+
     fn on_unsupported(&mut self, header: Header) {
+        // Before the handshake only ApiVersions is answered on its merits (at a version
+        // this coordinator does not speak: unsupported_version, listing those it does, so
+        // the client can fall back).
+        if !self.handshaken && header.api_key != ApiKey::ApiVersions as u16 {
+            self.handshake_required(header.correlation_id, header.api_key);
+            return;
+        }
         let (code, kind, what) = if ApiKey::from_u16(header.api_key).is_some() {
             (
                 ErrorCode::UnsupportedVersion,
@@ -536,11 +636,25 @@ impl Connection {
     }
 }
 
-/// Writes queued frames, encoding up to `batch_limit` before each flush. Ends when
-/// every sender is gone (after writing what was queued) or the connection is killed.
+/// Reads the next frame, like `frames.next()`, but returns `None` as soon as the first
+/// bytes of a frame are buffered while `partial` is false, so its deadline can be armed.
+fn next_or_started(
+    frames: &mut FramedRead<OwnedReadHalf, Codec>,
+    partial: bool,
+) -> impl Future<Output = Option<Option<Result<Frame, FrameError>>>> + '_ {
+    std::future::poll_fn(move |cx| match frames.poll_next_unpin(cx) {
+        Poll::Ready(next) => Poll::Ready(Some(next)),
+        Poll::Pending if !partial && !frames.read_buffer().is_empty() => Poll::Ready(None),
+        Poll::Pending => Poll::Pending,
+    })
+}
+
+/// Writes queued frames (already encoded), up to `batch_limit` before each flush. Ends
+/// when every sender is gone (after writing what was queued) or the connection is
+/// killed. A frame's bytes leave the queue's count once handed to the socket.
 async fn write_loop(
-    mut queue: mpsc::Receiver<Frame>,
-    mut sink: FramedWrite<OwnedWriteHalf, Codec>,
+    mut queue: mpsc::Receiver<Bytes>,
+    mut sink: BufWriter<OwnedWriteHalf>,
     state: Arc<ConnState>,
     batch_limit: usize,
 ) {
@@ -554,11 +668,13 @@ async fn write_loop(
         if received == 0 {
             break;
         }
+        let bytes: usize = batch.iter().map(Bytes::len).sum();
         let written = tokio::select! {
             biased;
             () = state.kill.cancelled() => return,
             written = write_batch(&mut sink, &mut batch) => written,
         };
+        state.queued_bytes.fetch_sub(bytes, Ordering::AcqRel);
         if let Err(e) = written {
             debug!(error = %e, "write failed; closing connection");
             state.kill.cancel();
@@ -567,38 +683,18 @@ async fn write_loop(
     }
     let _ = tokio::select! {
         () = state.kill.cancelled() => Ok(()),
-        closed = SinkExt::<Frame>::close(&mut sink) => closed,
+        closed = sink.shutdown() => closed,
     };
 }
 
 async fn write_batch(
-    sink: &mut FramedWrite<OwnedWriteHalf, Codec>,
-    batch: &mut Vec<Frame>,
-) -> Result<(), FrameError> {
+    sink: &mut BufWriter<OwnedWriteHalf>,
+    batch: &mut Vec<Bytes>,
+) -> std::io::Result<()> {
     for frame in batch.drain(..) {
-        let header = frame.header();
-        match sink.feed(frame).await {
-            Ok(()) => {}
-            Err(FrameError::Encode(e)) => {
-                // Too large for a frame (e.g. a describe of a huge group): answer with
-                // an error in its place rather than dropping the answer.
-                tracing::error!(error = %e, api_key = header.api_key, "cannot encode frame");
-                if header.kind == FrameKind::Response {
-                    let substitute = Frame::response(
-                        header.correlation_id,
-                        Response::error(
-                            header.api_key,
-                            ErrorCode::Internal,
-                            format!("the answer cannot be encoded: {e}"),
-                        ),
-                    );
-                    sink.feed(substitute).await?;
-                }
-            }
-            Err(e) => return Err(e),
-        }
+        sink.write_all(&frame).await?;
     }
-    SinkExt::<Frame>::flush(sink).await
+    sink.flush().await
 }
 
 /// Waits for the writer to drain and close, at most `limit`; then kills it.

@@ -188,10 +188,17 @@ pub(crate) enum ProtocolError {
     SlowReader,
     /// A connection over the maximum.
     TooManyConnections,
+    /// A frame begun but not finished within the frame deadline.
+    FrameTimeout,
+    /// A handshaken connection silent for the idle deadline.
+    IdleTimeout,
+    /// A response or push that does not fit the maximum frame size: a response is
+    /// answered `frame_too_large` in its place, a push is dropped.
+    OutgoingTooLarge,
 }
 
 impl ProtocolError {
-    const ALL: [Self; 8] = [
+    const ALL: [Self; 11] = [
         Self::MalformedFrame,
         Self::FrameTooLarge,
         Self::UnknownApi,
@@ -200,6 +207,9 @@ impl ProtocolError {
         Self::HandshakeTimeout,
         Self::SlowReader,
         Self::TooManyConnections,
+        Self::FrameTimeout,
+        Self::IdleTimeout,
+        Self::OutgoingTooLarge,
     ];
 
     pub(crate) fn as_str(self) -> &'static str {
@@ -212,6 +222,9 @@ impl ProtocolError {
             Self::HandshakeTimeout => "handshake_timeout",
             Self::SlowReader => "slow_reader",
             Self::TooManyConnections => "too_many_connections",
+            Self::FrameTimeout => "frame_timeout",
+            Self::IdleTimeout => "idle_timeout",
+            Self::OutgoingTooLarge => "outgoing_too_large",
         }
     }
 }

@@ -12,9 +12,12 @@
 //!   writer and no locks.
 //! - A batch's records are durable before any of its responses or pushes leave, and the
 //!   batches of one shard leave in order.
-//! - Each connection has a bounded queue of outgoing frames. A client that does not read
-//!   fills it and is disconnected: the server never buffers without bound and never
-//!   blocks a shard on one slow client.
+//! - Each connection has a queue of outgoing frames, encoded when queued and bounded in
+//!   bytes and in frames. A client that does not read fills it and is disconnected: the
+//!   server never buffers without bound and never blocks a shard on one slow client.
+//! - A frame must arrive whole within the frame deadline of its first byte, and a
+//!   handshaken connection that sends nothing for the idle deadline is closed, so a
+//!   connection cannot hold a read buffer or a connection slot for ever.
 //! - Over `max_connections`, a connection is accepted, its first request is answered
 //!   `TooManyConnections`, and it is closed (at most 256 such answers are pending at
 //!   once; past that, excess connections are closed without an answer).
@@ -40,8 +43,8 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn};
 
 pub use self::config::{
-    format_duration, parse_duration, parse_size, InvalidConfig, ParseValueError, ServerConfig,
-    StoreConfig,
+    format_duration, largest_member_answer, max_partitions_for, parse_duration, parse_size,
+    InvalidConfig, ParseValueError, ServerConfig, StoreConfig, DEFAULT_MAX_PARTITIONS_PER_GROUP,
 };
 pub use self::shard::shard_of;
 

@@ -2,20 +2,43 @@
 //! waiting to be written to each.
 //!
 //! Shards send pushes through the registry and responses through the handle carried by
-//! the request. A send never waits: a connection whose queue is full belongs to a client
-//! that does not read, and is disconnected instead of letting the server's memory grow.
+//! the request. A frame is encoded when it is queued, so the queue is bounded by the
+//! bytes it holds (and by a number of frames). A send never waits: a connection whose
+//! queue is full belongs to a client that does not read, and is disconnected instead of
+//! letting the server's memory grow.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use bytes::{Bytes, BytesMut};
+use metrics::Counter;
 use parking_lot::RwLock;
-use rollcall_protocol::Frame;
+use rollcall_protocol::{EncodeError, ErrorCode, Frame, FrameKind, Response};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::{error, warn};
 
 use crate::core::ConnId;
+
+/// Spare capacity an encoded frame may keep; a buffer with more is copied to its size,
+/// so that what a queue holds is what it counts.
+const SLACK: usize = 4096;
+
+/// The bounds of every connection's queue and how its frames are encoded.
+#[derive(Debug)]
+pub(crate) struct SendLimits {
+    /// Frames queued, at most.
+    pub(crate) frames: usize,
+    /// Bytes queued (encoded, length prefixes included), at most; a frame is always
+    /// accepted into an empty queue.
+    pub(crate) bytes: usize,
+    /// The largest frame that may be sent (length prefix excluded).
+    pub(crate) max_frame_size: usize,
+    /// Counts frames that do not fit `max_frame_size`.
+    pub(crate) too_large: Counter,
+}
 
 /// What a connection's writer and everyone sending to it share.
 #[derive(Debug, Default)]
@@ -24,13 +47,17 @@ pub(crate) struct ConnState {
     pub(crate) kill: CancellationToken,
     /// Set when the connection was killed because its queue was full.
     pub(crate) overflowed: AtomicBool,
+    /// Bytes queued or being written: added when a frame is queued, taken off once the
+    /// writer has handed it to the socket.
+    pub(crate) queued_bytes: AtomicUsize,
 }
 
 /// A way to queue frames for one connection.
 #[derive(Debug, Clone)]
 pub(crate) struct ConnHandle {
-    tx: mpsc::Sender<Frame>,
+    tx: mpsc::Sender<Bytes>,
     state: Arc<ConnState>,
+    limits: Arc<SendLimits>,
 }
 
 /// What became of a frame handed to [`ConnHandle::send`].
@@ -42,17 +69,20 @@ pub(crate) enum Sent {
     Overflow,
     /// The connection is gone.
     Closed,
+    /// A push that does not fit the maximum frame size: dropped.
+    TooLarge,
 }
 
 impl ConnHandle {
-    /// A handle and the receiving end of its queue of `capacity` frames.
-    pub(crate) fn new(capacity: usize) -> (Self, mpsc::Receiver<Frame>, Arc<ConnState>) {
-        let (tx, rx) = mpsc::channel(capacity);
+    /// A handle and the receiving end of its queue, bounded by `limits`.
+    pub(crate) fn new(limits: Arc<SendLimits>) -> (Self, mpsc::Receiver<Bytes>, Arc<ConnState>) {
+        let (tx, rx) = mpsc::channel(limits.frames);
         let state = Arc::new(ConnState::default());
         (
             Self {
                 tx,
                 state: state.clone(),
+                limits,
             },
             rx,
             state,
@@ -64,18 +94,80 @@ impl ConnHandle {
         self.state.kill.cancel();
     }
 
-    /// Queues `frame` without waiting; on a full queue, kills the connection.
+    /// Encodes and queues `frame` without waiting; on a full queue, kills the
+    /// connection. A response too large for a frame is replaced by a `frame_too_large`
+    /// error answer; a push too large is dropped.
     pub(crate) fn send(&self, frame: Frame) -> Sent {
-        match self.tx.try_send(frame) {
+        if self.tx.is_closed() {
+            return Sent::Closed;
+        }
+        let Some(bytes) = encode(&frame, &self.limits) else {
+            return Sent::TooLarge;
+        };
+        let len = bytes.len();
+        let before = self.state.queued_bytes.fetch_add(len, Ordering::AcqRel);
+        if before != 0 && before + len > self.limits.bytes {
+            self.state.queued_bytes.fetch_sub(len, Ordering::AcqRel);
+            return self.overflow();
+        }
+        match self.tx.try_send(bytes) {
             Ok(()) => Sent::Queued,
             Err(mpsc::error::TrySendError::Full(_)) => {
-                self.state.overflowed.store(true, Ordering::Relaxed);
-                self.state.kill.cancel();
-                Sent::Overflow
+                self.state.queued_bytes.fetch_sub(len, Ordering::AcqRel);
+                self.overflow()
             }
-            Err(mpsc::error::TrySendError::Closed(_)) => Sent::Closed,
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                self.state.queued_bytes.fetch_sub(len, Ordering::AcqRel);
+                Sent::Closed
+            }
         }
     }
+
+    fn overflow(&self) -> Sent {
+        self.state.overflowed.store(true, Ordering::Relaxed);
+        self.state.kill.cancel();
+        Sent::Overflow
+    }
+}
+
+/// `frame` encoded, length prefix included; for a response that cannot be encoded, an
+/// error answer in its place; `None` for a push that cannot be.
+fn encode(frame: &Frame, limits: &SendLimits) -> Option<Bytes> {
+    let mut buf = BytesMut::new();
+    let Err(e) = frame.encode(&mut buf, limits.max_frame_size) else {
+        return Some(if buf.capacity() - buf.len() > SLACK {
+            Bytes::copy_from_slice(&buf)
+        } else {
+            buf.freeze()
+        });
+    };
+    let header = frame.header();
+    let (code, message) = match &e {
+        EncodeError::FrameTooLarge { len, max } => {
+            limits.too_large.increment(1);
+            (
+                ErrorCode::FrameTooLarge,
+                format!("the answer would be a frame of {len} bytes, more than the coordinator's maximum of {max}; the connection stays open"),
+            )
+        }
+        // A field the protocol cannot carry: a bug, not the client's doing.
+        e => (
+            ErrorCode::Internal,
+            format!("the answer cannot be encoded: {e}"),
+        ),
+    };
+    if header.kind != FrameKind::Response {
+        error!(api_key = header.api_key, error = %e, "push cannot be encoded; dropped");
+        return None;
+    }
+    warn!(api_key = header.api_key, error = %e, "answer cannot be encoded; answering {code} instead");
+    let substitute = Frame::response(
+        header.correlation_id,
+        Response::error(header.api_key, code, message),
+    );
+    buf.clear();
+    substitute.encode(&mut buf, limits.max_frame_size).ok()?;
+    Some(buf.freeze())
 }
 
 /// Open connections, by id. Split into independently locked parts so that connections
@@ -149,10 +241,11 @@ impl Registry {
         self.part(conn).write().remove(&conn);
     }
 
-    /// Queues `frame` for `conn`, if it is still open.
+    /// Queues `frame` for `conn`, if it is still open. The frame is encoded outside
+    /// the lock.
     pub(crate) fn send(&self, conn: ConnId, frame: Frame) -> Sent {
-        let part = self.part(conn).read();
-        match part.get(&conn) {
+        let handle = self.part(conn).read().get(&conn).cloned();
+        match handle {
             Some(handle) => handle.send(frame),
             None => Sent::Closed,
         }
@@ -184,10 +277,19 @@ mod tests {
         }))
     }
 
+    fn limits(frames: usize, bytes: usize) -> Arc<SendLimits> {
+        Arc::new(SendLimits {
+            frames,
+            bytes,
+            max_frame_size: 1024,
+            too_large: Counter::noop(),
+        })
+    }
+
     #[test]
     fn full_queue_kills_the_connection_instead_of_growing() {
         let registry = Registry::default();
-        let (handle, mut rx, state) = ConnHandle::new(2);
+        let (handle, mut rx, state) = ConnHandle::new(limits(2, 1 << 20));
         registry.insert(7, handle);
         assert_eq!(registry.send(7, push()), Sent::Queued);
         assert_eq!(registry.send(7, push()), Sent::Queued);
@@ -205,7 +307,7 @@ mod tests {
     fn sends_to_unknown_or_closed_connections_are_dropped() {
         let registry = Registry::default();
         assert_eq!(registry.send(1, push()), Sent::Closed);
-        let (handle, rx, _) = ConnHandle::new(2);
+        let (handle, rx, _) = ConnHandle::new(limits(2, 1 << 20));
         registry.insert(1, handle);
         assert_eq!(registry.len(), 1);
         drop(rx);
@@ -213,5 +315,54 @@ mod tests {
         registry.remove(1);
         assert_eq!(registry.len(), 0);
         assert_eq!(registry.send(1, push()), Sent::Closed);
+    }
+
+    fn big_push(len: usize) -> Frame {
+        Frame::push(Push::Shutdown(ShutdownPush {
+            message: "x".repeat(len),
+        }))
+    }
+
+    #[test]
+    fn queued_bytes_are_bounded_and_returned_when_written() {
+        let (handle, mut rx, state) = ConnHandle::new(limits(100, 1000));
+        // A frame of any size that fits a frame is accepted into an empty queue.
+        assert_eq!(handle.send(big_push(1000)), Sent::Queued);
+        let first = state.queued_bytes.load(Ordering::Relaxed);
+        assert!(first > 1000);
+        assert_eq!(rx.try_recv().unwrap().len(), first);
+        // The writer gives the bytes back once written.
+        state.queued_bytes.fetch_sub(first, Ordering::Relaxed);
+        for _ in 0..4 {
+            assert_eq!(handle.send(big_push(200)), Sent::Queued);
+        }
+        assert!(!state.kill.is_cancelled());
+        assert_eq!(handle.send(big_push(200)), Sent::Overflow);
+        assert!(state.kill.is_cancelled());
+        assert!(state.overflowed.load(Ordering::Relaxed));
+        assert!(state.queued_bytes.load(Ordering::Relaxed) <= 1000);
+    }
+
+    #[test]
+    fn too_large_answers_are_replaced_by_an_error_and_pushes_dropped() {
+        let (handle, mut rx, _) = ConnHandle::new(limits(100, 1 << 20));
+        assert_eq!(handle.send(big_push(2000)), Sent::TooLarge);
+        assert!(rx.try_recv().is_err());
+        let answer = Frame::response(
+            9,
+            Response::error(7, ErrorCode::UnknownGroup, "y".repeat(2000)),
+        );
+        assert_eq!(handle.send(answer), Sent::Queued);
+        let bytes = rx.try_recv().unwrap();
+        let frame = Frame::decode(&bytes[4..]).unwrap();
+        assert_eq!(frame.correlation_id, 9);
+        let rollcall_protocol::Body::Response(Response::Error(e)) = frame.body else {
+            panic!("{frame:?}");
+        };
+        assert_eq!(e.code, ErrorCode::FrameTooLarge);
+        assert_eq!(e.api_key, 7);
+        assert!(e
+            .message
+            .contains("more than the coordinator's maximum of 1024"));
     }
 }

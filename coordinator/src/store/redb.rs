@@ -24,11 +24,13 @@
 //! always either absent or a complete database, and anything else found under that name
 //! is reported rather than overwritten.
 
+use std::cell::Cell;
 use std::fmt;
 use std::fs::{self, File};
 use std::io;
 use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
+use std::sync::Once;
 use std::time::{Duration, SystemTime};
 
 use redb::{
@@ -487,9 +489,11 @@ impl Store for RedbStore {
 }
 
 /// Runs `f`, turning a panic inside redb (which damaged files provoke: a truncated file
-/// fails an assertion while opening) into an error naming the file.
+/// fails an assertion while opening) into an error naming the file. The panic is not
+/// printed: its message is in the error, which is what the operator reads.
 fn guard<T>(path: &Path, f: impl FnOnce() -> Result<T, StoreError>) -> Result<T, StoreError> {
-    panic::catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|payload| {
+    let caught = quiet_panics(|| panic::catch_unwind(AssertUnwindSafe(f)));
+    caught.unwrap_or_else(|payload| {
         let message = payload
             .downcast_ref::<&str>()
             .map(|s| (*s).to_owned())
@@ -500,6 +504,37 @@ fn guard<T>(path: &Path, f: impl FnOnce() -> Result<T, StoreError>) -> Result<T,
             reason: format!("the file is damaged or truncated (redb: {message})"),
         })
     })
+}
+
+thread_local! {
+    /// Set while this thread runs [`quiet_panics`]: its panics are caught and reported
+    /// as errors, so the panic hook stays silent.
+    static QUIET: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` with the panic hook silenced for this thread only. The hook is
+/// process-wide, so it is replaced once by one that defers to the previous hook
+/// unless the panicking thread is inside this function; panics of every other thread
+/// (and of this one outside it) are printed as before.
+fn quiet_panics<R>(f: impl FnOnce() -> R) -> R {
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(|| {
+        let previous = panic::take_hook();
+        panic::set_hook(Box::new(move |info| {
+            if !QUIET.with(Cell::get) {
+                previous(info);
+            }
+        }));
+    });
+    /// Restores the flag however `f` ends.
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            QUIET.with(|q| q.set(self.0));
+        }
+    }
+    let _restore = Restore(QUIET.with(|q| q.replace(true)));
+    f()
 }
 
 /// Initializes an empty store as `path`: built under a temporary name, made durable,
