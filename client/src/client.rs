@@ -142,10 +142,12 @@ async fn fetch_offsets(
 /// longer than the progress timeout is expelled, and learns it from the next event.
 ///
 /// Dropping a `Member` without [`Member::leave`] is an abrupt exit: the task stops
-/// heartbeating for it, and the coordinator notices after the session timeout and then
-/// hands its partitions to others. A process that ends (or drops its last [`Client`]
-/// handle) closes its connection: the coordinator then expels its members once their
-/// lease timeout has run out without them reconnecting, sooner than the session timeout.
+/// heartbeating for it and tells the coordinator it left without confirming that its
+/// partitions were released (an `unconfirmed` leave), so they move to others once the
+/// member's lease timeout has run out. A static member sends nothing: its next process
+/// takes over, or its session times out. A process that ends (or drops its last
+/// [`Client`] handle) closes its connection: the coordinator then expels its members
+/// once their lease timeout has run out without them reconnecting.
 pub struct Member {
     key: u64,
     group: String,

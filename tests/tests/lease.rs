@@ -337,3 +337,40 @@ async fn an_expelled_member_s_partitions_move_once_its_application_takes_the_los
     assert!(granted < expelled_at + lease - Duration::from_secs(4));
     assert!(b.lost().is_empty());
 }
+
+/// A member dropped without leaving, on a connection other members keep open: it
+/// leaves `unconfirmed`, so its partitions move after its lease, not its session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_member_s_partitions_move_after_its_lease_on_a_shared_connection() {
+    let server = coordinator().await;
+    let session = Duration::from_secs(10);
+    let lease = Duration::from_secs(1);
+    let config = long_session(session, lease);
+    let b = App::start_with(server.local_addr(), config.clone()).await;
+    let client = connect(server.local_addr()).await;
+    let a = bounded("join", client.join(config.clone()))
+        .await
+        .expect("joins");
+    // A second member keeps the connection busy and open.
+    let other = bounded(
+        "join other",
+        client.join(MemberConfig::new("elsewhere", [("x", 1)])),
+    )
+    .await
+    .expect("joins");
+    until("balanced", || {
+        a.assignment().partitions.len() == 2 && b.owned() == 2
+    })
+    .await;
+    until("b's application holds 2", || b.first_holding(2).is_some()).await;
+
+    drop(a);
+    let dropped_at = Instant::now();
+    until("b takes everything", || b.first_holding(4).is_some()).await;
+    let took = b.first_holding(4).unwrap() - dropped_at;
+    assert!(took < session / 2, "partitions moved after {took:?}");
+    assert!(took < lease + Duration::from_millis(800), "{took:?}");
+    assert!(b.lost().is_empty());
+    drop(other);
+    drop(client);
+}

@@ -128,9 +128,17 @@ struct Slot {
 }
 
 enum Pending {
-    Member { key: u64, id: RequestId },
-    Commit { key: u64, id: RequestId },
+    Member {
+        key: u64,
+        id: RequestId,
+    },
+    Commit {
+        key: u64,
+        id: RequestId,
+    },
     Fetch(oneshot::Sender<Result<BTreeMap<TopicPartition, Committed>, RequestError>>),
+    /// The `unconfirmed` leave of a member the application dropped: nobody waits for it.
+    Abandoned,
 }
 
 /// The connection task.
@@ -458,8 +466,11 @@ impl Driver {
                 }
             },
             Command::Drop { key } => {
-                if self.slots.remove(&key).is_some() {
+                if let Some(slot) = self.slots.remove(&key) {
                     debug!(key, "member dropped without leaving");
+                    if let Some(leave) = slot.m.abandon() {
+                        self.send(Pending::Abandoned, leave);
+                    }
                 }
             }
             Command::Fetch {
@@ -509,6 +520,9 @@ impl Driver {
                     }
                     Pending::Fetch(reply) => {
                         let _ = reply.send(fetch_result(response));
+                    }
+                    Pending::Abandoned => {
+                        debug!(?response, "answer to a dropped member's leave");
                     }
                 }
             }

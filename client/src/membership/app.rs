@@ -278,4 +278,23 @@ impl Membership {
             }),
         }
     }
+
+    /// The application dropped the member without leaving. A dynamic member that is
+    /// still in the group leaves `unconfirmed`: the application may still be acting on
+    /// its partitions, so the coordinator holds them until this member's lease has run
+    /// out (a lease, not a session, after its last heartbeat). A static member sends
+    /// nothing: its next process takes over, or its session expires.
+    pub(crate) fn abandon(&self) -> Option<Request> {
+        if !matches!(self.phase, Phase::Active) || self.settings.instance_id.is_some() {
+            return None;
+        }
+        if self.leaving.as_ref().is_some_and(|l| l.sent.is_some()) {
+            return None;
+        }
+        Some(Request::Leave(LeaveRequest {
+            group: self.settings.group.clone(),
+            member_id: self.member_id.clone()?,
+            mode: LeaveMode::Unconfirmed,
+        }))
+    }
 }

@@ -1470,3 +1470,27 @@ fn partitions_assigned_while_suspended_are_resumed_with_the_rest() {
         ]
     );
 }
+
+#[test]
+fn a_dropped_dynamic_member_leaves_unconfirmed_and_a_static_one_sends_nothing() {
+    let h = Harness::joined("m-1", &[0, 1]);
+    match h.m.abandon() {
+        Some(Request::Leave(l)) => {
+            assert_eq!(l.member_id, "m-1");
+            assert_eq!(l.mode, LeaveMode::Unconfirmed);
+        }
+        other => panic!("expected an unconfirmed leave, got {other:?}"),
+    }
+    let mut h = Harness::with_config(config().with_instance_id("worker-1"), 1);
+    h.connect();
+    let (id, _) = h.pop_join();
+    h.respond(id, join_ok("worker-1#m-1"));
+    assert_eq!(
+        h.m.abandon(),
+        None,
+        "a static member's next process takes over"
+    );
+    // Not a member yet: nothing to leave.
+    let h = Harness::new();
+    assert_eq!(h.m.abandon(), None);
+}
