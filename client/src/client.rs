@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, oneshot, Notify};
 use crate::config::{ClientConfig, MemberConfig};
 use crate::driver::{open, Command, Delivery, Driver, MemberShared};
 use crate::error::{CommitError, ConnectError, JoinError, LeaveError, RequestError};
+use crate::membership::Ticket;
 use crate::types::{Assignment, Committed, Event, Offset, TopicPartition};
 
 struct Shared {
@@ -92,6 +93,7 @@ impl Client {
             wake: self.shared.wake.clone(),
             shared,
             events: tokio::sync::Mutex::new(events_rx),
+            unconfirmed: parking_lot::Mutex::new(None),
         };
         match result.await {
             Ok(Ok(())) => Ok(member),
@@ -155,6 +157,10 @@ pub struct Member {
     wake: Arc<Notify>,
     shared: Arc<MemberShared>,
     events: tokio::sync::Mutex<mpsc::UnboundedReceiver<Delivery>>,
+    /// The ticket of a `Lost` the application was given: confirmed (the coordinator is
+    /// sent a Relinquish) when it asks for the next event, which it does only once it
+    /// stopped acting on those partitions.
+    unconfirmed: parking_lot::Mutex<Option<Ticket>>,
 }
 
 impl fmt::Debug for Member {
@@ -187,11 +193,12 @@ impl Member {
     /// (left, failed fatally, or its client's task stopped) and every event was taken.
     /// Asking counts as progress. Cancel-safe.
     ///
-    /// Taking the [`Event::Lost`] of a membership the coordinator ended (an expulsion, or
-    /// fencing) is the application's confirmation that it stopped acting on those
-    /// partitions: the client then tells the coordinator (a `Relinquish`), which hands
-    /// them over at once instead of at the end of the member's lease. So act on `Lost`
-    /// before asking for the next event.
+    /// Asking for the next event after an [`Event::Lost`] of a membership the coordinator
+    /// ended (an expulsion, or fencing) is the application's confirmation that it
+    /// stopped acting on those partitions: the client then tells the coordinator (a
+    /// `Relinquish`), which hands them over at once instead of at the end of the
+    /// member's lease. So stop every piece of work on lost partitions (worker tasks
+    /// included) before asking for the next event. Dropping the member confirms nothing.
     pub async fn next_event(&self) -> Option<Event> {
         self.mark_progress();
         let _waiting = Waiting::new(&self.shared.waiting);
@@ -235,17 +242,19 @@ impl Member {
         }
     }
 
-    /// The next event. Taking it is what the connection task may wait for (to send a
-    /// Relinquish once the application knows its membership ended): it is told at once,
-    /// so cancelling after this returns loses nothing.
+    /// The next event. Asking for it confirms the `Lost` returned before, if that one
+    /// needs confirming (the connection task then sends a Relinquish); a `Lost` returned
+    /// now is confirmed by the next call. Cancel-safe: the confirmation is sent before
+    /// waiting, and a ticket is kept the moment its event is handed out.
     async fn receive(&self) -> Option<Event> {
-        let (event, ticket) = self.events.lock().await.recv().await?;
-        if let Some(ticket) = ticket {
+        if let Some(ticket) = self.unconfirmed.lock().take() {
             let _ = self.commands.send(Command::Taken {
                 key: self.key,
                 ticket,
             });
         }
+        let (event, ticket) = self.events.lock().await.recv().await?;
+        *self.unconfirmed.lock() = ticket;
         Some(event)
     }
 

@@ -292,6 +292,15 @@ impl MemberConfig {
         let progress_timeout_ms = millis("progress timeout", self.progress_timeout)?;
         let rebalance_timeout_ms = millis("rebalance timeout", self.rebalance_timeout)?;
         let lease_timeout_ms = millis("lease timeout", lease_timeout)?;
+        if lease_timeout_ms == 0 {
+            return Err(ConfigError::ZeroTimeout {
+                which: "lease timeout",
+            });
+        }
+        // The coordinator sees whole milliseconds: the client counts its lease from the
+        // same figures, never from the fraction the wire drops.
+        let session_timeout = Duration::from_millis(session_timeout_ms.into());
+        let lease_timeout = Duration::from_millis(lease_timeout_ms.into());
         if heartbeat_interval >= session_timeout {
             return Err(ConfigError::HeartbeatIntervalTooLong {
                 interval: heartbeat_interval,

@@ -64,11 +64,12 @@
 //!   partitions move after the lease timeout rather than the session timeout.
 //! - **Relinquishing.** When the coordinator itself ends a membership (an expulsion, or
 //!   fencing), the partitions wait for the member's lease to run out in case its
-//!   process is still at work on them. Once the application has *taken* the resulting
-//!   [`Event::Lost`] (from [`Member::next_event`] or the [`Member::events`] stream), the
-//!   client tells the coordinator that it stopped (a `Relinquish` request, sent once,
-//!   and given up after a session timeout), and the partitions move at once. Stop work
-//!   on lost partitions before asking for the next event.
+//!   process is still at work on them. When the application, having taken the
+//!   resulting [`Event::Lost`], asks for the *next* event (from [`Member::next_event`]
+//!   or the [`Member::events`] stream), the client tells the coordinator that it
+//!   stopped (a `Relinquish` request, sent once, and given up after a session timeout),
+//!   and the partitions move at once. So stop every piece of work on lost partitions,
+//!   worker tasks included, before asking for the next event.
 //! - **Fencing.** Commits are checked against ownership locally and by the coordinator;
 //!   a member that was expelled or fenced gets a typed [`CommitError`].
 //! - **Leaving.** [`Member::leave`] revokes every partition locally and leaves once the

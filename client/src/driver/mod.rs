@@ -75,8 +75,8 @@ pub(crate) struct View {
 }
 
 /// An event on its way to the application, with the ticket the member handle returns
-/// ([`Command::Taken`]) once the application has taken it, if the membership waits for
-/// that.
+/// ([`Command::Taken`]) once the application has moved past it (asked for the next
+/// event), if the membership waits for that.
 pub(crate) type Delivery = (Event, Option<Ticket>);
 
 /// A request from the application to the task.
@@ -89,7 +89,8 @@ pub(crate) enum Command {
         events: mpsc::UnboundedSender<Delivery>,
         reply: oneshot::Sender<Result<(), FatalError>>,
     },
-    /// The application took the event that carried `ticket`.
+    /// The application asked for the event after the one that carried `ticket`: it has
+    /// stopped acting on what that event said was lost.
     Taken {
         key: u64,
         ticket: Ticket,

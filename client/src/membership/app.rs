@@ -35,7 +35,8 @@ impl Membership {
         }
     }
 
-    /// The application has taken the event that carried `ticket`: a Relinquish waiting
+    /// The application has moved past the event that carried `ticket` (it asked for the
+    /// next one, so it stopped acting on the partitions it lost): a Relinquish waiting
     /// for it goes out with the next [`Membership::poll_transmit`] (at once if
     /// connected, otherwise after reconnecting), unless given up already.
     pub(crate) fn handle_taken(&mut self, ticket: Ticket, now: Instant) {
@@ -241,7 +242,7 @@ impl Membership {
             Response::Error(e) => Err(match e.code {
                 ErrorCode::UnknownMember => {
                     if current {
-                        self.membership_gone(now, false);
+                        self.membership_gone(now, true);
                     }
                     CommitError::UnknownMember
                 }

@@ -33,7 +33,8 @@
 //!
 //! When the coordinator ends the membership (an expulsion push, a `member_expelled` or
 //! `fenced_instance` answer), the [`Event::Lost`] it produces carries a [`Ticket`]. Once
-//! the application has taken that event ([`Membership::handle_taken`]), the member sends
+//! the application has moved past that event (asked for the next one:
+//! [`Membership::handle_taken`]), the member sends
 //! `Relinquish` for the id it was expelled with, so that what the coordinator holds for
 //! it moves at once instead of at the end of its lease.
 

@@ -136,10 +136,15 @@ impl Membership {
                         self.relinquish_after_lost(old, now);
                         self.fail(FatalError::Fenced { message: e.message });
                     }
-                    ErrorCode::MemberExpelled => self.membership_gone(now, true),
-                    ErrorCode::UnknownMember
-                    | ErrorCode::IllegalGeneration
-                    | ErrorCode::InconsistentMember => self.membership_gone(now, false),
+                    // A coordinator that restarted since it expelled the member answers
+                    // `unknown_member` (removals are not kept across restarts) while it
+                    // still holds the partitions: relinquish after either.
+                    ErrorCode::MemberExpelled | ErrorCode::UnknownMember => {
+                        self.membership_gone(now, true)
+                    }
+                    ErrorCode::IllegalGeneration | ErrorCode::InconsistentMember => {
+                        self.membership_gone(now, false)
+                    }
                     // Transient or unexpected: the next beat tries again.
                     _ => {}
                 }

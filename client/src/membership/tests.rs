@@ -766,14 +766,17 @@ fn reconnecting_to_a_coordinator_that_forgot_the_member_loses_everything_and_rej
         let (_, j) = h.pop_join();
         assert_eq!(j.member_id, None);
         assert!(h.m.assignment().partitions.is_empty());
-        // Only an expulsion calls for a Relinquish, once the loss is taken.
+        // An expulsion calls for a Relinquish once the loss is taken, and so does an
+        // unknown member (a restarted coordinator forgot the removal, not the hold).
         h.take_events();
         let sent: Vec<_> = h.relinquishes().into_iter().map(|(_, r)| r).collect();
         let expected = match code {
-            ErrorCode::MemberExpelled => vec![rollcall_protocol::RelinquishRequest {
-                group: "g".into(),
-                member_id: "m".into(),
-            }],
+            ErrorCode::MemberExpelled | ErrorCode::UnknownMember => {
+                vec![rollcall_protocol::RelinquishRequest {
+                    group: "g".into(),
+                    member_id: "m".into(),
+                }]
+            }
             _ => vec![],
         };
         assert_eq!(sent, expected, "{code:?}");

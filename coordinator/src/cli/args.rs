@@ -309,10 +309,13 @@ impl ServeArgs {
             }
             from_file.push(flag);
         }
+        // The subcommand is the first argument after the program's name (there are no
+        // global options), which may itself be called anything.
         let at = argv
             .iter()
+            .skip(1)
             .position(|a| a == "serve")
-            .map_or(argv.len(), |i| i + 1);
+            .map_or(argv.len(), |i| i + 2);
         let mut full = argv[..at].to_vec();
         full.extend(from_file);
         full.extend_from_slice(&argv[at..]);

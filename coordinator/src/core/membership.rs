@@ -299,7 +299,9 @@ impl Coordinator {
             // Timeouts decide expiry and holds: a restart must bring the new ones back.
             group.snapshot_dirty = true;
         }
-        m.heard(now);
+        if m.heard(now) {
+            group.snapshot_dirty = true;
+        }
         let resumed = m.bind(conn);
         // A shorter timeout can bring a deadline forward.
         group.schedule_member(ctx, id);
@@ -360,15 +362,19 @@ impl Coordinator {
                 ),
             );
         }
-        m.heard(now);
+        let returned = m.heard(now);
         m.record_sequence(r.sequence);
         m.report_progress(now, r.progress);
         let rebound = m.conn != Some(conn);
         let resumed = m.bind(conn);
         let stale = r.generation != m.generation;
         let session_timeout_ms = duration_ms(m.session_timeout) as u32;
+        if returned {
+            // It had stood down: a restart must not take that back as the last word.
+            group.snapshot_dirty = true;
+        }
         // The common case ends here: no acknowledgement, same connection, same generation.
-        if r.acked_revocations.is_empty() && !rebound && !stale {
+        if r.acked_revocations.is_empty() && !rebound && !stale && !returned {
             return Response::Heartbeat(HeartbeatResponse {
                 generation: m.generation,
                 session_timeout_ms,

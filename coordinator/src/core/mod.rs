@@ -216,7 +216,13 @@ impl Coordinator {
                 self.note_dirty(&group);
                 response
             }
-            Request::CommitOffsets(r) => self.commit(now, conn, r),
+            Request::CommitOffsets(r) => {
+                // A commit can bring back a member that stood down, or rebind it.
+                let group = r.group.clone();
+                let response = self.commit(now, conn, r);
+                self.note_dirty(&group);
+                response
+            }
             Request::FetchOffsets(r) => self.fetch(r),
             Request::ListGroups => self.list_groups(),
             Request::DescribeGroup(r) => self.describe(now, &r.group),

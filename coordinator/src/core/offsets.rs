@@ -88,7 +88,9 @@ impl Coordinator {
         }
         if let Some(id) = &member {
             let m = group.members.get_mut(id).expect("member exists");
-            m.heard(now);
+            if m.heard(now) {
+                group.snapshot_dirty = true;
+            }
             if m.conn != Some(conn) {
                 let resumed = m.bind(conn);
                 group.push_state(&mut ctx, id);

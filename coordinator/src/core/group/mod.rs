@@ -133,11 +133,13 @@ impl Member {
     }
 
     /// Any frame from the member renews its session (and, with the answer, its lease).
-    pub(crate) fn heard(&mut self, now: Instant) {
+    /// Returns whether it had stood down: the snapshot must say it no longer has.
+    #[must_use]
+    pub(crate) fn heard(&mut self, now: Instant) -> bool {
         self.liveness.heard(now);
         self.heard_at = self.heard_at.max(now);
-        self.stood_down = false;
         self.lease_until = self.lease_until.max(now + self.lease_timeout);
+        std::mem::take(&mut self.stood_down)
     }
 
     /// The member now talks over `conn` (a join, or a request on a new connection).

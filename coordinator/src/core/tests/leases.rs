@@ -425,3 +425,40 @@ fn a_member_whose_connection_closed_is_granted_nothing_until_it_resumes() {
     assert_eq!(owned_by_a(&mut t), 6, "granted once it resumed");
     assert_eq!(count(&t.owned(&a)), 6, "and pushed");
 }
+
+/// A static member heard again after it stood down is no longer stood down, and the
+/// snapshot says so: a restart must not hand its partitions to a replacement at once.
+#[test]
+fn a_member_heard_after_standing_down_is_snapshotted_as_back() {
+    let mut t = TestContext::new();
+    let mut req = t.join_request("g", &[("orders", 6)]);
+    req.instance_id = Some("worker-1".into());
+    let mut a = t.join_with(1, req).unwrap();
+    t.advance(SETTLE);
+    t.expect_beat_ok(&mut a);
+    let left = t.request(
+        a.conn,
+        Request::Leave(rollcall_protocol::LeaveRequest {
+            group: "g".into(),
+            member_id: a.id.clone(),
+            mode: rollcall_protocol::LeaveMode::StandDown,
+        }),
+    );
+    assert_eq!(left, Response::Leave);
+    t.advance(SETTLE);
+    t.expect_beat_ok(&mut a);
+    t.advance(SETTLE);
+    let stood_down = t.records.iter().rev().find_map(|r| match r {
+        crate::core::Record::Group(g) => g
+            .members
+            .iter()
+            .find(|m| m.member_id == a.id)
+            .map(|m| m.stood_down),
+        _ => None,
+    });
+    assert_eq!(
+        stood_down,
+        Some(false),
+        "the last snapshot still says it stood down"
+    );
+}
