@@ -59,6 +59,7 @@ impl Group {
             heard_at: now,
             stood_down: false,
             conn_closed: false,
+            unheard: false,
             timer_at: None,
         }
     }

@@ -113,6 +113,9 @@ pub(crate) struct Member {
     /// process closes its sockets) and it has not been heard on another since: it is
     /// expelled when its lease runs out instead of at its session deadline.
     pub(crate) conn_closed: bool,
+    /// Restored from a snapshot and not heard from since: it may have died around the
+    /// restart, so it is granted nothing new until it is heard (it keeps its session).
+    pub(crate) unheard: bool,
     pub(crate) timer_at: Option<Instant>,
 }
 
@@ -143,19 +146,22 @@ impl Member {
     }
 
     /// The member now talks over `conn` (a join, or a request on a new connection).
-    /// Returns whether it was waiting out a closed connection (it takes grants again:
-    /// the caller reconciles).
+    /// Returns whether it was waiting to be heard (its connection had closed, or it was
+    /// not heard since a restore): it takes grants again, so the caller reconciles.
     #[must_use]
     pub(crate) fn bind(&mut self, conn: ConnId) -> bool {
         self.conn = Some(conn);
-        std::mem::take(&mut self.conn_closed)
+        let closed = std::mem::take(&mut self.conn_closed);
+        let unheard = std::mem::take(&mut self.unheard);
+        closed || unheard
     }
 
     /// Whether new partitions may be granted to the member: not while its process stood
-    /// down (it is gone until its replacement arrives) or its connection is closed (it
-    /// is most likely gone, and expelled when its lease runs out).
+    /// down (it is gone until its replacement arrives), its connection is closed (it is
+    /// most likely gone, and expelled when its lease runs out), or it has not been heard
+    /// since a restore.
     pub(crate) fn takes_grants(&self) -> bool {
-        !self.stood_down && !self.conn_closed
+        !self.stood_down && !self.conn_closed && !self.unheard
     }
 
     /// Applies the timeouts of a rejoin. The session deadline follows the new session

@@ -161,6 +161,7 @@ impl Group {
                 member.lease_until.max(now + remaining)
             };
             member.stood_down = ms.stood_down;
+            member.unheard = true;
             // A snapshot written before instances were recorded: the member is its
             // instance's latest incarnation.
             if let Some(instance) = &member.instance_id {

@@ -462,3 +462,41 @@ fn a_member_heard_after_standing_down_is_snapshotted_as_back() {
         "the last snapshot still says it stood down"
     );
 }
+
+/// After a restart, a member not heard since is granted nothing new (it may have died
+/// around the restart); the first frame from it brings its grants.
+#[test]
+fn a_member_not_heard_since_a_restart_is_granted_nothing_until_it_is() {
+    let mut t = TestContext::new();
+    let (mut a, mut b) = pair(&mut t, LEASE);
+    let mut c = join_leased(&mut t, 3, LEASE);
+    t.advance(SETTLE);
+    restart(&mut t);
+    let owned_by = |t: &mut TestContext, id: &str| {
+        let d = t.describe("g");
+        d.members
+            .iter()
+            .find(|m| m.member_id == id)
+            .map_or(0, |m| count(&m.owned))
+    };
+    // `a` and `b` come back and release what moves to `c`; `c` stays silent.
+    a.conn = 4;
+    b.conn = 5;
+    t.expect_beat_ok(&mut a);
+    t.expect_beat_ok(&mut b);
+    t.advance(SETTLE);
+    t.ack_all(&mut a);
+    t.ack_all(&mut b);
+    t.advance(SETTLE);
+    assert_eq!(owned_by(&mut t, &a.id) + owned_by(&mut t, &b.id), 4);
+    assert_eq!(
+        owned_by(&mut t, &c.id),
+        0,
+        "granted to a member nobody heard"
+    );
+    c.conn = 6;
+    t.expect_beat_ok(&mut c);
+    t.advance(Duration::from_millis(1));
+    assert_eq!(owned_by(&mut t, &c.id), 2, "granted once heard");
+    t.assert_exclusive("g");
+}

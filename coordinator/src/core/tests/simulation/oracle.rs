@@ -1186,7 +1186,8 @@ impl Oracle {
                     .iter()
                     .map(|(_, [session, _, _])| *session)
                     .fold(i.session, Duration::max);
-                i.last_arrival + 2 * longest
+                // Coordinator downtime is not counted: a pause shifts deadlines.
+                self.deadline_after(i.last_arrival, 2 * longest).0
             })
             .max()
             .unwrap_or(self.start)
