@@ -270,9 +270,30 @@ pub(super) struct ServeArgs {
     #[arg(long, env = "ROLLCALL_ASSIGNOR", value_name = "NAME", default_value_t = core_default().assignor)]
     assignor: AssignorKind,
     /// Failure detector new groups judge their members' silence with: fixed (expelled
-    /// after the session timeout).
+    /// after the session timeout) or adaptive (thresholds from each member's own
+    /// heartbeat gaps, between --adaptive-floor and the session timeout).
     #[arg(long, env = "ROLLCALL_DETECTOR", value_name = "NAME", default_value_t = core_default().detector)]
     detector: DetectorKind,
+    /// A second detector new groups run in shadow: its would-be suspicions and
+    /// expulsions are logged and counted (rollcall_shadow_verdicts_total), never acted on.
+    #[arg(long, env = "ROLLCALL_SHADOW_DETECTOR", value_name = "NAME")]
+    shadow_detector: Option<DetectorKind>,
+    /// Consecutive on-time heartbeats a suspect member needs to be alive again (and be
+    /// given partitions again).
+    #[arg(long, env = "ROLLCALL_RECOVER_BEATS", value_name = "N", default_value_t = core_default().detector_settings.recover_beats, value_parser = clap::value_parser!(u32).range(1..))]
+    recover_beats: u32,
+    /// Adaptive detector: the suspicion level (phi) at which the bulk of a member's gaps
+    /// convicts it (8: about one healthy gap in 10^8 that long under a normal fit).
+    #[arg(long, env = "ROLLCALL_ADAPTIVE_PHI", value_name = "PHI", default_value_t = core_default().detector_settings.phi_threshold)]
+    adaptive_phi: f64,
+    /// Adaptive detector: never expels for a silence shorter than this. Set it to the
+    /// longest pause a healthy member must survive without having shown one before.
+    #[arg(long, env = "ROLLCALL_ADAPTIVE_FLOOR", value_name = "DURATION", default_value_t = Dur(core_default().detector_settings.floor))]
+    adaptive_floor: Dur,
+    /// Adaptive detector: heartbeat gaps a member must have shown before they judge it;
+    /// a younger member is judged by its session timeout.
+    #[arg(long, env = "ROLLCALL_ADAPTIVE_MIN_HISTORY", value_name = "N", default_value_t = core_default().detector_settings.min_history)]
+    adaptive_min_history: u32,
 }
 
 impl ServeArgs {
@@ -344,6 +365,14 @@ impl ServeArgs {
             isolation_min_members: self.isolation_min_members,
             assignor: self.assignor,
             detector: self.detector,
+            shadow_detector: self.shadow_detector,
+            detector_settings: DetectorSettings {
+                recover_beats: self.recover_beats,
+                phi_threshold: self.adaptive_phi,
+                floor: self.adaptive_floor.0,
+                min_history: self.adaptive_min_history,
+                ..core_default().detector_settings
+            },
             ..CoreConfig::default()
         };
         let config = ServerConfig {

@@ -3,7 +3,7 @@
 use std::fmt::Display;
 use std::time::Duration;
 
-use super::{AssignorKind, DetectorKind};
+use super::{AssignorKind, DetectorKind, DetectorSettings};
 
 /// Limits and tunables of the core.
 #[derive(Debug, Clone)]
@@ -30,6 +30,10 @@ pub struct CoreConfig {
     pub assignor: AssignorKind,
     /// The failure detector each new group judges its members' silence with.
     pub detector: DetectorKind,
+    /// A second detector each new group runs in shadow (reported, never acted on).
+    pub shadow_detector: Option<DetectorKind>,
+    /// Settings of the detectors and of the suspect state.
+    pub detector_settings: DetectorSettings,
     /// How many expelled member ids each group remembers, to answer them with the reason
     /// rather than "unknown member".
     pub expelled_memory: usize,
@@ -60,6 +64,8 @@ impl Default for CoreConfig {
             rebalance_coalesce_max: Duration::from_millis(250),
             assignor: AssignorKind::Sticky,
             detector: DetectorKind::Fixed,
+            shadow_detector: None,
+            detector_settings: DetectorSettings::default(),
             expelled_memory: 1024,
             pause_guard: Duration::from_secs(2),
             isolation_min_members: 3,

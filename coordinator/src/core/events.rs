@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use rollcall_protocol::{ExpelReason, Push};
 
-use super::ConnId;
+use super::{ConnId, DetectorKind};
 
 /// Why a rebalance started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -18,11 +18,19 @@ pub enum RebalanceCause {
     Expulsion,
     /// A member changed its subscription.
     Subscription,
+    /// A suspect member, which was given nothing new, is alive again.
+    Recovery,
 }
 
 impl RebalanceCause {
     /// Every cause.
-    pub const ALL: [Self; 4] = [Self::Join, Self::Leave, Self::Expulsion, Self::Subscription];
+    pub const ALL: [Self; 5] = [
+        Self::Join,
+        Self::Leave,
+        Self::Expulsion,
+        Self::Subscription,
+        Self::Recovery,
+    ];
 
     /// Snake-case name, for logs and metric labels.
     pub fn as_str(self) -> &'static str {
@@ -31,6 +39,7 @@ impl RebalanceCause {
             Self::Leave => "leave",
             Self::Expulsion => "expulsion",
             Self::Subscription => "subscription",
+            Self::Recovery => "recovery",
         }
     }
 
@@ -143,6 +152,65 @@ pub enum Event {
         /// How long after the grace's end the core noticed.
         late_by: Duration,
     },
+    /// A member went silent past its suspicion threshold: it keeps what it owns and is
+    /// given nothing new.
+    MemberSuspected {
+        /// Group id.
+        group: String,
+        /// Member id.
+        member_id: String,
+        /// How long it had been silent.
+        silence: Duration,
+        /// The silence that would expel it.
+        expel_after: Duration,
+    },
+    /// A suspect member is alive again after enough on-time heartbeats.
+    MemberRecovered {
+        /// Group id.
+        group: String,
+        /// Member id.
+        member_id: String,
+        /// How long it was suspect.
+        suspect_for: Duration,
+    },
+    /// What the group's shadow detector would have done, had it been acting.
+    ShadowVerdict {
+        /// Group id.
+        group: String,
+        /// Member id.
+        member_id: String,
+        /// The shadow detector.
+        detector: DetectorKind,
+        /// What it would have done.
+        verdict: ShadowVerdict,
+        /// The silence it judged.
+        silence: Duration,
+    },
+}
+
+/// What a shadow detector would have done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ShadowVerdict {
+    /// Suspected a member that then spoke again.
+    Suspect,
+    /// Expelled a member that then spoke again: a false expulsion it would have made.
+    Expel,
+    /// Still waited on a member the acting detector expelled for silence.
+    Spare,
+}
+
+impl ShadowVerdict {
+    /// Every verdict.
+    pub const ALL: [Self; 3] = [Self::Suspect, Self::Expel, Self::Spare];
+
+    /// The verdict's name, as logs and metrics spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Suspect => "suspect",
+            Self::Expel => "expel",
+            Self::Spare => "spare",
+        }
+    }
 }
 
 /// An output of the core.

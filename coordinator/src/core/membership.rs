@@ -162,11 +162,12 @@ impl Coordinator {
                 return Self::member_gone(group, ApiKey::Join, old);
             }
         }
-        let (floor, detector) = (self.generation_floor, self.config.detector);
+        let floor = self.generation_floor;
         let (groups, mut ctx) = self.parts(now);
+        let config = ctx.config;
         let group = groups
             .entry(Arc::from(r.group.as_str()))
-            .or_insert_with_key(|name| Group::new(name.clone(), floor, detector));
+            .or_insert_with_key(|name| Group::new(name.clone(), floor, config));
 
         // A rejoin naming a live member, or a retried join (same token, and the same
         // instance, client and subscription: a token that merely collides with another
@@ -295,7 +296,7 @@ impl Coordinator {
         let Some(m) = group.members.get_mut(id) else {
             return refuse(ApiKey::Join, ErrorCode::Internal, "member vanished");
         };
-        if m.set_timeouts(timeouts) {
+        if m.set_timeouts(timeouts, &*group.detector, group.shadow.as_deref()) {
             // Timeouts decide expiry and holds: a restart must bring the new ones back.
             group.snapshot_dirty = true;
         }
@@ -363,24 +364,34 @@ impl Coordinator {
             );
         }
         let returned = m.heard(now);
-        m.record_sequence(r.sequence);
+        let changes = m.liveness.beat(
+            now,
+            r.sequence,
+            &*group.detector,
+            group.shadow.as_deref(),
+            ctx.config.detector_settings.recover_beats,
+        );
         m.report_progress(now, r.progress);
         let rebound = m.conn != Some(conn);
         let resumed = m.bind(conn);
         let stale = r.generation != m.generation;
         let session_timeout_ms = duration_ms(m.session_timeout) as u32;
+        let changed = changes != [None, None];
         if returned {
             // It had stood down: a restart must not take that back as the last word.
             group.snapshot_dirty = true;
         }
         // The common case ends here: no acknowledgement, same connection, same generation.
-        if r.acked_revocations.is_empty() && !rebound && !stale && !returned {
+        if r.acked_revocations.is_empty() && !rebound && !stale && !returned && !changed {
             return Response::Heartbeat(HeartbeatResponse {
                 generation: m.generation,
                 session_timeout_ms,
             });
         }
         let id = m.id.clone();
+        if changed {
+            group.after_beat(&mut ctx, &id, changes);
+        }
         let acked: Vec<TopicPartition> = r
             .acked_revocations
             .iter()

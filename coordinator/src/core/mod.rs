@@ -31,8 +31,8 @@ use timers::{TimerKey, Timers};
 
 pub use assignor::{Assignor, AssignorKind, TopicPartition};
 pub use config::{CoreConfig, UnknownName, MAX_MEMBER_ID_BYTES, MAX_NAME_BYTES};
-pub use events::{CoreStats, Event, Output, RebalanceCause};
-pub use liveness::{DetectorKind, FixedTimeout, LivenessPolicy};
+pub use events::{CoreStats, Event, Output, RebalanceCause, ShadowVerdict};
+pub use liveness::{Detector, DetectorKind, DetectorSettings, FixedTimeout};
 pub use records::{
     GroupSnapshot, HeldSnapshot, InstanceSnapshot, MemberSnapshot, OffsetRecord, Record,
     RestoredState,
@@ -160,8 +160,9 @@ impl Coordinator {
         self.tick(now);
         self.guards.heard(now);
         self.generation_floor = self.generation_floor.max(state.generation_floor);
-        let (floor, detector) = (self.generation_floor, self.config.detector);
+        let floor = self.generation_floor;
         let (groups, mut ctx) = self.parts(now);
+        let config = ctx.config;
         for snapshot in state.groups {
             let group = Group::restore(&mut ctx, snapshot);
             groups.insert(group.name.clone(), group);
@@ -169,7 +170,7 @@ impl Coordinator {
         for o in state.offsets {
             let group = groups
                 .entry(Arc::from(o.group.as_str()))
-                .or_insert_with_key(|name| Group::new(name.clone(), floor, detector));
+                .or_insert_with_key(|name| Group::new(name.clone(), floor, config));
             group
                 .offsets
                 .insert((o.topic, o.partition), (o.offset, o.metadata));

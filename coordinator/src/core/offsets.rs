@@ -20,8 +20,9 @@ impl Coordinator {
         r: CommitOffsetsRequest,
     ) -> Response {
         let max_metadata = self.config.max_metadata_bytes;
-        let (floor, detector) = (self.generation_floor, self.config.detector);
+        let floor = self.generation_floor;
         let (groups, mut ctx) = self.parts(now);
+        let config = ctx.config;
         let group_name = r.group.clone();
         let reject = |ctx: &mut Ctx<'_>, reason: ErrorCode| {
             ctx.outputs.push_back(Output::Event(Event::CommitRejected {
@@ -40,7 +41,7 @@ impl Coordinator {
             None => {
                 let group = groups
                     .entry(Arc::from(r.group.as_str()))
-                    .or_insert_with_key(|name| Group::new(name.clone(), floor, detector));
+                    .or_insert_with_key(|name| Group::new(name.clone(), floor, config));
                 if !group.members.is_empty() {
                     reject(&mut ctx, ErrorCode::InvalidRequest);
                     return refuse(

@@ -236,6 +236,13 @@ impl ServerConfig {
             return Err(InvalidConfig::new("stats-interval", "must be more than 0"));
         }
         let core = &self.core;
+        let phi = core.detector_settings.phi_threshold;
+        if !(phi.is_finite() && (1.0..=300.0).contains(&phi)) {
+            return Err(InvalidConfig::new(
+                "adaptive-phi",
+                format!("({phi}) must be from 1 to 300"),
+            ));
+        }
         if core.min_session_timeout.is_zero() {
             return Err(InvalidConfig::new(
                 "min-session-timeout",

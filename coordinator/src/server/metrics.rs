@@ -14,7 +14,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
-use crate::core::RebalanceCause;
+use crate::core::{DetectorKind, RebalanceCause, ShadowVerdict};
 
 /// Buckets of `rollcall_request_duration_seconds`.
 const REQUEST_BUCKETS: &[f64] = &[
@@ -118,6 +118,14 @@ fn describe() {
     describe_counter!(
         "rollcall_isolations_suspected_total",
         "Times most members of a shard fell silent while the whole server heard nothing, and expulsions were held."
+    );
+    describe_counter!(
+        "rollcall_liveness_transitions_total",
+        "Members becoming suspect (silent past their detector's suspicion threshold) and recovering (several on-time heartbeats later)."
+    );
+    describe_counter!(
+        "rollcall_shadow_verdicts_total",
+        "What a group's shadow detector would have done, by detector and verdict: suspect or expel a member that then spoke again, or spare one the acting detector expelled."
     );
     describe_counter!(
         "rollcall_guard_transitions_total",
@@ -251,6 +259,9 @@ pub(crate) struct Metrics {
     pub(crate) pauses: Counter,
     pub(crate) isolations: Counter,
     guards: Vec<Counter>,
+    pub(crate) suspected: Counter,
+    pub(crate) recovered: Counter,
+    shadow_verdicts: Vec<Counter>,
 }
 
 impl Metrics {
@@ -307,7 +318,37 @@ impl Metrics {
                     })
                 })
                 .collect(),
+            suspected: metrics::counter!("rollcall_liveness_transitions_total", "transition" => "suspected"),
+            recovered: metrics::counter!("rollcall_liveness_transitions_total", "transition" => "recovered"),
+            shadow_verdicts: DetectorKind::ALL
+                .iter()
+                .flat_map(|d| {
+                    ShadowVerdict::ALL.iter().map(|v| {
+                        metrics::counter!(
+                            "rollcall_shadow_verdicts_total",
+                            "detector" => d.as_str(),
+                            "verdict" => v.as_str()
+                        )
+                    })
+                })
+                .collect(),
         }
+    }
+
+    pub(crate) fn shadow_verdict(
+        &self,
+        detector: DetectorKind,
+        verdict: ShadowVerdict,
+    ) -> &Counter {
+        let d = DetectorKind::ALL
+            .iter()
+            .position(|k| *k == detector)
+            .unwrap_or(0);
+        let v = ShadowVerdict::ALL
+            .iter()
+            .position(|k| *k == verdict)
+            .unwrap_or(0);
+        &self.shadow_verdicts[d * ShadowVerdict::ALL.len() + v]
     }
 
     pub(crate) fn request(&self, api: ApiKey) -> &Counter {

@@ -415,6 +415,54 @@ impl Shard {
                     "coordinator was paused; every member's deadlines were extended and expulsions for silence wait for queued frames"
                 );
             }
+            Event::MemberSuspected {
+                group,
+                member_id,
+                silence,
+                expel_after,
+            } => {
+                m.suspected.increment(1);
+                info!(
+                    shard,
+                    group,
+                    member_id,
+                    silent_ms = duration_ms(silence),
+                    expel_after_ms = duration_ms(expel_after),
+                    "member suspect: keeps its partitions, given nothing new"
+                );
+            }
+            Event::MemberRecovered {
+                group,
+                member_id,
+                suspect_for,
+            } => {
+                m.recovered.increment(1);
+                info!(
+                    shard,
+                    group,
+                    member_id,
+                    suspect_for_ms = duration_ms(suspect_for),
+                    "member alive again"
+                );
+            }
+            Event::ShadowVerdict {
+                group,
+                member_id,
+                detector,
+                verdict,
+                silence,
+            } => {
+                m.shadow_verdict(detector, verdict).increment(1);
+                info!(
+                    shard,
+                    group,
+                    member_id,
+                    detector = detector.as_str(),
+                    verdict = verdict.as_str(),
+                    silent_ms = duration_ms(silence),
+                    "shadow detector verdict (not acted on)"
+                );
+            }
             Event::PauseGraceEnded { .. } => {
                 m.guard(Guard::Pause, GuardTransition::Released)
                     .increment(1);

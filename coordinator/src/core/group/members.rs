@@ -8,8 +8,9 @@ use std::time::Instant;
 use rollcall_protocol::{AssignmentPush, ExpelReason, ExpelledPush, Push, RevokePush};
 
 use super::super::guards::Hold;
+use super::super::liveness::{Transition, Watch};
 use super::super::timers::TimerKey;
-use super::super::{ConnId, Event, RebalanceCause, TopicPartition};
+use super::super::{ConnId, Event, RebalanceCause, ShadowVerdict, TopicPartition};
 use super::{Ctx, Group, Held, Member, Timeouts};
 
 impl Group {
@@ -42,12 +43,16 @@ impl Group {
             rebalance_timeout,
             lease_timeout,
             subscription,
-            liveness: self.detector.build(now, session_timeout),
+            liveness: Watch::new(
+                now,
+                session_timeout,
+                &*self.detector,
+                self.shadow.as_deref(),
+            ),
             progress: 0,
             progress_deadline: now + progress_timeout,
             last_progress_at: now,
-            last_sequence: 0,
-            beats_lost: 0,
+            restricted: false,
             generation: self.generation,
             owned: BTreeSet::new(),
             target: BTreeSet::new(),
@@ -293,6 +298,14 @@ impl Group {
         if m.timer_at == Some(fired_at) {
             m.timer_at = None;
         }
+        if let Some(Transition::Suspected { silence }) = m.liveness.check(now) {
+            ctx.event(Event::MemberSuspected {
+                group: self.name.to_string(),
+                member_id: id.to_string(),
+                silence,
+                expel_after: m.liveness.thresholds().expel_after,
+            });
+        }
         let session_expired = m.session_deadline() <= now;
         // Not held by the guards: the connection closed, so the silence is the member's.
         let disconnected = m.conn_closed && m.lease_until <= now;
@@ -317,7 +330,9 @@ impl Group {
             Some((
                 ExpelReason::SessionExpired,
                 format!(
-                    "no heartbeat within the session timeout of {:?}",
+                    "no heartbeat within {:?} ({} detector, session timeout {:?})",
+                    m.liveness.thresholds().expel_after,
+                    self.detector.kind(),
                     m.session_timeout
                 ),
             ))
@@ -342,6 +357,9 @@ impl Group {
         };
         match expired {
             Some((reason, message)) => {
+                if session_expired {
+                    self.shadow_spared(ctx, id);
+                }
                 let id = id.clone();
                 self.remove_member(ctx, &id, reason, message);
                 self.reconcile(ctx);
@@ -354,6 +372,74 @@ impl Group {
                 let next = m.next_deadline();
                 ctx.timers.schedule(&mut m.timer_at, next, key);
             }
+        }
+    }
+
+    /// Member `id` was expelled for silence: reports it if the shadow detector would
+    /// still have waited.
+    fn shadow_spared(&self, ctx: &mut Ctx<'_>, id: &Arc<str>) {
+        let (Some(shadow), Some(m)) = (&self.shadow, self.members.get(id)) else {
+            return;
+        };
+        let silence = ctx.now.saturating_duration_since(m.liveness.last_heard());
+        if m.liveness
+            .shadow_thresholds()
+            .is_some_and(|t| t.expel_after > silence)
+        {
+            ctx.event(Event::ShadowVerdict {
+                group: self.name.to_string(),
+                member_id: id.to_string(),
+                detector: shadow.kind(),
+                verdict: ShadowVerdict::Spare,
+                silence,
+            });
+        }
+    }
+
+    /// What member `id`'s latest heartbeat changed ([`Watch::beat`]): reports it. A
+    /// recovered member whose target was cut while it was suspect gets a rebalance;
+    /// otherwise what waits for it is granted.
+    pub(crate) fn after_beat(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        id: &Arc<str>,
+        [change, shadow]: [Option<Transition>; 2],
+    ) {
+        let Some(m) = self.members.get_mut(id) else {
+            return;
+        };
+        let restricted = std::mem::take(&mut m.restricted);
+        if let Some(Transition::Recovered { suspect_for }) = change {
+            ctx.event(Event::MemberRecovered {
+                group: self.name.to_string(),
+                member_id: id.to_string(),
+                suspect_for,
+            });
+            if restricted {
+                self.trigger_rebalance(ctx, RebalanceCause::Recovery);
+            } else {
+                self.reconcile(ctx);
+            }
+        } else if restricted {
+            if let Some(m) = self.members.get_mut(id) {
+                m.restricted = true;
+            }
+        }
+        let verdict = match shadow {
+            Some(Transition::ShadowExpelled { silence }) => Some((ShadowVerdict::Expel, silence)),
+            Some(Transition::ShadowSuspected { silence }) => {
+                Some((ShadowVerdict::Suspect, silence))
+            }
+            _ => None,
+        };
+        if let (Some((verdict, silence)), Some(detector)) = (verdict, &self.shadow) {
+            ctx.event(Event::ShadowVerdict {
+                group: self.name.to_string(),
+                member_id: id.to_string(),
+                detector: detector.kind(),
+                verdict,
+                silence,
+            });
         }
     }
 

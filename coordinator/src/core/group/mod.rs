@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use rollcall_protocol::{ExpelReason, GroupState, Push, TopicPartitions};
 
 use super::assignor::TopicPartition;
-use super::liveness::{DetectorKind, LivenessPolicy};
+use super::liveness::{Detector, Watch};
 use super::timers::Timers;
 use super::{Assignor, ConnId, CoreConfig, Event, Output, RebalanceCause};
 
@@ -77,13 +77,10 @@ pub(crate) struct Member {
     pub(crate) lease_timeout: Duration,
     /// Topic indexes, ascending.
     pub(crate) subscription: Vec<u32>,
-    pub(crate) liveness: Box<dyn LivenessPolicy>,
+    pub(crate) liveness: Watch,
     pub(crate) progress: u64,
     pub(crate) progress_deadline: Instant,
     pub(crate) last_progress_at: Instant,
-    pub(crate) last_sequence: u64,
-    /// Heartbeats the member sent that never arrived, judged from sequence gaps.
-    pub(crate) beats_lost: u64,
     /// Generation of the member's current assignment.
     pub(crate) generation: u32,
     /// Partitions granted to the member and not yet released.
@@ -116,6 +113,9 @@ pub(crate) struct Member {
     /// Restored from a snapshot and not heard from since: it may have died around the
     /// restart, so it is granted nothing new until it is heard (it keeps its session).
     pub(crate) unheard: bool,
+    /// The last target computed while the member was suspect left out partitions it
+    /// would otherwise have been given: it gets a rebalance when it recovers.
+    pub(crate) restricted: bool,
     pub(crate) timer_at: Option<Instant>,
 }
 
@@ -126,6 +126,9 @@ impl Member {
 
     pub(crate) fn next_deadline(&self) -> Instant {
         let mut next = self.session_deadline().min(self.progress_deadline);
+        if let Some(s) = self.liveness.suspect_at() {
+            next = next.min(s);
+        }
         if let Some(r) = self.revoke_deadline {
             next = next.min(r);
         }
@@ -156,19 +159,25 @@ impl Member {
         closed || unheard
     }
 
-    /// Whether new partitions may be granted to the member: not while its process stood
-    /// down (it is gone until its replacement arrives), its connection is closed (it is
-    /// most likely gone, and expelled when its lease runs out), or it has not been heard
-    /// since a restore.
-    pub(crate) fn takes_grants(&self) -> bool {
-        !self.stood_down && !self.conn_closed && !self.unheard
+    /// Whether new partitions may be granted to the member at `now`: not while its
+    /// process stood down (it is gone until its replacement arrives), its connection is
+    /// closed (it is most likely gone, and expelled when its lease runs out), it has not
+    /// been heard since a restore, or it is suspect (it keeps what it owns).
+    pub(crate) fn takes_grants(&self, now: Instant) -> bool {
+        !self.stood_down && !self.conn_closed && !self.unheard && !self.liveness.is_suspect(now)
     }
 
     /// Applies the timeouts of a rejoin. The session deadline follows the new session
     /// timeout at once; the lease already promised is kept (it only grows), so a shorter
-    /// timeout never frees partitions before the member's longer lease ran out.
-    /// Returns whether anything changed.
-    pub(crate) fn set_timeouts(&mut self, timeouts: Timeouts) -> bool {
+    /// timeout never frees partitions before the member's longer lease ran out. New
+    /// session or lease timeouts (so a new heartbeat rhythm) start the member's arrivals
+    /// over. Returns whether anything changed.
+    pub(crate) fn set_timeouts(
+        &mut self,
+        timeouts: Timeouts,
+        detector: &dyn Detector,
+        shadow: Option<&dyn Detector>,
+    ) -> bool {
         let Timeouts {
             session,
             progress,
@@ -181,9 +190,11 @@ impl Member {
             self.rebalance_timeout,
             self.lease_timeout,
         ) != (session, progress, rebalance, lease);
+        if (session, lease) != (self.session_timeout, self.lease_timeout) {
+            self.liveness.reset(session, detector, shadow);
+        }
         self.session_timeout = session;
         self.lease_timeout = lease;
-        self.liveness.set_timeout(session);
         if progress != self.progress_timeout {
             self.progress_timeout = progress;
             self.progress_deadline = self.last_progress_at + progress;
@@ -198,15 +209,6 @@ impl Member {
             self.progress = progress;
             self.progress_deadline = now + self.progress_timeout;
             self.last_progress_at = now;
-        }
-    }
-
-    pub(crate) fn record_sequence(&mut self, sequence: u64) {
-        if sequence > self.last_sequence {
-            if self.last_sequence != 0 {
-                self.beats_lost += sequence - self.last_sequence - 1;
-            }
-            self.last_sequence = sequence;
         }
     }
 
@@ -228,7 +230,7 @@ impl Member {
     /// counted. A member heard in the queued frames read on waking gets nothing.
     pub(crate) fn pause_passed(&mut self, now: Instant, paused: Duration) {
         let silent = now.saturating_duration_since(self.heard_at);
-        self.liveness.extend(paused.min(silent));
+        self.liveness.pause_passed(paused.min(silent));
         let stuck = now.saturating_duration_since(self.last_progress_at);
         self.progress_deadline += paused.min(stuck);
         if let Some(r) = &mut self.revoke_deadline {
@@ -299,8 +301,10 @@ struct PendingRebalance {
 #[derive(Debug)]
 pub(crate) struct Group {
     pub(crate) name: Arc<str>,
-    /// Builds each member's liveness policy.
-    pub(crate) detector: DetectorKind,
+    /// Judges the members' silence.
+    pub(crate) detector: Box<dyn Detector>,
+    /// Judges it too, in shadow: counted and reported, never acted on.
+    pub(crate) shadow: Option<Box<dyn Detector>>,
     pub(crate) generation: u32,
     pub(crate) topics: Vec<Topic>,
     pub(crate) topic_index: HashMap<String, u32>,
@@ -333,11 +337,16 @@ pub(crate) struct Group {
 
 impl Group {
     /// A new group whose first generation will be above `generation_floor`, judging its
-    /// members with `detector`.
-    pub(crate) fn new(name: Arc<str>, generation_floor: u32, detector: DetectorKind) -> Self {
+    /// members with the detectors `config` names.
+    pub(crate) fn new(name: Arc<str>, generation_floor: u32, config: &CoreConfig) -> Self {
+        let settings = &config.detector_settings;
         Self {
             name,
-            detector,
+            detector: config.detector.build(settings),
+            shadow: config
+                .shadow_detector
+                .filter(|s| *s != config.detector)
+                .map(|s| s.build(settings)),
             generation: generation_floor,
             topics: Vec::new(),
             topic_index: HashMap::new(),

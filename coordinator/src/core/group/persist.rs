@@ -93,7 +93,7 @@ impl Group {
     /// again from `now`; a rebalance that was pending is asked for again.
     pub(crate) fn restore(ctx: &mut Ctx<'_>, snapshot: GroupSnapshot) -> Self {
         let now = ctx.now;
-        let mut group = Self::new(Arc::from(snapshot.group.as_str()), 0, ctx.config.detector);
+        let mut group = Self::new(Arc::from(snapshot.group.as_str()), 0, ctx.config);
         group.generation = snapshot.generation;
         for (name, partitions) in snapshot.topics {
             let idx = group.topics.len() as u32;

@@ -64,6 +64,7 @@ impl Group {
             members: &inputs,
         });
         drop(inputs);
+        let targets = self.spare_suspects(ctx.now, targets);
         let mut moved = 0;
         self.target_owner.clear();
         for (m, target) in self.members.values_mut().zip(targets) {
@@ -91,6 +92,71 @@ impl Group {
         });
     }
 
+    /// A suspect member keeps what it owns but is given nothing new: partitions the
+    /// assignor gave it beyond what it owns go to the member subscribing to their topic
+    /// with the fewest partitions that is not suspect (and takes grants). If there is
+    /// none, they stay with the suspect and wait for it to recover. `targets` are in
+    /// member order; members whose target was cut are marked for a rebalance when they
+    /// recover.
+    fn spare_suspects(
+        &mut self,
+        now: std::time::Instant,
+        mut targets: Vec<Vec<TopicPartition>>,
+    ) -> Vec<Vec<TopicPartition>> {
+        let suspect: Vec<bool> = self
+            .members
+            .values()
+            .map(|m| m.liveness.is_suspect(now))
+            .collect();
+        if !suspect.contains(&true) {
+            return targets;
+        }
+        let takers: Vec<usize> = self
+            .members
+            .values()
+            .enumerate()
+            .filter(|(i, m)| !suspect[*i] && m.takes_grants(now))
+            .map(|(i, _)| i)
+            .collect();
+        let subscriptions: Vec<&[u32]> = self
+            .members
+            .values()
+            .map(|m| m.subscription.as_slice())
+            .collect();
+        let mut cut = vec![false; targets.len()];
+        for (i, m) in self.members.values().enumerate() {
+            if !suspect[i] {
+                continue;
+            }
+            let (keep, extra): (Vec<TopicPartition>, Vec<TopicPartition>) =
+                targets[i].iter().partition(|tp| m.owned.contains(tp));
+            let mut kept_back = Vec::new();
+            for tp in extra {
+                let taker = takers
+                    .iter()
+                    .copied()
+                    .filter(|&t| subscriptions[t].binary_search(&tp.topic).is_ok())
+                    .min_by_key(|&t| targets[t].len());
+                match taker {
+                    Some(t) => {
+                        targets[t].push(tp);
+                        cut[i] = true;
+                    }
+                    None => kept_back.push(tp),
+                }
+            }
+            targets[i] = keep;
+            targets[i].extend(kept_back);
+        }
+        for (m, cut) in self.members.values_mut().zip(cut) {
+            m.restricted |= cut;
+        }
+        for t in &mut targets {
+            t.sort_unstable();
+        }
+        targets
+    }
+
     /// Moves the group toward its target: asks owners to release partitions that move,
     /// grants free partitions to their targets, pushes what changed. A partition is never
     /// granted while another member owns it or while it is held for an expelled member.
@@ -116,7 +182,7 @@ impl Group {
             };
             // A member whose process stood down or whose connection closed takes nothing
             // new (see `Member::takes_grants`).
-            let grants: Vec<TopicPartition> = if !m.takes_grants() {
+            let grants: Vec<TopicPartition> = if !m.takes_grants(now) {
                 Vec::new()
             } else {
                 m.target
@@ -220,7 +286,7 @@ impl Group {
             let Some(m) = self.members.get_mut(to) else {
                 continue;
             };
-            if m.takes_grants() && m.target.contains(tp) && m.owned.insert(*tp) {
+            if m.takes_grants(ctx.now) && m.target.contains(tp) && m.owned.insert(*tp) {
                 self.owners.insert(*tp, to.clone());
                 m.assignment_dirty = true;
                 changed.push(to.clone());

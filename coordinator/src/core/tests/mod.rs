@@ -5,6 +5,7 @@
 //! core at every deadline it asked for on the way, exactly as the shell does.
 
 mod defects;
+mod detection;
 mod leases;
 mod scenarios;
 mod simulation;

@@ -1,0 +1,149 @@
+//! How the core judges whether a member's process is there.
+//!
+//! Every member has a [`Watch`]: when it was last heard, its heartbeat [`Arrivals`], and
+//! its state (alive or suspect). A [`Detector`] turns the arrivals into
+//! [`Thresholds`]: how long a silence may last before the member is suspect, and before
+//! it is expelled. The group's detector is chosen by a [`DetectorKind`]; a second
+//! detector may run in shadow, judged on the same arrivals and never acted on.
+//!
+//! A new detector is one implementation of [`Detector`] and one variant of
+//! [`DetectorKind`]; configuration, parsing and the command line follow from the variant.
+
+mod adaptive;
+mod arrivals;
+mod watch;
+
+use std::fmt::{self, Debug};
+use std::str::FromStr;
+use std::time::Duration;
+
+pub use self::adaptive::Adaptive;
+pub use self::arrivals::Arrivals;
+pub use self::watch::{Transition, Watch};
+
+use super::config::UnknownName;
+
+/// The built-in failure detectors, by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum DetectorKind {
+    /// A fixed session timeout ([`FixedTimeout`]).
+    #[default]
+    Fixed,
+    /// Thresholds that follow the member's own heartbeat gaps, bounded by a floor and by
+    /// the session timeout ([`Adaptive`]).
+    Adaptive,
+}
+
+impl DetectorKind {
+    /// Every detector.
+    pub const ALL: [Self; 2] = [Self::Fixed, Self::Adaptive];
+
+    /// The detector's name, as configuration and output spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Fixed => "fixed",
+            Self::Adaptive => "adaptive",
+        }
+    }
+
+    /// The detector named `name` by [`Self::as_str`].
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+
+    /// The detector, with `settings`.
+    pub fn build(self, settings: &DetectorSettings) -> Box<dyn Detector> {
+        match self {
+            Self::Fixed => Box::new(FixedTimeout),
+            Self::Adaptive => Box::new(Adaptive::new(settings)),
+        }
+    }
+}
+
+impl fmt::Display for DetectorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for DetectorKind {
+    type Err = UnknownName;
+    fn from_str(s: &str) -> Result<Self, UnknownName> {
+        Self::parse(s.trim()).ok_or_else(|| UnknownName::new("detector", s, Self::ALL))
+    }
+}
+
+/// Settings of the detectors and of the suspect state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DetectorSettings {
+    /// Consecutive on-time heartbeats a suspect member needs to be alive again.
+    pub recover_beats: u32,
+    /// Adaptive: the suspicion level (φ) at which the bulk of the gaps convicts.
+    pub phi_threshold: f64,
+    /// Adaptive: the suspicion level (φ) at which a member becomes suspect.
+    pub phi_suspect: f64,
+    /// Adaptive: gaps a member must have shown before its own gaps judge it; a younger
+    /// member is judged by the fixed rule.
+    pub min_history: u32,
+    /// Adaptive: never expelled for a silence shorter than this.
+    pub floor: Duration,
+    /// Adaptive: a silence must exceed the longest gap remembered by this factor.
+    pub tail_headroom: f64,
+}
+
+impl Default for DetectorSettings {
+    fn default() -> Self {
+        Self {
+            recover_beats: 3,
+            phi_threshold: 8.0,
+            phi_suspect: 3.0,
+            min_history: 60,
+            floor: Duration::from_secs(1),
+            tail_headroom: 1.15,
+        }
+    }
+}
+
+/// How long a member's silence may last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Thresholds {
+    /// A longer silence makes the member suspect.
+    pub suspect_after: Duration,
+    /// A longer silence expels it.
+    pub expel_after: Duration,
+}
+
+impl Thresholds {
+    /// The fixed rule: expelled after the session timeout, suspect after half of it.
+    pub fn fixed(session: Duration) -> Self {
+        Self {
+            suspect_after: session / 2,
+            expel_after: session,
+        }
+    }
+}
+
+/// Judges how long a member's silence may last, from its heartbeat arrivals.
+pub trait Detector: Debug + Send + Sync {
+    /// Which detector this is.
+    fn kind(&self) -> DetectorKind;
+    /// The thresholds for a member that asked for `session` and has shown `arrivals`.
+    /// `expel_after` is never above `session`, `suspect_after` never above
+    /// `expel_after`.
+    fn thresholds(&self, arrivals: &Arrivals, session: Duration) -> Thresholds;
+}
+
+/// A fixed session timeout: expelled `session` after the last frame, suspect after half
+/// of it, whatever the gaps.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FixedTimeout;
+
+impl Detector for FixedTimeout {
+    fn kind(&self) -> DetectorKind {
+        DetectorKind::Fixed
+    }
+
+    fn thresholds(&self, _arrivals: &Arrivals, session: Duration) -> Thresholds {
+        Thresholds::fixed(session)
+    }
+}

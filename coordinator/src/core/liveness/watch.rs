@@ -1,0 +1,222 @@
+//! One member's liveness: when it was last heard, its heartbeat arrivals, and its state
+//! (alive → suspect → expelled, back to alive only after several on-time heartbeats).
+
+use std::time::{Duration, Instant};
+
+use rollcall_protocol::Liveness;
+
+use super::{Arrivals, Detector, Thresholds};
+
+/// A change worth an event, found when a frame arrives or a timer fires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transition {
+    /// Silent past its suspicion threshold: it keeps what it owns and is given nothing
+    /// new until it is alive again.
+    Suspected {
+        /// How long it had been silent.
+        silence: Duration,
+    },
+    /// Enough consecutive on-time heartbeats after being suspect.
+    Recovered {
+        /// How long it was suspect.
+        suspect_for: Duration,
+    },
+    /// The shadow detector would have suspected the member, which then spoke again.
+    ShadowSuspected {
+        /// The silence the heartbeat ended.
+        silence: Duration,
+    },
+    /// The shadow detector would have expelled the member, which then spoke again: a
+    /// false expulsion avoided.
+    ShadowExpelled {
+        /// The silence the heartbeat ended.
+        silence: Duration,
+    },
+}
+
+/// A member's liveness, as the coordinator judges it.
+#[derive(Debug, Clone)]
+pub struct Watch {
+    /// When a frame from the member last arrived, shifted by the guards when the
+    /// coordinator itself was at fault.
+    last_heard: Instant,
+    /// Silence that ended with the latest frame.
+    last_silence: Duration,
+    session: Duration,
+    arrivals: Arrivals,
+    thresholds: Thresholds,
+    /// The shadow detector's thresholds, when the group runs one.
+    shadow: Option<Thresholds>,
+    suspect: bool,
+    /// When the state last changed (or the member was first heard).
+    since: Instant,
+    /// On-time heartbeats since the member became suspect.
+    streak: u32,
+}
+
+impl Watch {
+    /// A member first heard at `now`, which asked for `session`.
+    pub fn new(
+        now: Instant,
+        session: Duration,
+        detector: &dyn Detector,
+        shadow: Option<&dyn Detector>,
+    ) -> Self {
+        let arrivals = Arrivals::default();
+        Self {
+            last_heard: now,
+            last_silence: Duration::ZERO,
+            session,
+            thresholds: detector.thresholds(&arrivals, session),
+            shadow: shadow.map(|s| s.thresholds(&arrivals, session)),
+            arrivals,
+            suspect: false,
+            since: now,
+            streak: 0,
+        }
+    }
+
+    /// A frame from the member arrived at `now`.
+    pub fn heard(&mut self, now: Instant) {
+        if now > self.last_heard {
+            self.last_silence = now - self.last_heard;
+            self.last_heard = now;
+        } else {
+            self.last_silence = Duration::ZERO;
+        }
+    }
+
+    /// The frame heard at `now` (after [`Self::heard`]) was a heartbeat with `sequence`:
+    /// learns its gap, counts it on time or late, and judges it again. Returns what
+    /// changed: a recovery, and what the shadow detector would have done.
+    pub fn beat(
+        &mut self,
+        now: Instant,
+        sequence: u64,
+        detector: &dyn Detector,
+        shadow: Option<&dyn Detector>,
+        recover_beats: u32,
+    ) -> [Option<Transition>; 2] {
+        let silence = self.last_silence;
+        let mut out = [None, None];
+        if silence > self.thresholds.suspect_after {
+            self.arrivals.count_late();
+            self.streak = 0;
+            if !self.suspect {
+                // Its timer had not fired yet: suspect as of now, recovering from here.
+                self.suspect = true;
+                self.since = now;
+            }
+        } else if self.suspect {
+            self.streak += 1;
+            if self.streak >= recover_beats {
+                out[0] = Some(Transition::Recovered {
+                    suspect_for: now.saturating_duration_since(self.since),
+                });
+                self.suspect = false;
+                self.since = now;
+                self.streak = 0;
+            }
+        }
+        if let Some(s) = self.shadow {
+            if silence > s.expel_after {
+                out[1] = Some(Transition::ShadowExpelled { silence });
+            } else if silence > s.suspect_after {
+                out[1] = Some(Transition::ShadowSuspected { silence });
+            }
+        }
+        self.arrivals.beat(now, sequence);
+        self.thresholds = detector.thresholds(&self.arrivals, self.session);
+        self.shadow = shadow.map(|s| s.thresholds(&self.arrivals, self.session));
+        out
+    }
+
+    /// Judges the member at `now` (its timer fired): alive and silent past its
+    /// suspicion threshold makes it suspect.
+    pub fn check(&mut self, now: Instant) -> Option<Transition> {
+        let silence = now.saturating_duration_since(self.last_heard);
+        // At the instant itself: the timer was set for it.
+        if !self.suspect && silence >= self.thresholds.suspect_after {
+            self.suspect = true;
+            self.since = now;
+            self.streak = 0;
+            return Some(Transition::Suspected { silence });
+        }
+        None
+    }
+
+    /// When the member is expelled if nothing more is heard.
+    pub fn deadline(&self) -> Instant {
+        self.last_heard + self.thresholds.expel_after
+    }
+
+    /// When the member becomes suspect if nothing more is heard (none while suspect).
+    pub fn suspect_at(&self) -> Option<Instant> {
+        (!self.suspect).then(|| self.last_heard + self.thresholds.suspect_after)
+    }
+
+    /// Whether the member is suspect at `now`.
+    pub fn is_suspect(&self, now: Instant) -> bool {
+        self.suspect
+            || now.saturating_duration_since(self.last_heard) > self.thresholds.suspect_after
+    }
+
+    /// How the member looks at `now`.
+    pub fn liveness(&self, now: Instant) -> Liveness {
+        if self.is_suspect(now) {
+            Liveness::Suspect
+        } else {
+            Liveness::Alive
+        }
+    }
+
+    /// Since when the member has been in its state.
+    pub fn since(&self) -> Instant {
+        self.since
+    }
+
+    /// Shifts the last-heard time by `by` (the coordinator itself was at fault).
+    pub fn extend(&mut self, by: Duration) {
+        self.last_heard += by;
+    }
+
+    /// The coordinator was paused: the gap that spans the pause is not the member's.
+    pub fn pause_passed(&mut self, by: Duration) {
+        self.extend(by);
+        self.arrivals.skip_next();
+    }
+
+    /// When the member was last heard from (as shifted by the guards).
+    pub fn last_heard(&self) -> Instant {
+        self.last_heard
+    }
+
+    /// The member asked for a new session timeout or heartbeat rhythm (a rejoin): its
+    /// old gaps no longer describe it, so it starts over as a young member.
+    pub fn reset(
+        &mut self,
+        session: Duration,
+        detector: &dyn Detector,
+        shadow: Option<&dyn Detector>,
+    ) {
+        self.session = session;
+        self.arrivals = Arrivals::default();
+        self.thresholds = detector.thresholds(&self.arrivals, session);
+        self.shadow = shadow.map(|s| s.thresholds(&self.arrivals, session));
+    }
+
+    /// The thresholds in force.
+    pub fn thresholds(&self) -> Thresholds {
+        self.thresholds
+    }
+
+    /// The shadow detector's thresholds, if the group runs one.
+    pub fn shadow_thresholds(&self) -> Option<Thresholds> {
+        self.shadow
+    }
+
+    /// The member's heartbeat arrivals.
+    pub fn arrivals(&self) -> &Arrivals {
+        &self.arrivals
+    }
+}

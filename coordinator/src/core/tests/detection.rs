@@ -1,0 +1,310 @@
+//! Failure detection: the suspect state and its consequences, the adaptive detector
+//! through the core, shadow verdicts, lost and late beats, and the adaptive detector
+//! against the best fixed timeout on replayed traces.
+
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::core::liveness::{Arrivals, Detector, DetectorKind, DetectorSettings};
+use crate::core::{RebalanceCause, ShadowVerdict};
+
+const BEAT: Duration = Duration::from_secs(1);
+
+fn config(detector: DetectorKind, shadow: Option<DetectorKind>) -> CoreConfig {
+    CoreConfig {
+        detector,
+        shadow_detector: shadow,
+        ..CoreConfig::default()
+    }
+}
+
+/// Advances `n` heartbeat intervals, every member of `beating` beating once in each.
+fn beat_for(t: &mut TestContext, beating: &mut [&mut M], n: u32, every: Duration) {
+    for _ in 0..n {
+        t.advance(every);
+        for m in beating.iter_mut() {
+            t.expect_beat_ok(m);
+        }
+    }
+}
+
+fn suspected(t: &TestContext, m: &M) -> usize {
+    t.events
+        .iter()
+        .filter(|e| matches!(e, Event::MemberSuspected { member_id, .. } if *member_id == m.id))
+        .count()
+}
+
+fn recovered(t: &TestContext, m: &M) -> usize {
+    t.events
+        .iter()
+        .filter(|e| matches!(e, Event::MemberRecovered { member_id, .. } if *member_id == m.id))
+        .count()
+}
+
+fn expelled_at(t: &TestContext, m: &M) -> bool {
+    t.events
+        .iter()
+        .any(|e| matches!(e, Event::MemberRemoved { member_id, .. } if *member_id == m.id))
+}
+
+/// A suspect member keeps what it owns, is given nothing new by a rebalance computed
+/// while it is suspect, becomes alive only after several on-time heartbeats, and then
+/// gets its share back.
+#[test]
+fn a_suspect_member_keeps_its_partitions_and_gets_nothing_new_until_it_recovers() {
+    let mut t = TestContext::new();
+    let mut a = t.join(1, "g", &[("orders", 9)]);
+    let mut b = t.join(2, "g", &[("orders", 9)]);
+    let mut c = t.join(3, "g", &[("orders", 9)]);
+    for _ in 0..3 {
+        beat_for(&mut t, &mut [&mut a, &mut b, &mut c], 1, BEAT);
+        t.ack_all(&mut a);
+        t.ack_all(&mut b);
+        t.ack_all(&mut c);
+    }
+    beat_for(&mut t, &mut [&mut a, &mut b, &mut c], 1, BEAT);
+    assert_eq!([&a, &b, &c].map(|m| count(&t.owned(m))), [3, 3, 3]);
+
+    // `b` falls silent past half its session: suspect, with an event.
+    beat_for(&mut t, &mut [&mut a, &mut c], 6, BEAT);
+    assert_eq!(suspected(&t, &b), 1, "suspected once");
+    let d = t.describe("g");
+    let db = d.members.iter().find(|m| m.member_id == b.id).unwrap();
+    assert_eq!(db.liveness, rollcall_protocol::Liveness::Suspect);
+
+    // `a` leaves while `b` is suspect: `b` keeps its 3 and is given none of `a`'s.
+    t.leave(&a);
+    beat_for(&mut t, &mut [&mut c], 1, Duration::from_millis(500));
+    assert_eq!(count(&t.owned(&b)), 3, "suspect b was given partitions");
+    assert_eq!(count(&t.owned(&c)), 6, "c took a's partitions");
+    t.assert_exclusive("g");
+
+    // One on-time heartbeat is not enough to be alive again.
+    t.expect_beat_ok(&mut b);
+    assert_eq!(recovered(&t, &b), 0);
+    // Three on-time heartbeats are, and its target is whole again.
+    beat_for(&mut t, &mut [&mut b, &mut c], 3, BEAT);
+    assert_eq!(recovered(&t, &b), 1, "recovered after three on-time beats");
+    for _ in 0..3 {
+        t.ack_all(&mut b);
+        t.ack_all(&mut c);
+        beat_for(&mut t, &mut [&mut b, &mut c], 1, BEAT);
+    }
+    assert!(t.events.iter().any(|e| matches!(
+        e,
+        Event::RebalanceStarted {
+            cause: RebalanceCause::Recovery,
+            ..
+        }
+    )));
+    let shares = [&b, &c].map(|m| count(&t.owned(m)));
+    assert_eq!(shares.iter().sum::<usize>(), 9);
+    assert!(shares.iter().all(|&s| s >= 4), "balanced again: {shares:?}");
+    t.assert_exclusive("g");
+}
+
+/// A late heartbeat resets the streak: a member that keeps beating late stays suspect.
+#[test]
+fn late_heartbeats_keep_a_member_suspect_and_are_counted() {
+    let mut t = TestContext::new();
+    let mut a = t.join(1, "g", &[("orders", 2)]);
+    beat_for(&mut t, &mut [&mut a], 2, BEAT);
+    for _ in 0..4 {
+        t.advance(Duration::from_secs(6));
+        t.expect_beat_ok(&mut a);
+    }
+    assert!(!expelled_at(&t, &a));
+    assert_eq!(recovered(&t, &a), 0, "never on time, never recovered");
+    assert!(suspected(&t, &a) >= 1);
+    let d = t.describe("g");
+    assert_eq!(d.members[0].liveness, rollcall_protocol::Liveness::Suspect);
+}
+
+/// The adaptive detector expels a member with a calm history after a short silence,
+/// well inside its session timeout; a young member is judged by the session timeout.
+#[test]
+fn adaptive_expels_a_calm_member_soon_and_a_young_one_at_its_session() {
+    let mut t = TestContext::with_config(config(DetectorKind::Adaptive, None));
+    let mut old = t.join(1, "g", &[("orders", 4)]);
+    beat_for(&mut t, &mut [&mut old], 100, BEAT);
+    let mut young = t.join(2, "g", &[("orders", 4)]);
+    beat_for(&mut t, &mut [&mut old, &mut young], 5, BEAT);
+    // Both fall silent.
+    let silent_at = t.now;
+    t.advance(Duration::from_secs(3));
+    assert!(
+        expelled_at(&t, &old),
+        "a calm member is expelled within 3 s"
+    );
+    assert!(
+        !expelled_at(&t, &young),
+        "a young member waits for its session"
+    );
+    t.advance(SESSION);
+    assert!(expelled_at(&t, &young));
+    assert!(t.now - silent_at <= SESSION + Duration::from_secs(3));
+}
+
+/// A shadow detector reports what it would have done and changes nothing.
+#[test]
+fn a_shadow_detector_reports_would_be_expulsions_without_acting() {
+    let mut t = TestContext::with_config(config(DetectorKind::Fixed, Some(DetectorKind::Adaptive)));
+    let mut a = t.join(1, "g", &[("orders", 2)]);
+    beat_for(&mut t, &mut [&mut a], 100, BEAT);
+    // Four seconds of silence: the fixed 10 s session keeps the member; the adaptive
+    // shadow, which has seen only 1 s gaps, would have expelled it.
+    t.advance(Duration::from_secs(4));
+    t.expect_beat_ok(&mut a);
+    assert!(!expelled_at(&t, &a));
+    let verdicts: Vec<ShadowVerdict> = t
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::ShadowVerdict {
+                verdict, detector, ..
+            } => {
+                assert_eq!(*detector, DetectorKind::Adaptive);
+                Some(*verdict)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(verdicts, vec![ShadowVerdict::Expel]);
+}
+
+/// Sequence gaps count as lost beats.
+#[test]
+fn sequence_gaps_are_lost_beats() {
+    let mut t = TestContext::new();
+    let mut a = t.join(1, "g", &[("orders", 2)]);
+    beat_for(&mut t, &mut [&mut a], 3, BEAT);
+    a.seq += 2; // two beats the client sent never arrived
+    beat_for(&mut t, &mut [&mut a], 1, BEAT);
+    let core = &t.core;
+    let g = core.groups.get("g").unwrap();
+    let m = g.members.values().next().unwrap();
+    assert_eq!(m.liveness.arrivals().lost(), 2);
+}
+
+// ----------------------------------------------------------------------------------
+// Replayed traces: the detector code the core runs, fed arrival times.
+// ----------------------------------------------------------------------------------
+
+/// A small deterministic generator (xorshift), so traces are the same on every run.
+struct Rng(u64);
+
+impl Rng {
+    fn unit(&mut self) -> f64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// Seed 002's trace: a heartbeat every second with up to ±100 ms of jitter, a 3.5 s
+/// stop-the-world pause at 40 s, death at 100 s. Arrival times in seconds.
+fn seed_002_trace(seed: u64) -> (Vec<f64>, f64) {
+    let mut rng = Rng(seed);
+    let mut arrivals = Vec::new();
+    let mut t = 1.0;
+    while t < 100.0 {
+        let mut at = t + (rng.unit() - 0.5) * 0.2;
+        if (40.0..43.5).contains(&at) {
+            at = 43.5 + rng.unit() * 0.05;
+        }
+        if arrivals.last().map_or(true, |&last| at > last) {
+            arrivals.push(at);
+        }
+        t += 1.0;
+    }
+    (arrivals, 100.0)
+}
+
+/// A heartbeat sent every second over a network that is noisy for ten minutes (each
+/// beat delayed by up to 2.5 s, delivered in order) and then calm for twenty (up to
+/// 50 ms), then death.
+fn noisy_then_calm_trace(seed: u64) -> (Vec<f64>, f64) {
+    let mut rng = Rng(seed);
+    let mut arrivals: Vec<f64> = Vec::new();
+    let mut sent = 0.0;
+    while sent < 1800.0 {
+        sent += 1.0;
+        let delay = if sent < 600.0 { 2.5 } else { 0.05 } * rng.unit();
+        let at = arrivals
+            .last()
+            .map_or(sent + delay, |&l| (sent + delay).max(l + 0.001));
+        arrivals.push(at);
+    }
+    (arrivals, sent + 0.5)
+}
+
+/// Replays `arrivals` through `detector` with a session timeout of `session`: whether
+/// any silence before the death was convicted, and how long after the death the
+/// silence after the last arrival is convicted.
+fn replay(detector: &dyn Detector, arrivals: &[f64], death: f64, session: Duration) -> (u32, f64) {
+    let start = Instant::now();
+    let at = |s: f64| start + Duration::from_secs_f64(s);
+    let mut a = Arrivals::default();
+    let mut false_expulsions = 0;
+    let mut sequence = 0;
+    for w in arrivals.windows(2) {
+        sequence += 1;
+        a.beat(at(w[0]), sequence);
+        let expel = detector.thresholds(&a, session).expel_after.as_secs_f64();
+        if w[1] - w[0] > expel {
+            false_expulsions += 1;
+        }
+    }
+    let last = *arrivals.last().unwrap();
+    a.beat(at(last), sequence + 1);
+    let expel = detector.thresholds(&a, session).expel_after.as_secs_f64();
+    (false_expulsions, (last + expel - death).max(0.0))
+}
+
+/// The best fixed timeout on a trace: the shortest with no false expulsion (just over
+/// the longest gap), and its detection time.
+fn best_fixed(arrivals: &[f64], death: f64) -> f64 {
+    let longest = arrivals.windows(2).map(|w| w[1] - w[0]).fold(0.0, f64::max);
+    let last = *arrivals.last().unwrap();
+    (last + longest + 0.001 - death).max(0.0)
+}
+
+#[test]
+fn adaptive_matches_the_best_fixed_timeout_on_seed_002s_trace() {
+    let adaptive = DetectorKind::Adaptive.build(&DetectorSettings::default());
+    for seed in 1..=20 {
+        let (arrivals, death) = seed_002_trace(seed * 7919);
+        let (false_expulsions, detection) =
+            replay(&*adaptive, &arrivals, death, Duration::from_secs(10));
+        let fixed = best_fixed(&arrivals, death);
+        assert_eq!(
+            false_expulsions, 0,
+            "seed {seed}: adaptive mourned the pause"
+        );
+        assert!(
+            detection <= 1.3 * fixed,
+            "seed {seed}: adaptive detects in {detection:.2} s, best fixed in {fixed:.2} s"
+        );
+    }
+}
+
+#[test]
+fn adaptive_detects_a_crash_in_calm_far_sooner_than_the_best_fixed_timeout() {
+    let adaptive = DetectorKind::Adaptive.build(&DetectorSettings::default());
+    for seed in 1..=20 {
+        let (arrivals, death) = noisy_then_calm_trace(seed * 104_729);
+        let (false_expulsions, detection) =
+            replay(&*adaptive, &arrivals, death, Duration::from_secs(30));
+        let fixed = best_fixed(&arrivals, death);
+        assert_eq!(
+            false_expulsions, 0,
+            "seed {seed}: adaptive convicted a live member"
+        );
+        assert!(
+            detection <= 0.4 * fixed,
+            "seed {seed}: adaptive detects in {detection:.2} s, best fixed in {fixed:.2} s"
+        );
+    }
+}
