@@ -159,7 +159,7 @@ pub const CURRENT_VERSION: u16 = 0;
 /// 0, like every response.
 pub fn max_request_version(key: ApiKey) -> u16 {
     match key {
-        ApiKey::Join | ApiKey::Leave => 1,
+        ApiKey::Join | ApiKey::Leave | ApiKey::DescribeGroup => 1,
         _ => CURRENT_VERSION,
     }
 }
@@ -247,7 +247,7 @@ impl Frame {
     pub fn header(&self) -> Header {
         let (kind, api_key, api_version) = match &self.body {
             Body::Request(r) => (FrameKind::Request, r.api_key() as u16, r.version()),
-            Body::Response(r) => (FrameKind::Response, r.api_key(), CURRENT_VERSION),
+            Body::Response(r) => (FrameKind::Response, r.api_key(), r.version()),
             Body::Push(p) => (FrameKind::Push, p.key() as u16, CURRENT_VERSION),
             Body::Unsupported(h) => (h.kind, h.api_key, h.api_version),
         };
@@ -335,17 +335,15 @@ impl Frame {
                 let Some(key) = ApiKey::from_u16(header.api_key) else {
                     return Ok(unsupported(&mut r));
                 };
-                let max = match header.kind {
-                    FrameKind::Request => max_request_version(key),
-                    _ => CURRENT_VERSION,
-                };
+                // A response answers at its request's version.
+                let max = max_request_version(key);
                 if version > max {
                     return Ok(unsupported(&mut r));
                 }
                 if header.kind == FrameKind::Request {
                     Request::decode(key, version, &mut r).map(Body::Request)
                 } else {
-                    Response::decode(key, &mut r).map(Body::Response)
+                    Response::decode(key, version, &mut r).map(Body::Response)
                 }
             }
             FrameKind::Push => {

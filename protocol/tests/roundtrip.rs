@@ -9,10 +9,11 @@ use rollcall_protocol::{
     AssignmentPush, Body, Codec, CommitOffsetsRequest, CommitOffsetsResponse, CommittedOffset,
     DescribeGroupRequest, DescribeGroupResponse, ErrorCode, ErrorResponse, ExpelReason,
     ExpelledPush, FetchOffsetsRequest, FetchOffsetsResponse, Frame, FrameError, FrameKind,
-    GroupListing, GroupState, Header, HeartbeatRequest, HeartbeatResponse, JoinRequest,
-    JoinResponse, LeaveMode, LeaveRequest, ListGroupsResponse, Liveness, MemberDescription,
-    OffsetCommit, PartitionResult, Push, PushKey, Request, Response, RevokePush, ShutdownPush,
-    TopicPartitions, TopicSubscription, CURRENT_VERSION, LENGTH_PREFIX_SIZE,
+    GroupDetection, GroupListing, GroupState, Header, HeartbeatRequest, HeartbeatResponse,
+    JoinRequest, JoinResponse, LeaveMode, LeaveRequest, ListGroupsResponse, Liveness,
+    MemberDescription, MemberDetection, OffsetCommit, PartitionResult, Push, PushKey, Request,
+    Response, RevokePush, ShutdownPush, TopicPartitions, TopicSubscription, CURRENT_VERSION,
+    LENGTH_PREFIX_SIZE,
 };
 use tokio_util::codec::{Decoder, Encoder};
 
@@ -176,7 +177,9 @@ fn request() -> impl Strategy<Value = Request> {
     );
     let fetch = (text(), small_vec(text()))
         .prop_map(|(group, topics)| Request::FetchOffsets(FetchOffsetsRequest { group, topics }));
-    let describe = text().prop_map(|group| Request::DescribeGroup(DescribeGroupRequest { group }));
+    let describe = (text(), any::<bool>()).prop_map(|(group, detection)| {
+        Request::DescribeGroup(DescribeGroupRequest { group, detection })
+    });
     prop_oneof![
         api_versions,
         join,
@@ -226,6 +229,40 @@ fn member_description() -> impl Strategy<Value = MemberDescription> {
                 owned,
                 pending_revoke,
                 pending_grant,
+                detection: None,
+            },
+        )
+}
+
+fn member_detection() -> impl Strategy<Value = MemberDetection> {
+    (
+        (
+            any::<u64>(),
+            any::<u32>(),
+            any::<u32>(),
+            any::<u32>(),
+            any::<u32>(),
+        ),
+        (any::<u64>(), any::<u64>()),
+        (any::<u32>(), any::<u32>(), any::<u32>(), any::<u32>()),
+    )
+        .prop_map(
+            |(
+                (in_state_ms, phi_centi, suspect_after_ms, expel_after_ms, gaps),
+                (beats_lost, beats_late),
+                (gap_p50_ms, gap_p99_ms, gap_p999_ms, gap_max_ms),
+            )| MemberDetection {
+                in_state_ms,
+                phi_centi,
+                suspect_after_ms,
+                expel_after_ms,
+                gaps,
+                beats_lost,
+                beats_late,
+                gap_p50_ms,
+                gap_p99_ms,
+                gap_p999_ms,
+                gap_max_ms,
             },
         )
 }
@@ -288,15 +325,25 @@ fn response() -> impl Strategy<Value = Response> {
         group_state(),
         any::<u32>(),
         text(),
-        prop::collection::vec(member_description(), 0..3),
+        prop::collection::vec((member_description(), member_detection()), 0..3),
+        prop::option::of((text(), prop::option::of(text()))),
     )
-        .prop_map(|(group, state, generation, assignor, members)| {
+        .prop_map(|(group, state, generation, assignor, members, detection)| {
+            // At version 1 every member carries its detection; at version 0 none does.
+            let members = members
+                .into_iter()
+                .map(|(mut m, d)| {
+                    m.detection = detection.is_some().then_some(d);
+                    m
+                })
+                .collect();
             Response::DescribeGroup(DescribeGroupResponse {
                 group,
                 state,
                 generation,
                 assignor,
                 members,
+                detection: detection.map(|(detector, shadow)| GroupDetection { detector, shadow }),
             })
         });
     prop_oneof![

@@ -616,6 +616,7 @@ async fn describe(admin: &mut RawClient, group: &str) -> Option<DescribeGroupRes
     let answer = admin
         .request(Request::DescribeGroup(DescribeGroupRequest {
             group: group.into(),
+            detection: true,
         }))
         .await;
     match answer {

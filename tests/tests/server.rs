@@ -353,6 +353,7 @@ async fn join_heartbeat_commit_fetch_describe_leave() {
     let described = admin
         .request(Request::DescribeGroup(DescribeGroupRequest {
             group: "g-basic".into(),
+            detection: false,
         }))
         .await;
     let Response::DescribeGroup(d) = described else {
@@ -361,6 +362,22 @@ async fn join_heartbeat_commit_fetch_describe_leave() {
     assert_eq!(d.state, GroupState::Stable);
     assert_eq!(d.members.len(), 1);
     assert_eq!(d.members[0].member_id, m.id);
+    assert_eq!(d.detection, None, "version 0 carries no detection");
+
+    // Version 1 adds how the detector judges the group and each member.
+    let described = admin
+        .request(Request::DescribeGroup(DescribeGroupRequest {
+            group: "g-basic".into(),
+            detection: true,
+        }))
+        .await;
+    let Response::DescribeGroup(d) = described else {
+        panic!("{described:?}");
+    };
+    let detection = d.detection.expect("version 1 describes the detector");
+    assert_eq!(detection.detector, "fixed");
+    let md = d.members[0].detection.expect("and each member");
+    assert!(md.expel_after_ms > md.suspect_after_ms, "{md:?}");
 
     let left = m
         .client
@@ -374,6 +391,7 @@ async fn join_heartbeat_commit_fetch_describe_leave() {
     let described = admin
         .request(Request::DescribeGroup(DescribeGroupRequest {
             group: "g-basic".into(),
+            detection: false,
         }))
         .await;
     let Response::DescribeGroup(d) = described else {
@@ -385,6 +403,7 @@ async fn join_heartbeat_commit_fetch_describe_leave() {
         admin
             .request(Request::DescribeGroup(DescribeGroupRequest {
                 group: "no-such-group".into(),
+                detection: false,
             }))
             .await,
     );
@@ -794,6 +813,7 @@ async fn sigterm_shuts_down_cleanly_and_a_restart_restores_the_group() {
     let described = admin
         .request(Request::DescribeGroup(DescribeGroupRequest {
             group: "g-restart".into(),
+            detection: false,
         }))
         .await;
     let Response::DescribeGroup(d) = described else {
@@ -843,6 +863,7 @@ async fn answers_wait_for_durability_and_leave_in_order() {
         101,
         Request::DescribeGroup(DescribeGroupRequest {
             group: "durable".into(),
+            detection: false,
         }),
     ))
     .await;

@@ -66,6 +66,7 @@ impl AdminCommand {
             Self::Groups { .. } => Request::ListGroups,
             Self::Describe { group, .. } => Request::DescribeGroup(DescribeGroupRequest {
                 group: group.clone(),
+                detection: true,
             }),
             Self::Offsets { group, topics, .. } => Request::FetchOffsets(FetchOffsetsRequest {
                 group: group.clone(),

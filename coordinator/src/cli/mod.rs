@@ -25,7 +25,7 @@ use rollcall_client::raw::Connection;
 use rollcall_client::ConnectError;
 use rollcall_protocol::{
     DescribeGroupRequest, DescribeGroupResponse, ErrorCode, FetchOffsetsRequest,
-    FetchOffsetsResponse, ListGroupsResponse, Request, Response, TopicPartitions,
+    FetchOffsetsResponse, ListGroupsResponse, MemberDetection, Request, Response, TopicPartitions,
 };
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
@@ -278,7 +278,7 @@ mod tests {
         // member of a full group would not fit.
         let e = config_of(&["rollcall", "serve", "--max-frame-size", "64KiB"]).unwrap_err();
         assert!(e.contains("max-partitions-per-group"), "{e}");
-        assert!(e.contains("at most 7895 fit"), "{e}");
+        assert!(e.contains("at most 7883 fit"), "{e}");
         let e = config_of(&["rollcall", "serve", "--idle-timeout", "10m"]).unwrap_err();
         assert!(
             e.contains("idle-timeout (10m) must be more than max-session-timeout (30m)"),

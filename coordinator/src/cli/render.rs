@@ -21,6 +21,10 @@ pub(super) struct DescribeJson {
     state: &'static str,
     generation: u32,
     assignor: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    detector: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shadow_detector: Option<String>,
     members: Vec<MemberJson>,
 }
 
@@ -35,6 +39,41 @@ pub(super) struct MemberJson {
     owned: Vec<TopicJson>,
     pending_revoke: Vec<TopicJson>,
     pending_grant: Vec<TopicJson>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    detection: Option<DetectionJson>,
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct DetectionJson {
+    in_state_ms: u64,
+    phi: f64,
+    suspect_after_ms: u32,
+    expel_after_ms: u32,
+    gaps: u32,
+    beats_lost: u64,
+    beats_late: u64,
+    gap_p50_ms: u32,
+    gap_p99_ms: u32,
+    gap_p999_ms: u32,
+    gap_max_ms: u32,
+}
+
+impl From<&MemberDetection> for DetectionJson {
+    fn from(d: &MemberDetection) -> Self {
+        Self {
+            in_state_ms: d.in_state_ms,
+            phi: f64::from(d.phi_centi) / 100.0,
+            suspect_after_ms: d.suspect_after_ms,
+            expel_after_ms: d.expel_after_ms,
+            gaps: d.gaps,
+            beats_lost: d.beats_lost,
+            beats_late: d.beats_late,
+            gap_p50_ms: d.gap_p50_ms,
+            gap_p99_ms: d.gap_p99_ms,
+            gap_p999_ms: d.gap_p999_ms,
+            gap_max_ms: d.gap_max_ms,
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -113,6 +152,8 @@ pub(super) fn render_describe(r: &DescribeGroupResponse, json: bool) -> String {
             state: r.state.as_str(),
             generation: r.generation,
             assignor: r.assignor.clone(),
+            detector: r.detection.as_ref().map(|d| d.detector.clone()),
+            shadow_detector: r.detection.as_ref().and_then(|d| d.shadow.clone()),
             members: r
                 .members
                 .iter()
@@ -126,6 +167,7 @@ pub(super) fn render_describe(r: &DescribeGroupResponse, json: bool) -> String {
                     owned: topics_json(&m.owned),
                     pending_revoke: topics_json(&m.pending_revoke),
                     pending_grant: topics_json(&m.pending_grant),
+                    detection: m.detection.as_ref().map(DetectionJson::from),
                 })
                 .collect(),
         });
@@ -138,6 +180,15 @@ pub(super) fn render_describe(r: &DescribeGroupResponse, json: bool) -> String {
         r.assignor,
         r.members.len()
     );
+    if let Some(d) = &r.detection {
+        out.push_str(&format!(
+            "detector:   {}{}\n",
+            d.detector,
+            d.shadow
+                .as_ref()
+                .map_or(String::new(), |s| format!(" (shadow: {s})"))
+        ));
+    }
     if r.members.is_empty() {
         return out;
     }
@@ -177,7 +228,55 @@ pub(super) fn render_describe(r: &DescribeGroupResponse, json: bool) -> String {
         ],
         &rows,
     ));
+    let detection: Vec<Vec<String>> = r
+        .members
+        .iter()
+        .filter_map(|m| {
+            let d = m.detection.as_ref()?;
+            Some(vec![
+                m.member_id.clone(),
+                m.liveness.as_str().to_owned(),
+                format_ms(d.in_state_ms),
+                format!("{:.2}", f64::from(d.phi_centi) / 100.0),
+                format_ms(u64::from(d.suspect_after_ms)),
+                format_ms(u64::from(d.expel_after_ms)),
+                d.gaps.to_string(),
+                [d.gap_p50_ms, d.gap_p99_ms, d.gap_p999_ms, d.gap_max_ms]
+                    .map(|g| format_ms(u64::from(g)))
+                    .join(" / "),
+                d.beats_lost.to_string(),
+                d.beats_late.to_string(),
+            ])
+        })
+        .collect();
+    if !detection.is_empty() {
+        out.push('\n');
+        out.push_str(&table(
+            &[
+                "MEMBER",
+                "STATE",
+                "FOR",
+                "PHI",
+                "SUSPECT AFTER",
+                "EXPEL AFTER",
+                "GAPS",
+                "GAP P50 / P99 / P99.9 / MAX",
+                "LOST",
+                "LATE",
+            ],
+            &detection,
+        ));
+    }
     out
+}
+
+/// A duration in milliseconds, shortly: `850ms`, `2.31s`, `4m05s`.
+fn format_ms(ms: u64) -> String {
+    match ms {
+        0..=999 => format!("{ms}ms"),
+        1_000..=59_999 => format!("{:.2}s", ms as f64 / 1000.0),
+        _ => format!("{}m{:02}s", ms / 60_000, (ms / 1000) % 60),
+    }
 }
 
 pub(super) fn render_offsets(group: &str, r: &FetchOffsetsResponse, json: bool) -> String {

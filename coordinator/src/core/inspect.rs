@@ -3,7 +3,8 @@
 use std::time::Instant;
 
 use rollcall_protocol::{
-    ApiKey, DescribeGroupResponse, ErrorCode, GroupListing, ListGroupsResponse, Response,
+    ApiKey, DescribeGroupResponse, ErrorCode, GroupDetection, GroupListing, ListGroupsResponse,
+    Response,
 };
 
 use super::{refuse, Coordinator, CoreStats};
@@ -24,7 +25,8 @@ impl Coordinator {
         Response::ListGroups(ListGroupsResponse { groups })
     }
 
-    pub(super) fn describe(&self, now: Instant, group: &str) -> Response {
+    /// Describes `group`; with `detection`, how its detector judges each member too.
+    pub(super) fn describe(&self, now: Instant, group: &str, detection: bool) -> Response {
         let Some(g) = self.groups.get(group) else {
             return refuse(
                 ApiKey::DescribeGroup,
@@ -40,8 +42,12 @@ impl Coordinator {
             members: g
                 .members
                 .values()
-                .map(|m| g.describe_member(m, now))
+                .map(|m| g.describe_member(m, now, detection.then_some(&self.config)))
                 .collect(),
+            detection: detection.then(|| GroupDetection {
+                detector: g.detector.kind().as_str().to_owned(),
+                shadow: g.shadow.as_ref().map(|s| s.kind().as_str().to_owned()),
+            }),
         })
     }
 

@@ -226,7 +226,7 @@ impl Coordinator {
             }
             Request::FetchOffsets(r) => self.fetch(r),
             Request::ListGroups => self.list_groups(),
-            Request::DescribeGroup(r) => self.describe(now, &r.group),
+            Request::DescribeGroup(r) => self.describe(now, &r.group, r.detection),
             Request::Relinquish(r) => {
                 let group = r.group.clone();
                 let response = self.relinquish(now, r);

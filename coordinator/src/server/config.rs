@@ -122,21 +122,26 @@ pub const DEFAULT_MAX_PARTITIONS_PER_GROUP: u32 = 100_000;
 /// three lists.
 ///
 /// Every name is counted at its longest (255 bytes; a member id 510). Encoding, from
-/// `docs/PROTOCOL.md` §3, §6.9 and §7.1: a 9-byte header; group, assignor, member id,
+/// `docs/PROTOCOL.md` §3, §6.9 and §7.1: a 9-byte header; a response's error code;
+/// group, assignor, member id,
 /// client id as strings (2 + length); the instance id as an optional string
-/// (1 + 2 + length); state 1, generation 4, member count 4, liveness 1, two u64s; each
+/// (1 + 2 + length); state 1, generation 4, member count 4, liveness 1, two u64s; at
+/// version 1 the detector and shadow detector names and the member's detection; each
 /// partition list a u32 count, then per topic a string and a u32 count (at most 261
 /// bytes), then 4 bytes per partition.
 ///
 /// Each further topic adds at most 261 bytes per list. The default limits leave room
-/// for hundreds of them (100,000 partitions need 802,371 of the 1,048,576 bytes); a
+/// for hundreds of them (100,000 partitions need 802,466 of the 1,048,576 bytes); a
 /// group with so many topics that an answer still does not fit gets the
 /// `frame_too_large` error answer instead (see `docs/PROTOCOL.md` §2).
 pub fn largest_member_answer(partitions: u64) -> u64 {
     const NAME: u64 = 2 + crate::core::MAX_NAME_BYTES as u64;
     const MEMBER_ID: u64 = 2 + crate::core::MAX_MEMBER_ID_BYTES as u64;
     const TOPIC: u64 = NAME + 4;
+    // Version 1: the detector names (at most 16 bytes each) and the member's detection.
+    const DETECTION: u64 = (2 + 16) + (1 + 2 + 16) + (8 + 4 * 4 + 8 + 8 + 4 * 4);
     let fixed = rollcall_protocol::HEADER_SIZE as u64
+        + 2 // error code
         + NAME // group
         + 1 // state
         + 4 // generation
@@ -146,7 +151,8 @@ pub fn largest_member_answer(partitions: u64) -> u64 {
         + 1 + NAME // instance id
         + NAME // client id
         + 1 // liveness
-        + 8 + 8; // since heartbeat, since progress
+        + 8 + 8 // since heartbeat, since progress
+        + DETECTION;
     let lists = 3 * (4 + TOPIC);
     fixed + lists + 2 * 4 * partitions
 }
@@ -469,8 +475,8 @@ mod tests {
     #[test]
     fn partition_limit_must_fit_the_frame() {
         use rollcall_protocol::{
-            AssignmentPush, DescribeGroupResponse, Frame, GroupState, Liveness, MemberDescription,
-            Push, Response, TopicPartitions,
+            AssignmentPush, DescribeGroupResponse, Frame, GroupDetection, GroupState, Liveness,
+            MemberDescription, MemberDetection, Push, Response, TopicPartitions,
         };
         let c = ServerConfig::default();
         let fits = max_partitions_for(c.max_frame_size);
@@ -504,7 +510,12 @@ mod tests {
                     owned: all.clone(),
                     pending_revoke: half.clone(),
                     pending_grant: half,
+                    detection: Some(MemberDetection::default()),
                 }],
+                detection: Some(GroupDetection {
+                    detector: "x".repeat(16),
+                    shadow: Some("x".repeat(16)),
+                }),
             }),
         );
         let push = Frame::push(Push::Assignment(AssignmentPush {

@@ -27,7 +27,8 @@ pub use self::commit_offsets::{
     CommitOffsetsRequest, CommitOffsetsResponse, OffsetCommit, PartitionResult,
 };
 pub use self::describe_group::{
-    DescribeGroupRequest, DescribeGroupResponse, Liveness, MemberDescription,
+    DescribeGroupRequest, DescribeGroupResponse, GroupDetection, Liveness, MemberDescription,
+    MemberDetection,
 };
 pub use self::error::ErrorResponse;
 pub use self::expelled::{ExpelReason, ExpelledPush};
@@ -142,6 +143,7 @@ impl Request {
         match self {
             Self::Join(r) => r.version(),
             Self::Leave(r) => r.version(),
+            Self::DescribeGroup(r) => r.version(),
             _ => 0,
         }
     }
@@ -173,7 +175,7 @@ impl Request {
             ApiKey::CommitOffsets => Self::CommitOffsets(CommitOffsetsRequest::decode(r)?),
             ApiKey::FetchOffsets => Self::FetchOffsets(FetchOffsetsRequest::decode(r)?),
             ApiKey::ListGroups => Self::ListGroups,
-            ApiKey::DescribeGroup => Self::DescribeGroup(DescribeGroupRequest::decode(r)?),
+            ApiKey::DescribeGroup => Self::DescribeGroup(DescribeGroupRequest::decode(version, r)?),
             ApiKey::Relinquish => Self::Relinquish(RelinquishRequest::decode(r)?),
         })
     }
@@ -252,7 +254,20 @@ impl Response {
         }
     }
 
-    pub(crate) fn decode(key: ApiKey, r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+    /// The API version the response is encoded in (a response answers at its
+    /// request's version; only the fields it carries decide it).
+    pub fn version(&self) -> u16 {
+        match self {
+            Self::DescribeGroup(r) => r.version(),
+            _ => 0,
+        }
+    }
+
+    pub(crate) fn decode(
+        key: ApiKey,
+        version: u16,
+        r: &mut Reader<'_>,
+    ) -> Result<Self, DecodeError> {
         let code = r.u16("error code")?;
         let code = ErrorCode::from_u16(code).ok_or(DecodeError::Invalid {
             what: "error code",
@@ -271,7 +286,9 @@ impl Response {
             ApiKey::CommitOffsets => Self::CommitOffsets(CommitOffsetsResponse::decode(r)?),
             ApiKey::FetchOffsets => Self::FetchOffsets(FetchOffsetsResponse::decode(r)?),
             ApiKey::ListGroups => Self::ListGroups(ListGroupsResponse::decode(r)?),
-            ApiKey::DescribeGroup => Self::DescribeGroup(DescribeGroupResponse::decode(r)?),
+            ApiKey::DescribeGroup => {
+                Self::DescribeGroup(DescribeGroupResponse::decode(version, r)?)
+            }
             ApiKey::Relinquish => Self::Relinquish,
         })
     }

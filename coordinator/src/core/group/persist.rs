@@ -4,14 +4,21 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rollcall_protocol::MemberDescription;
+use rollcall_protocol::{MemberDescription, MemberDetection};
 
 use super::super::records::{GroupSnapshot, HeldSnapshot, InstanceSnapshot, MemberSnapshot};
-use super::super::{RebalanceCause, TopicPartition};
+use super::super::{CoreConfig, RebalanceCause, TopicPartition};
 use super::{duration_ms, Ctx, Group, Held, Instance, Member, Timeouts, Topic};
 
 impl Group {
-    pub(crate) fn describe_member(&self, m: &Member, now: Instant) -> MemberDescription {
+    /// Member `m` as describe shows it; with `detection` (the coordinator's
+    /// configuration), how the detector judges it too.
+    pub(crate) fn describe_member(
+        &self,
+        m: &Member,
+        now: Instant,
+        detection: Option<&CoreConfig>,
+    ) -> MemberDescription {
         let pending_revoke: Vec<TopicPartition> = m.revoking();
         let pending_grant: Vec<TopicPartition> = m.target.difference(&m.owned).copied().collect();
         MemberDescription {
@@ -24,6 +31,7 @@ impl Group {
             owned: self.to_wire(&m.owned),
             pending_revoke: self.to_wire(&pending_revoke),
             pending_grant: self.to_wire(&pending_grant),
+            detection: detection.map(|config| describe_detection(m, now, config)),
         }
     }
 
@@ -211,5 +219,28 @@ impl Group {
         group.reconcile(ctx);
         group.snapshot_dirty = false;
         group
+    }
+}
+
+/// How the detector judges `m` at `now`.
+fn describe_detection(m: &Member, now: Instant, config: &CoreConfig) -> MemberDetection {
+    let w = &m.liveness;
+    let a = w.arrivals();
+    let t = w.thresholds();
+    let ms32 = |d: Duration| u32::try_from(d.as_millis()).unwrap_or(u32::MAX);
+    let silence = now.saturating_duration_since(w.last_heard());
+    let phi = a.phi(silence, config.detector_settings.min_history);
+    MemberDetection {
+        in_state_ms: duration_ms(now.saturating_duration_since(w.since())),
+        phi_centi: (phi * 100.0).round().clamp(0.0, f64::from(u32::MAX)) as u32,
+        suspect_after_ms: ms32(t.suspect_after),
+        expel_after_ms: ms32(t.expel_after),
+        gaps: a.learned(),
+        beats_lost: a.lost(),
+        beats_late: a.late(),
+        gap_p50_ms: ms32(a.quantile(0.5)),
+        gap_p99_ms: ms32(a.quantile(0.99)),
+        gap_p999_ms: ms32(a.quantile(0.999)),
+        gap_max_ms: ms32(a.longest()),
     }
 }

@@ -264,6 +264,7 @@ impl TestContext {
             0,
             Request::DescribeGroup(rollcall_protocol::DescribeGroupRequest {
                 group: group.to_owned(),
+                detection: true,
             }),
         ) {
             Response::DescribeGroup(d) => d,
@@ -326,6 +327,7 @@ impl TestContext {
     pub(super) fn assert_exclusive(&mut self, group: &str) {
         let request = Request::DescribeGroup(rollcall_protocol::DescribeGroupRequest {
             group: group.to_owned(),
+            detection: true,
         });
         let Response::DescribeGroup(d) = self.request(0, request) else {
             return; // no group, nothing owned
