@@ -99,6 +99,10 @@ pub(crate) struct CommonArgs {
     /// timeout (the Join is sent at version 0).
     #[arg(long, value_parser = duration)]
     pub(crate) lease_timeout: Option<Duration>,
+    /// The failure detector the members ask their groups to use (Join version 2:
+    /// `fixed`, `adaptive`). Default: the coordinator's (`rollcall serve --detector`).
+    #[arg(long)]
+    pub(crate) detector: Option<String>,
     /// Heartbeat interval of each member (default depends on the scenario).
     #[arg(long, value_parser = duration)]
     pub(crate) interval: Option<Duration>,
@@ -222,6 +226,7 @@ pub(crate) fn member_specs(
             progress_timeout,
             rebalance_timeout: Duration::from_secs(60),
             lease_timeout,
+            detector: None,
         })
         .collect()
 }

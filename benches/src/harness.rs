@@ -101,6 +101,9 @@ pub(crate) struct Setup {
     /// The lease timeout the members ask for (`--lease-timeout`); `None`: the session
     /// timeout.
     pub(crate) lease_timeout: Option<Duration>,
+    /// The failure detector the members ask for (`--detector`); `None`: the
+    /// coordinator's.
+    pub(crate) detector: Option<String>,
     /// Members carry instance ids (static membership).
     pub(crate) static_ids: bool,
     pub(crate) per_conn: usize,
@@ -136,6 +139,7 @@ impl Setup {
             session_timeout,
             progress_timeout: Duration::from_secs(3600),
             lease_timeout: common.lease_timeout,
+            detector: common.detector.clone(),
             static_ids: false,
             per_conn: common.per_conn(members),
             load,
@@ -147,16 +151,20 @@ impl Setup {
     }
 
     fn plan(&self) -> Plan {
+        let mut members = member_specs(
+            self.members,
+            self.groups,
+            self.partitions,
+            self.session_timeout,
+            self.progress_timeout,
+            self.lease_timeout,
+            self.static_ids,
+        );
+        for m in &mut members {
+            m.detector.clone_from(&self.detector);
+        }
         Plan {
-            members: member_specs(
-                self.members,
-                self.groups,
-                self.partitions,
-                self.session_timeout,
-                self.progress_timeout,
-                self.lease_timeout,
-                self.static_ids,
-            ),
+            members,
             per_conn: self.per_conn,
             load: self.load,
             connect_concurrency: 256,

@@ -147,6 +147,11 @@ pub struct MemberConfig {
     pub lease_timeout: Option<Duration>,
     /// Lease safety margin `M`; `None` means 5 % of `L`, at least 5 ms.
     pub lease_margin: Option<Duration>,
+    /// The failure detector the group is to judge its members' silence with (`fixed`,
+    /// `adaptive`); `None` leaves it to the coordinator. The first member of a group
+    /// chooses; a later join naming another detector is refused. Ignored by a
+    /// coordinator without Join version 2.
+    pub detector: Option<String>,
 }
 
 impl MemberConfig {
@@ -167,6 +172,7 @@ impl MemberConfig {
             rebalance_timeout: DEFAULT_REBALANCE_TIMEOUT,
             lease_timeout: None,
             lease_margin: None,
+            detector: None,
         }
     }
 
@@ -216,6 +222,12 @@ impl MemberConfig {
     /// Sets the lease safety margin.
     pub fn with_lease_margin(mut self, margin: Duration) -> Self {
         self.lease_margin = Some(margin);
+        self
+    }
+
+    /// Asks for the group's failure detector (`fixed`, `adaptive`).
+    pub fn with_detector(mut self, detector: impl Into<String>) -> Self {
+        self.detector = Some(detector.into());
         self
     }
 
@@ -345,6 +357,7 @@ impl MemberConfig {
             lease_timeout,
             lease_timeout_ms,
             lease_margin,
+            detector: self.detector.clone().unwrap_or_default(),
         })
     }
 }
@@ -369,6 +382,8 @@ pub(crate) struct Settings {
     pub(crate) lease_timeout: Duration,
     pub(crate) lease_timeout_ms: u32,
     pub(crate) lease_margin: Duration,
+    /// The detector to ask for; empty for the coordinator's choice.
+    pub(crate) detector: String,
 }
 
 #[cfg(test)]

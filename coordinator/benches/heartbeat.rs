@@ -6,16 +6,20 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, Criterion};
-use rollcall_coordinator::core::{Coordinator, CoreConfig};
+use rollcall_coordinator::core::{Coordinator, CoreConfig, DetectorKind};
 use rollcall_protocol::{HeartbeatRequest, JoinRequest, Request, Response, TopicSubscription};
 
-/// A core with `groups` groups of `per_group` members, settled.
+/// A core with `groups` groups of `per_group` members, judged by `detector`, settled.
 fn populated(
     groups: usize,
     per_group: usize,
     start: Instant,
+    detector: DetectorKind,
 ) -> (Coordinator, Vec<(String, String)>) {
-    let mut core = Coordinator::new(CoreConfig::default());
+    let mut core = Coordinator::new(CoreConfig {
+        detector,
+        ..CoreConfig::default()
+    });
     let mut members = Vec::with_capacity(groups * per_group);
     let mut token = 0;
     for g in 0..groups {
@@ -39,6 +43,7 @@ fn populated(
                     progress_timeout_ms: 300_000,
                     rebalance_timeout_ms: 60_000,
                     lease_timeout_ms: 0,
+                    detector: String::new(),
                 }),
             );
             let Response::Join(j) = resp else {
@@ -55,12 +60,24 @@ fn populated(
 }
 
 fn heartbeat(c: &mut Criterion) {
+    for detector in DetectorKind::ALL {
+        heartbeat_with(c, detector);
+    }
+}
+
+/// One heartbeat at a time to 10,000 members judged by `detector`; the fixed detector's
+/// benchmark keeps its original name.
+fn heartbeat_with(c: &mut Criterion, detector: DetectorKind) {
     let start = Instant::now();
-    let (mut core, members) = populated(100, 100, start);
+    let (mut core, members) = populated(100, 100, start, detector);
     let mut now = start + Duration::from_secs(1);
     let mut seq = 1u64;
     let mut i = 0usize;
-    c.bench_function("core_heartbeat_10000_members", |b| {
+    let name = match detector {
+        DetectorKind::Fixed => "core_heartbeat_10000_members".to_owned(),
+        other => format!("core_heartbeat_10000_members_{other}"),
+    };
+    c.bench_function(&name, |b| {
         b.iter_batched(
             || {
                 i = (i + 1) % members.len();
@@ -102,7 +119,7 @@ fn rss_bytes() -> Option<u64> {
 /// partitions), divided by the member count.
 fn memory_per_member() {
     let before = rss_bytes();
-    let (core, members) = populated(1_000, 100, Instant::now());
+    let (core, members) = populated(1_000, 100, Instant::now(), DetectorKind::Fixed);
     let after = rss_bytes();
     if let (Some(before), Some(after)) = (before, after) {
         let per = after.saturating_sub(before) as f64 / members.len() as f64;

@@ -159,7 +159,8 @@ pub const CURRENT_VERSION: u16 = 0;
 /// 0, like every response.
 pub fn max_request_version(key: ApiKey) -> u16 {
     match key {
-        ApiKey::Join | ApiKey::Leave | ApiKey::DescribeGroup => 1,
+        ApiKey::Join => 2,
+        ApiKey::Leave | ApiKey::DescribeGroup => 1,
         _ => CURRENT_VERSION,
     }
 }

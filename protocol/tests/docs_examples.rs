@@ -53,6 +53,7 @@ fn join(lease_ms: u32) -> JoinRequest {
         progress_timeout_ms: 300_000,
         rebalance_timeout_ms: 60_000,
         lease_timeout_ms: lease_ms,
+        detector: String::new(),
     }
 }
 
@@ -94,6 +95,16 @@ fn examples() -> Vec<(&'static str, Frame)> {
         (
             "join-request-v1",
             Frame::request(2, Request::Join(join(6_000))),
+        ),
+        (
+            "join-request-v2",
+            Frame::request(
+                2,
+                Request::Join(JoinRequest {
+                    detector: "adaptive".into(),
+                    ..join(6_000)
+                }),
+            ),
         ),
         (
             "join-response",
@@ -301,10 +312,10 @@ fn examples() -> Vec<(&'static str, Frame)> {
                             gap_max_ms: 3_100,
                         }),
                     }],
-                    detection: Some(GroupDetection {
+                    detection: Some(Box::new(GroupDetection {
                         detector: "adaptive".into(),
                         shadow: Some("fixed".into()),
-                    }),
+                    })),
                 }),
             ),
         ),

@@ -101,12 +101,14 @@ fn request() -> impl Strategy<Value = Request> {
         (text(), opt_text(), opt_text(), text(), any::<u64>()),
         small_vec((text(), any::<u32>())),
         (any::<u32>(), any::<u32>(), any::<u32>(), any::<u32>()),
+        text(),
     )
         .prop_map(
             |(
                 (group, member_id, instance_id, client_id, join_token),
                 subscription,
                 (session_timeout_ms, progress_timeout_ms, rebalance_timeout_ms, lease_timeout_ms),
+                detector,
             )| {
                 Request::Join(JoinRequest {
                     group,
@@ -122,6 +124,7 @@ fn request() -> impl Strategy<Value = Request> {
                     progress_timeout_ms,
                     rebalance_timeout_ms,
                     lease_timeout_ms,
+                    detector,
                 })
             },
         );
@@ -343,7 +346,8 @@ fn response() -> impl Strategy<Value = Response> {
                 generation,
                 assignor,
                 members,
-                detection: detection.map(|(detector, shadow)| GroupDetection { detector, shadow }),
+                detection: detection
+                    .map(|(detector, shadow)| Box::new(GroupDetection { detector, shadow })),
             })
         });
     prop_oneof![

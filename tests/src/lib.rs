@@ -250,6 +250,7 @@ pub fn join(group: &str, topic: &str, partitions: u32, session_ms: u32) -> JoinR
         progress_timeout_ms: 60_000,
         rebalance_timeout_ms: session_ms.max(1_000),
         lease_timeout_ms: 0,
+        detector: String::new(),
     }
 }
 

@@ -164,7 +164,8 @@ async fn before_the_handshake_every_other_request_is_answered_handshake_required
     let mut c = RawClient::connect(server.local_addr()).await;
     // An unknown key, and a known key at an unknown version: the missing handshake is
     // what is wrong (docs/PROTOCOL.md §5.1), whatever the key.
-    for (api_key, version, id) in [(99, 0, 7), (ApiKey::Join as u16, 2, 8)] {
+    let unknown_join = rollcall_protocol::max_request_version(ApiKey::Join) + 1;
+    for (api_key, version, id) in [(99, 0, 7), (ApiKey::Join as u16, unknown_join, 8)] {
         c.send(raw_request(api_key, version, id)).await;
         let e = error_of(c.response_to(id).await);
         assert_eq!(e.code, ErrorCode::HandshakeRequired, "key {api_key}");
@@ -187,7 +188,9 @@ async fn unknown_version_is_answered_unsupported_version() {
     assert_eq!(e.code, ErrorCode::UnsupportedVersion);
     assert_eq!(e.supported, supported_versions());
     c.handshake().await;
-    c.send(raw_request(ApiKey::Join as u16, 2, 6)).await;
+    let unknown_join = rollcall_protocol::max_request_version(ApiKey::Join) + 1;
+    c.send(raw_request(ApiKey::Join as u16, unknown_join, 6))
+        .await;
     let e = error_of(c.response_to(6).await);
     assert_eq!(e.code, ErrorCode::UnsupportedVersion);
     assert_eq!(e.api_key, ApiKey::Join as u16);

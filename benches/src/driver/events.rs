@@ -126,6 +126,7 @@ impl ConnTask {
             progress_timeout_ms: ms(m.spec.progress_timeout),
             rebalance_timeout_ms: ms(m.spec.rebalance_timeout),
             lease_timeout_ms: m.spec.lease_timeout.map_or(0, |d| ms(d).max(1)),
+            detector: m.spec.detector.clone().unwrap_or_default(),
         });
         let id = self.correlation();
         self.pending.insert(

@@ -80,6 +80,9 @@ pub(crate) struct MemberSpec {
     /// The lease timeout the member asks for; `None`: the session timeout (the Join is
     /// then sent at version 0).
     pub(crate) lease_timeout: Option<Duration>,
+    /// The failure detector the member asks its group to use; `None`: the
+    /// coordinator's.
+    pub(crate) detector: Option<String>,
 }
 
 /// Everything the driver needs to start.

@@ -59,6 +59,7 @@ pub(crate) async fn open(addr: &str, config: &ClientConfig) -> Result<Connection
         let features = Features {
             lease_timeout: supports(ApiKey::Join, 1),
             relinquish: supports(ApiKey::Relinquish, CURRENT_VERSION),
+            join_detector: supports(ApiKey::Join, 2),
         };
         let max_frame_size = match usize::try_from(versions.max_frame_size) {
             Ok(0) | Err(_) => config.max_frame_size,

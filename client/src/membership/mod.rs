@@ -79,6 +79,8 @@ pub(crate) struct Features {
     pub(crate) lease_timeout: bool,
     /// The Relinquish request.
     pub(crate) relinquish: bool,
+    /// Join version 2: the group's failure detector.
+    pub(crate) join_detector: bool,
 }
 
 impl Features {
@@ -87,6 +89,7 @@ impl Features {
     pub(crate) const ALL: Self = Self {
         lease_timeout: true,
         relinquish: true,
+        join_detector: true,
     };
 }
 
@@ -242,6 +245,7 @@ impl Membership {
             features: Features {
                 lease_timeout: false,
                 relinquish: false,
+                join_detector: false,
             },
             member_id: None,
             incarnation: 0,

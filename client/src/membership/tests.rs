@@ -652,6 +652,7 @@ fn the_join_carries_the_lease_timeout_unless_the_coordinator_is_too_old_for_it()
     h.connect_to(Features {
         lease_timeout: false,
         relinquish: false,
+        join_detector: false,
     });
     let (id, j) = h.pop_join();
     assert_eq!(j.lease_timeout_ms, 0);
@@ -1410,6 +1411,7 @@ fn a_coordinator_without_relinquish_is_not_sent_one() {
     h.connect_to(Features {
         lease_timeout: true,
         relinquish: false,
+        join_detector: true,
     });
     let (id, _) = h.pop_join();
     h.respond(id, join_ok("m"));
@@ -1496,4 +1498,23 @@ fn a_dropped_dynamic_member_leaves_unconfirmed_and_a_static_one_sends_nothing() 
     // Not a member yet: nothing to leave.
     let h = Harness::new();
     assert_eq!(h.m.abandon(), None);
+}
+
+#[test]
+fn the_detector_asked_for_is_sent_to_a_coordinator_that_knows_join_version_2() {
+    let asking = || config().with_detector("adaptive");
+    let mut h = Harness::with_config(asking(), 1);
+    h.connect_to(Features::ALL);
+    let (_, j) = h.pop_join();
+    assert_eq!(j.detector, "adaptive");
+
+    // An older coordinator: the group gets its default, the join still goes out.
+    let mut h = Harness::with_config(asking(), 1);
+    h.connect_to(Features {
+        lease_timeout: true,
+        relinquish: true,
+        join_detector: false,
+    });
+    let (_, j) = h.pop_join();
+    assert_eq!(j.detector, "");
 }

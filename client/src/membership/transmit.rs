@@ -101,6 +101,11 @@ impl Membership {
                     progress_timeout_ms: s.progress_timeout_ms,
                     rebalance_timeout_ms: s.rebalance_timeout_ms,
                     lease_timeout_ms,
+                    detector: if self.features.join_detector {
+                        s.detector.clone()
+                    } else {
+                        String::new()
+                    },
                 });
                 self.in_flight.insert(id, InFlight::Join { sent: now });
                 Some((id, request))

@@ -266,6 +266,10 @@ pub(super) struct ServeArgs {
     /// held (at most one more session timeout); 0 disables it.
     #[arg(long, env = "ROLLCALL_ISOLATION_MIN_MEMBERS", value_name = "N", default_value_t = core_default().isolation_min_members)]
     isolation_min_members: usize,
+    /// Most members expelled for silence per second, over the whole server (further
+    /// expiries wait their turn, at most one more session timeout); 0: no limit.
+    #[arg(long, env = "ROLLCALL_MAX_EXPULSION_RATE", value_name = "PER_SECOND", default_value_t = core_default().max_expulsion_rate)]
+    max_expulsion_rate: f64,
     /// Partition assignor: sticky, range or round-robin.
     #[arg(long, env = "ROLLCALL_ASSIGNOR", value_name = "NAME", default_value_t = core_default().assignor)]
     assignor: AssignorKind,
@@ -363,6 +367,7 @@ impl ServeArgs {
             rebalance_coalesce_max: self.rebalance_coalesce_max.0,
             pause_guard: self.pause_guard.0,
             isolation_min_members: self.isolation_min_members,
+            max_expulsion_rate: self.max_expulsion_rate,
             assignor: self.assignor,
             detector: self.detector,
             shadow_detector: self.shadow_detector,

@@ -45,6 +45,10 @@ pub struct CoreConfig {
     /// may blame the coordinator's own connectivity for a mass silence (see
     /// [`guards`]). `0` disables the guard.
     pub isolation_min_members: usize,
+    /// Most expulsions for silence per second (a token bucket holding a second's
+    /// worth); further ones wait, within the guards' bound (see [`guards`]). `0`: no
+    /// limit. The server shares its setting out among its shards.
+    pub max_expulsion_rate: f64,
     /// Prefix of generated member ids; the shell makes it unique per process start, so
     /// ids never repeat across restarts.
     pub member_id_prefix: String,
@@ -69,6 +73,7 @@ impl Default for CoreConfig {
             expelled_memory: 1024,
             pause_guard: Duration::from_secs(2),
             isolation_min_members: 3,
+            max_expulsion_rate: 1000.0,
             member_id_prefix: "m".to_owned(),
         }
     }

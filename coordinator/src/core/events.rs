@@ -152,6 +152,31 @@ pub enum Event {
         /// How long after the grace's end the core noticed.
         late_by: Duration,
     },
+    /// The shell reported the coordinator behind its members' frames: expiries for
+    /// silence of connected members are held (see `guards`).
+    BacklogDetected {
+        /// The lateness reported.
+        lag: Duration,
+    },
+    /// The coordinator has not been reported behind for a while: expiries are judged
+    /// as usual again.
+    BacklogEnded {
+        /// How long it was behind.
+        lasted: Duration,
+        /// The worst lateness reported.
+        worst: Duration,
+    },
+    /// The backlog guard held a silent member as long as it may; it is expelled.
+    BacklogHoldExpired {
+        /// Group id.
+        group: String,
+        /// Member id.
+        member_id: String,
+        /// How long past its deadline it was held.
+        held_for: Duration,
+    },
+    /// An expiry for silence waits for the expulsion rate limit (`max_expulsion_rate`).
+    ExpulsionRateLimited,
     /// A member went silent past its suspicion threshold: it keeps what it owns and is
     /// given nothing new.
     MemberSuspected {

@@ -30,6 +30,20 @@
 //!   not already overdue when the silence began get the silent time back, within the
 //!   same two-session bound; the others get nothing and are judged at once.
 //!
+//! - **Backlog guard.** Evidence: the shell reports that the coordinator is behind (its
+//!   runtime ran a ready task, or a shard a queued request, at least [`BACKLOG_FLOOR`]
+//!   late) within the last [`BACKLOG_MEMORY`]: frames members sent may be waiting
+//!   unread. An expiry for silence of a member whose connection is open is held while
+//!   that lasts, and rechecked once the backlog has had time to drain. Bound: as the
+//!   isolation guard's, one more session timeout past the deadline and never past two
+//!   session timeouts of real silence.
+//!
+//! - **Rate limit.** At most
+//!   [`CoreConfig::max_expulsion_rate`](super::CoreConfig::max_expulsion_rate)
+//!   expulsions for silence per second (a bucket holding a second's worth), so a storm
+//!   of expiries (a cause nobody has recognised yet) plays out over seconds, not at
+//!   once. Bound: as the isolation guard's.
+//!
 //! Silence is judged by when frames really arrived (`Member::heard_at`), never by the
 //! deadlines the guards have shifted.
 
@@ -46,6 +60,13 @@ pub const PAUSE_FLOOR: Duration = Duration::from_millis(50);
 /// blamed on the coordinator (Kubernetes' node lifecycle controller uses 55% of a zone).
 pub const ISOLATION_SHARE_PERCENT: usize = 55;
 
+/// Lateness at which the coordinator counts as behind its members' frames.
+pub const BACKLOG_FLOOR: Duration = Duration::from_millis(100);
+
+/// How long after the last report of lateness the coordinator still counts as behind
+/// (frames delayed by the backlog arrive after it has drained).
+pub const BACKLOG_MEMORY: Duration = Duration::from_secs(1);
+
 /// Why an expiry for silence is held, and until when to look again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Hold {
@@ -53,13 +74,19 @@ pub(crate) enum Hold {
     Pause { until: Instant },
     /// The coordinator seems cut off from its members.
     Isolation { recheck: Instant },
+    /// The coordinator is behind: frames may be waiting unread.
+    Backlog { recheck: Instant },
+    /// Too many expulsions at once: this one waits for its turn.
+    RateLimit { recheck: Instant },
 }
 
 impl Hold {
     pub(crate) fn recheck_at(self) -> Instant {
         match self {
             Self::Pause { until } => until,
-            Self::Isolation { recheck } => recheck,
+            Self::Isolation { recheck }
+            | Self::Backlog { recheck }
+            | Self::RateLimit { recheck } => recheck,
         }
     }
 }
@@ -78,6 +105,20 @@ pub(crate) struct Guards {
     /// The shard's connected and overdue member counts, computed at most once per
     /// instant (only when an expiry needs them).
     pub(crate) census: Option<(Instant, Census)>,
+    /// Set while the coordinator is behind: since when, when it was last reported
+    /// behind, and the worst lateness reported.
+    pub(crate) behind: Option<Behind>,
+    /// Expulsions for silence the rate limit still allows now, and when it was last
+    /// refilled.
+    pub(crate) tokens: Option<(f64, Instant)>,
+}
+
+/// A stretch of time in which the shell reported the coordinator behind.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Behind {
+    pub(crate) since: Instant,
+    pub(crate) last: Instant,
+    pub(crate) worst: Duration,
 }
 
 /// Counts of a shard's members for the isolation guard.
@@ -172,6 +213,61 @@ impl Coordinator {
             .push_back(Output::Event(Event::PauseDetected { late_by, until }));
     }
 
+    /// The expulsion rate limit: takes a token for an expiry at `now` and lets it
+    /// proceed, or holds it until a token is due (never past `bound`).
+    fn rate_limit(&mut self, now: Instant, bound: Instant) -> Option<Hold> {
+        let rate = self.config.max_expulsion_rate;
+        if rate.is_nan() || rate <= 0.0 || now >= bound {
+            return None;
+        }
+        let burst = rate.max(1.0);
+        let (tokens, at) = self.guards.tokens.unwrap_or((burst, now));
+        let tokens = (tokens + now.saturating_duration_since(at).as_secs_f64() * rate).min(burst);
+        if tokens >= 1.0 {
+            self.guards.tokens = Some((tokens - 1.0, now));
+            return None;
+        }
+        self.guards.tokens = Some((tokens, now));
+        self.outputs
+            .push_back(Output::Event(Event::ExpulsionRateLimited));
+        let wait = Duration::from_secs_f64((1.0 - tokens) / rate).max(Duration::from_millis(1));
+        Some(Hold::RateLimit {
+            recheck: bound.min(now + wait),
+        })
+    }
+
+    /// The shell's report of how far behind the coordinator is at `now`: the lateness
+    /// of its runtime in running ready tasks, or of the shard in handling queued
+    /// requests, whichever is worse. Opens or extends a backlog (at least
+    /// [`BACKLOG_FLOOR`]), or closes one not reported for [`BACKLOG_MEMORY`].
+    pub fn observe_lag(&mut self, now: Instant, lag: Duration) {
+        if lag >= BACKLOG_FLOOR {
+            match &mut self.guards.behind {
+                Some(b) => {
+                    b.last = now;
+                    b.worst = b.worst.max(lag);
+                }
+                None => {
+                    self.guards.behind = Some(Behind {
+                        since: now,
+                        last: now,
+                        worst: lag,
+                    });
+                    self.outputs
+                        .push_back(Output::Event(Event::BacklogDetected { lag }));
+                }
+            }
+        } else if let Some(b) = self.guards.behind {
+            if now.saturating_duration_since(b.last) > BACKLOG_MEMORY {
+                self.guards.behind = None;
+                self.outputs.push_back(Output::Event(Event::BacklogEnded {
+                    lasted: b.last.saturating_duration_since(b.since),
+                    worst: b.worst,
+                }));
+            }
+        }
+    }
+
     /// A frame from a member of this shard arrived at `now`.
     pub(super) fn member_heard(&mut self, now: Instant) {
         self.observe_traffic(now);
@@ -259,9 +355,29 @@ impl Coordinator {
         if deadline > now {
             return None;
         }
+        // One more session timeout past the deadline, and never past two session
+        // timeouts of real silence unless a pause moved the deadline itself.
+        let bound = (deadline + session).min((m.heard_at + 2 * session).max(deadline));
+        if let (Some(b), true) = (self.guards.behind, m.conn.is_some()) {
+            if now.saturating_duration_since(b.last) <= BACKLOG_MEMORY {
+                if now < bound {
+                    let drain = b.worst.clamp(BACKLOG_FLOOR, BACKLOG_MEMORY);
+                    return Some(Hold::Backlog {
+                        recheck: bound.min(now + drain),
+                    });
+                }
+                self.outputs
+                    .push_back(Output::Event(Event::BacklogHoldExpired {
+                        group: group.to_owned(),
+                        member_id: member.to_owned(),
+                        held_for: now.saturating_duration_since(deadline),
+                    }));
+                return None;
+            }
+        }
         let min = self.config.isolation_min_members;
         if min == 0 || m.conn.is_none() || self.guards.server_silence(now) < session / 2 {
-            return None;
+            return self.rate_limit(now, bound);
         }
         let census = match self.guards.census {
             Some((at, census)) if at == now => census,
@@ -277,11 +393,8 @@ impl Coordinator {
             }
         };
         if !census.mass_silence(min) {
-            return None;
+            return self.rate_limit(now, bound);
         }
-        // One more session timeout past the deadline, and never past two session
-        // timeouts of real silence unless a pause moved the deadline itself.
-        let bound = (deadline + session).min((m.heard_at + 2 * session).max(deadline));
         if now >= bound {
             self.outputs
                 .push_back(Output::Event(Event::IsolationHoldExpired {

@@ -44,9 +44,11 @@ impl Coordinator {
                 .values()
                 .map(|m| g.describe_member(m, now, detection.then_some(&self.config)))
                 .collect(),
-            detection: detection.then(|| GroupDetection {
-                detector: g.detector.kind().as_str().to_owned(),
-                shadow: g.shadow.as_ref().map(|s| s.kind().as_str().to_owned()),
+            detection: detection.then(|| {
+                Box::new(GroupDetection {
+                    detector: g.detector.kind().as_str().to_owned(),
+                    shadow: g.shadow.as_ref().map(|s| s.kind().as_str().to_owned()),
+                })
             }),
         })
     }

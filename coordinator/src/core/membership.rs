@@ -12,7 +12,7 @@ use rollcall_protocol::{
 
 use super::group::{duration_ms, Ctx, Group, Timeouts};
 use super::{refuse, ConnId, Coordinator, Event, Output, RebalanceCause, TopicPartition};
-use super::{MAX_MEMBER_ID_BYTES, MAX_NAME_BYTES};
+use super::{DetectorKind, MAX_MEMBER_ID_BYTES, MAX_NAME_BYTES};
 
 impl Coordinator {
     pub(super) fn validate_join(&self, r: &JoinRequest) -> Result<Timeouts, Response> {
@@ -57,6 +57,11 @@ impl Coordinator {
                 ErrorCode::InvalidRequest,
                 "subscription must name at least one topic".into(),
             );
+        }
+        if !r.detector.is_empty() {
+            if let Err(e) = r.detector.parse::<DetectorKind>() {
+                return bad(ErrorCode::InvalidRequest, e.to_string());
+            }
         }
         let mut names: Vec<&str> = Vec::with_capacity(r.subscription.len());
         for t in &r.subscription {
@@ -168,6 +173,22 @@ impl Coordinator {
         let group = groups
             .entry(Arc::from(r.group.as_str()))
             .or_insert_with_key(|name| Group::new(name.clone(), floor, config));
+        // The first member chooses the group's detector; later joins must agree.
+        if let Some(kind) = DetectorKind::parse(&r.detector) {
+            if group.members.is_empty() {
+                group.set_detector(kind, config);
+            } else if group.detector.kind() != kind {
+                return refuse(
+                    ApiKey::Join,
+                    ErrorCode::InvalidRequest,
+                    format!(
+                        "group {:?} judges its members with the {} detector; the join asks for {kind}",
+                        r.group,
+                        group.detector.kind()
+                    ),
+                );
+            }
+        }
 
         // A rejoin naming a live member, or a retried join (same token, and the same
         // instance, client and subscription: a token that merely collides with another
@@ -469,7 +490,7 @@ impl Coordinator {
     ///
     /// Costs O(members that were bound to `conn`), not O(members).
     pub fn handle_disconnect(&mut self, now: Instant, conn: ConnId) {
-        self.tick(now);
+        let _ = self.tick(now);
         let bound = self.bound.remove(&conn).unwrap_or_default();
         let (groups, mut ctx) = self.parts(now);
         for (group, member) in bound {

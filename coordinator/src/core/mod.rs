@@ -123,11 +123,14 @@ impl Coordinator {
     }
 
     /// Notes the latest `now` an input carried.
-    fn tick(&mut self, now: Instant) {
+    /// Time moves to `now`; returns whether it moved.
+    fn tick(&mut self, now: Instant) -> bool {
         if self.now.map_or(true, |n| now > n) {
             self.ran_before = self.now;
             self.now = Some(now);
+            return true;
         }
+        false
     }
 
     /// Splits `self` into the group table and the context group methods need.
@@ -157,7 +160,7 @@ impl Coordinator {
     /// Restores groups and offsets loaded from the store. Every member gets fresh
     /// session and progress deadlines counted from `now`: a restart is no one's fault.
     pub fn restore(&mut self, now: Instant, state: RestoredState) {
-        self.tick(now);
+        let _ = self.tick(now);
         self.guards.heard(now);
         self.generation_floor = self.generation_floor.max(state.generation_floor);
         let floor = self.generation_floor;
@@ -182,7 +185,11 @@ impl Coordinator {
     /// `ApiVersions` is the connection's business and is refused here.
     #[must_use]
     pub fn handle_request(&mut self, now: Instant, conn: ConnId, request: Request) -> Response {
-        self.tick(now);
+        // A shell reads queued frames before it runs due timers: a pause must be seen
+        // before those frames are judged (their silence was the coordinator's).
+        if self.tick(now) {
+            self.detect_pause(now);
+        }
         if matches!(
             request,
             Request::Join(_)
@@ -245,8 +252,10 @@ impl Coordinator {
     /// silence for one more `pause_guard`, so that frames queued during the pause are
     /// read before anyone is judged (see [`guards`]).
     pub fn handle_timeout(&mut self, now: Instant) {
-        self.tick(now);
-        self.detect_pause(now);
+        // Once per instant: a request at this instant already looked for a pause.
+        if self.tick(now) {
+            self.detect_pause(now);
+        }
         let mut disposable = Vec::new();
         while let Some((at, key)) = self.timers.pop_due(now) {
             match key {

@@ -62,6 +62,9 @@ pub struct GroupSnapshot {
     pub rebalance_pending: Option<String>,
     /// Every static instance that joined the group, with its latest incarnation.
     pub instances: Vec<InstanceSnapshot>,
+    /// The group's failure detector (`fixed`, `adaptive`); empty or unknown: the
+    /// coordinator's default.
+    pub detector: String,
 }
 
 /// Partitions held for a member that may still be acting on them.

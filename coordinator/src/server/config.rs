@@ -242,6 +242,13 @@ impl ServerConfig {
             return Err(InvalidConfig::new("stats-interval", "must be more than 0"));
         }
         let core = &self.core;
+        let rate = core.max_expulsion_rate;
+        if !(rate.is_finite() && rate >= 0.0) {
+            return Err(InvalidConfig::new(
+                "max-expulsion-rate",
+                format!("({rate}) must be 0 (no limit) or more"),
+            ));
+        }
         let phi = core.detector_settings.phi_threshold;
         if !(phi.is_finite() && (1.0..=300.0).contains(&phi)) {
             return Err(InvalidConfig::new(
@@ -512,10 +519,10 @@ mod tests {
                     pending_grant: half,
                     detection: Some(MemberDetection::default()),
                 }],
-                detection: Some(GroupDetection {
+                detection: Some(Box::new(GroupDetection {
                     detector: "x".repeat(16),
                     shadow: Some("x".repeat(16)),
-                }),
+                })),
             }),
         );
         let push = Frame::push(Push::Assignment(AssignmentPush {

@@ -129,7 +129,7 @@ fn describe() {
     );
     describe_counter!(
         "rollcall_guard_transitions_total",
-        "Guards that hold expulsions for silence (pause, isolation): when one starts holding, lets go, or expels a member it held as long as it may."
+        "Guards that hold expulsions for silence (pause, isolation, backlog, rate_limit): when one starts holding, lets go, or expels a member it held as long as it may."
     );
 }
 
@@ -141,15 +141,21 @@ pub(crate) enum Guard {
     Pause,
     /// The whole server heard nothing while most members fell silent.
     Isolation,
+    /// The coordinator was behind its members' frames.
+    Backlog,
+    /// Expulsions for silence came faster than the rate limit.
+    RateLimit,
 }
 
 impl Guard {
-    const ALL: [Self; 2] = [Self::Pause, Self::Isolation];
+    const ALL: [Self; 4] = [Self::Pause, Self::Isolation, Self::Backlog, Self::RateLimit];
 
     fn as_str(self) -> &'static str {
         match self {
             Self::Pause => "pause",
             Self::Isolation => "isolation",
+            Self::Backlog => "backlog",
+            Self::RateLimit => "rate_limit",
         }
     }
 }

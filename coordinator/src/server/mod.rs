@@ -225,6 +225,10 @@ impl Server {
                 background.clone(),
             )));
         }
+        helpers.push(tokio::spawn(registry::probe_lag(
+            registry.clone(),
+            background.clone(),
+        )));
         helpers.push(tokio::spawn(retention(
             committer.clone(),
             shard_senders.clone(),
@@ -430,6 +434,8 @@ fn restore_cores(config: &ServerConfig, restored: RestoredState) -> Vec<Coordina
         .enumerate()
         .map(|(index, part)| {
             let mut core_config = config.core.clone();
+            // The server's expulsion rate is shared out among the shards.
+            core_config.max_expulsion_rate = config.core.max_expulsion_rate / shards as f64;
             core_config.member_id_prefix = format!(
                 "{}{start:x}{nonce:04x}-{index}-",
                 config.core.member_id_prefix

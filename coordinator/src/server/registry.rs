@@ -177,6 +177,8 @@ pub(crate) struct Registry {
     parts: Box<[RwLock<HashMap<ConnId, ConnHandle>>]>,
     /// When a request was last read on any connection.
     pub(crate) traffic: Traffic,
+    /// How late the runtime runs ready tasks (see [`probe_lag`]).
+    pub(crate) lag: Lag,
 }
 
 const PARTS: usize = 16;
@@ -186,7 +188,53 @@ impl Default for Registry {
         Self {
             parts: (0..PARTS).map(|_| RwLock::default()).collect(),
             traffic: Traffic::default(),
+            lag: Lag::default(),
         }
+    }
+}
+
+/// How late the runtime has lately been in running a task that was ready: the
+/// evidence the backlog guard needs that frames wait unread because the coordinator,
+/// not its members, is behind. The probe's lateness, in microseconds, as a maximum
+/// that decays by an eighth per wake (so a stall is remembered for a few hundred
+/// milliseconds after it ends).
+#[derive(Debug, Default)]
+pub(crate) struct Lag {
+    recent_us: AtomicU64,
+}
+
+impl Lag {
+    /// The runtime's recent lateness.
+    pub(crate) fn recent(&self) -> std::time::Duration {
+        std::time::Duration::from_micros(self.recent_us.load(Ordering::Relaxed))
+    }
+
+    fn saw(&self, late: std::time::Duration) {
+        let us = u64::try_from(late.as_micros()).unwrap_or(u64::MAX);
+        let before = self.recent_us.load(Ordering::Relaxed);
+        self.recent_us
+            .store(us.max(before - before / 8), Ordering::Relaxed);
+    }
+}
+
+/// How often the lag probe asks to be woken.
+const PROBE_EVERY: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// Wakes every 10 ms and records how much later than asked it ran: a task ready to
+/// run (a connection with frames to read) waits about as long. Runs until `stop`.
+pub(crate) async fn probe_lag(
+    registry: std::sync::Arc<Registry>,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    let mut next = tokio::time::Instant::now() + PROBE_EVERY;
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep_until(next) => {}
+        }
+        let now = tokio::time::Instant::now();
+        registry.lag.saw(now.saturating_duration_since(next));
+        next = now + PROBE_EVERY;
     }
 }
 

@@ -183,6 +183,7 @@ impl Shard {
         if let Some(last) = self.registry.traffic.last() {
             self.core.observe_traffic(last.into_std().min(std_now));
         }
+
         let mut outgoing = Vec::with_capacity(inputs.len());
         let mut records: Vec<Record> = Vec::new();
         let mut stop = false;
@@ -201,6 +202,9 @@ impl Shard {
                 Err(_) => break,
             }
         }
+        // How late this batch is: the runtime's lateness in running ready tasks (the
+        // connections' readers), or the oldest request's wait in the queue.
+        let mut lag = self.registry.lag.recent();
         for input in inputs.drain(..) {
             match input {
                 ShardInput::Request {
@@ -210,6 +214,7 @@ impl Shard {
                     reply,
                     received,
                 } => {
+                    lag = lag.max(now.saturating_duration_since(received));
                     let api = request.api_key();
                     let pending = self.core.records_pending();
                     let response = self.core.handle_request(std_now, conn, request);
@@ -244,6 +249,7 @@ impl Shard {
             }
             self.drain_outputs(&mut outgoing);
         }
+        self.core.observe_lag(std_now, lag);
         if self.core.poll_timeout().is_some_and(|d| d <= std_now) {
             self.core.handle_timeout(std_now);
             self.drain_outputs(&mut outgoing);
@@ -413,6 +419,47 @@ impl Shard {
                     shard,
                     late_by_ms = duration_ms(late_by),
                     "coordinator was paused; every member's deadlines were extended and expulsions for silence wait for queued frames"
+                );
+            }
+            Event::ExpulsionRateLimited => {
+                m.guard(Guard::RateLimit, GuardTransition::Held)
+                    .increment(1);
+                debug!(
+                    shard,
+                    "expiry for silence waits for the expulsion rate limit"
+                );
+            }
+            Event::BacklogDetected { lag } => {
+                m.guard(Guard::Backlog, GuardTransition::Held).increment(1);
+                warn!(
+                    shard,
+                    lag_ms = duration_ms(lag),
+                    "coordinator behind its members' frames; holding expulsions for silence"
+                );
+            }
+            Event::BacklogEnded { lasted, worst } => {
+                m.guard(Guard::Backlog, GuardTransition::Released)
+                    .increment(1);
+                info!(
+                    shard,
+                    lasted_ms = duration_ms(lasted),
+                    worst_ms = duration_ms(worst),
+                    "coordinator caught up; expulsions for silence judged as usual"
+                );
+            }
+            Event::BacklogHoldExpired {
+                group,
+                member_id,
+                held_for,
+            } => {
+                m.guard(Guard::Backlog, GuardTransition::BoundReached)
+                    .increment(1);
+                warn!(
+                    shard,
+                    group,
+                    member_id,
+                    held_for_ms = duration_ms(held_for),
+                    "backlog guard held a silent member as long as it may; expelling it"
                 );
             }
             Event::MemberSuspected {

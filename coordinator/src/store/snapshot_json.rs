@@ -30,6 +30,9 @@ struct Group {
     rebalance_pending: Option<String>,
     #[serde(default)]
     instances: Vec<Instance>,
+    /// Empty in snapshots written before groups chose their detector.
+    #[serde(default)]
+    detector: String,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -89,6 +92,7 @@ impl From<&GroupSnapshot> for Group {
                 })
                 .collect(),
             rebalance_pending: s.rebalance_pending.clone(),
+            detector: s.detector.clone(),
             instances: s
                 .instances
                 .iter()
@@ -121,6 +125,7 @@ impl From<Group> for GroupSnapshot {
                 })
                 .collect(),
             rebalance_pending: g.rebalance_pending,
+            detector: g.detector,
             instances: g
                 .instances
                 .into_iter()

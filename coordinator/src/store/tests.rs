@@ -107,6 +107,7 @@ fn snapshot(group: &str, generation: u32, members: &[&str]) -> GroupSnapshot {
             partitions: vec![(1, 0)],
         }],
         rebalance_pending: Some("join".to_owned()),
+        detector: "adaptive".to_owned(),
         instances: members
             .iter()
             .map(|id| InstanceSnapshot {

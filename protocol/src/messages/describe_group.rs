@@ -184,8 +184,9 @@ pub struct DescribeGroupResponse {
     /// Members, by member id.
     pub members: Vec<MemberDescription>,
     /// How the group judges its members' silence (version 1 only; version 1 also
-    /// describes every member's detection).
-    pub detection: Option<GroupDetection>,
+    /// describes every member's detection). Boxed to keep [`Response`](crate::Response)
+    /// small.
+    pub detection: Option<Box<GroupDetection>>,
 }
 
 impl DescribeGroupResponse {
@@ -227,10 +228,10 @@ impl DescribeGroupResponse {
         let generation = r.u32("generation")?;
         let assignor = r.string("assignor")?;
         let detection = if version >= 1 {
-            Some(GroupDetection {
+            Some(Box::new(GroupDetection {
                 detector: r.string("detector")?,
                 shadow: r.opt_string("shadow detector")?,
-            })
+            }))
         } else {
             None
         };

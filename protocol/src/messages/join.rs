@@ -1,5 +1,5 @@
-//! Join (API key 1, versions 0 and 1): join a group, or rejoin it with a known member
-//! id; version 1 adds the lease timeout.
+//! Join (API key 1, versions 0 to 2): join a group, or rejoin it with a known member
+//! id; version 1 adds the lease timeout, version 2 the group's failure detector.
 
 use bytes::{BufMut, BytesMut};
 
@@ -43,12 +43,20 @@ pub struct JoinRequest {
     /// closed). At most the session timeout. `0` means "the session timeout"; it is
     /// sent at version 0, which has no such field, and any other value needs version 1.
     pub lease_timeout_ms: u32,
+    /// The failure detector the group is to judge its members' silence with (`fixed`,
+    /// `adaptive`). Empty: the coordinator's default for a new group, whatever the group
+    /// uses for an existing one. Any other value needs version 2.
+    pub detector: String,
 }
 
 impl JoinRequest {
     /// The lowest version that can carry the request.
     pub(crate) fn version(&self) -> u16 {
-        u16::from(self.lease_timeout_ms != 0)
+        if !self.detector.is_empty() {
+            2
+        } else {
+            u16::from(self.lease_timeout_ms != 0)
+        }
     }
 
     pub(crate) fn encode(&self, buf: &mut BytesMut) -> Result<(), EncodeError> {
@@ -65,8 +73,12 @@ impl JoinRequest {
         buf.put_u32(self.session_timeout_ms);
         buf.put_u32(self.progress_timeout_ms);
         buf.put_u32(self.rebalance_timeout_ms);
-        if self.version() >= 1 {
+        let version = self.version();
+        if version >= 1 {
             buf.put_u32(self.lease_timeout_ms);
+        }
+        if version >= 2 {
+            put_string(buf, &self.detector)?;
         }
         Ok(())
     }
@@ -91,6 +103,11 @@ impl JoinRequest {
                 r.u32("lease timeout")?
             } else {
                 0
+            },
+            detector: if version >= 2 {
+                r.string("detector")?
+            } else {
+                String::new()
             },
         })
     }

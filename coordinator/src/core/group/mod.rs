@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use rollcall_protocol::{ExpelReason, GroupState, Push, TopicPartitions};
 
 use super::assignor::TopicPartition;
-use super::liveness::{Detector, Watch};
+use super::liveness::{Detector, DetectorKind, Watch};
 use super::timers::Timers;
 use super::{Assignor, ConnId, CoreConfig, Event, Output, RebalanceCause};
 
@@ -365,6 +365,20 @@ impl Group {
             snapshot_dirty: false,
             listed: false,
         }
+    }
+
+    /// Judges the members' silence with `kind` from now on (the shadow, if the
+    /// coordinator runs one, stays unless it is the same kind).
+    pub(crate) fn set_detector(&mut self, kind: DetectorKind, config: &CoreConfig) {
+        if self.detector.kind() == kind {
+            return;
+        }
+        self.detector = kind.build(&config.detector_settings);
+        self.shadow = config
+            .shadow_detector
+            .filter(|s| *s != kind)
+            .map(|s| s.build(&config.detector_settings));
+        self.snapshot_dirty = true;
     }
 
     pub(crate) fn state(&self) -> GroupState {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use rollcall_protocol::{MemberDescription, MemberDetection};
 
 use super::super::records::{GroupSnapshot, HeldSnapshot, InstanceSnapshot, MemberSnapshot};
-use super::super::{CoreConfig, RebalanceCause, TopicPartition};
+use super::super::{CoreConfig, DetectorKind, RebalanceCause, TopicPartition};
 use super::{duration_ms, Ctx, Group, Held, Instance, Member, Timeouts, Topic};
 
 impl Group {
@@ -92,6 +92,7 @@ impl Group {
                 })
                 .collect(),
             rebalance_pending: self.pending.as_ref().map(|p| p.cause.as_str().to_owned()),
+            detector: self.detector.kind().as_str().to_owned(),
             instances,
         }
     }
@@ -102,6 +103,9 @@ impl Group {
     pub(crate) fn restore(ctx: &mut Ctx<'_>, snapshot: GroupSnapshot) -> Self {
         let now = ctx.now;
         let mut group = Self::new(Arc::from(snapshot.group.as_str()), 0, ctx.config);
+        if let Some(kind) = DetectorKind::parse(&snapshot.detector) {
+            group.set_detector(kind, ctx.config);
+        }
         group.generation = snapshot.generation;
         for (name, partitions) in snapshot.topics {
             let idx = group.topics.len() as u32;

@@ -308,3 +308,240 @@ fn adaptive_detects_a_crash_in_calm_far_sooner_than_the_best_fixed_timeout() {
         );
     }
 }
+
+// ----------------------------------------------------------------------------------
+// The group's detector, chosen at join.
+// ----------------------------------------------------------------------------------
+
+fn join_asking(t: &mut TestContext, conn: ConnId, detector: &str) -> Result<M, Response> {
+    let mut req = t.join_request("g", &[("orders", 4)]);
+    req.detector = detector.to_owned();
+    t.join_with(conn, req)
+}
+
+fn detector_of(t: &mut TestContext) -> String {
+    t.describe("g").detection.expect("described").detector
+}
+
+#[test]
+fn the_first_join_chooses_the_groups_detector_and_later_joins_must_agree() {
+    let mut t = TestContext::new();
+    let a = join_asking(&mut t, 1, "adaptive").expect("accepted");
+    assert_eq!(detector_of(&mut t), "adaptive");
+    // Agreeing, or leaving it to the group: accepted.
+    join_asking(&mut t, 2, "adaptive").expect("same detector");
+    join_asking(&mut t, 3, "").expect("no preference");
+    // Another detector while the group has members: refused, and nothing changes.
+    let refused = join_asking(&mut t, 4, "fixed").unwrap_err();
+    let Response::Error(e) = refused else {
+        panic!("{refused:?}")
+    };
+    assert_eq!(e.code, ErrorCode::InvalidRequest);
+    assert!(e.message.contains("adaptive"), "{}", e.message);
+    assert_eq!(detector_of(&mut t), "adaptive");
+    assert_eq!(t.describe("g").members.len(), 3);
+    // An unknown name: refused before anything is created.
+    let mut req = t.join_request("other", &[("orders", 4)]);
+    req.detector = "psychic".into();
+    let Err(Response::Error(e)) = t.join_with(5, req) else {
+        panic!("an unknown detector was accepted")
+    };
+    assert_eq!(e.code, ErrorCode::InvalidRequest);
+    assert!(
+        e.message.contains("unknown detector 'psychic'"),
+        "{}",
+        e.message
+    );
+    let _ = a;
+}
+
+#[test]
+fn a_groups_detector_survives_a_restart() {
+    use crate::core::RestoredState;
+    use crate::store::{MemoryStore, Store};
+
+    let mut t = TestContext::new();
+    let mut a = join_asking(&mut t, 1, "adaptive").expect("accepted");
+    beat_for(&mut t, &mut [&mut a], 1, BEAT);
+    let store = MemoryStore::new();
+    store.write(&t.records).expect("memory store accepts");
+    let state: RestoredState = store.load().expect("loads");
+    // A coordinator whose default is fixed restores the group's own choice.
+    let mut restarted = TestContext::new();
+    restarted.core.restore(restarted.now, state);
+    assert_eq!(detector_of(&mut restarted), "adaptive");
+}
+
+// ----------------------------------------------------------------------------------
+// The backlog guard.
+// ----------------------------------------------------------------------------------
+
+/// Advances `d` in 100 ms steps, the shell reporting `lag` before each.
+fn advance_lagging(t: &mut TestContext, d: Duration, lag: Duration) {
+    let steps = (d.as_millis() / 100) as u32;
+    for _ in 0..steps {
+        let next = t.now + Duration::from_millis(100);
+        t.core.observe_lag(next, lag);
+        t.advance(Duration::from_millis(100));
+    }
+}
+
+/// While the coordinator reports itself behind, a silent member is not expelled at its
+/// deadline (its heartbeats may be waiting unread); a heartbeat that then arrives
+/// keeps it. A member that really died is expelled once the bound is reached: one more
+/// session timeout past its deadline.
+#[test]
+fn a_coordinator_behind_its_frames_holds_expiries_within_a_bound() {
+    let mut t = TestContext::new();
+    let mut late = t.join(1, "g", &[("orders", 4)]);
+    let dead = t.join(2, "g", &[("orders", 4)]);
+    beat_for(&mut t, &mut [&mut late], 1, BEAT);
+    let lag = Duration::from_millis(500);
+    // Both silent past their deadlines while the shell reports a backlog.
+    advance_lagging(&mut t, SESSION + Duration::from_secs(2), lag);
+    assert!(
+        !expelled_at(&t, &late),
+        "expelled while the coordinator was behind"
+    );
+    assert!(
+        !expelled_at(&t, &dead),
+        "expelled while the coordinator was behind"
+    );
+    assert!(t
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::BacklogDetected { .. })));
+    // The late member's heartbeat comes out of the backlog: it stays.
+    t.expect_beat_ok(&mut late);
+    // The dead one is expelled at the bound, still behind.
+    advance_lagging(&mut t, SESSION, lag);
+    assert!(expelled_at(&t, &dead), "held past the bound");
+    assert!(t
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::BacklogHoldExpired { .. })));
+    assert!(!expelled_at(&t, &late));
+}
+
+/// Without a report of lateness, nothing is held: the guard needs evidence.
+#[test]
+fn without_a_backlog_expiries_are_on_time() {
+    let mut t = TestContext::new();
+    let dead = t.join(1, "g", &[("orders", 4)]);
+    advance_lagging(
+        &mut t,
+        SESSION + Duration::from_millis(200),
+        Duration::from_millis(20),
+    );
+    assert!(expelled_at(&t, &dead));
+    assert!(!t
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::BacklogDetected { .. })));
+}
+
+// ----------------------------------------------------------------------------------
+// The expulsion rate limit.
+// ----------------------------------------------------------------------------------
+
+/// Six members die at once under a limit of two expulsions per second: two go at
+/// their deadline, the rest one every half second; none waits past the bound.
+#[test]
+fn expulsions_for_silence_are_rate_limited_within_the_bound() {
+    let mut t = TestContext::with_config(CoreConfig {
+        max_expulsion_rate: 2.0,
+        isolation_min_members: 0,
+        ..CoreConfig::default()
+    });
+    let dead: Vec<M> = (1..=6).map(|c| t.join(c, "g", &[("orders", 12)])).collect();
+    t.advance(SESSION + Duration::from_millis(1));
+    let gone = |t: &TestContext| dead.iter().filter(|m| expelled_at(t, m)).count();
+    assert_eq!(gone(&t), 2, "a burst of a second's worth");
+    t.advance(Duration::from_millis(500));
+    assert_eq!(gone(&t), 3);
+    t.advance(Duration::from_millis(1500));
+    assert_eq!(gone(&t), 6, "one every half second");
+    assert!(t
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::ExpulsionRateLimited)));
+
+    // At a rate so low that the queue cannot drain, the bound still expels them all
+    // within one more session timeout.
+    let mut t = TestContext::with_config(CoreConfig {
+        max_expulsion_rate: 0.01,
+        isolation_min_members: 0,
+        ..CoreConfig::default()
+    });
+    let dead: Vec<M> = (1..=4).map(|c| t.join(c, "g", &[("orders", 12)])).collect();
+    t.advance(2 * SESSION + Duration::from_millis(1));
+    assert!(
+        dead.iter().all(|m| expelled_at(&t, m)),
+        "held past the bound"
+    );
+}
+
+/// Prints, when `ROLLCALL_PRINT_REPLAYS` is set, each trace's medians over its 20
+/// seeds: detection time and false expulsions of the adaptive detector and of fixed
+/// timeouts from 1.5 s to 6 s, and the best fixed timeout (the figures in
+/// docs/DETECTION.md).
+#[test]
+fn print_replays_on_request() {
+    if std::env::var_os("ROLLCALL_PRINT_REPLAYS").is_none() {
+        return;
+    }
+    let settings = DetectorSettings::default();
+    let adaptive = DetectorKind::Adaptive.build(&settings);
+    type Trace = fn(u64) -> (Vec<f64>, f64);
+    let traces: [(&str, Trace, u64, Duration); 2] = [
+        ("seed 002", seed_002_trace, 7919, Duration::from_secs(10)),
+        (
+            "noisy then calm",
+            noisy_then_calm_trace,
+            104_729,
+            Duration::from_secs(30),
+        ),
+    ];
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    for (name, trace, mult, session) in traces {
+        let runs: Vec<(Vec<f64>, f64)> = (1..=20).map(|s| trace(s * mult)).collect();
+        println!("{name} (20 seeds, session {session:?}): median detection time, false expulsions in all runs");
+        for ms in [1500u64, 2000, 2500, 3000, 3500, 4000, 4500, 5000, 6000] {
+            let fixed = crate::core::FixedTimeout;
+            let timeout = Duration::from_millis(ms);
+            let (det, fe): (Vec<f64>, Vec<u32>) = runs
+                .iter()
+                .map(|(a, d)| {
+                    let (f, t) = replay(&fixed, a, *d, timeout);
+                    (t, f)
+                })
+                .unzip();
+            println!(
+                "  fixed {:>5} ms: detection {:.2} s, false expulsions {}",
+                ms,
+                median(det),
+                fe.iter().sum::<u32>()
+            );
+        }
+        let best: Vec<f64> = runs.iter().map(|(a, d)| best_fixed(a, *d)).collect();
+        println!(
+            "  best fixed (just over the longest gap): detection {:.2} s",
+            median(best)
+        );
+        let (det, fe): (Vec<f64>, Vec<u32>) = runs
+            .iter()
+            .map(|(a, d)| {
+                let (f, t) = replay(&*adaptive, a, *d, session);
+                (t, f)
+            })
+            .unzip();
+        println!(
+            "  adaptive: detection {:.2} s, false expulsions {}",
+            median(det),
+            fe.iter().sum::<u32>()
+        );
+    }
+}

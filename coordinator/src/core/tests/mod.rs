@@ -141,6 +141,7 @@ impl TestContext {
             progress_timeout_ms: PROGRESS.as_millis() as u32,
             rebalance_timeout_ms: REBALANCE.as_millis() as u32,
             lease_timeout_ms: 0,
+            detector: String::new(),
         }
     }
 

@@ -357,6 +357,7 @@ impl Membership {
                     } else {
                         0
                     },
+                    detector: String::new(),
                 });
                 self.in_flight.insert(id, InFlight::Join { sent: now });
                 Some((id, request))

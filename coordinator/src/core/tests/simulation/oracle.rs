@@ -183,6 +183,10 @@ struct Obligation {
 #[derive(Debug)]
 pub(super) struct Oracle {
     start: Instant,
+    /// With an adaptive detector, the floor: the shortest silence that may expel a
+    /// member whose connection is open (the detector may learn any threshold between
+    /// it and the session timeout).
+    pub(super) adaptive_floor: Option<Duration>,
     pub(super) members: HashMap<String, MemberInfo>,
     tokens: HashMap<u64, String>,
     /// Owners per group as the last `DescribeGroup` showed them.
@@ -211,6 +215,7 @@ impl Oracle {
     pub(super) fn new(start: Instant) -> Self {
         Self {
             start,
+            adaptive_floor: None,
             members: HashMap::new(),
             tokens: HashMap::new(),
             owners: HashMap::new(),
@@ -729,6 +734,29 @@ impl Oracle {
             Event::PauseDetected { late_by, .. } => {
                 self.log(now, format!("pause detected, late by {late_by:?}"));
             }
+            Event::MemberSuspected {
+                member_id,
+                silence,
+                expel_after,
+                ..
+            } => {
+                self.log(
+                    now,
+                    format!(
+                        "{member_id} suspect after {silence:?} (expelled after {expel_after:?})"
+                    ),
+                );
+            }
+            Event::MemberRecovered {
+                member_id,
+                suspect_for,
+                ..
+            } => {
+                self.log(
+                    now,
+                    format!("{member_id} alive again after {suspect_for:?}"),
+                );
+            }
             _ => {}
         }
     }
@@ -767,6 +795,7 @@ impl Oracle {
                 } else {
                     info.session
                 };
+                let bound = self.adaptive_floor.map_or(bound, |floor| bound.min(floor));
                 (silent + EPS < bound).then(|| {
                     format!(
                         "{} was expelled for session expiry although a frame from it reached \

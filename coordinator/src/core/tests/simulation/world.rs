@@ -18,7 +18,7 @@ use rollcall_protocol::{DescribeGroupRequest, Push, Request, Response};
 use super::client::{ReqId, Tp};
 use super::oracle::{Check, Crash, Oracle, Violation};
 use super::process::{AckPolicy, Process};
-use crate::core::{ConnId, Coordinator, CoreConfig, Output, Record};
+use crate::core::{ConnId, Coordinator, CoreConfig, DetectorKind, Output, Record};
 use crate::store::{MemoryStore, Store};
 
 /// Hard bound on the events of one run.
@@ -199,10 +199,21 @@ pub(super) struct World {
 impl World {
     pub(super) fn new(seed: u64) -> Self {
         let now = Instant::now();
+        // Odd seeds judge silence with the adaptive detector, even ones with the fixed.
+        let detector = if seed % 2 == 1 {
+            DetectorKind::Adaptive
+        } else {
+            DetectorKind::Fixed
+        };
         let config = CoreConfig {
             member_id_prefix: "s0-".to_owned(),
+            detector,
             ..CoreConfig::default()
         };
+        let mut oracle = Oracle::new(now);
+        if detector == DetectorKind::Adaptive {
+            oracle.adaptive_floor = Some(config.detector_settings.floor);
+        }
         Self {
             seed,
             rng: SmallRng::seed_from_u64(seed),
@@ -225,7 +236,7 @@ impl World {
             procs: Vec::new(),
             instances: HashMap::new(),
             next_instance: 0,
-            oracle: Oracle::new(now),
+            oracle,
             crashes: Vec::new(),
             quiet: false,
             fault_end: now,
@@ -470,6 +481,7 @@ impl World {
         for group in touched {
             let request = Request::DescribeGroup(DescribeGroupRequest {
                 group: group.clone(),
+                detection: true,
             });
             let described = match self.core.handle_request(now, 0, request) {
                 Response::DescribeGroup(d) => Some(d),
@@ -847,6 +859,7 @@ impl World {
             }
             let request = Request::DescribeGroup(DescribeGroupRequest {
                 group: name.clone(),
+                detection: true,
             });
             let described = match self.core.handle_request(now, 0, request) {
                 Response::DescribeGroup(d) => Some(d),
