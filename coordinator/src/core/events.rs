@@ -261,4 +261,6 @@ pub struct CoreStats {
     pub members_alive: usize,
     /// Members judged suspect.
     pub members_suspect: usize,
+    /// Groups with at least one suspect member.
+    pub groups_with_suspects: usize,
 }

@@ -60,12 +60,15 @@ impl Coordinator {
             ..CoreStats::default()
         };
         for g in self.groups.values() {
+            let mut suspects = 0;
             for m in g.members.values() {
                 match m.liveness.liveness(now) {
                     rollcall_protocol::Liveness::Alive => stats.members_alive += 1,
-                    rollcall_protocol::Liveness::Suspect => stats.members_suspect += 1,
+                    rollcall_protocol::Liveness::Suspect => suspects += 1,
                 }
             }
+            stats.members_suspect += suspects;
+            stats.groups_with_suspects += usize::from(suspects > 0);
         }
         stats
     }

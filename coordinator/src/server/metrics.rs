@@ -70,6 +70,10 @@ fn describe() {
     describe_gauge!("rollcall_connections", "Open client connections.");
     describe_gauge!("rollcall_groups", "Groups known to the coordinator.");
     describe_gauge!("rollcall_members", "Members, by liveness.");
+    describe_gauge!(
+        "rollcall_groups_with_suspects",
+        "Groups with at least one suspect member."
+    );
     describe_counter!("rollcall_heartbeats_total", "Heartbeats received.");
     describe_counter!("rollcall_requests_total", "Requests received, by API.");
     describe_histogram!(
@@ -250,6 +254,7 @@ pub(crate) struct Metrics {
     pub(crate) groups: Gauge,
     pub(crate) members_alive: Gauge,
     pub(crate) members_suspect: Gauge,
+    pub(crate) groups_with_suspects: Gauge,
     pub(crate) heartbeats: Counter,
     requests: Vec<Counter>,
     durations: Vec<Histogram>,
@@ -278,6 +283,7 @@ impl Metrics {
             groups: metrics::gauge!("rollcall_groups"),
             members_alive: metrics::gauge!("rollcall_members", "liveness" => Liveness::Alive.as_str()),
             members_suspect: metrics::gauge!("rollcall_members", "liveness" => Liveness::Suspect.as_str()),
+            groups_with_suspects: metrics::gauge!("rollcall_groups_with_suspects"),
             heartbeats: metrics::counter!("rollcall_heartbeats_total"),
             requests: ApiKey::ALL
                 .iter()

@@ -534,6 +534,10 @@ impl Shard {
             .increment(delta(stats.members_alive, before.members_alive));
         m.members_suspect
             .increment(delta(stats.members_suspect, before.members_suspect));
+        m.groups_with_suspects.increment(delta(
+            stats.groups_with_suspects,
+            before.groups_with_suspects,
+        ));
     }
 }
 
