@@ -408,22 +408,27 @@ impl Group {
         let Some(m) = self.members.get_mut(id) else {
             return;
         };
-        let restricted = std::mem::take(&mut m.restricted);
-        if let Some(Transition::Recovered { suspect_for }) = change {
-            ctx.event(Event::MemberRecovered {
+        match change {
+            Some(Transition::Suspected { silence }) => ctx.event(Event::MemberSuspected {
                 group: self.name.to_string(),
                 member_id: id.to_string(),
-                suspect_for,
-            });
-            if restricted {
-                self.trigger_rebalance(ctx, RebalanceCause::Recovery);
-            } else {
-                self.reconcile(ctx);
+                silence,
+                expel_after: m.liveness.thresholds().expel_after,
+            }),
+            Some(Transition::Recovered { suspect_for }) => {
+                let restricted = std::mem::take(&mut m.restricted);
+                ctx.event(Event::MemberRecovered {
+                    group: self.name.to_string(),
+                    member_id: id.to_string(),
+                    suspect_for,
+                });
+                if restricted {
+                    self.trigger_rebalance(ctx, RebalanceCause::Recovery);
+                } else {
+                    self.reconcile(ctx);
+                }
             }
-        } else if restricted {
-            if let Some(m) = self.members.get_mut(id) {
-                m.restricted = true;
-            }
+            _ => {}
         }
         let verdict = match shadow {
             Some(Transition::ShadowExpelled { silence }) => Some((ShadowVerdict::Expel, silence)),

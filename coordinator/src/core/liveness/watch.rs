@@ -88,7 +88,8 @@ impl Watch {
 
     /// The frame heard at `now` (after [`Self::heard`]) was a heartbeat with `sequence`:
     /// learns its gap, counts it on time or late, and judges it again. Returns what
-    /// changed: a recovery, and what the shadow detector would have done.
+    /// changed: suspicion (a beat later than the threshold whose timer had not fired
+    /// yet) or recovery, and what the shadow detector would have done.
     pub fn beat(
         &mut self,
         now: Instant,
@@ -106,6 +107,7 @@ impl Watch {
                 // Its timer had not fired yet: suspect as of now, recovering from here.
                 self.suspect = true;
                 self.since = now;
+                out[0] = Some(Transition::Suspected { silence });
             }
         } else if self.suspect {
             self.streak += 1;
