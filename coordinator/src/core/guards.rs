@@ -108,9 +108,9 @@ pub(crate) struct Guards {
     /// Set while the coordinator is behind: since when, when it was last reported
     /// behind, and the worst lateness reported.
     pub(crate) behind: Option<Behind>,
-    /// Expulsions for silence the rate limit still allows now, and when it was last
-    /// refilled.
-    pub(crate) tokens: Option<(f64, Instant)>,
+    /// The rate limit's theoretical arrival time: when the next expulsion would be
+    /// due if expulsions came exactly at the limit.
+    pub(crate) tat: Option<Instant>,
 }
 
 /// A stretch of time in which the shell reported the coordinator behind.
@@ -213,26 +213,40 @@ impl Coordinator {
             .push_back(Output::Event(Event::PauseDetected { late_by, until }));
     }
 
-    /// The expulsion rate limit: takes a token for an expiry at `now` and lets it
-    /// proceed, or holds it until a token is due (never past `bound`).
-    fn rate_limit(&mut self, now: Instant, bound: Instant) -> Option<Hold> {
+    /// The expulsion rate limit (a generic cell rate algorithm: one expulsion every
+    /// `1 / rate`, a second's worth at once). An expiry over the limit reserves the next
+    /// free slot and is held until then, so each waiting member is looked at again
+    /// once, at its own slot, never past `bound`.
+    fn rate_limit(
+        &mut self,
+        now: Instant,
+        bound: Instant,
+        group: &str,
+        member: &str,
+    ) -> Option<Hold> {
         let rate = self.config.max_expulsion_rate;
         if rate.is_nan() || rate <= 0.0 || now >= bound {
             return None;
         }
-        let burst = rate.max(1.0);
-        let (tokens, at) = self.guards.tokens.unwrap_or((burst, now));
-        let tokens = (tokens + now.saturating_duration_since(at).as_secs_f64() * rate).min(burst);
-        if tokens >= 1.0 {
-            self.guards.tokens = Some((tokens - 1.0, now));
+        let m = self.groups.get_mut(group)?.members.get_mut(member)?;
+        if let Some(slot) = m.expel_slot {
+            return (slot > now).then_some(Hold::RateLimit {
+                recheck: slot.min(bound),
+            });
+        }
+        let interval = Duration::from_secs_f64((1.0 / rate).min(3600.0));
+        let tolerance = Duration::from_secs(1).saturating_sub(interval);
+        let tat = self.guards.tat.map_or(now, |t| t.max(now));
+        self.guards.tat = Some(tat + interval);
+        let earliest = tat.checked_sub(tolerance).unwrap_or(now);
+        if earliest <= now {
             return None;
         }
-        self.guards.tokens = Some((tokens, now));
+        m.expel_slot = Some(earliest);
         self.outputs
             .push_back(Output::Event(Event::ExpulsionRateLimited));
-        let wait = Duration::from_secs_f64((1.0 - tokens) / rate).max(Duration::from_millis(1));
         Some(Hold::RateLimit {
-            recheck: bound.min(now + wait),
+            recheck: earliest.min(bound),
         })
     }
 
@@ -377,7 +391,7 @@ impl Coordinator {
         }
         let min = self.config.isolation_min_members;
         if min == 0 || m.conn.is_none() || self.guards.server_silence(now) < session / 2 {
-            return self.rate_limit(now, bound);
+            return self.rate_limit(now, bound, group, member);
         }
         let census = match self.guards.census {
             Some((at, census)) if at == now => census,
@@ -393,7 +407,7 @@ impl Coordinator {
             }
         };
         if !census.mass_silence(min) {
-            return self.rate_limit(now, bound);
+            return self.rate_limit(now, bound, group, member);
         }
         if now >= bound {
             self.outputs

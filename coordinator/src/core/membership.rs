@@ -393,6 +393,8 @@ impl Coordinator {
             ctx.config.detector_settings.recover_beats,
         );
         m.report_progress(now, r.progress);
+        // Thresholds that shrank can bring a deadline before the member's timer.
+        let earlier = m.timer_at.is_some_and(|t| m.next_deadline() < t);
         let rebound = m.conn != Some(conn);
         let resumed = m.bind(conn);
         let stale = r.generation != m.generation;
@@ -404,12 +406,20 @@ impl Coordinator {
         }
         // The common case ends here: no acknowledgement, same connection, same generation.
         if r.acked_revocations.is_empty() && !rebound && !stale && !returned && !changed {
+            let generation = m.generation;
+            if earlier {
+                let id = m.id.clone();
+                group.schedule_member(&mut ctx, &id);
+            }
             return Response::Heartbeat(HeartbeatResponse {
-                generation: m.generation,
+                generation,
                 session_timeout_ms,
             });
         }
         let id = m.id.clone();
+        if earlier {
+            group.schedule_member(&mut ctx, &id);
+        }
         if changed {
             group.after_beat(&mut ctx, &id, changes);
         }
@@ -490,7 +500,9 @@ impl Coordinator {
     ///
     /// Costs O(members that were bound to `conn`), not O(members).
     pub fn handle_disconnect(&mut self, now: Instant, conn: ConnId) {
-        let _ = self.tick(now);
+        if self.tick(now) {
+            self.detect_pause(now);
+        }
         let bound = self.bound.remove(&conn).unwrap_or_default();
         let (groups, mut ctx) = self.parts(now);
         for (group, member) in bound {

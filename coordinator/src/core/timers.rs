@@ -3,8 +3,9 @@
 //! Each member or group keeps the earliest instant it has an entry for. Deadlines that
 //! only move later (session and progress deadlines renewed by heartbeats) therefore
 //! cost nothing on the heartbeat path: when the old entry fires, its owner re-checks
-//! its real deadlines and schedules itself again. Entries whose owner is gone, or that
-//! an earlier entry superseded, are dropped when they fire.
+//! its real deadlines and schedules itself again. A deadline that moves earlier (an
+//! adaptive detector's thresholds shrinking) schedules a new entry. Entries whose owner
+//! is gone, or that an earlier entry superseded, are dropped when they fire.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;

@@ -53,6 +53,7 @@ impl Group {
             progress_deadline: now + progress_timeout,
             last_progress_at: now,
             restricted: false,
+            expel_slot: None,
             generation: self.generation,
             owned: BTreeSet::new(),
             target: BTreeSet::new(),

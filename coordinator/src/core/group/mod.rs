@@ -116,6 +116,8 @@ pub(crate) struct Member {
     /// The last target computed while the member was suspect left out partitions it
     /// would otherwise have been given: it gets a rebalance when it recovers.
     pub(crate) restricted: bool,
+    /// The slot the expulsion rate limit reserved for the member's expiry.
+    pub(crate) expel_slot: Option<Instant>,
     pub(crate) timer_at: Option<Instant>,
 }
 
@@ -144,6 +146,7 @@ impl Member {
     pub(crate) fn heard(&mut self, now: Instant) -> bool {
         self.liveness.heard(now);
         self.heard_at = self.heard_at.max(now);
+        self.expel_slot = None;
         self.lease_until = self.lease_until.max(now + self.lease_timeout);
         std::mem::take(&mut self.stood_down)
     }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use rollcall_protocol::{AssignmentPush, Push, RevokePush};
 
 use super::super::assignor::{AssignmentInput, AssignorMember};
+use super::super::liveness::Transition;
 use super::super::timers::TimerKey;
 use super::super::{Event, RebalanceCause, TopicPartition};
 use super::{Ctx, Group, PendingRebalance};
@@ -64,7 +65,7 @@ impl Group {
             members: &inputs,
         });
         drop(inputs);
-        let targets = self.spare_suspects(ctx.now, targets);
+        let targets = self.spare_suspects(ctx, targets);
         let mut moved = 0;
         self.target_owner.clear();
         for (m, target) in self.members.values_mut().zip(targets) {
@@ -100,14 +101,28 @@ impl Group {
     /// recover.
     fn spare_suspects(
         &mut self,
-        now: std::time::Instant,
+        ctx: &mut Ctx<'_>,
         mut targets: Vec<Vec<TopicPartition>>,
     ) -> Vec<Vec<TopicPartition>> {
-        let suspect: Vec<bool> = self
-            .members
-            .values()
-            .map(|m| m.liveness.is_suspect(now))
-            .collect();
+        let now = ctx.now;
+        let mut suspect = Vec::with_capacity(self.members.len());
+        for m in self.members.values_mut() {
+            // Silent past its threshold but its timer has not fired yet: it is suspect
+            // from now on, as the timer would have made it (so only on-time beats bring
+            // it back, and the cut below earns it its recovery rebalance).
+            if let Some(Transition::Suspected { silence }) = m.liveness.check(now) {
+                ctx.event(Event::MemberSuspected {
+                    group: self.name.to_string(),
+                    member_id: m.id.to_string(),
+                    silence,
+                    expel_after: m.liveness.thresholds().expel_after,
+                });
+            }
+            let is_suspect = m.liveness.is_suspect(now);
+            // A member that is not suspect gets its whole share from this target.
+            m.restricted &= is_suspect;
+            suspect.push(is_suspect);
+        }
         if !suspect.contains(&true) {
             return targets;
         }

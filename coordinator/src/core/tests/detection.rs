@@ -461,10 +461,13 @@ fn expulsions_for_silence_are_rate_limited_within_the_bound() {
     assert_eq!(gone(&t), 3);
     t.advance(Duration::from_millis(1500));
     assert_eq!(gone(&t), 6, "one every half second");
-    assert!(t
+    // Each waiting member reserved its slot once: no recheck storm.
+    let held = t
         .events
         .iter()
-        .any(|e| matches!(e, Event::ExpulsionRateLimited)));
+        .filter(|e| matches!(e, Event::ExpulsionRateLimited))
+        .count();
+    assert_eq!(held, 4, "four members waited, each once");
 
     // At a rate so low that the queue cannot drain, the bound still expels them all
     // within one more session timeout.
@@ -544,4 +547,25 @@ fn print_replays_on_request() {
             fe.iter().sum::<u32>()
         );
     }
+}
+
+/// When the adaptive detector's thresholds shrink (the member has shown enough calm
+/// gaps), its timer moves earlier with them: a member that dies then is expelled after
+/// the short threshold, not at a timer set under the fixed rule.
+#[test]
+fn shrinking_thresholds_bring_the_members_timer_earlier() {
+    let mut t = TestContext::with_config(config(DetectorKind::Adaptive, None));
+    let mut req = t.join_request("g", &[("orders", 4)]);
+    req.session_timeout_ms = 30_000;
+    let mut m = t.join_with(1, req).expect("joined");
+    // The thresholds shrink at the 60th gap; under the fixed rule the timer was last
+    // set for 15 s after a beat near the 57th second.
+    beat_for(&mut t, &mut [&mut m], 62, BEAT);
+    let died = t.now;
+    t.advance(Duration::from_millis(2500));
+    assert!(
+        expelled_at(&t, &m),
+        "still a member {:?} after its last beat",
+        t.now - died
+    );
 }
