@@ -48,6 +48,11 @@ enum Command {
     /// Members whose progress stops, and members that pause entirely: expulsions
     /// only when (and soon after) a timeout is exceeded.
     Stall(scenarios::stall::StallArgs),
+    /// The coordinator stopped (SIGSTOP) for longer than the session timeout, then
+    /// resumed, a few times: no live member expelled, members that died during the stop
+    /// expelled within one session timeout of the resume. Needs --spawn (or --addr with
+    /// --pid).
+    Pause(scenarios::pause::PauseArgs),
     /// Static members restarted one after another: rebalances caused and partitions
     /// moved.
     RollingRestart(scenarios::rolling::RollingArgs),
@@ -65,6 +70,7 @@ impl Command {
             Self::JoinStorm(a) => a.hard_cap(),
             Self::Churn(a) => a.hard_cap(),
             Self::Stall(a) => a.hard_cap(),
+            Self::Pause(a) => a.hard_cap(),
             Self::RollingRestart(a) => a.hard_cap(),
             Self::Commit(a) => a.hard_cap(),
             Self::Scale(a) => a.hard_cap(),
@@ -77,6 +83,7 @@ impl Command {
             Self::JoinStorm(a) => harness::run(a).await,
             Self::Churn(a) => harness::run(a).await,
             Self::Stall(a) => harness::run(a).await,
+            Self::Pause(a) => harness::run(a).await,
             Self::RollingRestart(a) => harness::run(a).await,
             Self::Commit(a) => harness::run(a).await,
             Self::Scale(a) => harness::run(a).await,

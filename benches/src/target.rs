@@ -287,6 +287,34 @@ impl Target {
         }
     }
 
+    /// Sends `signal` (a name `kill` knows, such as `STOP` or `CONT`) to the coordinator's
+    /// process: a spawned one, or an external one given with `--pid`. Never to this
+    /// process: an in-process coordinator cannot be signalled apart from the load
+    /// generator.
+    pub(crate) fn signal(&self, signal: &str) -> Result<(), String> {
+        let pid = match &self.running {
+            Running::Spawned { child } => child.id(),
+            Running::External { pid: Some(pid) } => *pid,
+            Running::InProcess { .. } | Running::External { pid: None } => {
+                return Err(
+                    "the coordinator has no process of its own to signal: use --spawn, or --addr with --pid"
+                        .to_owned(),
+                )
+            }
+        };
+        send_signal(pid, signal)
+    }
+
+    /// Stops the coordinator's process (SIGSTOP) until the returned guard is thawed or
+    /// dropped (SIGCONT), so that no run leaves it stopped.
+    pub(crate) fn freeze(&self) -> Result<Frozen<'_>, String> {
+        self.signal("STOP")?;
+        Ok(Frozen {
+            target: self,
+            thawed: false,
+        })
+    }
+
     /// CPU seconds the coordinator has used so far.
     pub(crate) fn cpu_seconds(&self) -> Option<f64> {
         match &self.running {
@@ -351,8 +379,7 @@ impl Target {
                 }
             }
             Running::Spawned { child } => {
-                let pid = child.id().to_string();
-                let _ = Command::new("kill").args(["-TERM", &pid]).status();
+                let _ = send_signal(child.id(), "TERM");
                 let deadline = Instant::now() + Duration::from_secs(15);
                 loop {
                     match child.try_wait() {
@@ -372,6 +399,44 @@ impl Target {
         }
         if let Some(dir) = self.data_dir.take() {
             let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// Sends `signal` to process `pid` with `kill`.
+fn send_signal(pid: u32, signal: &str) -> Result<(), String> {
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .map_err(|e| format!("cannot run kill -{signal} {pid}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("kill -{signal} {pid} failed: {status}"))
+    }
+}
+
+/// The coordinator's process stopped by [`Target::freeze`]; resumed by [`Frozen::thaw`],
+/// or when dropped.
+#[derive(Debug)]
+pub(crate) struct Frozen<'a> {
+    target: &'a Target,
+    thawed: bool,
+}
+
+impl Frozen<'_> {
+    /// Resumes the coordinator (SIGCONT).
+    pub(crate) fn thaw(mut self) -> Result<(), String> {
+        self.thawed = true;
+        self.target.signal("CONT")
+    }
+}
+
+impl Drop for Frozen<'_> {
+    fn drop(&mut self) {
+        if !self.thawed {
+            let _ = self.target.signal("CONT");
         }
     }
 }

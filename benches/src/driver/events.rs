@@ -25,17 +25,8 @@ impl ConnTask {
 
     /// The first slot of the member's place on the global timeline at or after `t`.
     pub(super) fn next_slot(&self, local: usize, period: Duration, t: Instant) -> Instant {
-        let index = self.members[local].index as u128;
-        let members = self.shared.members.max(1) as u128;
-        let period_ns = period.as_nanos().max(1);
-        let phase = Duration::from_nanos(u64::try_from(period_ns * index / members).unwrap_or(0));
-        let origin = self.shared.start + phase;
-        if t <= origin {
-            return origin;
-        }
-        let since = (t - origin).as_nanos();
-        let k = since.div_ceil(period_ns);
-        origin + Duration::from_nanos(u64::try_from(k * period_ns).unwrap_or(u64::MAX / 2))
+        self.shared
+            .slot_at_or_after(self.members[local].index, period, t)
     }
 
     pub(super) fn on_command(&mut self, cmd: Cmd) -> Option<Exit> {

@@ -280,6 +280,22 @@ impl Shared {
         self.window_from.store(self.nanos(from), Ordering::Relaxed);
     }
 
+    /// The first heartbeat slot of `member` on the global timeline at or after `t`:
+    /// member `i` of `n` beats at `start + (i / n) * period + k * period`.
+    pub(crate) fn slot_at_or_after(&self, member: usize, period: Duration, t: Instant) -> Instant {
+        let index = member as u128;
+        let members = self.members.max(1) as u128;
+        let period_ns = period.as_nanos().max(1);
+        let phase = Duration::from_nanos(u64::try_from(period_ns * index / members).unwrap_or(0));
+        let origin = self.start + phase;
+        if t <= origin {
+            return origin;
+        }
+        let since = (t - origin).as_nanos();
+        let k = since.div_ceil(period_ns);
+        origin + Duration::from_nanos(u64::try_from(k * period_ns).unwrap_or(u64::MAX / 2))
+    }
+
     fn observe(&self, obs: Obs) {
         if let Some(tx) = &self.observations {
             let _ = tx.send(obs);
