@@ -336,7 +336,8 @@ impl Frame {
                 let Some(key) = ApiKey::from_u16(header.api_key) else {
                     return Ok(unsupported(&mut r));
                 };
-                // A response answers at its request's version.
+                // A response is at version 0, or at its request's version where the
+                // answer's body changed with it (DescribeGroup 1).
                 let max = max_request_version(key);
                 if version > max {
                     return Ok(unsupported(&mut r));

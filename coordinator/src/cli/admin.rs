@@ -153,6 +153,19 @@ async fn admin_request(args: &AdminArgs, request: Request) -> Result<Response, A
     let software = concat!("rollcall-cli/", env!("CARGO_PKG_VERSION"));
     let exchange = async {
         let mut conn = Connection::connect(args.addr.as_str(), software, args.timeout).await?;
+        let request = match request {
+            // A coordinator without DescribeGroup version 1 is asked at version 0: the
+            // answer then has no detection details.
+            Request::DescribeGroup(mut d) => {
+                d.detection = conn
+                    .versions()
+                    .versions
+                    .iter()
+                    .any(|r| r.api_key == ApiKey::DescribeGroup as u16 && r.max_version >= 1);
+                Request::DescribeGroup(d)
+            }
+            other => other,
+        };
         conn.request(request).await
     };
     let outcome = tokio::time::timeout(args.timeout, exchange)

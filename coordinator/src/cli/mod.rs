@@ -24,7 +24,7 @@ use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand}
 use rollcall_client::raw::Connection;
 use rollcall_client::ConnectError;
 use rollcall_protocol::{
-    DescribeGroupRequest, DescribeGroupResponse, ErrorCode, FetchOffsetsRequest,
+    ApiKey, DescribeGroupRequest, DescribeGroupResponse, ErrorCode, FetchOffsetsRequest,
     FetchOffsetsResponse, ListGroupsResponse, MemberDetection, Request, Response, TopicPartitions,
 };
 use serde::Serialize;

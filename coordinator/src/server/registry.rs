@@ -209,9 +209,19 @@ impl Lag {
         std::time::Duration::from_micros(self.recent_us.load(Ordering::Relaxed))
     }
 
-    fn saw(&self, late: std::time::Duration) {
+    /// Something ready to run waited `late` (a reader held by a full shard queue).
+    pub(crate) fn saw(&self, late: std::time::Duration) {
+        let us = u64::try_from(late.as_micros()).unwrap_or(u64::MAX);
+        self.recent_us.fetch_max(us, Ordering::Relaxed);
+    }
+
+    /// The probe woke `late`: forgets an eighth of what it remembers, and keeps the
+    /// larger of that and `late`.
+    fn probe_woke(&self, late: std::time::Duration) {
         let us = u64::try_from(late.as_micros()).unwrap_or(u64::MAX);
         let before = self.recent_us.load(Ordering::Relaxed);
+        // A reader's report between the load and the store may be lost; the next one
+        // (it is still waiting, or will wait again) brings it back.
         self.recent_us
             .store(us.max(before - before / 8), Ordering::Relaxed);
     }
@@ -233,7 +243,7 @@ pub(crate) async fn probe_lag(
             () = tokio::time::sleep_until(next) => {}
         }
         let now = tokio::time::Instant::now();
-        registry.lag.saw(now.saturating_duration_since(next));
+        registry.lag.probe_woke(now.saturating_duration_since(next));
         next = now + PROBE_EVERY;
     }
 }

@@ -254,8 +254,8 @@ impl Response {
         }
     }
 
-    /// The API version the response is encoded in (a response answers at its
-    /// request's version; only the fields it carries decide it).
+    /// The API version the response is encoded in: 0, except a DescribeGroup answer
+    /// carrying detection details (the answer to a version 1 request), which is 1.
     pub fn version(&self) -> u16 {
         match self {
             Self::DescribeGroup(r) => r.version(),

@@ -470,7 +470,19 @@ impl Connection {
             reply: self.handle.clone(),
             received,
         };
-        if self.ctx.shards[shard].send(input).await.is_err() {
+        // A full shard queue holds this connection's reader, and so every frame behind
+        // it, unread: the time spent waiting for room is the coordinator's backlog.
+        let sent = match self.ctx.shards[shard].try_send(input) {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::TrySendError::Full(input)) => {
+                let waiting = tokio::time::Instant::now();
+                let sent = self.ctx.shards[shard].send(input).await.map_err(drop);
+                self.ctx.registry.lag.saw(waiting.elapsed());
+                sent
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(()),
+        };
+        if sent.is_err() {
             self.reply(
                 correlation_id,
                 Response::error(
