@@ -558,6 +558,34 @@ impl Coordinator {
         }
     }
 
+    /// The answers to the Joins of `joined` (group, member id) left the coordinator at
+    /// `at`, after their records were durable. A member cannot speak before its answer
+    /// reaches it, so its session counts from then: a durable store that is slow to
+    /// confirm does not expel the members it has just let in. (The lease is not moved:
+    /// it was promised from the request.)
+    pub fn answers_released(&mut self, at: Instant, joined: &[(String, String)]) {
+        if self.tick(at) {
+            self.detect_pause(at);
+        }
+        for (group, member) in joined {
+            let Some(m) = self
+                .groups
+                .get_mut(group.as_str())
+                .and_then(|g| g.members.get_mut(member.as_str()))
+            else {
+                continue;
+            };
+            m.liveness.heard(at);
+            m.heard_at = m.heard_at.max(at);
+            // Nor can it have made progress: a member that has reported none yet gets
+            // its progress timeout from then too.
+            if m.progress == 0 && at > m.last_progress_at {
+                m.last_progress_at = at;
+                m.progress_deadline = m.progress_deadline.max(at + m.progress_timeout);
+            }
+        }
+    }
+
     /// Records that `member` of `group` now talks over `conn`.
     pub(super) fn bind(&mut self, conn: ConnId, group: &str, member: &str) {
         let Some(g) = self.groups.get(group) else {

@@ -87,6 +87,9 @@ enum Outgoing {
 struct Batch {
     durable: Option<oneshot::Receiver<CommitResult>>,
     outgoing: Vec<Outgoing>,
+    /// The members whose Join this batch answers (group, member id): once the answers
+    /// have left, the stage tells the shard, and their sessions count from then.
+    joined: Vec<(String, String)>,
 }
 
 /// The stable shard of a group: FNV-1a of its id, so a group lands on the same shard in
@@ -120,8 +123,12 @@ impl Shard {
     /// for another reason (its sender stage failed).
     pub(crate) async fn run(mut self) -> bool {
         let (stage_tx, stage_rx) = mpsc::channel(STAGE_QUEUE);
+        // Unbounded: at most one entry per join answered, and the stage must never wait
+        // on the shard that waits on it.
+        let (released_tx, mut released_rx) = mpsc::unbounded_channel();
         let stage = tokio::spawn(send_stage(
             stage_rx,
+            released_tx,
             self.registry.clone(),
             self.metrics.clone(),
             self.fatal.clone(),
@@ -142,9 +149,15 @@ impl Shard {
                         break;
                     }
                 }
+                Some(joined) = released_rx.recv() => {
+                    self.core.answers_released(Instant::now().into_std(), &joined);
+                }
                 () = tokio::time::sleep_until(wake) => {}
             }
             let now = Instant::now();
+            while let Ok(joined) = released_rx.try_recv() {
+                self.core.answers_released(now.into_std(), &joined);
+            }
             let (batch, stop) = self.process(now, &mut inputs);
             if now >= next_stats {
                 stats = self.refresh_stats(now, stats);
@@ -185,6 +198,7 @@ impl Shard {
         }
 
         let mut outgoing = Vec::with_capacity(inputs.len());
+        let mut joined = Vec::new();
         let mut records: Vec<Record> = Vec::new();
         let mut stop = false;
         // Timers due now run after every request already queued has been handled: a
@@ -216,8 +230,15 @@ impl Shard {
                 } => {
                     lag = lag.max(now.saturating_duration_since(received));
                     let api = request.api_key();
+                    let join_group = match &request {
+                        Request::Join(j) => Some(j.group.clone()),
+                        _ => None,
+                    };
                     let pending = self.core.records_pending();
                     let response = self.core.handle_request(std_now, conn, request);
+                    if let (Some(group), Response::Join(j)) = (join_group, &response) {
+                        joined.push((group, j.member_id.clone()));
+                    }
                     // Records are taken once per batch (each changed group is written
                     // once); this request wrote if it added to them.
                     let wrote = self.core.records_pending() > pending;
@@ -263,7 +284,14 @@ impl Shard {
         if durable.is_none() && outgoing.is_empty() {
             return (None, stop);
         }
-        (Some(Batch { durable, outgoing }), stop)
+        (
+            Some(Batch {
+                durable,
+                outgoing,
+                joined,
+            }),
+            stop,
+        )
     }
 
     /// Moves the core's new records into `records`; true if there were any.
@@ -556,6 +584,7 @@ fn duration_ms(d: Duration) -> u64 {
 /// Returns false if it stopped for that reason.
 async fn send_stage(
     mut batches: mpsc::Receiver<Batch>,
+    released: mpsc::UnboundedSender<Vec<(String, String)>>,
     registry: Arc<Registry>,
     metrics: Arc<Metrics>,
     fatal: CancellationToken,
@@ -604,6 +633,10 @@ async fn send_stage(
         }
         if durable.is_err() {
             return false;
+        }
+        if !batch.joined.is_empty() {
+            // The shard may be gone already (shutdown): nothing to count then.
+            let _ = released.send(batch.joined);
         }
     }
     true

@@ -569,3 +569,28 @@ fn shrinking_thresholds_bring_the_members_timer_earlier() {
         t.now - died
     );
 }
+
+/// A Join's answer waits for its records to be durable; the member cannot speak before
+/// it arrives. Its session counts from the answer's release, so a slow store does not
+/// expel the members it has just let in; a member that never speaks after its answer
+/// is expelled a session later.
+#[test]
+fn a_new_members_session_counts_from_the_release_of_its_join_answer() {
+    let mut t = TestContext::with_config(CoreConfig {
+        isolation_min_members: 0,
+        ..CoreConfig::default()
+    });
+    let m = t.join(1, "g", &[("orders", 4)]);
+    // The answer leaves 8 s after the join (the store was slow).
+    t.advance(Duration::from_secs(8));
+    let at = t.now;
+    t.core
+        .answers_released(at, &[("g".to_owned(), m.id.clone())]);
+    t.advance(SESSION - Duration::from_secs(1));
+    assert!(
+        !expelled_at(&t, &m),
+        "expelled before a session after its answer"
+    );
+    t.advance(Duration::from_secs(2));
+    assert!(expelled_at(&t, &m), "silent for a session after its answer");
+}
