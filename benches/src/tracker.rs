@@ -84,6 +84,20 @@ impl Tracker {
             .await;
     }
 
+    /// Applies observations for two heartbeat intervals (and a little), so that every
+    /// live member beating every `interval` has been heard once more.
+    pub(crate) async fn absorb_beats(
+        &mut self,
+        observations: &mut tokio::sync::mpsc::UnboundedReceiver<Obs>,
+        interval: std::time::Duration,
+    ) {
+        self.absorb_for(
+            observations,
+            interval * 2 + std::time::Duration::from_millis(50),
+        )
+        .await;
+    }
+
     pub(crate) fn new(members: usize, groups: usize, partitions: u32) -> Self {
         let member_group: Vec<usize> = (0..members).map(|i| i % groups).collect();
         let mut group_members = vec![Vec::new(); groups];

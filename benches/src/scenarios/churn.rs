@@ -184,7 +184,7 @@ impl Scenario for ChurnArgs {
             let mut batch = Vec::with_capacity(1024);
             // Every member has heartbeated before the first kill.
             tracker
-                .absorb_for(&mut observations, interval * 2 + Duration::from_millis(50))
+                .absorb_beats(&mut observations, interval)
                 .await;
             let mut snapshots = spawn_poller(
                 rig.target.addr,

@@ -231,9 +231,7 @@ impl Scenario for PauseArgs {
             let mut tracker = rig.tracker();
             rig.settled(&mut tracker, &mut observations).await?;
             // Every member has heartbeated before the first stop.
-            tracker
-                .absorb_for(&mut observations, interval * 2 + Duration::from_millis(50))
-                .await;
+            tracker.absorb_beats(&mut observations, interval).await;
             let mut rounds = Vec::with_capacity(self.rounds);
             for r in 0..self.rounds {
                 let label = format!("round {}/{}", r + 1, self.rounds);
@@ -291,9 +289,7 @@ impl Scenario for PauseArgs {
                     .await;
                 let settled = tracker.all_settled();
                 // Every live member heard from again before the next stop.
-                tracker
-                    .absorb_for(&mut observations, interval * 2 + Duration::from_millis(50))
-                    .await;
+                tracker.absorb_beats(&mut observations, interval).await;
                 rounds.push(Round {
                     stop_sent,
                     resumed,

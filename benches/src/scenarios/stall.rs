@@ -139,9 +139,7 @@ impl Scenario for StallArgs {
             let mut tracker = rig.tracker();
             rig.settled(&mut tracker, &mut observations).await?;
             // Every member has heartbeated (and reported progress) before it is steered.
-            tracker
-                .absorb_for(&mut observations, interval * 2 + Duration::from_millis(50))
-                .await;
+            tracker.absorb_beats(&mut observations, interval).await;
 
             // Stalls: progress stops, heartbeats go on.
             rig.phase("stalling");

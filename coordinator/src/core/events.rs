@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use rollcall_protocol::{ExpelReason, Push};
 
-use super::{ConnId, DetectorKind};
+use super::{ConnId, DetectorKind, Guard};
 
 /// Why a rebalance started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -129,9 +129,11 @@ pub enum Event {
         /// How long no member was heard.
         silent_for: Duration,
     },
-    /// The isolation guard held a member for as long as it may (one more session
-    /// timeout past its deadline) and lets it be expelled.
-    IsolationHoldExpired {
+    /// A guard held a member for as long as it may (one more session timeout past its
+    /// deadline) and lets it be expelled.
+    HoldExpired {
+        /// The guard that held it.
+        guard: Guard,
         /// Group.
         group: String,
         /// Member.
@@ -165,15 +167,6 @@ pub enum Event {
         lasted: Duration,
         /// The worst lateness reported.
         worst: Duration,
-    },
-    /// The backlog guard held a silent member as long as it may; it is expelled.
-    BacklogHoldExpired {
-        /// Group id.
-        group: String,
-        /// Member id.
-        member_id: String,
-        /// How long past its deadline it was held.
-        held_for: Duration,
     },
     /// An expiry for silence waits for the expulsion rate limit (`max_expulsion_rate`).
     ExpulsionRateLimited,

@@ -60,6 +60,34 @@ pub const PAUSE_FLOOR: Duration = Duration::from_millis(50);
 /// blamed on the coordinator (Kubernetes' node lifecycle controller uses 55% of a zone).
 pub const ISOLATION_SHARE_PERCENT: usize = 55;
 
+/// The guards, by name (the `guard` label of the metrics and logs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Guard {
+    /// The coordinator was woken late (paused).
+    Pause,
+    /// The whole server heard nothing while most members fell silent.
+    Isolation,
+    /// The coordinator was behind its members' frames.
+    Backlog,
+    /// Expulsions for silence came faster than the rate limit.
+    RateLimit,
+}
+
+impl Guard {
+    /// Every guard.
+    pub const ALL: [Self; 4] = [Self::Pause, Self::Isolation, Self::Backlog, Self::RateLimit];
+
+    /// The guard's name, as metrics and logs spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pause => "pause",
+            Self::Isolation => "isolation",
+            Self::Backlog => "backlog",
+            Self::RateLimit => "rate_limit",
+        }
+    }
+}
+
 /// Lateness at which the coordinator counts as behind its members' frames.
 pub const BACKLOG_FLOOR: Duration = Duration::from_millis(100);
 
@@ -380,12 +408,12 @@ impl Coordinator {
                         recheck: bound.min(now + drain),
                     });
                 }
-                self.outputs
-                    .push_back(Output::Event(Event::BacklogHoldExpired {
-                        group: group.to_owned(),
-                        member_id: member.to_owned(),
-                        held_for: now.saturating_duration_since(deadline),
-                    }));
+                self.outputs.push_back(Output::Event(Event::HoldExpired {
+                    guard: Guard::Backlog,
+                    group: group.to_owned(),
+                    member_id: member.to_owned(),
+                    held_for: now.saturating_duration_since(deadline),
+                }));
                 return None;
             }
         }
@@ -410,12 +438,12 @@ impl Coordinator {
             return self.rate_limit(now, bound, group, member);
         }
         if now >= bound {
-            self.outputs
-                .push_back(Output::Event(Event::IsolationHoldExpired {
-                    group: group.to_owned(),
-                    member_id: member.to_owned(),
-                    held_for: now.saturating_duration_since(deadline),
-                }));
+            self.outputs.push_back(Output::Event(Event::HoldExpired {
+                guard: Guard::Isolation,
+                group: group.to_owned(),
+                member_id: member.to_owned(),
+                held_for: now.saturating_duration_since(deadline),
+            }));
             return None;
         }
         if self.guards.isolated_since.is_none() {

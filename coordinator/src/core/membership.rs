@@ -11,6 +11,7 @@ use rollcall_protocol::{
 };
 
 use super::group::{duration_ms, Ctx, Group, Timeouts};
+use super::liveness::Beat;
 use super::{refuse, ConnId, Coordinator, Event, Output, RebalanceCause, TopicPartition};
 use super::{DetectorKind, MAX_MEMBER_ID_BYTES, MAX_NAME_BYTES};
 
@@ -399,7 +400,7 @@ impl Coordinator {
         let resumed = m.bind(conn);
         let stale = r.generation != m.generation;
         let session_timeout_ms = duration_ms(m.session_timeout) as u32;
-        let changed = changes != [None, None];
+        let changed = changes != Beat::default();
         if returned {
             // It had stood down: a restart must not take that back as the last word.
             group.snapshot_dirty = true;
@@ -477,8 +478,7 @@ impl Coordinator {
             LeaveMode::StandDown => {
                 if m.instance_id.is_some() {
                     // Its session runs from the stand-down, its lease is over.
-                    m.liveness.heard(now);
-                    m.heard_at = m.heard_at.max(now);
+                    m.renew_session(now);
                     m.lease_until = now;
                     m.stood_down = true;
                     m.conn = None;
@@ -575,8 +575,7 @@ impl Coordinator {
             else {
                 continue;
             };
-            m.liveness.heard(at);
-            m.heard_at = m.heard_at.max(at);
+            m.renew_session(at);
             // Nor can it have made progress: a member that has reported none yet gets
             // its progress timeout from then too.
             if m.progress == 0 && at > m.last_progress_at {

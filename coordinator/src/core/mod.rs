@@ -32,6 +32,7 @@ use timers::{TimerKey, Timers};
 pub use assignor::{Assignor, AssignorKind, TopicPartition};
 pub use config::{CoreConfig, UnknownName, MAX_MEMBER_ID_BYTES, MAX_NAME_BYTES};
 pub use events::{CoreStats, Event, Output, RebalanceCause, ShadowVerdict};
+pub use guards::Guard;
 pub use liveness::{Detector, DetectorKind, DetectorSettings, FixedTimeout};
 pub use records::{
     GroupSnapshot, HeldSnapshot, InstanceSnapshot, MemberSnapshot, OffsetRecord, Record,

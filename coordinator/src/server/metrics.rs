@@ -14,7 +14,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
-use crate::core::{DetectorKind, RebalanceCause, ShadowVerdict};
+use crate::core::{DetectorKind, Guard, RebalanceCause, ShadowVerdict};
 
 /// Buckets of `rollcall_request_duration_seconds`.
 const REQUEST_BUCKETS: &[f64] = &[
@@ -135,33 +135,6 @@ fn describe() {
         "rollcall_guard_transitions_total",
         "Guards that hold expulsions for silence (pause, isolation, backlog, rate_limit): when one starts holding, lets go, or expels a member it held as long as it may."
     );
-}
-
-/// A guard that holds expulsions for silence, the `guard` label of
-/// `rollcall_guard_transitions_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Guard {
-    /// The coordinator was woken late (paused).
-    Pause,
-    /// The whole server heard nothing while most members fell silent.
-    Isolation,
-    /// The coordinator was behind its members' frames.
-    Backlog,
-    /// Expulsions for silence came faster than the rate limit.
-    RateLimit,
-}
-
-impl Guard {
-    const ALL: [Self; 4] = [Self::Pause, Self::Isolation, Self::Backlog, Self::RateLimit];
-
-    fn as_str(self) -> &'static str {
-        match self {
-            Self::Pause => "pause",
-            Self::Isolation => "isolation",
-            Self::Backlog => "backlog",
-            Self::RateLimit => "rate_limit",
-        }
-    }
 }
 
 /// What a guard did, the `transition` label of `rollcall_guard_transitions_total`.

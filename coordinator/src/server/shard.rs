@@ -18,9 +18,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-use super::metrics::{Guard, GuardTransition, Metrics};
+use super::metrics::{GuardTransition, Metrics};
 use super::registry::{ConnHandle, Registry};
-use crate::core::{ConnId, Coordinator, CoreStats, Event, Output, Record};
+use crate::core::{ConnId, Coordinator, CoreStats, Event, Guard, Output, Record};
 use crate::store::group_commit::CommitResult;
 use crate::store::{GroupCommitter, StoreError};
 
@@ -425,19 +425,20 @@ impl Shard {
                     "members heard again; members not already overdue got the silence back"
                 );
             }
-            Event::IsolationHoldExpired {
+            Event::HoldExpired {
+                guard,
                 group,
                 member_id,
                 held_for,
             } => {
-                m.guard(Guard::Isolation, GuardTransition::BoundReached)
-                    .increment(1);
+                m.guard(guard, GuardTransition::BoundReached).increment(1);
                 warn!(
                     shard,
+                    guard = guard.as_str(),
                     group,
                     member_id,
                     held_for_ms = duration_ms(held_for),
-                    "isolation guard held a silent member as long as it may; expelling it"
+                    "a guard held a silent member as long as it may; expelling it"
                 );
             }
             Event::PauseDetected { late_by, .. } => {
@@ -473,21 +474,6 @@ impl Shard {
                     lasted_ms = duration_ms(lasted),
                     worst_ms = duration_ms(worst),
                     "coordinator caught up; expulsions for silence judged as usual"
-                );
-            }
-            Event::BacklogHoldExpired {
-                group,
-                member_id,
-                held_for,
-            } => {
-                m.guard(Guard::Backlog, GuardTransition::BoundReached)
-                    .increment(1);
-                warn!(
-                    shard,
-                    group,
-                    member_id,
-                    held_for_ms = duration_ms(held_for),
-                    "backlog guard held a silent member as long as it may; expelling it"
                 );
             }
             Event::MemberSuspected {

@@ -8,7 +8,7 @@ use std::time::Instant;
 use rollcall_protocol::{AssignmentPush, ExpelReason, ExpelledPush, Push, RevokePush};
 
 use super::super::guards::Hold;
-use super::super::liveness::{Transition, Watch};
+use super::super::liveness::{Beat, Transition, Watch};
 use super::super::timers::TimerKey;
 use super::super::{ConnId, Event, RebalanceCause, ShadowVerdict, TopicPartition};
 use super::{Ctx, Group, Held, Member, Timeouts};
@@ -404,7 +404,7 @@ impl Group {
         &mut self,
         ctx: &mut Ctx<'_>,
         id: &Arc<str>,
-        [change, shadow]: [Option<Transition>; 2],
+        Beat { change, shadow }: Beat,
     ) {
         let Some(m) = self.members.get_mut(id) else {
             return;
@@ -431,14 +431,7 @@ impl Group {
             }
             _ => {}
         }
-        let verdict = match shadow {
-            Some(Transition::ShadowExpelled { silence }) => Some((ShadowVerdict::Expel, silence)),
-            Some(Transition::ShadowSuspected { silence }) => {
-                Some((ShadowVerdict::Suspect, silence))
-            }
-            _ => None,
-        };
-        if let (Some((verdict, silence)), Some(detector)) = (verdict, &self.shadow) {
+        if let (Some((verdict, silence)), Some(detector)) = (shadow, &self.shadow) {
             ctx.event(Event::ShadowVerdict {
                 group: self.name.to_string(),
                 member_id: id.to_string(),

@@ -144,11 +144,17 @@ impl Member {
     /// Returns whether it had stood down: the snapshot must say it no longer has.
     #[must_use]
     pub(crate) fn heard(&mut self, now: Instant) -> bool {
+        self.renew_session(now);
+        self.lease_until = self.lease_until.max(now + self.lease_timeout);
+        std::mem::take(&mut self.stood_down)
+    }
+
+    /// The member's session runs from `now` (its lease is another matter: see
+    /// [`Self::heard`]).
+    pub(crate) fn renew_session(&mut self, now: Instant) {
         self.liveness.heard(now);
         self.heard_at = self.heard_at.max(now);
         self.expel_slot = None;
-        self.lease_until = self.lease_until.max(now + self.lease_timeout);
-        std::mem::take(&mut self.stood_down)
     }
 
     /// The member now talks over `conn` (a join, or a request on a new connection).

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 pub use self::adaptive::Adaptive;
 pub use self::arrivals::Arrivals;
-pub use self::watch::{Transition, Watch};
+pub use self::watch::{Beat, Transition, Watch};
 
 use super::config::UnknownName;
 

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use rollcall_protocol::Liveness;
 
+use super::super::ShadowVerdict;
 use super::{Arrivals, Detector, Thresholds};
 
 /// A change worth an event, found when a frame arrives or a timer fires.
@@ -21,17 +22,16 @@ pub enum Transition {
         /// How long it was suspect.
         suspect_for: Duration,
     },
-    /// The shadow detector would have suspected the member, which then spoke again.
-    ShadowSuspected {
-        /// The silence the heartbeat ended.
-        silence: Duration,
-    },
-    /// The shadow detector would have expelled the member, which then spoke again: a
-    /// false expulsion avoided.
-    ShadowExpelled {
-        /// The silence the heartbeat ended.
-        silence: Duration,
-    },
+}
+
+/// What a heartbeat changed ([`Watch::beat`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Beat {
+    /// The member became suspect (its timer had not fired yet) or alive again.
+    pub change: Option<Transition>,
+    /// What the shadow detector would have done about the silence the heartbeat ended
+    /// (suspected or expelled a member that spoke again), and that silence.
+    pub shadow: Option<(ShadowVerdict, Duration)>,
 }
 
 /// A member's liveness, as the coordinator judges it.
@@ -97,9 +97,9 @@ impl Watch {
         detector: &dyn Detector,
         shadow: Option<&dyn Detector>,
         recover_beats: u32,
-    ) -> [Option<Transition>; 2] {
+    ) -> Beat {
         let silence = self.last_silence;
-        let mut out = [None, None];
+        let mut out = Beat::default();
         if silence > self.thresholds.suspect_after {
             self.arrivals.count_late();
             self.streak = 0;
@@ -107,12 +107,12 @@ impl Watch {
                 // Its timer had not fired yet: suspect as of now, recovering from here.
                 self.suspect = true;
                 self.since = now;
-                out[0] = Some(Transition::Suspected { silence });
+                out.change = Some(Transition::Suspected { silence });
             }
         } else if self.suspect {
             self.streak += 1;
             if self.streak >= recover_beats {
-                out[0] = Some(Transition::Recovered {
+                out.change = Some(Transition::Recovered {
                     suspect_for: now.saturating_duration_since(self.since),
                 });
                 self.suspect = false;
@@ -122,9 +122,9 @@ impl Watch {
         }
         if let Some(s) = self.shadow {
             if silence > s.expel_after {
-                out[1] = Some(Transition::ShadowExpelled { silence });
+                out.shadow = Some((ShadowVerdict::Expel, silence));
             } else if silence > s.suspect_after {
-                out[1] = Some(Transition::ShadowSuspected { silence });
+                out.shadow = Some((ShadowVerdict::Suspect, silence));
             }
         }
         self.arrivals.beat(now, sequence);

@@ -143,10 +143,13 @@ fn defect_1_a_shard_whose_members_all_crash_together_expels_them_within_the_boun
     for m in &ms {
         assert_eq!(t.expelled(m), Some(ExpelReason::SessionExpired), "{}", m.id);
     }
-    assert!(t
-        .events
-        .iter()
-        .any(|e| matches!(e, Event::IsolationHoldExpired { .. })));
+    assert!(t.events.iter().any(|e| matches!(
+        e,
+        Event::HoldExpired {
+            guard: crate::core::Guard::Isolation,
+            ..
+        }
+    )));
     assert!(t.now - crash <= 2 * SESSION + SETTLE);
 }
 

@@ -416,10 +416,13 @@ fn a_coordinator_behind_its_frames_holds_expiries_within_a_bound() {
     // The dead one is expelled at the bound, still behind.
     advance_lagging(&mut t, SESSION, lag);
     assert!(expelled_at(&t, &dead), "held past the bound");
-    assert!(t
-        .events
-        .iter()
-        .any(|e| matches!(e, Event::BacklogHoldExpired { .. })));
+    assert!(t.events.iter().any(|e| matches!(
+        e,
+        Event::HoldExpired {
+            guard: crate::core::Guard::Backlog,
+            ..
+        }
+    )));
     assert!(!expelled_at(&t, &late));
 }
 
