@@ -84,11 +84,13 @@ pub enum ApiKey {
     DescribeGroup = 7,
     /// An expelled member's process stopped acting on its partitions.
     Relinquish = 8,
+    /// Many members' heartbeats in one frame.
+    Heartbeats = 9,
 }
 
 impl ApiKey {
     /// Every request API.
-    pub const ALL: [Self; 9] = [
+    pub const ALL: [Self; 10] = [
         Self::ApiVersions,
         Self::Join,
         Self::Heartbeat,
@@ -98,6 +100,7 @@ impl ApiKey {
         Self::ListGroups,
         Self::DescribeGroup,
         Self::Relinquish,
+        Self::Heartbeats,
     ];
 
     /// From wire value.
@@ -117,6 +120,7 @@ impl ApiKey {
             Self::ListGroups => "list_groups",
             Self::DescribeGroup => "describe_group",
             Self::Relinquish => "relinquish",
+            Self::Heartbeats => "heartbeats",
         }
     }
 }

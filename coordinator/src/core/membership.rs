@@ -6,8 +6,9 @@ use std::time::Duration;
 use std::time::Instant;
 
 use rollcall_protocol::{
-    ApiKey, ErrorCode, ExpelReason, HeartbeatRequest, HeartbeatResponse, JoinRequest, JoinResponse,
-    LeaveMode, LeaveRequest, RelinquishRequest, Response,
+    ApiKey, ErrorCode, ExpelReason, HeartbeatRequest, HeartbeatResponse, HeartbeatResult,
+    HeartbeatsRequest, HeartbeatsResponse, JoinRequest, JoinResponse, LeaveMode, LeaveRequest,
+    RelinquishRequest, Response, MAX_BEATS,
 };
 
 use super::group::{duration_ms, Ctx, Group, Timeouts};
@@ -359,6 +360,50 @@ impl Coordinator {
                 format!("member {member_id:?} was expelled: {}", reason.as_str()),
             ),
         }
+    }
+
+    /// Many members' heartbeats: each beat is handled as a Heartbeat alone would be, and
+    /// answered in its place.
+    pub(super) fn heartbeats(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        r: HeartbeatsRequest,
+    ) -> Response {
+        if r.beats.is_empty() || r.beats.len() > MAX_BEATS {
+            return refuse(
+                ApiKey::Heartbeats,
+                ErrorCode::InvalidRequest,
+                format!("a Heartbeats request carries 1 to {MAX_BEATS} beats"),
+            );
+        }
+        let results = r
+            .beats
+            .into_iter()
+            .map(|beat| match self.heartbeat(now, conn, beat) {
+                Response::Heartbeat(h) => HeartbeatResult {
+                    code: ErrorCode::None,
+                    generation: h.generation,
+                    session_timeout_ms: h.session_timeout_ms,
+                    message: String::new(),
+                },
+                Response::Error(e) => HeartbeatResult {
+                    code: e.code,
+                    generation: 0,
+                    session_timeout_ms: 0,
+                    message: e.message,
+                },
+                // A heartbeat is answered by a heartbeat or an error; anything else is a
+                // bug, answered as one rather than a panic.
+                other => HeartbeatResult {
+                    code: ErrorCode::Internal,
+                    generation: 0,
+                    session_timeout_ms: 0,
+                    message: format!("unexpected answer to a heartbeat: {other:?}"),
+                },
+            })
+            .collect();
+        Response::Heartbeats(HeartbeatsResponse { results })
     }
 
     pub(super) fn heartbeat(

@@ -195,6 +195,7 @@ impl Coordinator {
             request,
             Request::Join(_)
                 | Request::Heartbeat(_)
+                | Request::Heartbeats(_)
                 | Request::Leave(_)
                 | Request::CommitOffsets(CommitOffsetsRequest {
                     member_id: Some(_),
@@ -219,6 +220,7 @@ impl Coordinator {
                 response
             }
             Request::Heartbeat(r) => self.heartbeat(now, conn, r),
+            Request::Heartbeats(r) => self.heartbeats(now, conn, r),
             Request::Leave(r) => {
                 let group = r.group.clone();
                 let response = self.leave(now, conn, r);

@@ -12,6 +12,7 @@ mod error;
 mod expelled;
 mod fetch_offsets;
 mod heartbeat;
+mod heartbeats;
 mod join;
 mod leave;
 mod list_groups;
@@ -34,6 +35,7 @@ pub use self::error::ErrorResponse;
 pub use self::expelled::{ExpelReason, ExpelledPush};
 pub use self::fetch_offsets::{CommittedOffset, FetchOffsetsRequest, FetchOffsetsResponse};
 pub use self::heartbeat::{HeartbeatRequest, HeartbeatResponse};
+pub use self::heartbeats::{HeartbeatResult, HeartbeatsRequest, HeartbeatsResponse, MAX_BEATS};
 pub use self::join::{JoinRequest, JoinResponse, TopicSubscription};
 pub use self::leave::{LeaveMode, LeaveRequest};
 pub use self::list_groups::{GroupListing, GroupState, ListGroupsResponse};
@@ -106,6 +108,8 @@ pub enum Request {
     DescribeGroup(DescribeGroupRequest),
     /// An expelled member's process stopped acting on its partitions (API key 8).
     Relinquish(RelinquishRequest),
+    /// Many members' heartbeats in one frame (API key 9).
+    Heartbeats(HeartbeatsRequest),
 }
 
 impl Request {
@@ -121,10 +125,11 @@ impl Request {
             Self::ListGroups => ApiKey::ListGroups,
             Self::DescribeGroup(_) => ApiKey::DescribeGroup,
             Self::Relinquish(_) => ApiKey::Relinquish,
+            Self::Heartbeats(_) => ApiKey::Heartbeats,
         }
     }
 
-    /// The group the request addresses, if any.
+    /// The group the request addresses, if any (a Heartbeats request has one per beat).
     pub fn group(&self) -> Option<&str> {
         match self {
             Self::Join(r) => Some(&r.group),
@@ -134,7 +139,7 @@ impl Request {
             Self::FetchOffsets(r) => Some(&r.group),
             Self::DescribeGroup(r) => Some(&r.group),
             Self::Relinquish(r) => Some(&r.group),
-            Self::ApiVersions(_) | Self::ListGroups => None,
+            Self::ApiVersions(_) | Self::ListGroups | Self::Heartbeats(_) => None,
         }
     }
 
@@ -159,6 +164,7 @@ impl Request {
             Self::ListGroups => Ok(()),
             Self::DescribeGroup(r) => r.encode(buf),
             Self::Relinquish(r) => r.encode(buf),
+            Self::Heartbeats(r) => r.encode(buf),
         }
     }
 
@@ -177,6 +183,7 @@ impl Request {
             ApiKey::ListGroups => Self::ListGroups,
             ApiKey::DescribeGroup => Self::DescribeGroup(DescribeGroupRequest::decode(version, r)?),
             ApiKey::Relinquish => Self::Relinquish(RelinquishRequest::decode(r)?),
+            ApiKey::Heartbeats => Self::Heartbeats(HeartbeatsRequest::decode(r)?),
         })
     }
 }
@@ -202,6 +209,8 @@ pub enum Response {
     DescribeGroup(DescribeGroupResponse),
     /// Answer to Relinquish: the held partitions were released.
     Relinquish,
+    /// Answer to Heartbeats: one result per beat.
+    Heartbeats(HeartbeatsResponse),
     /// Any request refused.
     Error(ErrorResponse),
 }
@@ -229,6 +238,7 @@ impl Response {
             Self::ListGroups(_) => ApiKey::ListGroups,
             Self::DescribeGroup(_) => ApiKey::DescribeGroup,
             Self::Relinquish => ApiKey::Relinquish,
+            Self::Heartbeats(_) => ApiKey::Heartbeats,
             Self::Error(e) => return e.api_key,
         };
         key as u16
@@ -250,6 +260,7 @@ impl Response {
             Self::ListGroups(r) => r.encode(buf),
             Self::DescribeGroup(r) => r.encode(buf),
             Self::Relinquish => Ok(()),
+            Self::Heartbeats(r) => r.encode(buf),
             Self::Error(_) => unreachable!("handled above"),
         }
     }
@@ -290,6 +301,7 @@ impl Response {
                 Self::DescribeGroup(DescribeGroupResponse::decode(version, r)?)
             }
             ApiKey::Relinquish => Self::Relinquish,
+            ApiKey::Heartbeats => Self::Heartbeats(HeartbeatsResponse::decode(r)?),
         })
     }
 
