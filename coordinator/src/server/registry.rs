@@ -216,7 +216,8 @@ fn supersede_key(frame: &Frame) -> Option<SupersedeKey> {
 /// `frame` encoded, length prefix included; for a response that cannot be encoded, an
 /// error answer in its place; `None` for a push that cannot be.
 fn encode(frame: &Frame, limits: &SendLimits) -> Option<Bytes> {
-    let mut buf = BytesMut::new();
+    // Most frames fit; larger ones grow the buffer as they are written.
+    let mut buf = BytesMut::with_capacity(128);
     let Err(e) = frame.encode(&mut buf, limits.max_frame_size) else {
         return Some(if buf.capacity() - buf.len() > SLACK {
             Bytes::copy_from_slice(&buf)

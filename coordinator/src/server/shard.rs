@@ -327,8 +327,13 @@ impl Shard {
         })
     }
 
-    /// Waits while the open batch is full (its records are slow to become durable).
-    pub(crate) async fn wait_for_room(&self) {
+    /// Waits while the open batch is full (its records are slow to become durable);
+    /// returns how long, if it had to.
+    pub(crate) async fn wait_for_room(&self) -> Option<Duration> {
+        if self.open_len.load(Ordering::Acquire) < MAX_OPEN {
+            return None;
+        }
+        let waiting = Instant::now();
         while self.open_len.load(Ordering::Acquire) >= MAX_OPEN {
             let room = self.room.notified();
             if self.open_len.load(Ordering::Acquire) < MAX_OPEN {
@@ -336,6 +341,7 @@ impl Shard {
             }
             room.await;
         }
+        Some(waiting.elapsed())
     }
 
     /// Handles a request from `conn` (called on that connection's task): answered

@@ -6,8 +6,9 @@ use std::io::{self, IoSlice};
 
 use super::*;
 
-/// Read at most this much per wake; the rest waits for the next turn.
-const READ_CHUNK: usize = 8 * 1024;
+/// Room made for a read when the buffer has none: most frames are far smaller, and a
+/// larger one has room reserved for all of it by the codec once its length is known.
+const READ_CHUNK: usize = 2 * 1024;
 
 /// Frames handed to one vectored write, at most.
 const WRITE_SLICES: usize = 64;
@@ -15,14 +16,10 @@ const WRITE_SLICES: usize = 64;
 impl Connection {
     /// Reads what the socket holds without waiting. `Ok(0)`: the peer closed.
     pub(super) fn read_some(&mut self, stream: &TcpStream) -> io::Result<usize> {
-        if self.read.capacity() - self.read.len() >= READ_CHUNK {
-            // A large frame under way: the codec reserved room for all of it.
-            return stream.try_read_buf(&mut self.read);
+        if self.read.capacity() == self.read.len() {
+            self.read.reserve(READ_CHUNK);
         }
-        let mut scratch = [0u8; READ_CHUNK];
-        let n = stream.try_read(&mut scratch)?;
-        self.read.extend_from_slice(&scratch[..n]);
-        Ok(n)
+        stream.try_read_buf(&mut self.read)
     }
 
     /// Drops the read buffer once it holds nothing: an idle connection keeps none.

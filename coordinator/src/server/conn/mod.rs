@@ -345,6 +345,13 @@ impl Connection {
         let mut timer_at = self.deadline();
         let timer = tokio::time::sleep_until(timer_at);
         tokio::pin!(timer);
+        // Made once and kept: a heartbeat should not pay for registering them anew.
+        let state = self.state.clone();
+        let ctx = self.ctx.clone();
+        let killed = state.kill.cancelled();
+        let stopping = ctx.stop_reading.cancelled();
+        let ready = state.ready.notified();
+        tokio::pin!(killed, stopping, ready);
         loop {
             if let Err(exit) = self.flush(stream) {
                 return exit;
@@ -357,8 +364,8 @@ impl Connection {
             let blocked = !self.writing.is_empty();
             tokio::select! {
                 biased;
-                () = self.state.kill.cancelled() => return Exit::Killed,
-                () = self.ctx.stop_reading.cancelled() => return Exit::Shutdown,
+                () = &mut killed => return Exit::Killed,
+                () = &mut stopping => return Exit::Shutdown,
                 // Before the deadlines: what has arrived is read first.
                 ready = stream.readable() => {
                     if ready.is_err() {
@@ -369,7 +376,7 @@ impl Connection {
                     }
                 }
                 _ = stream.writable(), if blocked => {}
-                () = self.state.ready.notified() => {}
+                () = &mut ready => ready.set(state.ready.notified()),
                 () = &mut timer => {
                     let due = self.deadline();
                     if Instant::now() < due {
@@ -403,12 +410,13 @@ impl Connection {
             }
         }
         let mut codec = self.ctx.codec;
+        let now = Instant::now();
         loop {
             match codec.decode(&mut self.read) {
                 Ok(Some(frame)) => {
-                    self.last_frame = Instant::now();
+                    self.last_frame = now;
                     self.frame_started = None;
-                    if let Some(exit) = self.on_frame(frame).await {
+                    if let Some(exit) = self.on_frame(frame, now).await {
                         return Some(exit);
                     }
                 }
@@ -420,7 +428,7 @@ impl Connection {
             self.frame_started = None;
             self.release_read_buffer();
         } else if self.frame_started.is_none() {
-            self.frame_started = Some(Instant::now());
+            self.frame_started = Some(now);
         }
         None
     }
@@ -437,10 +445,10 @@ impl Connection {
         ));
     }
 
-    async fn on_frame(&mut self, frame: Frame) -> Option<Exit> {
+    async fn on_frame(&mut self, frame: Frame, received: Instant) -> Option<Exit> {
         let correlation_id = frame.correlation_id;
         match frame.body {
-            Body::Request(request) => self.on_request(correlation_id, request).await,
+            Body::Request(request) => self.on_request(correlation_id, request, received).await,
             Body::Unsupported(header) if header.kind == FrameKind::Request => {
                 self.on_unsupported(header);
                 None
@@ -461,8 +469,12 @@ impl Connection {
         }
     }
 
-    async fn on_request(&mut self, correlation_id: u32, request: Request) -> Option<Exit> {
-        let received = Instant::now();
+    async fn on_request(
+        &mut self,
+        correlation_id: u32,
+        request: Request,
+        received: Instant,
+    ) -> Option<Exit> {
         let api = request.api_key();
         if matches!(
             api,
@@ -550,15 +562,17 @@ impl Connection {
     }
 
     /// Hands `request` to `shard`; false if the shard is unavailable (answered).
-    async fn hand_to_shard(&mut self, shard: usize, request: Request, reply: Reply) -> Option<Exit> {
+    async fn hand_to_shard(
+        &mut self,
+        shard: usize,
+        request: Request,
+        reply: Reply,
+    ) -> Option<Exit> {
         self.used_shards[shard] = true;
         let shard = self.ctx.shards[shard].clone();
         // Waits only when the shard's records are slow to become durable and its open
         // batch is full: the time spent waiting is the coordinator's backlog.
-        let waiting = Instant::now();
-        shard.wait_for_room().await;
-        let waited = waiting.elapsed();
-        if !waited.is_zero() {
+        if let Some(waited) = shard.wait_for_room().await {
             self.ctx.registry.lag.saw(waited);
         }
         match shard.request(self.id, request, reply) {
