@@ -19,7 +19,7 @@ pub mod records;
 mod tests;
 mod timers;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -85,6 +85,10 @@ pub struct Coordinator {
     /// Groups whose state changed since the last [`Coordinator::take_records`], so that
     /// call snapshots only them instead of scanning every group.
     dirty: Vec<Arc<str>>,
+    /// Groups with records not yet taken, beyond the dirty ones: those of
+    /// `records[..records_seen]` (see [`Coordinator::is_unflushed`]).
+    unflushed: HashSet<String>,
+    records_seen: usize,
     /// Members bound to each connection (group, member), so a disconnect touches only
     /// them. Entries may be stale (the member moved on or left); they are checked.
     bound: HashMap<ConnId, Vec<MemberRef>>,
@@ -114,6 +118,8 @@ impl Coordinator {
             ran_before: None,
             guards: Guards::default(),
             dirty: Vec::new(),
+            unflushed: HashSet::new(),
+            records_seen: 0,
             bound: HashMap::new(),
         }
     }
@@ -335,7 +341,24 @@ impl Coordinator {
                 }
             }
         }
+        self.unflushed.clear();
+        self.records_seen = 0;
         std::mem::take(&mut self.records)
+    }
+
+    /// Whether `group` changed in a way not yet handed out by [`Self::take_records`]:
+    /// an answer about it, or a push to one of its members, would reveal state that is
+    /// not durable yet. A shell may send what a request on a group that is not unflushed
+    /// produced at once, without waiting for durability (nothing about it is pending).
+    pub fn is_unflushed(&mut self, group: &str) -> bool {
+        for record in &self.records[self.records_seen..] {
+            if !self.unflushed.contains(record.group()) {
+                self.unflushed.insert(record.group().to_owned());
+            }
+        }
+        self.records_seen = self.records.len();
+        (!self.unflushed.is_empty() && self.unflushed.contains(group))
+            || (!self.dirty.is_empty() && self.groups.get(group).is_some_and(|g| g.listed))
     }
 
     /// How many records [`Self::take_records`] would return at least: a shell compares

@@ -23,6 +23,17 @@ pub enum Record {
     },
 }
 
+impl Record {
+    /// The group the record is about.
+    pub fn group(&self) -> &str {
+        match self {
+            Self::Offset(o) => &o.group,
+            Self::Group(g) => &g.group,
+            Self::GroupDeleted { group } => group,
+        }
+    }
+}
+
 /// A committed offset.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OffsetRecord {

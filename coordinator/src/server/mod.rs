@@ -27,6 +27,7 @@
 
 mod config;
 mod conn;
+mod events;
 mod metrics;
 mod registry;
 mod shard;
@@ -51,12 +52,9 @@ pub use self::shard::shard_of;
 use self::conn::ConnContext;
 use self::metrics::Metrics;
 use self::registry::Registry;
-use self::shard::{Shard, ShardInput};
+use self::shard::{Shard, ShardContext};
 use crate::core::{Coordinator, RestoredState};
 use crate::store::{GroupCommitter, MemoryStore, RedbStore, Store, StoreError};
-
-/// Inputs queued for one shard before connections wait to send more.
-const SHARD_QUEUE: usize = 8192;
 
 /// Why the server could not start or did not stop cleanly.
 #[derive(Debug, thiserror::Error)]
@@ -193,27 +191,35 @@ impl Server {
         // (and a restart restores them from the store).
         let fatal = CancellationToken::new();
 
-        let mut shard_senders = Vec::with_capacity(cores.len());
-        let mut shard_tasks = Vec::with_capacity(cores.len());
-        for (index, core) in cores.into_iter().enumerate() {
-            let (tx, rx) = mpsc::channel(SHARD_QUEUE);
-            shard_senders.push(tx);
-            let shard = Shard {
-                index,
-                core,
-                inputs: rx,
-                committer: committer.clone(),
-                registry: registry.clone(),
-                metrics: metrics.clone(),
-                stats_interval: config.stats_interval,
-                fatal: fatal.clone(),
-            };
+        let shard_ctx = Arc::new(ShardContext {
+            committer: committer.clone(),
+            registry: registry.clone(),
+            metrics: metrics.clone(),
+            stats_interval: config.stats_interval,
+            fatal: fatal.clone(),
+        });
+        let shards: Vec<Arc<Shard>> = cores
+            .into_iter()
+            .enumerate()
+            .map(|(index, core)| Shard::new(index, core, shard_ctx.clone()))
+            .collect();
+        let stop_timers = CancellationToken::new();
+        let mut stages = Vec::with_capacity(shards.len());
+        let mut timers = Vec::with_capacity(shards.len());
+        for shard in &shards {
             let failed = FailGuard(Some(fatal.clone()));
-            shard_tasks.push(tokio::spawn(async move {
+            let stage = shard.clone();
+            stages.push(tokio::spawn(async move {
                 // A panic unwinds through the guard, which raises the alarm.
-                if shard.run().await {
+                if stage.run_stage().await {
                     failed.disarm();
                 }
+            }));
+            let failed = FailGuard(Some(fatal.clone()));
+            let timer = shard.clone().run_timers(stop_timers.clone());
+            timers.push(tokio::spawn(async move {
+                timer.await;
+                failed.disarm();
             }));
         }
 
@@ -231,7 +237,7 @@ impl Server {
         )));
         helpers.push(tokio::spawn(retention(
             committer.clone(),
-            shard_senders.clone(),
+            shards.clone(),
             config.offsets_retention,
             config.retention_interval,
             background.clone(),
@@ -244,7 +250,7 @@ impl Server {
         )));
 
         let ctx = Arc::new(ConnContext::new(
-            shard_senders.clone(),
+            shards.clone(),
             registry.clone(),
             metrics.clone(),
             &config,
@@ -254,7 +260,7 @@ impl Server {
         info!(
             listen = %local_addr,
             metrics = ?metrics_addr,
-            shards = shard_senders.len(),
+            shards = shards.len(),
             "rollcall coordinator serving"
         );
 
@@ -296,14 +302,20 @@ impl Server {
             ctx.stop_reading.cancel();
             drop(reading);
             let _ = readers_done.recv().await;
-            // 2. Each shard finishes what it was given, and its sender stage sends it
-            //    once durable.
-            for tx in &shard_senders {
-                let _ = tx.send(ShardInput::Shutdown).await;
-            }
-            for task in shard_tasks {
+            // 2. Timers stop; each shard's sender stage sends what it was given once
+            //    durable, and ends.
+            stop_timers.cancel();
+            for task in timers {
                 if let Err(e) = task.await {
-                    error!(error = %e, "shard task failed");
+                    error!(error = %e, "shard timer task failed");
+                }
+            }
+            for shard in &shards {
+                shard.close();
+            }
+            for task in stages {
+                if let Err(e) = task.await {
+                    error!(error = %e, "shard sender stage failed");
                 }
             }
             // 3. Every connection gets a shutdown push and closes.
@@ -325,7 +337,7 @@ impl Server {
             let _ = helper.await;
         }
         drop(ctx);
-        drop(shard_senders);
+        drop(shards);
         // The committer's writer thread finishes what was submitted; joining it blocks.
         let _ = tokio::task::spawn_blocking(move || drop(committer)).await;
         match &outcome {
@@ -461,7 +473,7 @@ fn restore_cores(config: &ServerConfig, restored: RestoredState) -> Vec<Coordina
 /// group), and its deletion record is written in order with the shard's other records.
 async fn retention(
     committer: Arc<GroupCommitter>,
-    shards: Vec<mpsc::Sender<ShardInput>>,
+    shards: Vec<Arc<Shard>>,
     retention: Duration,
     interval: Duration,
     stop: CancellationToken,
@@ -481,14 +493,7 @@ async fn retention(
                     debug!(groups = groups.len(), retention = %format_duration(retention), "groups past offsets retention");
                 }
                 for group in groups {
-                    let shard = shard_of(&group, shards.len());
-                    if shards[shard]
-                        .send(ShardInput::RemoveOffsets(group))
-                        .await
-                        .is_err()
-                    {
-                        return;
-                    }
+                    shards[shard_of(&group, shards.len())].remove_offsets(&group);
                 }
             }
             Ok(Err(e)) => warn!(error = %e, "offsets retention: reading expired groups failed"),

@@ -7,15 +7,15 @@
 //! queue is full belongs to a client that does not read, and is disconnected instead of
 //! letting the server's memory grow.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use metrics::Counter;
-use parking_lot::RwLock;
-use rollcall_protocol::{EncodeError, ErrorCode, Frame, FrameKind, Response};
-use tokio::sync::mpsc;
+use parking_lot::{Mutex, RwLock};
+use rollcall_protocol::{Body, EncodeError, ErrorCode, Frame, FrameKind, Push, Response};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, warn};
@@ -40,22 +40,79 @@ pub(crate) struct SendLimits {
     pub(crate) too_large: Counter,
 }
 
-/// What a connection's writer and everyone sending to it share.
+/// What a connection's task and everyone sending to it share: the connection's queue
+/// of encoded frames (its outbox) and how to wake the task when frames are queued.
 #[derive(Debug, Default)]
 pub(crate) struct ConnState {
     /// Cancelled to close the connection at once.
     pub(crate) kill: CancellationToken,
     /// Set when the connection was killed because its queue was full.
     pub(crate) overflowed: AtomicBool,
-    /// Bytes queued or being written: added when a frame is queued, taken off once the
-    /// writer has handed it to the socket.
-    pub(crate) queued_bytes: AtomicUsize,
+    /// Set once the connection writes nothing more.
+    closed: AtomicBool,
+    /// Wakes the connection's task when another task queued frames.
+    pub(crate) ready: Notify,
+    outbox: Mutex<Outbox>,
+}
+
+/// Frames queued for a connection and not yet handed to its socket.
+#[derive(Debug, Default)]
+struct Outbox {
+    /// Encoded frames; a superseded one is left empty in its place.
+    frames: VecDeque<Bytes>,
+    /// Frames queued or being written.
+    count: usize,
+    /// Bytes queued or being written: added when a frame is queued, taken off once
+    /// the connection has handed it to the socket.
+    bytes: usize,
+    /// The newest queued push of each kind for each member, by [`Outbox::taken`]
+    /// position: a newer one supersedes it.
+    latest: HashMap<SupersedeKey, u64>,
+    /// How many frames were ever taken off the front (positions count from it).
+    taken: u64,
+}
+
+/// A push kind (0 Assignment, 1 Revoke), a group and a member id.
+type SupersedeKey = (u8, String, String);
+
+impl ConnState {
+    /// Moves every queued frame to the end of `into`, skipping superseded ones.
+    pub(crate) fn take(&self, into: &mut VecDeque<Bytes>) {
+        let mut outbox = self.outbox.lock();
+        outbox.taken += outbox.frames.len() as u64;
+        outbox.latest.clear();
+        into.extend(outbox.frames.drain(..).filter(|b| !b.is_empty()));
+    }
+
+    /// `frames` frames of `bytes` bytes were handed to the socket.
+    pub(crate) fn written(&self, frames: usize, bytes: usize) {
+        let mut outbox = self.outbox.lock();
+        outbox.count = outbox.count.saturating_sub(frames);
+        outbox.bytes = outbox.bytes.saturating_sub(bytes);
+    }
+
+    /// Whether frames wait in the queue.
+    pub(crate) fn has_queued(&self) -> bool {
+        !self.outbox.lock().frames.is_empty()
+    }
+
+    /// The connection writes nothing more: later frames are dropped.
+    pub(crate) fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        let mut outbox = self.outbox.lock();
+        *outbox = Outbox::default();
+    }
+
+    /// Bytes queued or being written.
+    #[cfg(test)]
+    pub(crate) fn queued_bytes(&self) -> usize {
+        self.outbox.lock().bytes
+    }
 }
 
 /// A way to queue frames for one connection.
 #[derive(Debug, Clone)]
 pub(crate) struct ConnHandle {
-    tx: mpsc::Sender<Bytes>,
     state: Arc<ConnState>,
     limits: Arc<SendLimits>,
 }
@@ -74,17 +131,14 @@ pub(crate) enum Sent {
 }
 
 impl ConnHandle {
-    /// A handle and the receiving end of its queue, bounded by `limits`.
-    pub(crate) fn new(limits: Arc<SendLimits>) -> (Self, mpsc::Receiver<Bytes>, Arc<ConnState>) {
-        let (tx, rx) = mpsc::channel(limits.frames);
+    /// A handle to a new connection's queue, bounded by `limits`.
+    pub(crate) fn new(limits: Arc<SendLimits>) -> (Self, Arc<ConnState>) {
         let state = Arc::new(ConnState::default());
         (
             Self {
-                tx,
                 state: state.clone(),
                 limits,
             },
-            rx,
             state,
         )
     }
@@ -96,37 +150,66 @@ impl ConnHandle {
 
     /// Encodes and queues `frame` without waiting; on a full queue, kills the
     /// connection. A response too large for a frame is replaced by a `frame_too_large`
-    /// error answer; a push too large is dropped.
-    pub(crate) fn send(&self, frame: Frame) -> Sent {
-        if self.tx.is_closed() {
+    /// error answer; a push too large is dropped. An Assignment or Revoke push replaces
+    /// the member's previous one of its kind still in the queue (each states the
+    /// member's whole situation, so only the newest matters): a client multiplexing
+    /// many members through a storm of rebalances gets the last word for each rather
+    /// than every step. `quiet`: the caller is the connection's own task (which writes
+    /// the queue before it waits again), so it is not woken.
+    pub(crate) fn send(&self, frame: Frame, quiet: bool) -> Sent {
+        if self.state.closed.load(Ordering::Acquire) {
             return Sent::Closed;
         }
+        let supersede = supersede_key(&frame);
         let Some(bytes) = encode(&frame, &self.limits) else {
             return Sent::TooLarge;
         };
         let len = bytes.len();
-        let before = self.state.queued_bytes.fetch_add(len, Ordering::AcqRel);
-        if before != 0 && before + len > self.limits.bytes {
-            self.state.queued_bytes.fetch_sub(len, Ordering::AcqRel);
+        let mut outbox = self.state.outbox.lock();
+        let mut freed = (0, 0);
+        if let Some(key) = &supersede {
+            if let Some(at) = outbox.latest.get(key).copied() {
+                let index = (at - outbox.taken) as usize;
+                if let Some(old) = outbox.frames.get_mut(index) {
+                    freed = (1, old.len());
+                    *old = Bytes::new();
+                }
+            }
+        }
+        let count = outbox.count - freed.0;
+        let bytes_before = outbox.bytes - freed.1;
+        if count != 0 && (bytes_before + len > self.limits.bytes || count >= self.limits.frames) {
+            drop(outbox);
             return self.overflow();
         }
-        match self.tx.try_send(bytes) {
-            Ok(()) => Sent::Queued,
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                self.state.queued_bytes.fetch_sub(len, Ordering::AcqRel);
-                self.overflow()
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => {
-                self.state.queued_bytes.fetch_sub(len, Ordering::AcqRel);
-                Sent::Closed
-            }
+        outbox.count = count + 1;
+        outbox.bytes = bytes_before + len;
+        if let Some(key) = supersede {
+            let at = outbox.taken + outbox.frames.len() as u64;
+            outbox.latest.insert(key, at);
         }
+        let was_empty = outbox.frames.is_empty();
+        outbox.frames.push_back(bytes);
+        drop(outbox);
+        if was_empty && !quiet {
+            self.state.ready.notify_one();
+        }
+        Sent::Queued
     }
 
     fn overflow(&self) -> Sent {
         self.state.overflowed.store(true, Ordering::Relaxed);
         self.state.kill.cancel();
         Sent::Overflow
+    }
+}
+
+/// The key under which a push supersedes an older one: its kind and its member.
+fn supersede_key(frame: &Frame) -> Option<SupersedeKey> {
+    match &frame.body {
+        Body::Push(Push::Assignment(p)) => Some((0, p.group.clone(), p.member_id.clone())),
+        Body::Push(Push::Revoke(p)) => Some((1, p.group.clone(), p.member_id.clone())),
+        _ => None,
     }
 }
 
@@ -304,7 +387,7 @@ impl Registry {
     pub(crate) fn send(&self, conn: ConnId, frame: Frame) -> Sent {
         let handle = self.part(conn).read().get(&conn).cloned();
         match handle {
-            Some(handle) => handle.send(frame),
+            Some(handle) => handle.send(frame, false),
             None => Sent::Closed,
         }
     }
@@ -344,10 +427,16 @@ mod tests {
         })
     }
 
+    fn drain(state: &ConnState) -> Vec<Bytes> {
+        let mut out = VecDeque::new();
+        state.take(&mut out);
+        out.into()
+    }
+
     #[test]
     fn full_queue_kills_the_connection_instead_of_growing() {
         let registry = Registry::default();
-        let (handle, mut rx, state) = ConnHandle::new(limits(2, 1 << 20));
+        let (handle, state) = ConnHandle::new(limits(2, 1 << 20));
         registry.insert(7, handle);
         assert_eq!(registry.send(7, push()), Sent::Queued);
         assert_eq!(registry.send(7, push()), Sent::Queued);
@@ -356,23 +445,68 @@ mod tests {
         assert!(state.kill.is_cancelled());
         assert!(state.overflowed.load(Ordering::Relaxed));
         // Only what fitted was queued.
-        assert!(rx.try_recv().is_ok());
-        assert!(rx.try_recv().is_ok());
-        assert!(rx.try_recv().is_err());
+        assert_eq!(drain(&state).len(), 2);
     }
 
     #[test]
     fn sends_to_unknown_or_closed_connections_are_dropped() {
         let registry = Registry::default();
         assert_eq!(registry.send(1, push()), Sent::Closed);
-        let (handle, rx, _) = ConnHandle::new(limits(2, 1 << 20));
+        let (handle, state) = ConnHandle::new(limits(2, 1 << 20));
         registry.insert(1, handle);
         assert_eq!(registry.len(), 1);
-        drop(rx);
+        state.close();
         assert_eq!(registry.send(1, push()), Sent::Closed);
         registry.remove(1);
         assert_eq!(registry.len(), 0);
         assert_eq!(registry.send(1, push()), Sent::Closed);
+    }
+
+    fn assignment(member: &str, generation: u32) -> Frame {
+        Frame::push(Push::Assignment(rollcall_protocol::AssignmentPush {
+            group: "g".into(),
+            member_id: member.into(),
+            generation,
+            partitions: Vec::new(),
+        }))
+    }
+
+    fn generation_of(bytes: &Bytes) -> Option<(String, u32)> {
+        match Frame::decode(&bytes[4..]).unwrap().body {
+            Body::Push(Push::Assignment(a)) => Some((a.member_id, a.generation)),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn a_newer_assignment_supersedes_the_queued_one_for_the_same_member() {
+        let (handle, state) = ConnHandle::new(limits(3, 1 << 20));
+        // Three frames fill the queue; superseded ones do not count against it.
+        for generation in 1..=10 {
+            assert_eq!(
+                handle.send(assignment("a", generation), false),
+                Sent::Queued
+            );
+            assert_eq!(
+                handle.send(assignment("b", generation), false),
+                Sent::Queued
+            );
+        }
+        assert_eq!(handle.send(push(), false), Sent::Queued);
+        assert!(!state.kill.is_cancelled());
+        let queued = drain(&state);
+        let seen: Vec<_> = queued.iter().map(generation_of).collect();
+        // Only the newest of each member's, in the order the newest were queued, and
+        // the shutdown push after them.
+        assert_eq!(
+            seen,
+            vec![Some(("a".into(), 10)), Some(("b".into(), 10)), None]
+        );
+        // Once taken for writing, a frame is no longer superseded: the next one queues.
+        assert_eq!(handle.send(assignment("a", 11), false), Sent::Overflow);
+        let total: usize = queued.iter().map(Bytes::len).sum();
+        state.written(3, total);
+        assert_eq!(state.queued_bytes(), 0);
     }
 
     fn big_push(len: usize) -> Frame {
@@ -383,35 +517,37 @@ mod tests {
 
     #[test]
     fn queued_bytes_are_bounded_and_returned_when_written() {
-        let (handle, mut rx, state) = ConnHandle::new(limits(100, 1000));
+        let (handle, state) = ConnHandle::new(limits(100, 1000));
         // A frame of any size that fits a frame is accepted into an empty queue.
-        assert_eq!(handle.send(big_push(1000)), Sent::Queued);
-        let first = state.queued_bytes.load(Ordering::Relaxed);
+        assert_eq!(handle.send(big_push(1000), false), Sent::Queued);
+        let first = state.queued_bytes();
         assert!(first > 1000);
-        assert_eq!(rx.try_recv().unwrap().len(), first);
-        // The writer gives the bytes back once written.
-        state.queued_bytes.fetch_sub(first, Ordering::Relaxed);
+        let taken = drain(&state);
+        assert_eq!(taken[0].len(), first);
+        // Still counted while being written; given back once written.
+        assert_eq!(state.queued_bytes(), first);
+        state.written(1, first);
         for _ in 0..4 {
-            assert_eq!(handle.send(big_push(200)), Sent::Queued);
+            assert_eq!(handle.send(big_push(200), false), Sent::Queued);
         }
         assert!(!state.kill.is_cancelled());
-        assert_eq!(handle.send(big_push(200)), Sent::Overflow);
+        assert_eq!(handle.send(big_push(200), false), Sent::Overflow);
         assert!(state.kill.is_cancelled());
         assert!(state.overflowed.load(Ordering::Relaxed));
-        assert!(state.queued_bytes.load(Ordering::Relaxed) <= 1000);
+        assert!(state.queued_bytes() <= 1000);
     }
 
     #[test]
     fn too_large_answers_are_replaced_by_an_error_and_pushes_dropped() {
-        let (handle, mut rx, _) = ConnHandle::new(limits(100, 1 << 20));
-        assert_eq!(handle.send(big_push(2000)), Sent::TooLarge);
-        assert!(rx.try_recv().is_err());
+        let (handle, state) = ConnHandle::new(limits(100, 1 << 20));
+        assert_eq!(handle.send(big_push(2000), false), Sent::TooLarge);
+        assert!(drain(&state).is_empty());
         let answer = Frame::response(
             9,
             Response::error(7, ErrorCode::UnknownGroup, "y".repeat(2000)),
         );
-        assert_eq!(handle.send(answer), Sent::Queued);
-        let bytes = rx.try_recv().unwrap();
+        assert_eq!(handle.send(answer, false), Sent::Queued);
+        let bytes = drain(&state).remove(0);
         let frame = Frame::decode(&bytes[4..]).unwrap();
         assert_eq!(frame.correlation_id, 9);
         let rollcall_protocol::Body::Response(Response::Error(e)) = frame.body else {

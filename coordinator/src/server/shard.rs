@@ -1,96 +1,45 @@
-//! A shard: one task owning one [`Coordinator`] (the single writer of its groups), and
-//! the sender stage that releases each batch's outputs once its records are durable.
+//! A shard: one [`Coordinator`] (the single writer of its groups) behind a lock, the
+//! requests handled on the connections' own tasks, and two tasks of its own: the timer
+//! task and the sender stage, which makes records durable and only then releases what
+//! they reveal.
 //!
-//! The shard loop waits on its input queue and on one timer (the core's next deadline,
-//! or the next gauge refresh, whichever is sooner). Each wake takes every queued input
-//! up to a bound, feeds them to the core with one `now`, runs due timers, collects the
-//! outputs in the order the core produced them and submits the batch's records to the
-//! group committer. The batch then goes to the sender stage, which awaits durability
-//! and sends; batches leave strictly in order, so a later batch's responses and pushes
-//! never overtake an earlier one's, and the shard never waits on an fsync.
+//! A connection handles a request by locking its group's shard, feeding the core and
+//! taking what it produced. What reveals nothing that is not durable yet (a heartbeat,
+//! usually) is answered at once, on the connection's task: no task hop, no wake-up. What
+//! wrote records, or concerns a group that still has records or outputs on their way, is
+//! added to the shard's *open batch*. The sender stage closes the open batch when the
+//! previous one has been sent (so every batch shares one snapshot per changed group and
+//! one durable transaction, however many requests it holds), waits until its records
+//! are durable, and sends its responses and pushes in order. A group is *pending* from
+//! the moment the core has unflushed state for it until the batch carrying it has been
+//! sent, and everything about a pending group goes through the stage, so nothing
+//! overtakes what came before it about the same group.
+//!
+//! Timers run on the shard's timer task, woken at the core's next deadline (or earlier
+//! when a request moved that deadline earlier).
 
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rollcall_protocol::{ApiKey, ErrorCode, Frame, Request, Response};
-use tokio::sync::{mpsc, oneshot};
+use parking_lot::Mutex;
+use rollcall_protocol::{
+    ApiKey, ErrorCode, Frame, HeartbeatResult, HeartbeatsResponse, Push, Request, Response,
+};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, error, info, warn};
+use tracing::{debug, error, info};
 
-use super::metrics::{GuardTransition, Metrics};
+use super::events::log_event;
+use super::metrics::Metrics;
 use super::registry::{ConnHandle, Registry};
-use crate::core::{ConnId, Coordinator, CoreStats, Event, Guard, Output, Record};
-use crate::store::group_commit::CommitResult;
+use crate::core::{ConnId, Coordinator, CoreStats, Output};
 use crate::store::{GroupCommitter, StoreError};
 
-/// Most inputs the shard handles in one wake.
-const MAX_BATCH: usize = 512;
-
-/// Most queued inputs handled before due timers run (the shard queue's capacity).
-const DRAIN_BEFORE_TIMERS: usize = super::SHARD_QUEUE;
-
-/// Batches queued between a shard and its sender stage.
-const STAGE_QUEUE: usize = 1024;
-
-/// What a shard is asked to do.
-#[derive(Debug)]
-pub(crate) enum ShardInput {
-    /// A request for a group of this shard.
-    Request {
-        /// The requesting connection.
-        conn: ConnId,
-        /// Its correlation id.
-        correlation_id: u32,
-        /// The request.
-        request: Request,
-        /// Where the response goes.
-        reply: ConnHandle,
-        /// When the request was decoded.
-        received: Instant,
-    },
-    /// This shard's part of a ListGroups.
-    ListGroups {
-        /// The requesting connection.
-        conn: ConnId,
-        /// Where this shard's answer goes.
-        reply: oneshot::Sender<Response>,
-    },
-    /// A connection that sent requests to this shard closed.
-    Disconnect(ConnId),
-    /// The store found this group empty for longer than the offsets retention; the
-    /// core decides whether to delete it.
-    RemoveOffsets(String),
-    /// Finish the inputs queued before this one, then stop.
-    Shutdown,
-}
-
-/// One output of a batch, in the order the core produced it.
-#[derive(Debug)]
-enum Outgoing {
-    Response {
-        to: ConnHandle,
-        frame: Frame,
-        api: ApiKey,
-        received: Instant,
-        /// The request produced records: its answer stands only if they are durable.
-        wrote: bool,
-    },
-    Push {
-        conn: ConnId,
-        frame: Frame,
-    },
-}
-
-/// What a shard hands to its sender stage.
-#[derive(Debug)]
-struct Batch {
-    durable: Option<oneshot::Receiver<CommitResult>>,
-    outgoing: Vec<Outgoing>,
-    /// The members whose Join this batch answers (group, member id): once the answers
-    /// have left, the stage tells the shard, and their sessions count from then.
-    joined: Vec<(String, String)>,
-}
+/// Outputs the open batch may hold before connections wait to hand it more.
+const MAX_OPEN: usize = 65_536;
 
 /// The stable shard of a group: FNV-1a of its id, so a group lands on the same shard in
 /// every process and every run.
@@ -103,529 +52,591 @@ pub fn shard_of(group: &str, shards: usize) -> usize {
     (hash % shards.max(1) as u64) as usize
 }
 
-/// A shard's task state.
+/// Where the answer to a request goes.
 #[derive(Debug)]
-pub(crate) struct Shard {
-    pub(crate) index: usize,
-    pub(crate) core: Coordinator,
-    pub(crate) inputs: mpsc::Receiver<ShardInput>,
+pub(crate) enum Reply {
+    /// A frame to a connection.
+    Frame {
+        to: ConnHandle,
+        correlation_id: u32,
+        api: ApiKey,
+        received: Instant,
+    },
+    /// This shard's beats of a Heartbeats request whose beats span shards: `indices`
+    /// are their places in the request.
+    Part {
+        joiner: Arc<Joiner>,
+        indices: Vec<usize>,
+    },
+}
+
+impl Reply {
+    /// Sends `response`. `quiet`: the sender is the connection's own task, which
+    /// writes its queue next anyway, so it need not be woken.
+    pub(crate) fn deliver(self, response: Response, metrics: &Metrics, quiet: bool) {
+        match self {
+            Self::Frame {
+                to,
+                correlation_id,
+                api,
+                received,
+            } => {
+                to.send(Frame::response(correlation_id, response), quiet);
+                metrics
+                    .duration(api)
+                    .record(received.elapsed().as_secs_f64());
+            }
+            Self::Part { joiner, indices } => joiner.fill(&indices, response, metrics, quiet),
+        }
+    }
+}
+
+/// Gathers the answers of the shards a Heartbeats request's beats went to, and sends
+/// the one response once every shard has answered.
+#[derive(Debug)]
+pub(crate) struct Joiner {
+    to: ConnHandle,
+    correlation_id: u32,
+    received: Instant,
+    /// One slot per beat, and the number of shards still to answer.
+    parts: Mutex<(Vec<Option<HeartbeatResult>>, usize)>,
+}
+
+impl Joiner {
+    pub(crate) fn new(
+        to: ConnHandle,
+        correlation_id: u32,
+        received: Instant,
+        beats: usize,
+        shards: usize,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            to,
+            correlation_id,
+            received,
+            parts: Mutex::new((vec![None; beats], shards)),
+        })
+    }
+
+    fn fill(&self, indices: &[usize], response: Response, metrics: &Metrics, quiet: bool) {
+        let results: Vec<HeartbeatResult> = match response {
+            Response::Heartbeats(h) => h.results,
+            Response::Error(e) => indices
+                .iter()
+                .map(|_| HeartbeatResult {
+                    code: e.code,
+                    generation: 0,
+                    session_timeout_ms: 0,
+                    message: e.message.clone(),
+                })
+                .collect(),
+            other => indices
+                .iter()
+                .map(|_| HeartbeatResult {
+                    code: ErrorCode::Internal,
+                    generation: 0,
+                    session_timeout_ms: 0,
+                    message: format!("unexpected answer to heartbeats: {other:?}"),
+                })
+                .collect(),
+        };
+        let done = {
+            let mut parts = self.parts.lock();
+            for (i, result) in indices.iter().zip(results) {
+                if let Some(slot) = parts.0.get_mut(*i) {
+                    *slot = Some(result);
+                }
+            }
+            parts.1 -= 1;
+            (parts.1 == 0).then(|| std::mem::take(&mut parts.0))
+        };
+        let Some(slots) = done else { return };
+        let results = slots
+            .into_iter()
+            .map(|r| {
+                r.unwrap_or_else(|| HeartbeatResult {
+                    code: ErrorCode::Internal,
+                    generation: 0,
+                    session_timeout_ms: 0,
+                    message: "no shard answered this beat".into(),
+                })
+            })
+            .collect();
+        let response = Response::Heartbeats(HeartbeatsResponse { results });
+        self.to
+            .send(Frame::response(self.correlation_id, response), quiet);
+        metrics
+            .duration(ApiKey::Heartbeats)
+            .record(self.received.elapsed().as_secs_f64());
+    }
+}
+
+/// What became of a request handed to [`Shard::request`].
+#[derive(Debug)]
+pub(crate) enum Handled {
+    /// Answered at once (the frame is queued on the requesting connection, quietly):
+    /// nothing it reveals was waiting to be made durable.
+    Answered,
+    /// In the open batch: the sender stage answers once it is durable.
+    Staged,
+    /// The shard cannot take requests (the server is failing); the reply is returned.
+    Unavailable(Reply),
+}
+
+/// One output of a batch, in the order the core produced it.
+#[derive(Debug)]
+enum Outgoing {
+    Response {
+        reply: Reply,
+        response: Response,
+        /// The request produced records: its answer stands only if they are durable.
+        wrote: bool,
+    },
+    Push {
+        conn: ConnId,
+        frame: Frame,
+    },
+}
+
+/// What the requests and timers since the last batch produced that waits for
+/// durability.
+#[derive(Debug, Default)]
+struct OpenBatch {
+    outgoing: Vec<Outgoing>,
+    /// The members whose Join this batch answers (group, member id): once the answers
+    /// have left, the core is told, and their sessions count from then.
+    joined: Vec<(String, String)>,
+    /// Groups with outputs in this batch (besides those of its records).
+    groups: HashSet<String>,
+}
+
+/// A shard's state, behind its lock.
+#[derive(Debug)]
+struct ShardState {
+    core: Coordinator,
+    open: OpenBatch,
+    /// The number of the last batch the stage took.
+    taken: u64,
+    /// Groups with outputs in a batch the stage took and has not finished sending, with
+    /// the last such batch.
+    in_flight: HashMap<String, u64>,
+    /// When the timer task will wake next.
+    timer_at: Instant,
+    /// Set when the server stops: the stage ends once everything is sent.
+    closing: bool,
+}
+
+impl ShardState {
+    /// Whether what concerns `group` must wait for what is pending about it.
+    fn pending(&mut self, group: &str) -> bool {
+        self.core.is_unflushed(group)
+            || (!self.in_flight.is_empty() && self.in_flight.contains_key(group))
+            || (!self.open.groups.is_empty() && self.open.groups.contains(group))
+    }
+
+    /// Takes what the core produced besides responses: pushes to send at once (or
+    /// stage, if their group is pending or `stage_all`) and events to log.
+    fn drain_outputs(&mut self, index: usize, ctx: &ShardContext, stage_all: bool) {
+        while let Some(output) = self.core.poll_output() {
+            match output {
+                Output::Push { conn, push } => {
+                    let stage = stage_all || push_group(&push).is_some_and(|g| self.pending(g));
+                    let frame = Frame::push(push);
+                    if stage {
+                        self.open.outgoing.push(Outgoing::Push { conn, frame });
+                    } else {
+                        ctx.registry.send(conn, frame);
+                    }
+                }
+                Output::Event(event) => log_event(index, &ctx.metrics, event),
+            }
+        }
+    }
+}
+
+fn push_group(push: &Push) -> Option<&str> {
+    match push {
+        Push::Assignment(p) => Some(&p.group),
+        Push::Revoke(p) => Some(&p.group),
+        Push::Expelled(p) => Some(&p.group),
+        Push::Shutdown(_) => None,
+    }
+}
+
+/// What a shard uses besides its core.
+#[derive(Debug)]
+pub(crate) struct ShardContext {
     pub(crate) committer: Arc<GroupCommitter>,
     pub(crate) registry: Arc<Registry>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) stats_interval: Duration,
-    /// Cancelled to stop the server when this shard cannot go on (a failed durable write).
+    /// Cancelled to stop the server when a shard cannot go on (a failed durable write,
+    /// a panic in the core).
     pub(crate) fatal: CancellationToken,
 }
 
+/// One shard, shared by every connection and its own two tasks.
+#[derive(Debug)]
+pub(crate) struct Shard {
+    index: usize,
+    state: Mutex<ShardState>,
+    ctx: Arc<ShardContext>,
+    /// Wakes the timer task when a request moved the next deadline earlier.
+    timer: Notify,
+    /// Wakes the sender stage when the open batch or the core's records gained something.
+    stage: Notify,
+    /// Wakes connections waiting for room in the open batch.
+    room: Notify,
+    /// Outputs in the open batch.
+    open_len: AtomicUsize,
+    /// Batches sent (for tests and logs).
+    sent: AtomicU64,
+}
+
+/// Cancels the server's fatal token if a panic unwinds through a shard's lock: the
+/// core's state can no longer be trusted.
+struct PanicGuard<'a>(&'a CancellationToken);
+
+impl Drop for PanicGuard<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            error!("a shard's core panicked; stopping the server");
+            self.0.cancel();
+        }
+    }
+}
+
 impl Shard {
-    /// Runs the shard and its sender stage until a [`ShardInput::Shutdown`] (or every
-    /// sender is gone) and every batch has been sent. Returns false if it had to stop
-    /// for another reason (its sender stage failed).
-    pub(crate) async fn run(mut self) -> bool {
-        let (stage_tx, stage_rx) = mpsc::channel(STAGE_QUEUE);
-        // Unbounded: at most one entry per join answered, and the stage must never wait
-        // on the shard that waits on it.
-        let (released_tx, mut released_rx) = mpsc::unbounded_channel();
-        let stage = tokio::spawn(send_stage(
-            stage_rx,
-            released_tx,
-            self.registry.clone(),
-            self.metrics.clone(),
-            self.fatal.clone(),
-        ));
-        let mut inputs = Vec::with_capacity(MAX_BATCH);
+    pub(crate) fn new(index: usize, core: Coordinator, ctx: Arc<ShardContext>) -> Arc<Self> {
+        Arc::new(Self {
+            index,
+            state: Mutex::new(ShardState {
+                core,
+                open: OpenBatch::default(),
+                taken: 0,
+                in_flight: HashMap::new(),
+                timer_at: Instant::now(),
+                closing: false,
+            }),
+            ctx,
+            timer: Notify::new(),
+            stage: Notify::new(),
+            room: Notify::new(),
+            open_len: AtomicUsize::new(0),
+            sent: AtomicU64::new(0),
+        })
+    }
+
+    /// Waits while the open batch is full (its records are slow to become durable).
+    pub(crate) async fn wait_for_room(&self) {
+        while self.open_len.load(Ordering::Acquire) >= MAX_OPEN {
+            let room = self.room.notified();
+            if self.open_len.load(Ordering::Acquire) < MAX_OPEN {
+                break;
+            }
+            room.await;
+        }
+    }
+
+    /// Handles a request from `conn` (called on that connection's task): answered
+    /// through `reply` at once if nothing it reveals is pending, otherwise staged and
+    /// answered by the sender stage once durable.
+    pub(crate) fn request(&self, conn: ConnId, request: Request, reply: Reply) -> Handled {
+        if self.ctx.fatal.is_cancelled() {
+            return Handled::Unavailable(reply);
+        }
+        let mut st = self.state.lock();
+        let _guard = PanicGuard(&self.ctx.fatal);
+        let now = Instant::now();
+        // Groups this request concerns that are pending only because of a batch in
+        // flight: their outputs in the open batch must hold them pending until it is sent.
+        let mut pending = false;
+        let mut hold = Vec::new();
+        for group in request_groups(&request) {
+            if st.core.is_unflushed(group)
+                || (!st.open.groups.is_empty() && st.open.groups.contains(group))
+            {
+                pending = true;
+            } else if !st.in_flight.is_empty() && st.in_flight.contains_key(group) {
+                pending = true;
+                hold.push(group.to_owned());
+            }
+        }
+        let join_group = match &request {
+            Request::Join(j) => Some(j.group.clone()),
+            _ => None,
+        };
+        let before = st.core.records_pending();
+        let response = st.core.handle_request(now.into_std(), conn, request);
+        let wrote = st.core.records_pending() > before;
+        let joined = match (join_group, &response) {
+            (Some(group), Response::Join(j)) => Some((group, j.member_id.clone())),
+            _ => None,
+        };
+        let staged = pending || wrote;
+        // The answer first, then the pushes it caused.
+        let handled = if staged {
+            st.open.outgoing.push(Outgoing::Response {
+                reply,
+                response,
+                wrote,
+            });
+            st.drain_outputs(self.index, &self.ctx, true);
+            st.open.groups.extend(hold);
+            st.open.joined.extend(joined);
+            self.open_len
+                .store(st.open.outgoing.len(), Ordering::Release);
+            self.stage.notify_one();
+            Handled::Staged
+        } else {
+            reply.deliver(response, &self.ctx.metrics, true);
+            st.drain_outputs(self.index, &self.ctx, false);
+            if let Some(joined) = joined {
+                st.core.answers_released(now.into_std(), &[joined]);
+            }
+            if st.core.records_pending() > 0 {
+                self.stage.notify_one();
+            }
+            Handled::Answered
+        };
+        self.check_timer(&mut st);
+        handled
+    }
+
+    /// A connection that sent requests to this shard closed.
+    pub(crate) fn disconnect(&self, conn: ConnId) {
+        self.input(|core, now| core.handle_disconnect(now, conn));
+    }
+
+    /// The store found `group` empty for longer than the offsets retention; the core
+    /// decides whether to delete it.
+    pub(crate) fn remove_offsets(&self, group: &str) {
+        let deleted = self.input(|core, _| core.remove_offsets(group));
+        let shard = self.index;
+        if deleted {
+            info!(shard, group, "offsets retention expired; group deleted");
+        } else {
+            debug!(shard, group, "offsets retention: group in use, kept");
+        }
+    }
+
+    /// This shard's groups, for a ListGroups answer.
+    pub(crate) fn list_groups(&self, conn: ConnId) -> Response {
+        self.input(|core, now| core.handle_request(now, conn, Request::ListGroups))
+    }
+
+    /// Feeds the core an input other than a request, and stages or sends its outputs.
+    fn input<R>(&self, f: impl FnOnce(&mut Coordinator, std::time::Instant) -> R) -> R {
+        let mut st = self.state.lock();
+        let _guard = PanicGuard(&self.ctx.fatal);
+        let result = f(&mut st.core, Instant::now().into_std());
+        self.after_input(&mut st);
+        result
+    }
+
+    fn after_input(&self, st: &mut ShardState) {
+        st.drain_outputs(self.index, &self.ctx, false);
+        if st.core.records_pending() > 0 || !st.open.outgoing.is_empty() {
+            self.open_len
+                .store(st.open.outgoing.len(), Ordering::Release);
+            self.stage.notify_one();
+        }
+        self.check_timer(st);
+    }
+
+    /// Wakes the timer task if the core's next deadline moved before its wake-up.
+    fn check_timer(&self, st: &mut ShardState) {
+        if let Some(deadline) = st.core.poll_timeout() {
+            let deadline = Instant::from_std(deadline);
+            if deadline < st.timer_at {
+                st.timer_at = deadline;
+                self.timer.notify_one();
+            }
+        }
+    }
+
+    /// The timer task: runs the core's timers when due and refreshes the gauges, until
+    /// `stop`.
+    pub(crate) async fn run_timers(self: Arc<Self>, stop: CancellationToken) {
         let mut stats = CoreStats::default();
         let mut next_stats = Instant::now();
-        let mut clean = true;
         loop {
-            let wake = match self.core.poll_timeout() {
-                Some(deadline) => Instant::from_std(deadline).min(next_stats),
-                None => next_stats,
+            let wake = {
+                let mut st = self.state.lock();
+                let wake = st
+                    .core
+                    .poll_timeout()
+                    .map_or(next_stats, |d| Instant::from_std(d).min(next_stats));
+                st.timer_at = wake;
+                wake
             };
             tokio::select! {
                 biased;
-                received = self.inputs.recv_many(&mut inputs, MAX_BATCH) => {
-                    if received == 0 {
-                        break;
-                    }
-                }
-                Some(joined) = released_rx.recv() => {
-                    self.core.answers_released(Instant::now().into_std(), &joined);
-                }
+                () = stop.cancelled() => break,
+                () = self.timer.notified() => continue,
                 () = tokio::time::sleep_until(wake) => {}
             }
             let now = Instant::now();
-            while let Ok(joined) = released_rx.try_recv() {
-                self.core.answers_released(now.into_std(), &joined);
+            // Running late is the coordinator's own backlog, as is the runtime's lateness
+            // in running ready tasks (the connections with frames to read).
+            let late = now.saturating_duration_since(wake);
+            let mut st = self.state.lock();
+            let _guard = PanicGuard(&self.ctx.fatal);
+            let std_now = now.into_std();
+            if let Some(last) = self.ctx.registry.traffic.last() {
+                st.core.observe_traffic(last.into_std().min(std_now));
             }
-            let (batch, stop) = self.process(now, &mut inputs);
+            st.core
+                .observe_lag(std_now, late.max(self.ctx.registry.lag.recent()));
+            if st.core.poll_timeout().is_some_and(|d| d <= std_now) {
+                st.core.handle_timeout(std_now);
+            }
+            self.after_input(&mut st);
             if now >= next_stats {
-                stats = self.refresh_stats(now, stats);
-                next_stats = now + self.stats_interval;
-            }
-            if let Some(batch) = batch {
-                if stage_tx.send(batch).await.is_err() {
-                    error!(shard = self.index, "shard sender stage stopped");
-                    clean = false;
-                    break;
-                }
-            }
-            if stop {
-                break;
+                let fresh = st.core.stats(std_now);
+                drop(st);
+                refresh_gauges(&self.ctx.metrics, fresh, stats);
+                stats = fresh;
+                next_stats = now + self.ctx.stats_interval;
             }
         }
         // Take this shard's members out of the gauges it contributed to.
-        self.refresh_stats_to(CoreStats::default(), stats);
-        drop(stage_tx);
-        match stage.await {
-            Ok(true) => {}
-            Ok(false) => clean = false,
-            Err(_) => {
-                error!(shard = self.index, "shard sender stage panicked");
-                clean = false;
-            }
-        }
-        debug!(shard = self.index, "shard stopped");
-        clean
+        refresh_gauges(&self.ctx.metrics, CoreStats::default(), stats);
     }
 
-    /// Feeds `inputs` to the core and returns the batch to send, if any, and whether a
-    /// shutdown was asked for.
-    fn process(&mut self, now: Instant, inputs: &mut Vec<ShardInput>) -> (Option<Batch>, bool) {
-        let std_now = now.into_std();
-        if let Some(last) = self.registry.traffic.last() {
-            self.core.observe_traffic(last.into_std().min(std_now));
-        }
+    /// Asks the sender stage to finish: it sends what it has and ends.
+    pub(crate) fn close(&self) {
+        self.state.lock().closing = true;
+        self.stage.notify_one();
+    }
 
-        let mut outgoing = Vec::with_capacity(inputs.len());
-        let mut joined = Vec::new();
-        let mut records: Vec<Record> = Vec::new();
-        let mut stop = false;
-        // Timers due now run after every request already queued has been handled: a
-        // member whose heartbeat waits in the queue is not silent, the shard is behind.
-        // The queue is bounded, so this drains at most what was queued when the timer
-        // fell due (plus what arrives meanwhile, up to a bound) and never starves timers.
-        let timers_due = self.core.poll_timeout().is_some_and(|d| d <= std_now);
-        let mut budget = if timers_due { DRAIN_BEFORE_TIMERS } else { 0 };
-        while budget > 0 {
-            match self.inputs.try_recv() {
-                Ok(input) => {
-                    inputs.push(input);
-                    budget -= 1;
-                }
-                Err(_) => break,
-            }
-        }
-        // How late this batch is: the runtime's lateness in running ready tasks (the
-        // connections' readers), or the oldest request's wait in the queue.
-        let mut lag = self.registry.lag.recent();
-        for input in inputs.drain(..) {
-            match input {
-                ShardInput::Request {
-                    conn,
-                    correlation_id,
-                    request,
-                    reply,
-                    received,
-                } => {
-                    lag = lag.max(now.saturating_duration_since(received));
-                    let api = request.api_key();
-                    let join_group = match &request {
-                        Request::Join(j) => Some(j.group.clone()),
-                        _ => None,
-                    };
-                    let pending = self.core.records_pending();
-                    let response = self.core.handle_request(std_now, conn, request);
-                    if let (Some(group), Response::Join(j)) = (join_group, &response) {
-                        joined.push((group, j.member_id.clone()));
+    /// The sender stage: takes the open batch whenever the previous one has been sent,
+    /// makes its records durable, and sends its outputs in order. Ends after
+    /// [`Shard::close`] once nothing is left, or at a failed durable write (false).
+    ///
+    /// A failed durable write is fatal (fail-stop, as databases do after a failed
+    /// fsync): the store's state can no longer be trusted to match the core's, and a
+    /// store like redb refuses every later write anyway. The batch's requests that wrote
+    /// are answered `storage_failure`, its pushes (which announce state that is not
+    /// durable) are dropped, and the server stops. A restart restores every group from
+    /// what is durable, and members resume without a rebalance.
+    pub(crate) async fn run_stage(self: Arc<Self>) -> bool {
+        loop {
+            let wake = self.stage.notified();
+            let taken = {
+                let mut st = self.state.lock();
+                let _guard = PanicGuard(&self.ctx.fatal);
+                let records = st.core.take_records();
+                if records.is_empty() && st.open.outgoing.is_empty() {
+                    if st.closing {
+                        return true;
                     }
-                    // Records are taken once per batch (each changed group is written
-                    // once); this request wrote if it added to them.
-                    let wrote = self.core.records_pending() > pending;
-                    outgoing.push(Outgoing::Response {
-                        to: reply,
-                        frame: Frame::response(correlation_id, response),
-                        api,
-                        received,
-                        wrote,
-                    });
-                }
-                ShardInput::ListGroups { conn, reply } => {
-                    let response = self.core.handle_request(std_now, conn, Request::ListGroups);
-                    let _ = reply.send(response);
-                }
-                ShardInput::Disconnect(conn) => self.core.handle_disconnect(std_now, conn),
-                ShardInput::RemoveOffsets(group) => {
-                    let deleted = self.core.remove_offsets(&group);
-                    // Taken now, so the deletion is not counted as the next request's.
-                    self.collect_records(&mut records);
-                    let shard = self.index;
-                    if deleted {
-                        info!(shard, group, "offsets retention expired; group deleted");
-                    } else {
-                        debug!(shard, group, "offsets retention: group in use, kept");
+                    None
+                } else {
+                    st.taken += 1;
+                    let seq = st.taken;
+                    let batch = std::mem::take(&mut st.open);
+                    for group in records
+                        .iter()
+                        .map(crate::core::Record::group)
+                        .chain(batch.groups.iter().map(String::as_str))
+                    {
+                        match st.in_flight.get_mut(group) {
+                            Some(s) => *s = seq,
+                            None => {
+                                st.in_flight.insert(group.to_owned(), seq);
+                            }
+                        }
                     }
+                    self.open_len.store(0, Ordering::Release);
+                    Some((seq, records, batch))
                 }
-                ShardInput::Shutdown => stop = true,
+            };
+            let Some((seq, records, batch)) = taken else {
+                wake.await;
+                continue;
+            };
+            self.room.notify_waiters();
+            let durable = if records.is_empty() {
+                Ok(())
+            } else {
+                let answer = self.ctx.committer.submit(records);
+                answer.await.unwrap_or(Err(StoreError::Closed))
+            };
+            if let Err(e) = &durable {
+                error!(shard = self.index, error = %e, "records could not be made durable; answering storage_failure and stopping");
+                self.ctx.fatal.cancel();
             }
-            self.drain_outputs(&mut outgoing);
-        }
-        self.core.observe_lag(std_now, lag);
-        if self.core.poll_timeout().is_some_and(|d| d <= std_now) {
-            self.core.handle_timeout(std_now);
-            self.drain_outputs(&mut outgoing);
-        }
-        self.collect_records(&mut records);
-        let durable = if records.is_empty() {
-            None
-        } else {
-            Some(self.committer.submit(records))
-        };
-        if durable.is_none() && outgoing.is_empty() {
-            return (None, stop);
-        }
-        (
-            Some(Batch {
-                durable,
-                outgoing,
-                joined,
-            }),
-            stop,
-        )
-    }
-
-    /// Moves the core's new records into `records`; true if there were any.
-    fn collect_records(&mut self, records: &mut Vec<Record>) -> bool {
-        let new = self.core.take_records();
-        if new.is_empty() {
-            return false;
-        }
-        if records.is_empty() {
-            *records = new;
-        } else {
-            records.extend(new);
-        }
-        true
-    }
-
-    fn drain_outputs(&mut self, outgoing: &mut Vec<Outgoing>) {
-        while let Some(output) = self.core.poll_output() {
-            match output {
-                Output::Push { conn, push } => outgoing.push(Outgoing::Push {
-                    conn,
-                    frame: Frame::push(push),
-                }),
-                Output::Event(event) => self.on_event(event),
+            self.send(batch.outgoing, &durable);
+            if durable.is_err() {
+                return false;
             }
+            let mut st = self.state.lock();
+            let _guard = PanicGuard(&self.ctx.fatal);
+            st.in_flight.retain(|_, s| *s > seq);
+            if !batch.joined.is_empty() {
+                st.core
+                    .answers_released(Instant::now().into_std(), &batch.joined);
+                self.after_input(&mut st);
+            }
+            self.sent.store(seq, Ordering::Release);
         }
     }
 
-    fn on_event(&self, event: Event) {
-        let m = &self.metrics;
-        let shard = self.index;
-        match event {
-            Event::MemberJoined {
-                group,
-                member_id,
-                instance_id,
-            } => info!(
-                shard,
-                group,
-                member_id,
-                instance_id = instance_id.as_deref(),
-                "member joined"
-            ),
-            Event::MemberReplaced {
-                group,
-                old_member_id,
-                new_member_id,
-                instance_id,
-            } => info!(
-                shard,
-                group, old_member_id, new_member_id, instance_id, "static member replaced"
-            ),
-            Event::MemberRemoved {
-                group,
-                member_id,
-                reason,
-            } => {
-                m.expulsion(reason).increment(1);
-                info!(
-                    shard,
-                    group,
-                    member_id,
-                    reason = reason.as_str(),
-                    "member removed"
-                );
-            }
-            Event::RebalanceStarted {
-                group,
-                generation,
-                cause,
-                partitions_moved,
-            } => {
-                m.rebalance_started(cause).increment(1);
-                info!(
-                    shard,
-                    group,
-                    generation,
-                    cause = cause.as_str(),
-                    partitions_moved,
-                    "rebalance started"
-                );
-            }
-            Event::RebalanceCompleted {
-                group,
-                generation,
-                duration,
-            } => {
-                m.rebalances_completed.increment(1);
-                m.rebalance_duration.record(duration.as_secs_f64());
-                info!(
-                    shard,
-                    group,
-                    generation,
-                    duration_ms = duration_ms(duration),
-                    "rebalance completed"
-                );
-            }
-            Event::CommitsAccepted { group, count } => {
-                m.commits_accepted.increment(count as u64);
-                debug!(shard, group, count, "offsets committed");
-            }
-            Event::CommitRejected { group, reason } => {
-                m.commit_rejected(reason).increment(1);
-                debug!(
-                    shard,
-                    group,
-                    reason = reason.as_str(),
-                    "offset commit rejected"
-                );
-            }
-            Event::IsolationSuspected {
-                silent_for,
-                members,
-            } => {
-                m.isolations.increment(1);
-                m.guard(Guard::Isolation, GuardTransition::Held)
-                    .increment(1);
-                warn!(
-                    shard,
-                    silent_for_ms = duration_ms(silent_for),
-                    members,
-                    "every member is silent; suspecting the coordinator's own network and holding expulsions"
-                );
-            }
-            Event::IsolationEnded { silent_for } => {
-                m.guard(Guard::Isolation, GuardTransition::Released)
-                    .increment(1);
-                info!(
-                    shard,
-                    silent_for_ms = duration_ms(silent_for),
-                    "members heard again; members not already overdue got the silence back"
-                );
-            }
-            Event::HoldExpired {
-                guard,
-                group,
-                member_id,
-                held_for,
-            } => {
-                m.guard(guard, GuardTransition::BoundReached).increment(1);
-                warn!(
-                    shard,
-                    guard = guard.as_str(),
-                    group,
-                    member_id,
-                    held_for_ms = duration_ms(held_for),
-                    "a guard held a silent member as long as it may; expelling it"
-                );
-            }
-            Event::PauseDetected { late_by, .. } => {
-                m.pauses.increment(1);
-                m.guard(Guard::Pause, GuardTransition::Held).increment(1);
-                warn!(
-                    shard,
-                    late_by_ms = duration_ms(late_by),
-                    "coordinator was paused; every member's deadlines were extended and expulsions for silence wait for queued frames"
-                );
-            }
-            Event::ExpulsionRateLimited => {
-                m.guard(Guard::RateLimit, GuardTransition::Held)
-                    .increment(1);
-                debug!(
-                    shard,
-                    "expiry for silence waits for the expulsion rate limit"
-                );
-            }
-            Event::BacklogDetected { lag } => {
-                m.guard(Guard::Backlog, GuardTransition::Held).increment(1);
-                warn!(
-                    shard,
-                    lag_ms = duration_ms(lag),
-                    "coordinator behind its members' frames; holding expulsions for silence"
-                );
-            }
-            Event::BacklogEnded { lasted, worst } => {
-                m.guard(Guard::Backlog, GuardTransition::Released)
-                    .increment(1);
-                info!(
-                    shard,
-                    lasted_ms = duration_ms(lasted),
-                    worst_ms = duration_ms(worst),
-                    "coordinator caught up; expulsions for silence judged as usual"
-                );
-            }
-            Event::MemberSuspected {
-                group,
-                member_id,
-                silence,
-                expel_after,
-            } => {
-                m.suspected.increment(1);
-                info!(
-                    shard,
-                    group,
-                    member_id,
-                    silent_ms = duration_ms(silence),
-                    expel_after_ms = duration_ms(expel_after),
-                    "member suspect: keeps its partitions, given nothing new"
-                );
-            }
-            Event::MemberRecovered {
-                group,
-                member_id,
-                suspect_for,
-            } => {
-                m.recovered.increment(1);
-                info!(
-                    shard,
-                    group,
-                    member_id,
-                    suspect_for_ms = duration_ms(suspect_for),
-                    "member alive again"
-                );
-            }
-            Event::ShadowVerdict {
-                group,
-                member_id,
-                detector,
-                verdict,
-                silence,
-            } => {
-                m.shadow_verdict(detector, verdict).increment(1);
-                info!(
-                    shard,
-                    group,
-                    member_id,
-                    detector = detector.as_str(),
-                    verdict = verdict.as_str(),
-                    silent_ms = duration_ms(silence),
-                    "shadow detector verdict (not acted on)"
-                );
-            }
-            Event::PauseGraceEnded { .. } => {
-                m.guard(Guard::Pause, GuardTransition::Released)
-                    .increment(1);
-                debug!(shard, "grace after a pause is over");
-            }
-        }
-    }
-
-    fn refresh_stats(&self, now: Instant, before: CoreStats) -> CoreStats {
-        let stats = self.core.stats(now.into_std());
-        self.refresh_stats_to(stats, before);
-        stats
-    }
-
-    /// The gauges are sums over shards: each shard adds what changed since its last
-    /// refresh.
-    fn refresh_stats_to(&self, stats: CoreStats, before: CoreStats) {
-        let delta = |now: usize, then: usize| now as f64 - then as f64;
-        let m = &self.metrics;
-        m.groups.increment(delta(stats.groups, before.groups));
-        m.members_alive
-            .increment(delta(stats.members_alive, before.members_alive));
-        m.members_suspect
-            .increment(delta(stats.members_suspect, before.members_suspect));
-        m.groups_with_suspects.increment(delta(
-            stats.groups_with_suspects,
-            before.groups_with_suspects,
-        ));
-    }
-}
-
-fn duration_ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// Sends each batch once its records are durable, in order.
-///
-/// A failed durable write is fatal (fail-stop, as databases do after a failed fsync):
-/// the store's state can no longer be trusted to match the core's, and a store like redb
-/// refuses every later write anyway. The batch's requests that wrote are answered
-/// `storage_failure`, its pushes (which announce state that is not durable) are dropped,
-/// and the stage stops, which stops the shard and with it the server. A restart
-/// restores every group from what is durable, and members resume without a rebalance.
-/// Returns false if it stopped for that reason.
-async fn send_stage(
-    mut batches: mpsc::Receiver<Batch>,
-    released: mpsc::UnboundedSender<Vec<(String, String)>>,
-    registry: Arc<Registry>,
-    metrics: Arc<Metrics>,
-    fatal: CancellationToken,
-) -> bool {
-    while let Some(batch) = batches.recv().await {
-        let durable = match batch.durable {
-            None => Ok(()),
-            Some(answer) => answer.await.unwrap_or(Err(StoreError::Closed)),
-        };
-        if let Err(e) = &durable {
-            error!(error = %e, "records could not be made durable; answering storage_failure and stopping");
-            fatal.cancel();
-        }
-        for item in batch.outgoing {
+    fn send(&self, outgoing: Vec<Outgoing>, durable: &Result<(), StoreError>) {
+        for item in outgoing {
             match item {
                 Outgoing::Response {
-                    to,
-                    frame,
-                    api,
-                    received,
+                    reply,
+                    response,
                     wrote,
                 } => {
-                    let frame = match &durable {
-                        Err(e) if wrote => Frame::response(
-                            frame.correlation_id,
-                            Response::error(
-                                api as u16,
-                                ErrorCode::StorageFailure,
-                                format!("the change could not be made durable: {e}"),
-                            ),
+                    let response = match durable {
+                        Err(e) if wrote => Response::error(
+                            response.api_key(),
+                            ErrorCode::StorageFailure,
+                            format!("the change could not be made durable: {e}"),
                         ),
-                        _ => frame,
+                        _ => response,
                     };
                     // A full queue closes the connection; the connection logs it.
-                    to.send(frame);
-                    metrics
-                        .duration(api)
-                        .record(received.elapsed().as_secs_f64());
+                    reply.deliver(response, &self.ctx.metrics, false);
                 }
                 Outgoing::Push { conn, frame } => {
                     if durable.is_ok() {
-                        registry.send(conn, frame);
+                        self.ctx.registry.send(conn, frame);
                     }
                 }
             }
         }
-        if durable.is_err() {
-            return false;
-        }
-        if !batch.joined.is_empty() {
-            // The shard may be gone already (shutdown): nothing to count then.
-            let _ = released.send(batch.joined);
-        }
     }
-    true
+}
+
+/// The groups a request concerns.
+fn request_groups(request: &Request) -> impl Iterator<Item = &str> {
+    let beats = match request {
+        Request::Heartbeats(h) => h.beats.as_slice(),
+        _ => &[],
+    };
+    request
+        .group()
+        .into_iter()
+        .chain(beats.iter().map(|b| b.group.as_str()))
+}
+
+/// The gauges are sums over shards: each shard adds what changed since its last
+/// refresh.
+fn refresh_gauges(m: &Metrics, stats: CoreStats, before: CoreStats) {
+    let delta = |now: usize, then: usize| now as f64 - then as f64;
+    m.groups.increment(delta(stats.groups, before.groups));
+    m.members_alive
+        .increment(delta(stats.members_alive, before.members_alive));
+    m.members_suspect
+        .increment(delta(stats.members_suspect, before.members_suspect));
+    m.groups_with_suspects.increment(delta(
+        stats.groups_with_suspects,
+        before.groups_with_suspects,
+    ));
 }
 
 #[cfg(test)]

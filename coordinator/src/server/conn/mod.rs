@@ -1,49 +1,45 @@
-//! One client connection: a reader that decodes frames, answers the handshake itself and
-//! routes requests to shards, and a writer task that drains the connection's bounded
-//! queue into the socket, many frames per flush.
+//! One client connection, served by one task: it reads frames, answers the handshake
+//! itself, hands each request to its group's shard (which answers it on this task when
+//! nothing it reveals waits for durability, see [`super::shard`]) and writes the
+//! connection's queue — its own answers and what shards and the sender stage queued for
+//! it — without waiting on the socket. A heartbeat is read, handled and answered
+//! without waking any other task.
 //!
 //! The reader enforces three deadlines: the handshake's (from the accept), a frame's
 //! (from its first byte until it is whole) and, once handshaken, the idle one (from the
 //! last whole frame). Frames already received are always read before a deadline is
 //! judged, so a coordinator that was itself paused does not blame its peers.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures_util::{SinkExt, StreamExt};
 use rollcall_protocol::{
     supported_versions, ApiKey, ApiVersionsResponse, Body, Codec, ErrorCode, ErrorResponse, Frame,
-    FrameError, FrameKind, Header, ListGroupsResponse, Push, Request, Response, ShutdownPush,
+    FrameError, FrameKind, Header, HeartbeatsRequest, ListGroupsResponse, Push, Request, Response,
+    ShutdownPush, MAX_BEATS,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, oneshot, Semaphore};
-use tokio::task::JoinHandle;
+use tokio::sync::{mpsc, Semaphore};
 use tokio::time::Instant;
-use tokio_util::codec::{FramedRead, FramedWrite};
+use tokio_util::codec::{Decoder, Framed};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::metrics::{Metrics, ProtocolError};
 use super::registry::{ConnHandle, ConnState, Registry, SendLimits};
-use super::shard::{shard_of, ShardInput};
+use super::shard::{shard_of, Handled, Joiner, Reply, Shard};
 use crate::core::ConnId;
 
-mod writer;
+mod io;
 
-use writer::{finish_writer, linger, write_loop};
-
-/// Frames the writer takes off the queue before each flush, at most.
-const WRITE_BATCH: usize = 256;
-
-/// The writer's buffer: smaller frames are gathered in it, larger ones written directly.
-const WRITE_BUFFER: usize = 8 * 1024;
+use io::linger;
 
 /// How long a closing connection keeps reading (and discarding) what the peer still
 /// sends, so that closing with unread input does not reset the connection before the
@@ -56,7 +52,7 @@ const MAX_REJECTING: usize = 256;
 /// What every connection shares.
 #[derive(Debug)]
 pub(crate) struct ConnContext {
-    pub(crate) shards: Vec<mpsc::Sender<ShardInput>>,
+    pub(crate) shards: Vec<Arc<Shard>>,
     pub(crate) registry: Arc<Registry>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) codec: Codec,
@@ -77,7 +73,7 @@ pub(crate) struct ConnContext {
 
 impl ConnContext {
     pub(crate) fn new(
-        shards: Vec<mpsc::Sender<ShardInput>>,
+        shards: Vec<Arc<Shard>>,
         registry: Arc<Registry>,
         metrics: Arc<Metrics>,
         config: &super::ServerConfig,
@@ -154,8 +150,7 @@ pub(crate) fn accept(
 /// Answers the first request of a connection over the limit with `TooManyConnections`
 /// and closes it.
 async fn reject(stream: TcpStream, codec: Codec, timeout: Duration) {
-    let (read, write) = stream.into_split();
-    let mut frames = FramedRead::new(read, codec);
+    let mut frames = Framed::new(stream, codec);
     let first = tokio::time::timeout(timeout, frames.next()).await;
     let (correlation_id, api_key) = match first {
         Ok(Some(Ok(frame))) => {
@@ -169,7 +164,6 @@ async fn reject(stream: TcpStream, codec: Codec, timeout: Duration) {
         // Closed, or silent past the deadline: nothing to answer.
         Ok(None) | Err(_) => return,
     };
-    let mut sink = FramedWrite::new(write, codec);
     let answer = Frame::response(
         correlation_id,
         Response::error(
@@ -179,8 +173,8 @@ async fn reject(stream: TcpStream, codec: Codec, timeout: Duration) {
         ),
     );
     let _ = tokio::time::timeout(timeout, async {
-        let _ = sink.send(answer).await;
-        let _ = SinkExt::<Frame>::close(&mut sink).await;
+        let _ = frames.send(answer).await;
+        let _ = SinkExt::<Frame>::close(&mut frames).await;
     })
     .await;
     linger(frames.into_inner()).await;
@@ -213,50 +207,54 @@ struct Connection {
     peer: SocketAddr,
     handle: ConnHandle,
     state: Arc<ConnState>,
-    queue: Option<mpsc::Receiver<Bytes>>,
     handshaken: bool,
     /// Shards this connection sent requests to, to tell them when it closes.
     used_shards: Vec<bool>,
+    /// What has arrived and is not a whole frame yet (empty, and unallocated, between
+    /// frames).
+    read: BytesMut,
+    /// Frames taken from the queue, being written; the first from `write_pos` on.
+    writing: VecDeque<Bytes>,
+    write_pos: usize,
+    accepted: Instant,
+    /// When the last whole frame arrived.
+    last_frame: Instant,
+    /// When the frame now partly read began, if one is.
+    frame_started: Option<Instant>,
 }
 
 impl Connection {
     fn new(ctx: Arc<ConnContext>, id: ConnId, peer: SocketAddr) -> Self {
-        let (handle, queue, state) = ConnHandle::new(ctx.limits.clone());
+        let (handle, state) = ConnHandle::new(ctx.limits.clone());
         let used_shards = vec![false; ctx.shards.len()];
+        let now = Instant::now();
         Self {
             ctx,
             id,
             peer,
             handle,
             state,
-            queue: Some(queue),
             handshaken: false,
             used_shards,
+            read: BytesMut::new(),
+            writing: VecDeque::new(),
+            write_pos: 0,
+            accepted: now,
+            last_frame: now,
+            frame_started: None,
         }
     }
 
-    async fn serve(mut self, stream: TcpStream, reading: mpsc::Sender<()>) {
-        let (read, write) = stream.into_split();
-        let queue = self.queue.take().expect("queue taken once");
-        let writer = tokio::spawn(write_loop(
-            queue,
-            BufWriter::with_capacity(WRITE_BUFFER, write),
-            self.state.clone(),
-            // Frames taken off the queue count against the bound too.
-            self.ctx.limits.frames.clamp(1, WRITE_BATCH),
-        ));
+    async fn serve(mut self, mut stream: TcpStream, reading: mpsc::Sender<()>) {
         self.ctx.registry.insert(self.id, self.handle.clone());
         debug!(conn = self.id, peer = %self.peer, "connection opened");
 
-        let mut frames = FramedRead::new(read, self.ctx.codec);
-        let exit = self.read_loop(&mut frames).await;
+        let exit = self.read_loop(&stream).await;
 
         if !matches!(exit, Exit::Shutdown) {
             for (shard, used) in self.used_shards.iter().enumerate() {
                 if *used {
-                    let _ = self.ctx.shards[shard]
-                        .send(ShardInput::Disconnect(self.id))
-                        .await;
+                    self.ctx.shards[shard].disconnect(self.id);
                 }
             }
         }
@@ -265,13 +263,11 @@ impl Connection {
 
         match exit {
             Exit::Shutdown => {
-                tokio::select! {
-                    () = self.ctx.close.cancelled() => {
-                        self.handle.send(Frame::push(Push::Shutdown(ShutdownPush {
-                            message: "the coordinator is shutting down; reconnect with backoff".into(),
-                        })));
-                    }
-                    () = self.state.kill.cancelled() => {}
+                let ctx = self.ctx.clone();
+                if self.pump_until(&stream, ctx.close.cancelled()).await {
+                    self.send(Frame::push(Push::Shutdown(ShutdownPush {
+                        message: "the coordinator is shutting down; reconnect with backoff".into(),
+                    })));
                 }
             }
             Exit::HandshakeTimeout => {
@@ -310,74 +306,123 @@ impl Connection {
         }
 
         self.ctx.registry.remove(self.id);
-        let state = self.state.clone();
-        let Self { handle, ctx, .. } = self;
-        drop(handle);
-        // The writer ends once every queued frame is written and every handle to the
-        // queue is gone (in-flight batches of the shards may still hold one briefly).
-        finish_writer(
-            writer,
-            &state,
-            ctx.handshake_timeout.max(Duration::from_secs(1)),
-        )
-        .await;
+        // What is queued (the last answers, the shutdown push) is written within a
+        // bound; then the connection closes.
+        let limit = self.ctx.handshake_timeout.max(Duration::from_secs(1));
+        self.drain(&stream, limit).await;
+        if !self.state.kill.is_cancelled() {
+            let _ = tokio::time::timeout(limit, stream.shutdown()).await;
+        }
         if matches!(exit, Exit::Protocol | Exit::FrameTimeout) {
-            linger(frames.into_inner()).await;
+            linger(stream).await;
         }
         debug!(conn = self.id, peer = %self.peer, reason = ?exit, "connection closed");
     }
 
-    async fn read_loop(&mut self, frames: &mut FramedRead<OwnedReadHalf, Codec>) -> Exit {
-        let handshake_deadline = tokio::time::sleep(self.ctx.handshake_timeout);
-        tokio::pin!(handshake_deadline);
-        // Armed while a frame is partly read, from when its first byte was seen.
-        let frame_deadline = tokio::time::sleep(self.ctx.frame_timeout);
-        tokio::pin!(frame_deadline);
-        let mut partial = false;
-        // From the last whole frame; judged once handshaken, and only between frames.
-        let idle_deadline = tokio::time::sleep(self.ctx.idle_timeout);
-        tokio::pin!(idle_deadline);
+    /// When the deadline in force falls: the handshake's until the handshake, a partly
+    /// read frame's, else the idle one.
+    fn deadline(&self) -> Instant {
+        let mut due = if self.handshaken {
+            self.last_frame + self.ctx.idle_timeout
+        } else {
+            self.accepted + self.ctx.handshake_timeout
+        };
+        if let Some(started) = self.frame_started {
+            let frame_due = started + self.ctx.frame_timeout;
+            due = if self.handshaken {
+                frame_due
+            } else {
+                due.min(frame_due)
+            };
+        }
+        due
+    }
+
+    async fn read_loop(&mut self, stream: &TcpStream) -> Exit {
+        // One timer for every deadline. It is moved only when the deadline moves
+        // earlier; when it fires early (the idle deadline moved on since), it is moved
+        // to the real deadline then, so a busy connection does not touch it per frame.
+        let mut timer_at = self.deadline();
+        let timer = tokio::time::sleep_until(timer_at);
+        tokio::pin!(timer);
         loop {
-            let started = !frames.read_buffer().is_empty();
-            if started && !partial {
-                frame_deadline
-                    .as_mut()
-                    .reset(Instant::now() + self.ctx.frame_timeout);
+            if let Err(exit) = self.flush(stream) {
+                return exit;
             }
-            partial = started;
-            let next = tokio::select! {
+            let due = self.deadline();
+            if due < timer_at {
+                timer_at = due;
+                timer.as_mut().reset(due);
+            }
+            let blocked = !self.writing.is_empty();
+            tokio::select! {
                 biased;
                 () = self.state.kill.cancelled() => return Exit::Killed,
                 () = self.ctx.stop_reading.cancelled() => return Exit::Shutdown,
                 // Before the deadlines: what has arrived is read first.
-                next = next_or_started(frames, partial) => next,
-                () = &mut handshake_deadline, if !self.handshaken => {
-                    return Exit::HandshakeTimeout;
+                ready = stream.readable() => {
+                    if ready.is_err() {
+                        return Exit::Eof;
+                    }
+                    if let Some(exit) = self.read_frames(stream).await {
+                        return exit;
+                    }
                 }
-                () = &mut frame_deadline, if partial => {
-                    self.frame_timed_out();
-                    return Exit::FrameTimeout;
+                _ = stream.writable(), if blocked => {}
+                () = self.state.ready.notified() => {}
+                () = &mut timer => {
+                    let due = self.deadline();
+                    if Instant::now() < due {
+                        timer_at = due;
+                        timer.as_mut().reset(due);
+                        continue;
+                    }
+                    if self.frame_started.is_some() {
+                        self.frame_timed_out();
+                        return Exit::FrameTimeout;
+                    }
+                    return if self.handshaken {
+                        Exit::IdleTimeout
+                    } else {
+                        Exit::HandshakeTimeout
+                    };
                 }
-                () = &mut idle_deadline, if self.handshaken && !partial => {
-                    return Exit::IdleTimeout;
-                }
-            };
-            // `None`: a frame's first bytes arrived; its deadline is armed above.
-            let Some(next) = next else { continue };
-            idle_deadline
-                .as_mut()
-                .reset(Instant::now() + self.ctx.idle_timeout);
-            // The next frame, if begun, gets a deadline of its own.
-            partial = false;
-            let exit = match next {
-                None => Some(Exit::Eof),
-                Some(Ok(frame)) => self.on_frame(frame).await,
-                Some(Err(e)) => Some(self.on_frame_error(e)),
-            };
-            if let Some(exit) = exit {
-                return exit;
             }
         }
+    }
+
+    /// Reads what has arrived and handles every whole frame in it.
+    async fn read_frames(&mut self, stream: &TcpStream) -> Option<Exit> {
+        match self.read_some(stream) {
+            Ok(0) => return Some(Exit::Eof),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return None,
+            Err(e) => {
+                debug!(conn = self.id, peer = %self.peer, error = %e, "read failed");
+                return Some(Exit::Eof);
+            }
+        }
+        let mut codec = self.ctx.codec;
+        loop {
+            match codec.decode(&mut self.read) {
+                Ok(Some(frame)) => {
+                    self.last_frame = Instant::now();
+                    self.frame_started = None;
+                    if let Some(exit) = self.on_frame(frame).await {
+                        return Some(exit);
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => return Some(self.on_frame_error(e)),
+            }
+        }
+        if self.read.is_empty() {
+            self.frame_started = None;
+            self.release_read_buffer();
+        } else if self.frame_started.is_none() {
+            self.frame_started = Some(Instant::now());
+        }
+        None
     }
 
     /// Answers a frame left unfinished past the frame deadline, before closing.
@@ -421,14 +466,20 @@ impl Connection {
         let api = request.api_key();
         if matches!(
             api,
-            ApiKey::Join | ApiKey::Heartbeat | ApiKey::Leave | ApiKey::CommitOffsets
+            ApiKey::Join
+                | ApiKey::Heartbeat
+                | ApiKey::Heartbeats
+                | ApiKey::Leave
+                | ApiKey::CommitOffsets
         ) {
             self.ctx.registry.traffic.heard(received);
         }
         let metrics = &self.ctx.metrics;
         metrics.request(api).increment(1);
-        if api == ApiKey::Heartbeat {
-            metrics.heartbeats.increment(1);
+        match &request {
+            Request::Heartbeat(_) => metrics.heartbeats.increment(1),
+            Request::Heartbeats(r) => metrics.heartbeats.increment(r.beats.len() as u64),
+            _ => {}
         }
         if let Request::ApiVersions(hello) = &request {
             if !self.handshaken {
@@ -454,89 +505,132 @@ impl Connection {
                 .record(received.elapsed().as_secs_f64());
             return None;
         }
-        let shard = match request.group() {
-            Some(group) => shard_of(group, self.ctx.shards.len()),
-            None => {
-                // ListGroups, the only request without a group.
-                self.list_groups(correlation_id, received).await;
-                return None;
+        let shard = match &request {
+            Request::Heartbeats(r) => {
+                if r.beats.is_empty() || r.beats.len() > MAX_BEATS {
+                    // The core refuses it too; no shard to ask.
+                    self.reply(
+                        correlation_id,
+                        Response::error(
+                            api as u16,
+                            ErrorCode::InvalidRequest,
+                            format!("a Heartbeats request carries 1 to {MAX_BEATS} beats"),
+                        ),
+                        api,
+                        received,
+                    );
+                    return None;
+                }
+                let shards = self.ctx.shards.len();
+                let first = shard_of(&r.beats[0].group, shards);
+                if r.beats.iter().any(|b| shard_of(&b.group, shards) != first) {
+                    let Request::Heartbeats(r) = request else {
+                        return None;
+                    };
+                    return self.split_heartbeats(correlation_id, r, received).await;
+                }
+                first
             }
+            request => match request.group() {
+                Some(group) => shard_of(group, self.ctx.shards.len()),
+                None => {
+                    // ListGroups, the only other request without a group.
+                    self.list_groups(correlation_id, received);
+                    return None;
+                }
+            },
         };
-        self.used_shards[shard] = true;
-        let input = ShardInput::Request {
-            conn: self.id,
+        let reply = Reply::Frame {
+            to: self.handle.clone(),
             correlation_id,
-            request,
-            reply: self.handle.clone(),
+            api,
             received,
         };
-        // A full shard queue holds this connection's reader, and so every frame behind
-        // it, unread: the time spent waiting for room is the coordinator's backlog.
-        let sent = match self.ctx.shards[shard].try_send(input) {
-            Ok(()) => Ok(()),
-            Err(mpsc::error::TrySendError::Full(input)) => {
-                let waiting = tokio::time::Instant::now();
-                let sent = self.ctx.shards[shard].send(input).await.map_err(drop);
-                self.ctx.registry.lag.saw(waiting.elapsed());
-                sent
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => Err(()),
-        };
-        if sent.is_err() {
-            self.reply(
-                correlation_id,
-                Response::error(
-                    api as u16,
-                    ErrorCode::Internal,
-                    "coordinator shard unavailable",
-                ),
-                api,
-                received,
-            );
-            return Some(Exit::ShardGone);
-        }
-        None
+        self.hand_to_shard(shard, request, reply).await
     }
 
-    /// Asks every shard for its groups; a task merges the answers, so this connection
-    /// keeps reading meanwhile.
-    async fn list_groups(&mut self, correlation_id: u32, received: Instant) {
-        let mut answers = Vec::with_capacity(self.ctx.shards.len());
-        for shard in &self.ctx.shards {
-            let (tx, rx) = oneshot::channel();
-            let input = ShardInput::ListGroups {
-                conn: self.id,
-                reply: tx,
-            };
-            if shard.send(input).await.is_ok() {
-                answers.push(rx);
+    /// Hands `request` to `shard`; false if the shard is unavailable (answered).
+    async fn hand_to_shard(&mut self, shard: usize, request: Request, reply: Reply) -> Option<Exit> {
+        self.used_shards[shard] = true;
+        let shard = self.ctx.shards[shard].clone();
+        // Waits only when the shard's records are slow to become durable and its open
+        // batch is full: the time spent waiting is the coordinator's backlog.
+        let waiting = Instant::now();
+        shard.wait_for_room().await;
+        let waited = waiting.elapsed();
+        if !waited.is_zero() {
+            self.ctx.registry.lag.saw(waited);
+        }
+        match shard.request(self.id, request, reply) {
+            Handled::Answered | Handled::Staged => None,
+            Handled::Unavailable(reply) => {
+                let api = match &reply {
+                    Reply::Frame { api, .. } => *api,
+                    Reply::Part { .. } => ApiKey::Heartbeats,
+                };
+                reply.deliver(
+                    Response::error(
+                        api as u16,
+                        ErrorCode::Internal,
+                        "coordinator shard unavailable",
+                    ),
+                    &self.ctx.metrics,
+                    true,
+                );
+                Some(Exit::ShardGone)
             }
         }
-        let handle = self.handle.clone();
-        let metrics = self.ctx.metrics.clone();
-        tokio::spawn(async move {
-            let mut groups = Vec::new();
-            let mut failure = None;
-            for answer in answers {
-                match answer.await {
-                    Ok(Response::ListGroups(part)) => groups.extend(part.groups),
-                    Ok(Response::Error(e)) => failure = Some(Response::Error(e)),
-                    Ok(_) | Err(_) => {
-                        failure = Some(Response::error(
-                            ApiKey::ListGroups as u16,
-                            ErrorCode::Internal,
-                            "a coordinator shard did not answer",
-                        ));
-                    }
-                }
+    }
+
+    /// A Heartbeats request whose beats belong to several shards: each shard gets its
+    /// beats, and one answer goes back once every shard has answered its part.
+    async fn split_heartbeats(
+        &mut self,
+        correlation_id: u32,
+        request: HeartbeatsRequest,
+        received: Instant,
+    ) -> Option<Exit> {
+        let shards = self.ctx.shards.len();
+        let beats = request.beats.len();
+        let mut parts: Vec<(Vec<usize>, Vec<_>)> =
+            (0..shards).map(|_| Default::default()).collect();
+        for (i, beat) in request.beats.into_iter().enumerate() {
+            let part = &mut parts[shard_of(&beat.group, shards)];
+            part.0.push(i);
+            part.1.push(beat);
+        }
+        let used = parts.iter().filter(|p| !p.0.is_empty()).count();
+        let joiner = Joiner::new(self.handle.clone(), correlation_id, received, beats, used);
+        let mut exit = None;
+        for (shard, (indices, beats)) in parts.into_iter().enumerate() {
+            if indices.is_empty() {
+                continue;
             }
-            groups.sort_by(|a, b| a.group.cmp(&b.group));
-            let response = failure.unwrap_or(Response::ListGroups(ListGroupsResponse { groups }));
-            handle.send(Frame::response(correlation_id, response));
-            metrics
-                .duration(ApiKey::ListGroups)
-                .record(received.elapsed().as_secs_f64());
-        });
+            let reply = Reply::Part {
+                joiner: joiner.clone(),
+                indices,
+            };
+            let request = Request::Heartbeats(HeartbeatsRequest { beats });
+            if let Some(e) = self.hand_to_shard(shard, request, reply).await {
+                exit = Some(e);
+            }
+        }
+        exit
+    }
+
+    /// Asks every shard for its groups and answers with all of them.
+    fn list_groups(&mut self, correlation_id: u32, received: Instant) {
+        let mut groups = Vec::new();
+        let mut failure = None;
+        for shard in &self.ctx.shards {
+            match shard.list_groups(self.id) {
+                Response::ListGroups(part) => groups.extend(part.groups),
+                other => failure = Some(other),
+            }
+        }
+        groups.sort_by(|a, b| a.group.cmp(&b.group));
+        let response = failure.unwrap_or(Response::ListGroups(ListGroupsResponse { groups }));
+        self.reply(correlation_id, response, ApiKey::ListGroups, received);
     }
 
     /// Answers a request other than ApiVersions (of any key or version) that arrives
@@ -647,20 +741,8 @@ impl Connection {
     }
 
     fn send(&self, frame: Frame) {
-        // A full queue kills the connection; the read loop sees it next.
-        self.handle.send(frame);
+        // A full queue kills the connection; the read loop sees it next. Quiet: this
+        // task writes its queue before it waits again.
+        self.handle.send(frame, true);
     }
-}
-
-/// Reads the next frame, like `frames.next()`, but returns `None` as soon as the first
-/// bytes of a frame are buffered while `partial` is false, so its deadline can be armed.
-fn next_or_started(
-    frames: &mut FramedRead<OwnedReadHalf, Codec>,
-    partial: bool,
-) -> impl Future<Output = Option<Option<Result<Frame, FrameError>>>> + '_ {
-    std::future::poll_fn(move |cx| match frames.poll_next_unpin(cx) {
-        Poll::Ready(next) => Poll::Ready(Some(next)),
-        Poll::Pending if !partial && !frames.read_buffer().is_empty() => Poll::Ready(None),
-        Poll::Pending => Poll::Pending,
-    })
 }

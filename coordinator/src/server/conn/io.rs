@@ -1,0 +1,153 @@
+//! A connection's socket work, all on the connection's own task: reading what has
+//! arrived into a buffer that exists only while a frame is incomplete, and writing the
+//! connection's queue with vectored writes that never wait.
+
+use std::io::{self, IoSlice};
+
+use super::*;
+
+/// Read at most this much per wake; the rest waits for the next turn.
+const READ_CHUNK: usize = 8 * 1024;
+
+/// Frames handed to one vectored write, at most.
+const WRITE_SLICES: usize = 64;
+
+impl Connection {
+    /// Reads what the socket holds without waiting. `Ok(0)`: the peer closed.
+    pub(super) fn read_some(&mut self, stream: &TcpStream) -> io::Result<usize> {
+        if self.read.capacity() - self.read.len() >= READ_CHUNK {
+            // A large frame under way: the codec reserved room for all of it.
+            return stream.try_read_buf(&mut self.read);
+        }
+        let mut scratch = [0u8; READ_CHUNK];
+        let n = stream.try_read(&mut scratch)?;
+        self.read.extend_from_slice(&scratch[..n]);
+        Ok(n)
+    }
+
+    /// Drops the read buffer once it holds nothing: an idle connection keeps none.
+    pub(super) fn release_read_buffer(&mut self) {
+        if self.read.is_empty() && self.read.capacity() > 0 {
+            self.read = BytesMut::new();
+        }
+    }
+
+    /// Writes queued frames as far as the socket takes them without waiting. Fails
+    /// (and kills the connection) if the socket fails.
+    pub(super) fn flush(&mut self, stream: &TcpStream) -> Result<(), Exit> {
+        loop {
+            if self.writing.is_empty() {
+                self.state.take(&mut self.writing);
+                if self.writing.is_empty() {
+                    self.writing = VecDeque::new();
+                    return Ok(());
+                }
+            }
+            let mut slices = [IoSlice::new(&[]); WRITE_SLICES];
+            let mut count = 0;
+            for (slot, frame) in slices.iter_mut().zip(&self.writing) {
+                let from = if count == 0 { self.write_pos } else { 0 };
+                *slot = IoSlice::new(&frame[from..]);
+                count += 1;
+            }
+            match stream.try_write_vectored(&slices[..count]) {
+                Ok(n) => self.advance(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    debug!(conn = self.id, error = %e, "write failed; closing connection");
+                    self.state.kill.cancel();
+                    return Err(Exit::Killed);
+                }
+            }
+        }
+    }
+
+    /// `n` more bytes were written: drops the frames now written in full.
+    fn advance(&mut self, mut n: usize) {
+        let (mut frames, mut bytes) = (0, 0);
+        while n > 0 {
+            let Some(front) = self.writing.front() else {
+                break;
+            };
+            let left = front.len() - self.write_pos;
+            if n < left {
+                self.write_pos += n;
+                break;
+            }
+            n -= left;
+            frames += 1;
+            bytes += front.len();
+            self.write_pos = 0;
+            self.writing.pop_front();
+        }
+        if frames > 0 {
+            self.state.written(frames, bytes);
+        }
+    }
+
+    /// Whether frames wait to be written.
+    pub(super) fn has_output(&self) -> bool {
+        !self.writing.is_empty() || self.state.has_queued()
+    }
+
+    /// Keeps writing what is queued (frames still arrive from the shards) until `until`
+    /// completes. False if the connection was killed first.
+    pub(super) async fn pump_until(
+        &mut self,
+        stream: &TcpStream,
+        until: impl Future<Output = ()>,
+    ) -> bool {
+        tokio::pin!(until);
+        loop {
+            if self.flush(stream).is_err() {
+                return false;
+            }
+            let blocked = !self.writing.is_empty();
+            tokio::select! {
+                biased;
+                () = self.state.kill.cancelled() => return false,
+                () = &mut until => return true,
+                _ = stream.writable(), if blocked => {}
+                () = self.state.ready.notified() => {}
+            }
+        }
+    }
+
+    /// Writes everything queued, for at most `limit`; then the connection writes
+    /// nothing more.
+    pub(super) async fn drain(&mut self, stream: &TcpStream, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        loop {
+            if self.flush(stream).is_err() || !self.has_output() {
+                break;
+            }
+            tokio::select! {
+                biased;
+                () = self.state.kill.cancelled() => break,
+                _ = stream.writable() => {}
+                () = self.state.ready.notified() => {}
+                () = tokio::time::sleep_until(deadline) => {
+                    self.state.kill.cancel();
+                    break;
+                }
+            }
+        }
+        self.state.close();
+    }
+}
+
+/// Reads and discards input until the peer closes or [`LINGER`] passes, so the peer
+/// reads our last frames before it sees the connection go.
+pub(super) async fn linger(mut stream: TcpStream) {
+    let mut scratch = [0u8; 4096];
+    let _ = tokio::time::timeout(LINGER, async {
+        loop {
+            match stream.read(&mut scratch).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+}
