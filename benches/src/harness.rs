@@ -116,6 +116,8 @@ pub(crate) struct Setup {
     pub(crate) observe: bool,
     /// Members confirm their expulsions with a Relinquish (see [`Plan::relinquish`]).
     pub(crate) relinquish: bool,
+    /// One Heartbeats request per connection per round (`--batch-heartbeats`).
+    pub(crate) batch_heartbeats: bool,
 }
 
 impl Setup {
@@ -147,6 +149,7 @@ impl Setup {
             auto_join: true,
             observe: false,
             relinquish: false,
+            batch_heartbeats: common.batch_heartbeats,
         }
     }
 
@@ -172,6 +175,7 @@ impl Setup {
             auto_join: self.auto_join,
             observe: self.observe,
             relinquish: self.relinquish,
+            batch_heartbeats: self.batch_heartbeats,
         }
     }
 }
@@ -302,6 +306,7 @@ impl Rig {
             shared: self.shared,
             members: self.setup.members,
             per_conn: self.setup.per_conn,
+            batch_heartbeats: self.setup.batch_heartbeats,
         }
     }
 }
@@ -315,12 +320,19 @@ pub(crate) struct Finished {
     pub(crate) shared: Arc<Shared>,
     members: usize,
     per_conn: usize,
+    batch_heartbeats: bool,
 }
 
 impl Finished {
     /// How the load was generated, `load` saying what the members did.
     pub(crate) fn generator(&self, load: String) -> GeneratorInfo {
-        GeneratorInfo::new(self.members, self.connections, self.per_conn, load)
+        GeneratorInfo::new(
+            self.members,
+            self.connections,
+            self.per_conn,
+            self.batch_heartbeats,
+            load,
+        )
     }
 
     /// The outcome of a run on this rig, without notes.

@@ -65,3 +65,48 @@ fn steady_smoke_in_process() {
     assert!(f.rtt_from_intended.max_ms < 5_000.0, "{f:?}");
     assert!(f.coordinator_cpu_s.is_some());
 }
+
+#[test]
+fn steady_smoke_with_batched_heartbeats() {
+    let args = Wrapper::parse_from([
+        "smoke",
+        "--members",
+        "50",
+        "--groups",
+        "5",
+        "--members-per-conn",
+        "10",
+        "--batch-heartbeats",
+        "--interval",
+        "100ms",
+        "--duration",
+        "1s",
+        "--store",
+        "memory",
+        "--quiet",
+    ]);
+    let (f, _) = runtime()
+        .block_on(async {
+            tokio::time::timeout(
+                Duration::from_secs(60),
+                steady::measure(&args.common, 50, None, false, Duration::from_millis(300)),
+            )
+            .await
+        })
+        .expect("the smoke run finished in time")
+        .expect("the smoke run succeeded");
+    assert!(f.batch_heartbeats);
+    assert_eq!(f.connections, 5);
+    // Beats are counted per member, as without batching; frames per connection.
+    assert!(
+        f.rtt_from_intended.count >= 300,
+        "too few heartbeats answered: {f:?}"
+    );
+    assert_eq!(f.unanswered, 0, "{f:?}");
+    assert_eq!(f.false_expulsions, 0, "{f:?}");
+    assert_eq!(f.heartbeat_errors, 0, "{f:?}");
+    assert!(
+        f.sent_hb_frames_per_s * 5.0 < f.sent_hb_per_s,
+        "ten beats a frame: {f:?}"
+    );
+}

@@ -3,7 +3,10 @@
 //! A [`Client`] holds one connection to the coordinator; any number of [`Member`]s (in
 //! one group or several) share it. A background task owns the socket: it heartbeats for
 //! every member on its own jittered schedule, never waiting on the application, and
-//! reconnects with backoff when the connection drops. The application takes
+//! reconnects with backoff when the connection drops. When several members' heartbeats
+//! fall due together, and the coordinator supports it, they go out in one Heartbeats
+//! request: as soon as one member's heartbeat is due, those of the others due within
+//! half their interval are sent with it (early, never late). The application takes
 //! [`Event`]s from each member, with [`Member::next_event`] or as a `Stream` from
 //! [`Member::events`], and acts on them:
 //!

@@ -17,10 +17,11 @@ use rollcall_protocol::{
     AssignmentPush, Body, CommitOffsetsRequest, CommitOffsetsResponse, CommittedOffset,
     DescribeGroupRequest, DescribeGroupResponse, ErrorCode, ExpelReason, ExpelledPush,
     FetchOffsetsRequest, FetchOffsetsResponse, Frame, FrameKind, GroupDetection, GroupListing,
-    GroupState, HeartbeatRequest, HeartbeatResponse, JoinRequest, JoinResponse, LeaveMode,
-    LeaveRequest, ListGroupsResponse, Liveness, MemberDescription, MemberDetection, OffsetCommit,
-    PartitionResult, Push, PushKey, RelinquishRequest, Request, Response, RevokePush, ShutdownPush,
-    TopicPartitions, TopicSubscription, DEFAULT_MAX_FRAME_SIZE, LENGTH_PREFIX_SIZE,
+    GroupState, HeartbeatRequest, HeartbeatResponse, HeartbeatResult, HeartbeatsRequest,
+    HeartbeatsResponse, JoinRequest, JoinResponse, LeaveMode, LeaveRequest, ListGroupsResponse,
+    Liveness, MemberDescription, MemberDetection, OffsetCommit, PartitionResult, Push, PushKey,
+    RelinquishRequest, Request, Response, RevokePush, ShutdownPush, TopicPartitions,
+    TopicSubscription, DEFAULT_MAX_FRAME_SIZE, LENGTH_PREFIX_SIZE,
 };
 
 const DOC: &str = include_str!("../../docs/PROTOCOL.md");
@@ -28,6 +29,9 @@ const DOC: &str = include_str!("../../docs/PROTOCOL.md");
 const GROUP: &str = "billing";
 const MEMBER: &str = "m-1a2b-7";
 const TOPIC: &str = "invoices";
+/// The second member of the Heartbeats example, in another group.
+const OTHER_GROUP: &str = "ledger";
+const OTHER_MEMBER: &str = "m-77c1-2";
 
 fn tps(partitions: &[u32]) -> Vec<TopicPartitions> {
     vec![TopicPartitions {
@@ -147,6 +151,54 @@ fn examples() -> Vec<(&'static str, Frame)> {
                 Response::Heartbeat(HeartbeatResponse {
                     generation: 5,
                     session_timeout_ms: 10_000,
+                }),
+            ),
+        ),
+        (
+            "heartbeats-request",
+            Frame::request(
+                3,
+                Request::Heartbeats(HeartbeatsRequest {
+                    beats: vec![
+                        HeartbeatRequest {
+                            group: GROUP.into(),
+                            member_id: MEMBER.into(),
+                            generation: 5,
+                            sequence: 1,
+                            progress: 1_500,
+                            acked_revocations: Vec::new(),
+                        },
+                        HeartbeatRequest {
+                            group: OTHER_GROUP.into(),
+                            member_id: OTHER_MEMBER.into(),
+                            generation: 2,
+                            sequence: 40,
+                            progress: 0,
+                            acked_revocations: Vec::new(),
+                        },
+                    ],
+                }),
+            ),
+        ),
+        (
+            "heartbeats-response",
+            Frame::response(
+                3,
+                Response::Heartbeats(HeartbeatsResponse {
+                    results: vec![
+                        HeartbeatResult {
+                            code: ErrorCode::None,
+                            generation: 5,
+                            session_timeout_ms: 10_000,
+                            message: String::new(),
+                        },
+                        HeartbeatResult {
+                            code: ErrorCode::UnknownMember,
+                            generation: 0,
+                            session_timeout_ms: 0,
+                            message: format!("member {OTHER_MEMBER:?} is not in the group"),
+                        },
+                    ],
                 }),
             ),
         ),

@@ -10,10 +10,10 @@ use rollcall_protocol::{
     DescribeGroupRequest, DescribeGroupResponse, ErrorCode, ErrorResponse, ExpelReason,
     ExpelledPush, FetchOffsetsRequest, FetchOffsetsResponse, Frame, FrameError, FrameKind,
     GroupDetection, GroupListing, GroupState, Header, HeartbeatRequest, HeartbeatResponse,
-    JoinRequest, JoinResponse, LeaveMode, LeaveRequest, ListGroupsResponse, Liveness,
-    MemberDescription, MemberDetection, OffsetCommit, PartitionResult, Push, PushKey, Request,
-    Response, RevokePush, ShutdownPush, TopicPartitions, TopicSubscription, CURRENT_VERSION,
-    LENGTH_PREFIX_SIZE,
+    HeartbeatResult, HeartbeatsRequest, HeartbeatsResponse, JoinRequest, JoinResponse, LeaveMode,
+    LeaveRequest, ListGroupsResponse, Liveness, MemberDescription, MemberDetection, OffsetCommit,
+    PartitionResult, Push, PushKey, RelinquishRequest, Request, Response, RevokePush, ShutdownPush,
+    TopicPartitions, TopicSubscription, CURRENT_VERSION, LENGTH_PREFIX_SIZE,
 };
 use tokio_util::codec::{Decoder, Encoder};
 
@@ -128,26 +128,10 @@ fn request() -> impl Strategy<Value = Request> {
                 })
             },
         );
-    let heartbeat = (
-        text(),
-        text(),
-        any::<u32>(),
-        any::<u64>(),
-        any::<u64>(),
-        small_vec(topic_partitions()),
-    )
-        .prop_map(
-            |(group, member_id, generation, sequence, progress, acked_revocations)| {
-                Request::Heartbeat(HeartbeatRequest {
-                    group,
-                    member_id,
-                    generation,
-                    sequence,
-                    progress,
-                    acked_revocations,
-                })
-            },
-        );
+    let heartbeat = heartbeat_request().prop_map(Request::Heartbeat);
+    // Any number of beats encodes and decodes; 1 to MAX_BEATS is the coordinator's rule.
+    let heartbeats = small_vec(heartbeat_request())
+        .prop_map(|beats| Request::Heartbeats(HeartbeatsRequest { beats }));
     let mode = prop_oneof![
         Just(LeaveMode::Released),
         Just(LeaveMode::Unconfirmed),
@@ -183,6 +167,8 @@ fn request() -> impl Strategy<Value = Request> {
     let describe = (text(), any::<bool>()).prop_map(|(group, detection)| {
         Request::DescribeGroup(DescribeGroupRequest { group, detection })
     });
+    let relinquish = (text(), text())
+        .prop_map(|(group, member_id)| Request::Relinquish(RelinquishRequest { group, member_id }));
     prop_oneof![
         api_versions,
         join,
@@ -192,6 +178,60 @@ fn request() -> impl Strategy<Value = Request> {
         fetch,
         Just(Request::ListGroups),
         describe,
+        relinquish,
+        heartbeats,
+    ]
+}
+
+fn heartbeat_request() -> impl Strategy<Value = HeartbeatRequest> {
+    (
+        text(),
+        text(),
+        any::<u32>(),
+        any::<u64>(),
+        any::<u64>(),
+        small_vec(topic_partitions()),
+    )
+        .prop_map(
+            |(group, member_id, generation, sequence, progress, acked_revocations)| {
+                HeartbeatRequest {
+                    group,
+                    member_id,
+                    generation,
+                    sequence,
+                    progress,
+                    acked_revocations,
+                }
+            },
+        )
+}
+
+/// A result of either shape: success with its fields, or an error with its message.
+/// Any combination encodes; these are the two the coordinator sends.
+fn heartbeat_result() -> impl Strategy<Value = HeartbeatResult> {
+    prop_oneof![
+        (any::<u32>(), any::<u32>()).prop_map(|(generation, session_timeout_ms)| {
+            HeartbeatResult {
+                code: ErrorCode::None,
+                generation,
+                session_timeout_ms,
+                message: String::new(),
+            }
+        }),
+        (failure_code(), text()).prop_map(|(code, message)| HeartbeatResult {
+            code,
+            generation: 0,
+            session_timeout_ms: 0,
+            message,
+        }),
+        (error_code(), any::<u32>(), any::<u32>(), text()).prop_map(
+            |(code, generation, session_timeout_ms, message)| HeartbeatResult {
+                code,
+                generation,
+                session_timeout_ms,
+                message,
+            }
+        ),
     ]
 }
 
@@ -350,6 +390,8 @@ fn response() -> impl Strategy<Value = Response> {
                     .map(|(detector, shadow)| Box::new(GroupDetection { detector, shadow })),
             })
         });
+    let heartbeats = small_vec(heartbeat_result())
+        .prop_map(|results| Response::Heartbeats(HeartbeatsResponse { results }));
     prop_oneof![
         api_versions,
         join,
@@ -359,6 +401,8 @@ fn response() -> impl Strategy<Value = Response> {
         fetch,
         list,
         describe,
+        Just(Response::Relinquish),
+        heartbeats,
         error_response(),
     ]
 }

@@ -1,25 +1,30 @@
 //! The client against a real coordinator over real TCP: sharing partitions, crashes,
 //! progress expiry, revocations, static membership, connection loss, leases, expulsion,
-//! graceful leave, coordinator restarts, the events stream, reading committed offsets
-//! and a connection task that is gone.
+//! graceful leave, coordinator restarts, the events stream, reading committed offsets,
+//! members renewed together in Heartbeats frames and a connection task that is gone.
 //!
 //! Timeouts are short (session 400-600 ms) and every wait is bounded.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::stream::{FusedStream, StreamExt};
+use futures_util::SinkExt;
 use rollcall_client::{
     Client, ClientConfig, CommitError, Event, ExpelReason, LostReason, Member, MemberConfig,
     Offset, PartitionSet, RequestError, TopicPartition,
 };
 use rollcall_coordinator::server::{ServerConfig, ServerHandle, StoreConfig};
 use rollcall_coordinator::store::MemoryStore;
+use rollcall_protocol::{ApiKey, Body, Codec, ErrorCode, Frame, Request, Response};
 use rollcall_tests::proxy::{Direction, Proxy};
 use rollcall_tests::{bounded, start};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio_util::codec::Framed;
 
 const SESSION: Duration = Duration::from_millis(400);
 
@@ -273,6 +278,69 @@ async fn wait_balanced(workers: &mut [&mut Worker], n: u32, sizes: &[usize]) {
         }
     })
     .await;
+}
+
+/// A relay between clients and the coordinator that decodes every frame, both ways,
+/// passes it on unchanged and keeps it with the instant it passed.
+struct Tap {
+    addr: SocketAddr,
+    frames: Arc<shared::Mutex<Vec<(Instant, Frame)>>>,
+    task: JoinHandle<()>,
+}
+
+impl Tap {
+    async fn start(upstream: SocketAddr) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("tap binds");
+        let addr = listener.local_addr().expect("tap address");
+        let frames = Arc::new(shared::Mutex::new(Vec::new()));
+        let task = tokio::spawn({
+            let frames = frames.clone();
+            async move {
+                while let Ok((client, _)) = listener.accept().await {
+                    let Ok(server) = TcpStream::connect(upstream).await else {
+                        continue;
+                    };
+                    tokio::spawn(Self::relay(client, server, frames.clone()));
+                }
+            }
+        });
+        Self { addr, frames, task }
+    }
+
+    async fn relay(
+        client: TcpStream,
+        server: TcpStream,
+        frames: Arc<shared::Mutex<Vec<(Instant, Frame)>>>,
+    ) {
+        let (mut to_client, mut from_client) = Framed::new(client, Codec::default()).split();
+        let (mut to_server, mut from_server) = Framed::new(server, Codec::default()).split();
+        let up = async {
+            while let Some(Ok(frame)) = from_client.next().await {
+                frames.lock().push((Instant::now(), frame.clone()));
+                if to_server.send(frame).await.is_err() {
+                    return;
+                }
+            }
+        };
+        let down = async {
+            while let Some(Ok(frame)) = from_server.next().await {
+                frames.lock().push((Instant::now(), frame.clone()));
+                if to_client.send(frame).await.is_err() {
+                    return;
+                }
+            }
+        };
+        tokio::select! {
+            () = up => {}
+            () = down => {}
+        }
+    }
+}
+
+impl Drop for Tap {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -821,4 +889,91 @@ fn requests_report_a_connection_task_that_is_gone() {
         let fetched = bounded("fetch", client.fetch_offsets("gone", ["t"])).await;
         assert_eq!(fetched, Err(RequestError::Closed));
     });
+}
+
+/// One client carrying five members of two groups renews them together: for several
+/// session timeouts nobody loses anything or is suspended, and the coordinator answered
+/// Heartbeats requests of several beats, each member's beat in them accepted, while
+/// lone Heartbeat frames were the exception.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_client_renews_members_of_two_groups_with_heartbeats_frames() {
+    let server = start(rollcall_tests::test_config()).await;
+    let tap = Tap::start(server.local_addr()).await;
+    let client = connect(tap.addr).await;
+    let mut workers = Vec::new();
+    for (group, partitions) in [
+        ("alpha", 6),
+        ("alpha", 6),
+        ("alpha", 6),
+        ("beta", 4),
+        ("beta", 4),
+    ] {
+        let member = bounded("join", client.join(member_config(group, partitions)))
+            .await
+            .expect("joins");
+        workers.push(Worker::drive(client.clone(), member));
+    }
+    {
+        let (alpha, beta) = workers.split_at_mut(3);
+        let mut alpha: Vec<&mut Worker> = alpha.iter_mut().collect();
+        wait_balanced(&mut alpha, 6, &[2]).await;
+        let mut beta: Vec<&mut Worker> = beta.iter_mut().collect();
+        wait_balanced(&mut beta, 4, &[2]).await;
+    }
+
+    let from = Instant::now();
+    tokio::time::sleep(SESSION * 5).await;
+    let until = Instant::now();
+
+    for w in &workers {
+        w.assert_consistent();
+        assert_eq!(w.ledger.lock().lost_events(), Vec::new());
+        assert_eq!(w.owned().len(), 2);
+        assert!(!w.member().is_suspended());
+        assert!(w.member().lease_deadline().unwrap() > Instant::now());
+    }
+    let ids: Vec<String> = workers
+        .iter()
+        .map(|w| w.member().member_id().expect("a member"))
+        .collect();
+    let frames = tap.frames.lock();
+    let window = frames
+        .iter()
+        .filter(|(at, _)| (from..until).contains(at))
+        .map(|(_, frame)| frame);
+    let (mut batches, mut lone, mut answered) = (0, 0, 0);
+    let mut beats: HashMap<&str, usize> = HashMap::new();
+    for frame in window {
+        match &frame.body {
+            Body::Request(Request::Heartbeats(r)) => {
+                batches += 1;
+                assert!(r.beats.len() >= 2, "a round of one goes alone: {r:?}");
+                for b in &r.beats {
+                    *beats.entry(b.member_id.as_str()).or_default() += 1;
+                }
+            }
+            Body::Request(Request::Heartbeat(_)) => lone += 1,
+            Body::Response(Response::Heartbeats(r)) => {
+                answered += 1;
+                assert!(r.results.iter().all(|r| r.code == ErrorCode::None), "{r:?}");
+            }
+            Body::Response(Response::Error(e)) => {
+                assert_ne!(e.api_key, ApiKey::Heartbeats as u16, "{e:?}");
+            }
+            _ => {}
+        }
+    }
+    // Every member heartbeats several times per session timeout: some 30 times in 2 s.
+    for id in &ids {
+        let n = beats.get(id.as_str()).copied().unwrap_or(0);
+        assert!(
+            n >= 8,
+            "member {id} renewed {n} times in Heartbeats frames: {beats:?}"
+        );
+    }
+    assert!(answered >= 8, "{answered} Heartbeats answers");
+    assert!(
+        lone * 4 <= batches,
+        "{lone} lone Heartbeat frames beside {batches} Heartbeats frames"
+    );
 }

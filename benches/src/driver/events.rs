@@ -24,9 +24,12 @@ impl ConnTask {
     }
 
     /// The first slot of the member's place on the global timeline at or after `t`.
+    /// With batching every member of the connection has its first member's place, so
+    /// that their beats fall due together and share a frame.
     pub(super) fn next_slot(&self, local: usize, period: Duration, t: Instant) -> Instant {
+        let place = if self.shared.batch { 0 } else { local };
         self.shared
-            .slot_at_or_after(self.members[local].index, period, t)
+            .slot_at_or_after(self.members[place].index, period, t)
     }
 
     pub(super) fn on_command(&mut self, cmd: Cmd) -> Option<Exit> {
@@ -137,6 +140,8 @@ impl ConnTask {
             Load::Periodic { period } | Load::Commits { period, .. } => period,
             Load::ClosedLoop => return,
         };
+        // With batching, the beats due now, sent together once every timer due has fired.
+        let mut round = Vec::new();
         while let Some(top) = self.timers.peek() {
             let at = top.0 .0;
             if at > now {
@@ -156,7 +161,11 @@ impl ConnTask {
                 continue;
             }
             let resumed = m.paused_until.take().is_some();
-            self.send_heartbeat(local, at, now);
+            if self.shared.batch {
+                round.push((local, at));
+            } else {
+                self.send_heartbeat(local, at, now);
+            }
             let next = if resumed {
                 self.next_slot(local, period, now + Duration::from_nanos(1))
             } else {
@@ -164,27 +173,70 @@ impl ConnTask {
             };
             self.schedule(local, next);
         }
+        if !round.is_empty() {
+            self.send_beats(round, now);
+        }
+    }
+
+    /// Closed loop with batching: a Heartbeats request carrying every active member,
+    /// unless the last round is still unanswered.
+    pub(super) fn send_round(&mut self, now: Instant) {
+        if self.rounds_outstanding > 0 {
+            return;
+        }
+        let due: Vec<(usize, Instant)> = (0..self.members.len())
+            .filter(|&local| self.members[local].phase == Phase::Active)
+            .map(|local| (local, now))
+            .collect();
+        self.rounds_outstanding = self.send_beats(due, now);
+    }
+
+    /// One Heartbeats request (or as few as fit a frame) for these members' beats,
+    /// intended at the given instants and sent `now`; returns the number of frames.
+    pub(super) fn send_beats(&mut self, due: Vec<(usize, Instant)>, now: Instant) -> usize {
+        let mut beats = Vec::with_capacity(due.len());
+        let mut members = Vec::with_capacity(due.len());
+        for (local, intended) in due {
+            if let Some(beat) = self.beat(local, intended, now) {
+                beats.push(beat);
+                members.push((local, intended));
+            }
+        }
+        let sizes = split_beats(&beats, self.max_frame_size);
+        let frames = sizes.len();
+        let mut beats = beats.into_iter();
+        let mut members = members.into_iter();
+        for size in sizes {
+            let chunk: Vec<(usize, Instant)> = members.by_ref().take(size).collect();
+            let request = Request::Heartbeats(HeartbeatsRequest {
+                beats: beats.by_ref().take(size).collect(),
+            });
+            self.count_frame(chunk[0].1);
+            let id = self.correlation();
+            self.pending.insert(
+                id,
+                Pending::Beats {
+                    beats: chunk,
+                    sent: now,
+                },
+            );
+            self.outbox.push(Frame::request(id, request));
+        }
+        frames
+    }
+
+    fn count_frame(&self, intended: Instant) {
+        let c = &self.shared.counters;
+        inc(&c.hb_frames_sent);
+        if self.shared.in_window(intended) {
+            inc(&c.hb_window_frames);
+        }
     }
 
     pub(super) fn send_heartbeat(&mut self, local: usize, intended: Instant, now: Instant) {
-        let m = &mut self.members[local];
-        let Some(member_id) = m.member_id.clone() else {
+        let Some(beat) = self.beat(local, intended, now) else {
             return;
         };
-        m.sequence += 1;
-        if !m.progress_frozen {
-            m.progress += 1;
-            m.last_progress_sent = Some(now);
-        }
-        m.last_sent = Some(now);
-        let request = Request::Heartbeat(HeartbeatRequest {
-            group: m.spec.group.clone(),
-            member_id,
-            generation: m.generation,
-            sequence: m.sequence,
-            progress: m.progress,
-            acked_revocations: Vec::new(),
-        });
         let id = self.correlation();
         self.pending.insert(
             id,
@@ -194,6 +246,30 @@ impl ConnTask {
                 sent: now,
             },
         );
+        self.count_frame(intended);
+        self.outbox
+            .push(Frame::request(id, Request::Heartbeat(beat)));
+    }
+
+    /// The member's next heartbeat, intended at `intended` and sent `now`, counted as
+    /// sent; `None` if it has no member id.
+    fn beat(&mut self, local: usize, intended: Instant, now: Instant) -> Option<HeartbeatRequest> {
+        let m = &mut self.members[local];
+        let member_id = m.member_id.clone()?;
+        m.sequence += 1;
+        if !m.progress_frozen {
+            m.progress += 1;
+            m.last_progress_sent = Some(now);
+        }
+        m.last_sent = Some(now);
+        let beat = HeartbeatRequest {
+            group: m.spec.group.clone(),
+            member_id,
+            generation: m.generation,
+            sequence: m.sequence,
+            progress: m.progress,
+            acked_revocations: Vec::new(),
+        };
         let c = &self.shared.counters;
         inc(&c.hb_sent);
         if self.shared.in_window(intended) {
@@ -202,7 +278,7 @@ impl ConnTask {
                 inc(&c.hb_window_late);
             }
         }
-        self.outbox.push(Frame::request(id, request));
+        Some(beat)
     }
 
     pub(super) fn send_ack(&mut self, local: usize, partitions: Vec<TopicPartitions>) {
@@ -331,6 +407,53 @@ impl ConnTask {
         }
     }
 
+    /// The answer to one member's periodic or closed-loop heartbeat, alone or as its
+    /// result in a Heartbeats answer: latency from the intended send time, expulsions.
+    fn on_beat_answer(
+        &mut self,
+        local: usize,
+        intended: Instant,
+        sent: Instant,
+        response: Response,
+        now: Instant,
+    ) {
+        let c = &self.shared.counters;
+        if self.shared.in_window(intended) {
+            inc(&c.hb_window_answered);
+            self.local_intended.push(micros(now - intended));
+            self.local_service.push(micros(now - sent));
+        }
+        match response {
+            Response::Heartbeat(_) => {
+                inc(&c.hb_ok);
+                let m = &mut self.members[local];
+                m.last_answered = m.last_answered.max(Some(sent));
+            }
+            Response::Error(e) => {
+                inc(&c.hb_err);
+                let m = &mut self.members[local];
+                self.shared.observe(Obs::HeartbeatError {
+                    member: m.index,
+                    at: now,
+                    code: e.code,
+                });
+                if matches!(
+                    e.code,
+                    ErrorCode::MemberExpelled
+                        | ErrorCode::UnknownMember
+                        | ErrorCode::FencedInstance
+                ) {
+                    let was_active = m.phase == Phase::Active;
+                    m.phase = Phase::Dead;
+                    if was_active && e.code == ErrorCode::MemberExpelled {
+                        self.stand_down(local, now);
+                    }
+                }
+            }
+            _ => inc(&c.protocol_errors),
+        }
+    }
+
     pub(super) fn on_response(&mut self, pending: Pending, response: Response, now: Instant) {
         let c = &self.shared.counters;
         match pending {
@@ -349,6 +472,7 @@ impl ConnTask {
                             at: now,
                         });
                         match self.shared.load {
+                            Load::ClosedLoop if self.shared.batch => self.send_round(now),
                             Load::ClosedLoop => self.send_heartbeat(local, now, now),
                             Load::Periodic { period } | Load::Commits { period, .. } => {
                                 let at = self.next_slot(local, period, now);
@@ -378,44 +502,21 @@ impl ConnTask {
                 intended,
                 sent,
             } => {
-                if self.shared.in_window(intended) {
-                    inc(&c.hb_window_answered);
-                    self.local_intended.push(micros(now - intended));
-                    self.local_service.push(micros(now - sent));
-                }
-                match response {
-                    Response::Heartbeat(_) => {
-                        inc(&c.hb_ok);
-                        let m = &mut self.members[local];
-                        m.last_answered = m.last_answered.max(Some(sent));
-                    }
-                    Response::Error(e) => {
-                        inc(&c.hb_err);
-                        let m = &mut self.members[local];
-                        self.shared.observe(Obs::HeartbeatError {
-                            member: m.index,
-                            at: now,
-                            code: e.code,
-                        });
-                        if matches!(
-                            e.code,
-                            ErrorCode::MemberExpelled
-                                | ErrorCode::UnknownMember
-                                | ErrorCode::FencedInstance
-                        ) {
-                            let was_active = m.phase == Phase::Active;
-                            m.phase = Phase::Dead;
-                            if was_active && e.code == ErrorCode::MemberExpelled {
-                                self.stand_down(local, now);
-                            }
-                        }
-                    }
-                    _ => inc(&self.shared.counters.protocol_errors),
-                }
+                self.on_beat_answer(local, intended, sent, response, now);
                 if matches!(self.shared.load, Load::ClosedLoop)
                     && self.members[local].phase == Phase::Active
                 {
                     self.send_heartbeat(local, now, now);
+                }
+            }
+            Pending::Beats { beats, sent } => {
+                let answers = split_answer(beats.len(), response);
+                for ((local, intended), answer) in beats.into_iter().zip(answers) {
+                    self.on_beat_answer(local, intended, sent, answer, now);
+                }
+                if matches!(self.shared.load, Load::ClosedLoop) {
+                    self.rounds_outstanding = self.rounds_outstanding.saturating_sub(1);
+                    self.send_round(now);
                 }
             }
             Pending::Ack { local, sent } => {

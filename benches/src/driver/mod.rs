@@ -12,6 +12,13 @@
 //! - **commits**: each member keeps commits of its owned partitions outstanding, with
 //!   periodic heartbeats beside them.
 //!
+//! With [`Plan::batch_heartbeats`], a connection renews its members with one Heartbeats
+//! request per round instead of one Heartbeat each: its members share the place on the
+//! timeline of its first member, and the beats due when its timers fire go in one frame
+//! (closed loop: one such frame outstanding per connection, carrying every active
+//! member). Each result is handled as the answer to that member's lone Heartbeat, and
+//! latency is recorded per member from its intended send time as without batching.
+//!
 //! Revocations are acknowledged at once by a heartbeat, as a prompt application would.
 //! With [`Plan::relinquish`], a member told it was expelled (an Expelled push, or a
 //! `member_expelled` answer) confirms its stand-down at once with a Relinquish, as an
@@ -31,8 +38,10 @@ use std::time::{Duration, Instant};
 use futures_util::{FutureExt, SinkExt, StreamExt};
 use rollcall_client::raw::{self, Transport};
 use rollcall_protocol::{
-    Body, CommitOffsetsRequest, ErrorCode, ExpelReason, Frame, HeartbeatRequest, JoinRequest,
-    OffsetCommit, Push, RelinquishRequest, Request, Response, TopicPartitions, TopicSubscription,
+    ApiKey, Body, CommitOffsetsRequest, ErrorCode, ExpelReason, Frame, HeartbeatRequest,
+    HeartbeatResponse, HeartbeatsRequest, JoinRequest, OffsetCommit, Push, RelinquishRequest,
+    Request, Response, TopicPartitions, TopicSubscription, CURRENT_VERSION, DEFAULT_MAX_FRAME_SIZE,
+    MAX_BEATS,
 };
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
@@ -101,6 +110,9 @@ pub(crate) struct Plan {
     pub(crate) observe: bool,
     /// Confirm every expulsion of a live member with a Relinquish at once.
     pub(crate) relinquish: bool,
+    /// One Heartbeats request per connection per round instead of one Heartbeat per
+    /// member (see the module documentation).
+    pub(crate) batch_heartbeats: bool,
 }
 
 /// Something a member saw, for scenarios that follow semantics.
@@ -194,7 +206,13 @@ pub(crate) struct Counters {
     pub(crate) joins_sent: AtomicU64,
     pub(crate) joins_ok: AtomicU64,
     pub(crate) joins_err: AtomicU64,
+    /// Heartbeats sent: renewals, each member's beat counted once, batched or not.
     pub(crate) hb_sent: AtomicU64,
+    /// Frames that carried the periodic or closed-loop heartbeats (a Heartbeat, or a
+    /// Heartbeats request with many beats); revocation acknowledgements not included.
+    pub(crate) hb_frames_sent: AtomicU64,
+    /// Of those, frames whose (first) beat was intended in the measured window.
+    pub(crate) hb_window_frames: AtomicU64,
     pub(crate) hb_ok: AtomicU64,
     pub(crate) hb_err: AtomicU64,
     pub(crate) hb_window_sent: AtomicU64,
@@ -260,6 +278,7 @@ pub(crate) struct Shared {
     load: Load,
     members: usize,
     relinquish: bool,
+    batch: bool,
 }
 
 impl Shared {
@@ -346,6 +365,7 @@ impl Driver {
             load: plan.load,
             members: plan.members.len(),
             relinquish: plan.relinquish,
+            batch: plan.batch_heartbeats,
         });
         let mut conns = Vec::new();
         let mut tasks = Vec::new();
@@ -373,6 +393,8 @@ impl Driver {
                 local_join: Vec::with_capacity(LOCAL_SAMPLES),
                 outbox: Vec::new(),
                 joins_waiting: 0,
+                max_frame_size: DEFAULT_MAX_FRAME_SIZE,
+                rounds_outstanding: 0,
             };
             tasks.push(tokio::spawn(task.run()));
         }
@@ -542,6 +564,12 @@ enum Pending {
         local: usize,
         sent: Instant,
     },
+    /// A Heartbeats request: these members' beats (member, intended send time), in
+    /// order, all sent at `sent`.
+    Beats {
+        beats: Vec<(usize, Instant)>,
+        sent: Instant,
+    },
     Relinquish,
 }
 
@@ -568,17 +596,90 @@ struct ConnTask {
     local_join: Vec<u64>,
     outbox: Vec<Frame>,
     joins_waiting: usize,
+    /// The coordinator's maximum frame size, from the handshake.
+    max_frame_size: usize,
+    /// Closed loop with batching: Heartbeats frames of the current round not answered
+    /// yet; the next round goes out when none is.
+    rounds_outstanding: usize,
 }
 
 fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
-async fn connect(addr: SocketAddr) -> Result<Transport, String> {
+/// Connects and handshakes; returns the coordinator's maximum frame size too. With
+/// `batch`, a coordinator that does not list the Heartbeats request is refused.
+async fn connect(addr: SocketAddr, batch: bool) -> Result<(Transport, usize), String> {
     let software = concat!("rollcall-bench/", env!("CARGO_PKG_VERSION"));
-    match raw::connect(addr, software, CONNECT_TIMEOUT).await {
-        Ok((transport, _)) => Ok(transport),
-        Err(e) => Err(e.to_string()),
+    let (transport, versions) = raw::connect(addr, software, CONNECT_TIMEOUT)
+        .await
+        .map_err(|e| e.to_string())?;
+    let heartbeats = versions.versions.iter().any(|r| {
+        r.api_key == ApiKey::Heartbeats as u16
+            && (r.min_version..=r.max_version).contains(&CURRENT_VERSION)
+    });
+    if batch && !heartbeats {
+        return Err(
+            "the coordinator does not list Heartbeats (API key 9), which --batch-heartbeats needs"
+                .to_owned(),
+        );
+    }
+    let max_frame_size = match usize::try_from(versions.max_frame_size) {
+        Ok(0) | Err(_) => DEFAULT_MAX_FRAME_SIZE,
+        Ok(n) => n,
+    };
+    Ok((transport, max_frame_size))
+}
+
+/// The encoded size of one beat (a Heartbeat request's body).
+fn beat_len(b: &HeartbeatRequest) -> usize {
+    let acks: usize = b
+        .acked_revocations
+        .iter()
+        .map(|t| 2 + t.topic.len() + 4 + 4 * t.partitions.len())
+        .sum();
+    2 + b.group.len() + 2 + b.member_id.len() + 4 + 8 + 8 + 4 + acks
+}
+
+/// Splits beats into Heartbeats requests that fit `max_frame_size` (the frame's length:
+/// a 9-byte header, the beat count, the beats) and [`MAX_BEATS`], in order; returns the
+/// number of beats in each.
+fn split_beats(beats: &[HeartbeatRequest], max_frame_size: usize) -> Vec<usize> {
+    let empty = 9 + 4;
+    let mut sizes = Vec::new();
+    let (mut count, mut size) = (0, empty);
+    for beat in beats {
+        let len = beat_len(beat);
+        if count > 0 && (count == MAX_BEATS || size + len > max_frame_size) {
+            sizes.push(count);
+            (count, size) = (0, empty);
+        }
+        count += 1;
+        size += len;
+    }
+    if count > 0 {
+        sizes.push(count);
+    }
+    sizes
+}
+
+/// The answer to each of `count` beats, in order, as a lone Heartbeat would have had it:
+/// a Heartbeats answer is split into Heartbeat answers and errors; any other answer (an
+/// error of the whole request, or one of another kind or length) is every beat's.
+fn split_answer(count: usize, response: Response) -> Vec<Response> {
+    match response {
+        Response::Heartbeats(r) if r.results.len() == count => r
+            .results
+            .into_iter()
+            .map(|r| match r.code {
+                ErrorCode::None => Response::Heartbeat(HeartbeatResponse {
+                    generation: r.generation,
+                    session_timeout_ms: r.session_timeout_ms,
+                }),
+                code => Response::error(ApiKey::Heartbeat as u16, code, r.message),
+            })
+            .collect(),
+        other => vec![other; count],
     }
 }
 
@@ -595,6 +696,82 @@ pub(crate) fn default_members_per_conn(members: usize, max_connections: usize) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn beat(member: &str) -> HeartbeatRequest {
+        HeartbeatRequest {
+            group: "g0".into(),
+            member_id: member.into(),
+            generation: 1,
+            sequence: 1,
+            progress: 1,
+            acked_revocations: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn beats_split_into_frames_that_fit() {
+        let beats: Vec<HeartbeatRequest> = (0..7).map(|i| beat(&format!("m-{i}"))).collect();
+        let len = beat_len(&beats[0]);
+        let mut encoded = bytes::BytesMut::new();
+        Frame::request(1, Request::Heartbeat(beats[0].clone()))
+            .encode(&mut encoded, usize::MAX)
+            .unwrap();
+        assert_eq!(encoded.len(), 4 + 9 + len, "beat_len is the encoded size");
+        assert_eq!(split_beats(&beats, usize::MAX), [7]);
+        // Room for three beats per frame.
+        let max = 9 + 4 + 3 * len;
+        let sizes = split_beats(&beats, max);
+        assert_eq!(sizes, [3, 3, 1]);
+        let mut rest = &beats[..];
+        for size in sizes {
+            let (chunk, tail) = rest.split_at(size);
+            rest = tail;
+            let frame = Frame::request(
+                1,
+                Request::Heartbeats(HeartbeatsRequest {
+                    beats: chunk.to_vec(),
+                }),
+            );
+            assert!(frame.encode(&mut bytes::BytesMut::new(), max).is_ok());
+        }
+        let many = vec![beat("m"); MAX_BEATS + 1];
+        assert_eq!(split_beats(&many, usize::MAX), [MAX_BEATS, 1]);
+        assert!(split_beats(&[], usize::MAX).is_empty());
+    }
+
+    #[test]
+    fn a_heartbeats_answer_is_split_into_lone_answers() {
+        use rollcall_protocol::{HeartbeatResult, HeartbeatsResponse};
+        let results = vec![
+            HeartbeatResult {
+                code: ErrorCode::None,
+                generation: 3,
+                session_timeout_ms: 10_000,
+                message: String::new(),
+            },
+            HeartbeatResult {
+                code: ErrorCode::MemberExpelled,
+                generation: 0,
+                session_timeout_ms: 0,
+                message: "gone".into(),
+            },
+        ];
+        let answer = Response::Heartbeats(HeartbeatsResponse { results });
+        assert_eq!(
+            split_answer(2, answer.clone()),
+            [
+                Response::Heartbeat(HeartbeatResponse {
+                    generation: 3,
+                    session_timeout_ms: 10_000,
+                }),
+                Response::error(ApiKey::Heartbeat as u16, ErrorCode::MemberExpelled, "gone"),
+            ]
+        );
+        // Another length, or an answer to the whole request, is every beat's answer.
+        assert_eq!(split_answer(3, answer.clone()), vec![answer; 3]);
+        let refused = Response::error(ApiKey::Heartbeats as u16, ErrorCode::InvalidRequest, "x");
+        assert_eq!(split_answer(2, refused.clone()), vec![refused; 2]);
+    }
 
     #[test]
     fn members_per_connection_defaults() {

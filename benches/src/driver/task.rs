@@ -38,9 +38,10 @@ impl ConnTask {
             if self.shared.stop.is_cancelled() {
                 return None;
             }
-            match connect(self.addr).await {
-                Ok(framed) => {
+            match connect(self.addr, self.shared.batch).await {
+                Ok((framed, max_frame_size)) => {
                     inc(&self.shared.counters.conns_ready);
+                    self.max_frame_size = max_frame_size;
                     return Some(framed);
                 }
                 Err(e) => last_error = e,
@@ -64,6 +65,7 @@ impl ConnTask {
     pub(super) async fn serve(&mut self, mut framed: Transport) -> Exit {
         self.pending.clear();
         self.timers.clear();
+        self.rounds_outstanding = 0;
         self.joins_waiting = self
             .members
             .iter()

@@ -41,9 +41,15 @@ pub(crate) struct SteadyFigures {
     pub(crate) heartbeat_interval_ms: Option<f64>,
     pub(crate) offered_hb_per_s: Option<f64>,
     pub(crate) closed_loop: bool,
+    /// One Heartbeats frame per connection per round (`--batch-heartbeats`); the hb
+    /// figures count beats (member renewals) either way.
+    pub(crate) batch_heartbeats: bool,
     pub(crate) setup_s: f64,
     pub(crate) window_s: f64,
     pub(crate) sent_hb_per_s: f64,
+    /// Frames that carried those beats, per second: equal to `sent_hb_per_s` without
+    /// batching.
+    pub(crate) sent_hb_frames_per_s: f64,
     pub(crate) handled_hb_per_s: f64,
     pub(crate) late_sends_pct: f64,
     pub(crate) unanswered: u64,
@@ -123,6 +129,7 @@ pub(crate) async fn measure(
     let shared = &done.shared;
     let c = &shared.counters;
     let sent = Counters::get(&c.hb_window_sent);
+    let frames = Counters::get(&c.hb_window_frames);
     let answered = Counters::get(&c.hb_window_answered);
     let late = Counters::get(&c.hb_window_late);
     let handled = answered as f64 / wall;
@@ -139,9 +146,11 @@ pub(crate) async fn measure(
         heartbeat_interval_ms: (!closed_loop).then_some(period.as_secs_f64() * 1000.0),
         offered_hb_per_s: (!closed_loop).then(|| members as f64 / period.as_secs_f64()),
         closed_loop,
+        batch_heartbeats: common.batch_heartbeats,
         setup_s: setup.as_secs_f64(),
         window_s: wall,
         sent_hb_per_s: sent as f64 / wall,
+        sent_hb_frames_per_s: frames as f64 / wall,
         handled_hb_per_s: handled,
         late_sends_pct: if sent > 0 {
             100.0 * late as f64 / sent as f64
@@ -179,14 +188,22 @@ fn opt<T>(v: Option<T>, f: impl Fn(T) -> String) -> String {
 }
 
 pub(crate) fn load_label(f: &SteadyFigures) -> String {
-    if f.closed_loop {
-        "closed loop: one heartbeat outstanding per member".to_owned()
-    } else {
-        format!(
-            "open loop: {} hb/s offered, each member every {:.1} ms on a fixed timeline (latency from the intended send time)",
+    match (f.closed_loop, f.batch_heartbeats) {
+        (true, false) => "closed loop: one heartbeat outstanding per member".to_owned(),
+        (true, true) => {
+            "closed loop: one Heartbeats frame outstanding per connection, renewing every member on it"
+                .to_owned()
+        }
+        (false, batch) => format!(
+            "open loop: {} hb/s offered, each member every {:.1} ms on a fixed timeline{} (latency from the intended send time)",
             fmt_count(f.offered_hb_per_s.unwrap_or_default()),
-            f.heartbeat_interval_ms.unwrap_or_default()
-        )
+            f.heartbeat_interval_ms.unwrap_or_default(),
+            if batch {
+                ", a connection's members at its first member's place"
+            } else {
+                ""
+            }
+        ),
     }
 }
 
@@ -210,9 +227,10 @@ pub(crate) fn render(f: &SteadyFigures) -> String {
         (
             "window",
             format!(
-                "{:.1} s: sent {} hb/s, handled {} hb/s, {:.2} % sent over 2 ms late, {} unanswered",
+                "{:.1} s: sent {} hb/s in {} frames/s, handled {} hb/s, {:.2} % sent over 2 ms late, {} unanswered",
                 f.window_s,
                 fmt_count(f.sent_hb_per_s),
+                fmt_count(f.sent_hb_frames_per_s),
                 fmt_count(f.handled_hb_per_s),
                 f.late_sends_pct,
                 f.unanswered
@@ -309,7 +327,13 @@ pub(crate) fn checks(f: &SteadyFigures) -> Vec<Check> {
 
 /// How the members' load is generated, as the report's generator line says it.
 fn generator(f: &SteadyFigures) -> GeneratorInfo {
-    GeneratorInfo::new(f.members, f.connections, f.members_per_conn, load_label(f))
+    GeneratorInfo::new(
+        f.members,
+        f.connections,
+        f.members_per_conn,
+        f.batch_heartbeats,
+        load_label(f),
+    )
 }
 
 impl Scenario for SteadyArgs {

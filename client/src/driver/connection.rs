@@ -49,8 +49,8 @@ pub(crate) async fn open(addr: &str, config: &ClientConfig) -> Result<Connection
                 return Err(ConnectError::Unsupported { api });
             }
         }
-        // Optional: without them the member falls back to session-long leases and to
-        // letting held partitions wait for the lease.
+        // Optional: without them the member falls back to session-long leases, to
+        // letting held partitions wait for the lease, and to one Heartbeat per member.
         let supports = |key: ApiKey, version: u16| {
             versions.versions.iter().any(|r| {
                 r.api_key == key as u16 && (r.min_version..=r.max_version).contains(&version)
@@ -60,6 +60,7 @@ pub(crate) async fn open(addr: &str, config: &ClientConfig) -> Result<Connection
             lease_timeout: supports(ApiKey::Join, 1),
             relinquish: supports(ApiKey::Relinquish, CURRENT_VERSION),
             join_detector: supports(ApiKey::Join, 2),
+            heartbeats: supports(ApiKey::Heartbeats, CURRENT_VERSION),
         };
         let max_frame_size = match usize::try_from(versions.max_frame_size) {
             Ok(0) | Err(_) => config.max_frame_size,

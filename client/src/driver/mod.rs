@@ -3,12 +3,16 @@
 //! One task per [`Client`](crate::Client). It reads frames, hands responses and pushes
 //! to the memberships, writes what they produce (through a writer task, so a slow socket
 //! never stalls heartbeats' bookkeeping), fires their timers, reconnects with backoff
-//! when the connection is lost, and talks to the application through channels.
+//! when the connection is lost, and talks to the application through channels. Where
+//! the coordinator supports it, the heartbeats of its memberships go out in rounds, one
+//! Heartbeats frame each ([`round`]).
 
 mod connection;
+mod round;
 
 use connection::*;
 pub(crate) use connection::{open, Connection};
+use round::{Beat, Outgoing};
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -138,6 +142,8 @@ enum Pending {
         id: RequestId,
     },
     Fetch(oneshot::Sender<Result<BTreeMap<TopicPartition, Committed>, RequestError>>),
+    /// A Heartbeats request: these memberships' heartbeats, in order.
+    Beats(Vec<Beat>),
     /// The `unconfirmed` leave of a member the application dropped: nobody waits for it.
     Abandoned,
 }
@@ -160,6 +166,9 @@ pub(crate) struct Driver {
     last_frame_at: Instant,
     /// Whether the fallback to session-long leases was logged (once per client).
     lease_fallback_logged: bool,
+    /// The coordinator of this connection did not answer a Heartbeats request as it
+    /// should: each membership heartbeats alone until the next connection.
+    beats_refused: bool,
 }
 
 impl Driver {
@@ -185,6 +194,7 @@ impl Driver {
             next_correlation: HANDSHAKE_CORRELATION + 1,
             last_frame_at: Instant::now(),
             lease_fallback_logged: false,
+            beats_refused: false,
         }
         .noting_features()
     }
@@ -297,11 +307,7 @@ impl Driver {
     /// their events and answers, publishes their state, and drops finished ones.
     fn drive(&mut self, now: Instant) {
         let std_now = now.into_std();
-        let keys: Vec<u64> = self.slots.keys().copied().collect();
-        for key in keys {
-            let Some(slot) = self.slots.get_mut(&key) else {
-                continue;
-            };
+        for slot in self.slots.values_mut() {
             if slot.shared.waiting.load(Ordering::Acquire) > 0 {
                 // The application is waiting for work: that counts as progress.
                 slot.shared.progress.fetch_add(1, Ordering::AcqRel);
@@ -313,13 +319,19 @@ impl Driver {
             slot.m
                 .set_progress(slot.shared.progress.load(Ordering::Acquire), std_now);
             slot.m.handle_timeout(std_now);
-            let mut out = Vec::new();
-            while let Some((id, request)) = slot.m.poll_transmit(std_now) {
-                out.push((id, request));
-            }
-            for (id, request) in out {
-                self.send(Pending::Member { key, id }, request);
-            }
+        }
+        let batching = self.batching();
+        let pass = round::gather(
+            self.slots.iter_mut().map(|(key, slot)| (*key, &mut slot.m)),
+            std_now,
+            batching,
+        );
+        for (key, id, request) in pass.requests {
+            self.send(Pending::Member { key, id }, request);
+        }
+        self.send_beats(pass.beats);
+        let keys: Vec<u64> = self.slots.keys().copied().collect();
+        for key in keys {
             let Some(slot) = self.slots.get_mut(&key) else {
                 continue;
             };
@@ -352,6 +364,71 @@ impl Driver {
             if slot.m.is_finished() {
                 debug!(group = slot.m.group(), "membership finished");
                 self.slots.remove(&key);
+            }
+        }
+    }
+
+    /// Whether heartbeats go out in rounds on the current connection.
+    fn batching(&self) -> bool {
+        !self.beats_refused && self.conn.as_ref().is_some_and(|c| c.features.heartbeats)
+    }
+
+    /// Sends a round of heartbeats: one Heartbeats request (or as few as fit the frame
+    /// size), or a lone Heartbeat for a round of one.
+    fn send_beats(&mut self, beats: Vec<Beat>) {
+        if beats.is_empty() {
+            return;
+        }
+        let max = self.conn.as_ref().map_or(usize::MAX, |c| c.max_frame_size);
+        for outgoing in round::frames(beats, max) {
+            match outgoing {
+                Outgoing::Lone(b) => self.send(
+                    Pending::Member {
+                        key: b.key,
+                        id: b.id,
+                    },
+                    Request::Heartbeat(b.beat),
+                ),
+                Outgoing::Batch(beats) => {
+                    let request = round::request(&beats);
+                    self.send(Pending::Beats(beats), request);
+                }
+            }
+        }
+    }
+
+    /// Hands each result of a Heartbeats answer to its membership as the answer to its
+    /// lone Heartbeat. An answer that cannot be dispatched so (a coordinator that lists
+    /// the request but refuses it, or answers something else) makes every membership on
+    /// this connection heartbeat alone, and these beats are sent again alone at once.
+    fn on_beats_answer(&mut self, beats: Vec<Beat>, response: Response, now: std::time::Instant) {
+        match round::answers(beats.len(), response) {
+            Ok(answers) => {
+                for (b, answer) in beats.into_iter().zip(answers) {
+                    if let Some(slot) = self.slots.get_mut(&b.key) {
+                        slot.m.handle_response(b.id, answer, now);
+                    }
+                }
+            }
+            Err(reason) => {
+                if !self.beats_refused {
+                    self.beats_refused = true;
+                    warn!(
+                        addr = %self.addr,
+                        %reason,
+                        "a Heartbeats request was not answered as it should be: one \
+                         Heartbeat per member on this connection"
+                    );
+                }
+                for b in beats {
+                    if self.slots.contains_key(&b.key) {
+                        let pending = Pending::Member {
+                            key: b.key,
+                            id: b.id,
+                        };
+                        self.send(pending, Request::Heartbeat(b.beat));
+                    }
+                }
             }
         }
     }
@@ -522,6 +599,7 @@ impl Driver {
                     Pending::Fetch(reply) => {
                         let _ = reply.send(fetch_result(response));
                     }
+                    Pending::Beats(beats) => self.on_beats_answer(beats, response, std_now),
                     Pending::Abandoned => {
                         debug!(?response, "answer to a dropped member's leave");
                     }
@@ -568,6 +646,7 @@ impl Driver {
         self.last_frame_at = now;
         self.backoff.reset();
         self.next_correlation = HANDSHAKE_CORRELATION + 1;
+        self.beats_refused = false;
         self.note_features(features);
         for slot in self.slots.values_mut() {
             slot.m.handle_connected(now.into_std(), features);

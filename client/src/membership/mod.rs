@@ -81,6 +81,9 @@ pub(crate) struct Features {
     pub(crate) relinquish: bool,
     /// Join version 2: the group's failure detector.
     pub(crate) join_detector: bool,
+    /// The Heartbeats request: the connection task may renew several members in one
+    /// frame (the membership itself always produces lone heartbeats).
+    pub(crate) heartbeats: bool,
 }
 
 impl Features {
@@ -90,6 +93,7 @@ impl Features {
         lease_timeout: true,
         relinquish: true,
         join_detector: true,
+        heartbeats: true,
     };
 }
 
@@ -246,6 +250,7 @@ impl Membership {
                 lease_timeout: false,
                 relinquish: false,
                 join_detector: false,
+                heartbeats: false,
             },
             member_id: None,
             incarnation: 0,

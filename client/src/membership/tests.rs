@@ -345,6 +345,40 @@ fn the_coordinator_may_shorten_the_interval() {
     assert!(h.beats.len() >= 20);
 }
 
+/// For a round of heartbeats, the connection task brings a member's next heartbeat
+/// forward when it would be due within half the interval; never from further ahead,
+/// never later, and never for a member that cannot heartbeat.
+#[test]
+fn a_heartbeat_is_pulled_forward_only_from_within_half_its_interval() {
+    let mut h = Harness::joined("m1", &[0]);
+    let due = h.m.poll_timeout().expect("a heartbeat is scheduled");
+    assert!(due >= h.now + INTERVAL * 8 / 10 && due <= h.now + INTERVAL);
+    assert!(!h.m.pull_beat(due - INTERVAL / 2 - MS), "too far ahead");
+    assert_eq!(h.m.poll_timeout(), Some(due));
+
+    h.now = due - INTERVAL / 2;
+    assert!(h.m.pull_beat(h.now));
+    assert_eq!(h.m.poll_timeout(), Some(h.now));
+    h.flush();
+    let (id, beat, at) = h.pop_heartbeat();
+    assert_eq!((beat.sequence, at), (1, h.now));
+    // The schedule restarts from the beat sent: nothing to pull right after it.
+    assert!(!h.m.pull_beat(h.now));
+    let next = h.m.poll_timeout().unwrap();
+    assert!(next >= h.now + INTERVAL * 8 / 10);
+    h.ack_heartbeat(id);
+    assert_eq!(h.m.lease_deadline(), Some(at + LEASE - MARGIN));
+
+    // A beat already due is not pulled (it goes out anyway).
+    assert!(!h.m.pull_beat(next));
+    // Nor is anything while disconnected or joining.
+    h.disconnect();
+    assert!(!h.m.pull_beat(next - MS));
+    let mut joining = Harness::new();
+    joining.connect();
+    assert!(!joining.m.pull_beat(joining.now));
+}
+
 #[test]
 fn a_push_that_overtakes_the_join_response_is_kept() {
     let mut h = Harness::new();
@@ -653,6 +687,7 @@ fn the_join_carries_the_lease_timeout_unless_the_coordinator_is_too_old_for_it()
         lease_timeout: false,
         relinquish: false,
         join_detector: false,
+        heartbeats: false,
     });
     let (id, j) = h.pop_join();
     assert_eq!(j.lease_timeout_ms, 0);
@@ -1412,6 +1447,7 @@ fn a_coordinator_without_relinquish_is_not_sent_one() {
         lease_timeout: true,
         relinquish: false,
         join_detector: true,
+        heartbeats: true,
     });
     let (id, _) = h.pop_join();
     h.respond(id, join_ok("m"));
@@ -1514,6 +1550,7 @@ fn the_detector_asked_for_is_sent_to_a_coordinator_that_knows_join_version_2() {
         lease_timeout: true,
         relinquish: true,
         join_detector: false,
+        heartbeats: false,
     });
     let (_, j) = h.pop_join();
     assert_eq!(j.detector, "");

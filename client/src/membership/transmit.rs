@@ -176,6 +176,30 @@ impl Membership {
         }
     }
 
+    /// Brings the next heartbeat forward to `now` if it would be due within half the
+    /// heartbeat interval, so that it can share a frame with others due now; returns
+    /// whether it did (the heartbeat then comes from the next
+    /// [`Membership::poll_transmit`]). A heartbeat is only ever brought forward, never
+    /// put off, and the schedule restarts from the beat sent: early is harmless, late
+    /// is not.
+    pub(crate) fn pull_beat(&mut self, now: Instant) -> bool {
+        let leave_sent = self.leaving.as_ref().is_some_and(|l| l.sent.is_some());
+        if !self.connected
+            || !matches!(self.phase, Phase::Active)
+            || self.member_id.is_none()
+            || leave_sent
+        {
+            return false;
+        }
+        match self.next_beat {
+            Some(t) if t > now && t <= now + self.interval / 2 => {
+                self.next_beat = Some(now);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// The next due Relinquish, if any; dropped without sending if the coordinator does
     /// not know the request.
     pub(super) fn poll_relinquish(&mut self, now: Instant) -> Option<(RequestId, Request)> {

@@ -935,3 +935,97 @@ fn a_static_member_with_the_longest_instance_id_can_rejoin_by_its_id() {
     let again = t.join_with(2, req).unwrap();
     assert_eq!(again.id, m.id);
 }
+
+/// The beat a member's next heartbeat would carry (advancing its sequence and progress).
+fn next_beat(t: &TestContext, m: &mut M) -> rollcall_protocol::HeartbeatRequest {
+    m.seq += 1;
+    m.progress += 1;
+    rollcall_protocol::HeartbeatRequest {
+        group: m.group.clone(),
+        member_id: m.id.clone(),
+        generation: t.generation_of(m),
+        sequence: m.seq,
+        progress: m.progress,
+        acked_revocations: Vec::new(),
+    }
+}
+
+fn heartbeats(beats: Vec<rollcall_protocol::HeartbeatRequest>) -> Request {
+    Request::Heartbeats(rollcall_protocol::HeartbeatsRequest { beats })
+}
+
+/// A Heartbeats request answers each beat in its place, as that beat alone would have
+/// been answered, whatever the groups; a good beat renews its member's session as a
+/// Heartbeat does; and a request without beats (or with too many) is refused whole.
+#[test]
+fn heartbeats_answer_each_beat_in_order_and_renew_sessions() {
+    let mut t = TestContext::new();
+    let mut a = t.join(1, "g", &[("orders", 2)]);
+    let mut b = t.join(1, "h", &[("payments", 2)]);
+    t.advance(SETTLE);
+    t.expect_beat_ok(&mut a);
+    t.expect_beat_ok(&mut b);
+    let b_last_alone = t.now;
+    let mut ghost = M {
+        id: "nobody".into(),
+        conn: 1,
+        group: "h".into(),
+        seq: 0,
+        progress: 0,
+    };
+
+    t.advance(SESSION / 2);
+    let beats = vec![
+        next_beat(&t, &mut a),
+        next_beat(&t, &mut ghost),
+        next_beat(&t, &mut b),
+    ];
+    let Response::Heartbeats(answer) = t.request(1, heartbeats(beats)) else {
+        panic!("a Heartbeats request is answered by a Heartbeats response");
+    };
+    let codes: Vec<ErrorCode> = answer.results.iter().map(|r| r.code).collect();
+    assert_eq!(
+        codes,
+        [ErrorCode::None, ErrorCode::UnknownMember, ErrorCode::None]
+    );
+    let session_ms = SESSION.as_millis() as u32;
+    for (result, m) in [(&answer.results[0], &a), (&answer.results[2], &b)] {
+        assert_eq!(result.generation, t.generation_of(m));
+        assert_eq!(result.session_timeout_ms, session_ms);
+        assert!(result.message.is_empty());
+    }
+    let unknown = &answer.results[1];
+    assert_eq!((unknown.generation, unknown.session_timeout_ms), (0, 0));
+    assert!(unknown.message.contains("nobody"), "{unknown:?}");
+    let renewed_at = t.now;
+
+    // From here b is silent, while a keeps beating alone (so the coordinator is not
+    // isolated). b outlives the deadline of its last lone heartbeat: the beat in the
+    // Heartbeats request renewed it, and it expires exactly a session after that beat.
+    while t.now + Duration::from_secs(1) < renewed_at + SESSION {
+        t.advance(Duration::from_secs(1));
+        t.expect_beat_ok(&mut a);
+    }
+    assert!(t.now > b_last_alone + SESSION);
+    t.advance(renewed_at + SESSION - MS - t.now);
+    assert_eq!(
+        t.expelled(&b),
+        None,
+        "renewed by its beat in the Heartbeats"
+    );
+    t.advance(MS);
+    assert_eq!(t.expelled(&b), Some(ExpelReason::SessionExpired));
+    assert_eq!(t.expelled(&a), None);
+
+    // A Heartbeats request carries 1 to MAX_BEATS beats; otherwise it is refused whole.
+    let too_many = vec![next_beat(&t, &mut a); rollcall_protocol::MAX_BEATS + 1];
+    for request in [heartbeats(Vec::new()), heartbeats(too_many)] {
+        match t.request(1, request) {
+            Response::Error(e) => {
+                assert_eq!(e.code, ErrorCode::InvalidRequest);
+                assert_eq!(e.api_key, rollcall_protocol::ApiKey::Heartbeats as u16);
+            }
+            other => panic!("refused as invalid, not {other:?}"),
+        }
+    }
+}
