@@ -197,6 +197,7 @@ impl Server {
             metrics: metrics.clone(),
             stats_interval: config.stats_interval,
             fatal: fatal.clone(),
+            failed: std::sync::atomic::AtomicBool::new(false),
         });
         let shards: Vec<Arc<Shard>> = cores
             .into_iter()
@@ -299,7 +300,7 @@ impl Server {
 
         let graceful = async {
             // 1. Connections stop reading requests; wait until none can send any more.
-            ctx.stop_reading.cancel();
+            ctx.stop_reading();
             drop(reading);
             let _ = readers_done.recv().await;
             // 2. Timers stop; each shard's sender stage sends what it was given once

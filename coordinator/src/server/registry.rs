@@ -50,6 +50,8 @@ pub(crate) struct ConnState {
     pub(crate) overflowed: AtomicBool,
     /// Set once the connection writes nothing more.
     closed: AtomicBool,
+    /// Set with `kill`, for the connection's task to check cheaply.
+    killed: AtomicBool,
     /// Wakes the connection's task when another task queued frames.
     pub(crate) ready: Notify,
     outbox: Mutex<Outbox>,
@@ -76,6 +78,23 @@ struct Outbox {
 type SupersedeKey = (u8, String, String);
 
 impl ConnState {
+    /// Closes the connection at once: cancels `kill` and wakes the connection's task.
+    pub(crate) fn terminate(&self) {
+        self.killed.store(true, Ordering::Release);
+        self.kill.cancel();
+        self.ready.notify_one();
+    }
+
+    /// Whether the connection was killed.
+    pub(crate) fn is_killed(&self) -> bool {
+        self.killed.load(Ordering::Acquire)
+    }
+
+    /// Wakes the connection's task (to look at the server's state).
+    pub(crate) fn wake(&self) {
+        self.ready.notify_one();
+    }
+
     /// Moves every queued frame to the end of `into`, skipping superseded ones.
     pub(crate) fn take(&self, into: &mut VecDeque<Bytes>) {
         let mut outbox = self.outbox.lock();
@@ -145,7 +164,12 @@ impl ConnHandle {
 
     /// Closes the connection at once.
     pub(crate) fn kill(&self) {
-        self.state.kill.cancel();
+        self.state.terminate();
+    }
+
+    /// Wakes the connection's task.
+    pub(crate) fn wake(&self) {
+        self.state.wake();
     }
 
     /// Encodes and queues `frame` without waiting; on a full queue, kills the
@@ -199,7 +223,7 @@ impl ConnHandle {
 
     fn overflow(&self) -> Sent {
         self.state.overflowed.store(true, Ordering::Relaxed);
-        self.state.kill.cancel();
+        self.state.terminate();
         Sent::Overflow
     }
 }

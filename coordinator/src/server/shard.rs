@@ -19,7 +19,7 @@
 //! when a request moved that deadline earlier).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -273,6 +273,16 @@ pub(crate) struct ShardContext {
     /// Cancelled to stop the server when a shard cannot go on (a failed durable write,
     /// a panic in the core).
     pub(crate) fatal: CancellationToken,
+    /// Set with `fatal` by the shards, for requests to check cheaply.
+    pub(crate) failed: AtomicBool,
+}
+
+impl ShardContext {
+    /// A shard cannot go on: the server stops, and requests are refused meanwhile.
+    fn fail(&self) {
+        self.failed.store(true, Ordering::Release);
+        self.fatal.cancel();
+    }
 }
 
 /// One shard, shared by every connection and its own two tasks.
@@ -295,13 +305,13 @@ pub(crate) struct Shard {
 
 /// Cancels the server's fatal token if a panic unwinds through a shard's lock: the
 /// core's state can no longer be trusted.
-struct PanicGuard<'a>(&'a CancellationToken);
+struct PanicGuard<'a>(&'a ShardContext);
 
 impl Drop for PanicGuard<'_> {
     fn drop(&mut self) {
         if std::thread::panicking() {
             error!("a shard's core panicked; stopping the server");
-            self.0.cancel();
+            self.0.fail();
         }
     }
 }
@@ -348,11 +358,11 @@ impl Shard {
     /// through `reply` at once if nothing it reveals is pending, otherwise staged and
     /// answered by the sender stage once durable.
     pub(crate) fn request(&self, conn: ConnId, request: Request, reply: Reply) -> Handled {
-        if self.ctx.fatal.is_cancelled() {
+        if self.ctx.failed.load(Ordering::Acquire) {
             return Handled::Unavailable(reply);
         }
         let mut st = self.state.lock();
-        let _guard = PanicGuard(&self.ctx.fatal);
+        let _guard = PanicGuard(&self.ctx);
         let now = Instant::now();
         // Groups this request concerns that are pending only because of a batch in
         // flight: their outputs in the open batch must hold them pending until it is sent.
@@ -434,7 +444,7 @@ impl Shard {
     /// Feeds the core an input other than a request, and stages or sends its outputs.
     fn input<R>(&self, f: impl FnOnce(&mut Coordinator, std::time::Instant) -> R) -> R {
         let mut st = self.state.lock();
-        let _guard = PanicGuard(&self.ctx.fatal);
+        let _guard = PanicGuard(&self.ctx);
         let result = f(&mut st.core, Instant::now().into_std());
         self.after_input(&mut st);
         result
@@ -487,7 +497,7 @@ impl Shard {
             // in running ready tasks (the connections with frames to read).
             let late = now.saturating_duration_since(wake);
             let mut st = self.state.lock();
-            let _guard = PanicGuard(&self.ctx.fatal);
+            let _guard = PanicGuard(&self.ctx);
             let std_now = now.into_std();
             if let Some(last) = self.ctx.registry.traffic.last() {
                 st.core.observe_traffic(last.into_std().min(std_now));
@@ -531,7 +541,7 @@ impl Shard {
             let wake = self.stage.notified();
             let taken = {
                 let mut st = self.state.lock();
-                let _guard = PanicGuard(&self.ctx.fatal);
+                let _guard = PanicGuard(&self.ctx);
                 let records = st.core.take_records();
                 if records.is_empty() && st.open.outgoing.is_empty() {
                     if st.closing {
@@ -571,14 +581,14 @@ impl Shard {
             };
             if let Err(e) = &durable {
                 error!(shard = self.index, error = %e, "records could not be made durable; answering storage_failure and stopping");
-                self.ctx.fatal.cancel();
+                self.ctx.fail();
             }
             self.send(batch.outgoing, &durable);
             if durable.is_err() {
                 return false;
             }
             let mut st = self.state.lock();
-            let _guard = PanicGuard(&self.ctx.fatal);
+            let _guard = PanicGuard(&self.ctx);
             st.in_flight.retain(|_, s| *s > seq);
             if !batch.joined.is_empty() {
                 st.core

@@ -4,22 +4,54 @@
 
 use std::io::{self, IoSlice};
 
+use tokio::io::Interest;
+
 use super::*;
 
-/// Room made for a read when the buffer has none: most frames are far smaller, and a
-/// larger one has room reserved for all of it by the codec once its length is known.
-const READ_CHUNK: usize = 2 * 1024;
+/// Bytes read per system call into a buffer on the stack: most frames are far smaller.
+const READ_CHUNK: usize = 1024;
+
+/// Bytes read per wake, at most; the rest waits for the connection's next turn.
+const READ_LIMIT: usize = 64 * 1024;
 
 /// Frames handed to one vectored write, at most.
 const WRITE_SLICES: usize = 64;
 
 impl Connection {
     /// Reads what the socket holds without waiting. `Ok(0)`: the peer closed.
+    ///
+    /// A read that returns less than it asked for has emptied the socket's receive
+    /// queue, so the socket is marked not readable at once (through `try_io`, which
+    /// clears readiness only if no new event arrived since it was observed, and never
+    /// clears a hang-up) instead of by one more system call that would fail with
+    /// `WouldBlock`: one system call per request instead of two.
     pub(super) fn read_some(&mut self, stream: &TcpStream) -> io::Result<usize> {
-        if self.read.capacity() == self.read.len() {
-            self.read.reserve(READ_CHUNK);
+        if self.read.capacity() - self.read.len() >= READ_CHUNK {
+            // A large frame under way: the codec reserved room for all of it.
+            return stream.try_read_buf(&mut self.read);
         }
-        stream.try_read_buf(&mut self.read)
+        let socket = socket2::SockRef::from(stream);
+        let buffer = &mut self.read;
+        let mut total = 0;
+        let read = stream.try_io(Interest::READABLE, || {
+            let mut scratch = [0u8; READ_CHUNK];
+            loop {
+                let n = io::Read::read(&mut &*socket, &mut scratch)?;
+                buffer.extend_from_slice(&scratch[..n]);
+                total += n;
+                if n == 0 || total >= READ_LIMIT {
+                    return Ok(());
+                }
+                if n < scratch.len() {
+                    return Err(io::ErrorKind::WouldBlock.into());
+                }
+            }
+        });
+        match read {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && total > 0 => Ok(total),
+            Err(e) => Err(e),
+            Ok(()) => Ok(total),
+        }
     }
 
     /// Drops the read buffer once it holds nothing: an idle connection keeps none.
@@ -53,7 +85,7 @@ impl Connection {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
                     debug!(conn = self.id, error = %e, "write failed; closing connection");
-                    self.state.kill.cancel();
+                    self.state.terminate();
                     return Err(Exit::Killed);
                 }
             }
@@ -125,7 +157,7 @@ impl Connection {
                 _ = stream.writable() => {}
                 () = self.state.ready.notified() => {}
                 () = tokio::time::sleep_until(deadline) => {
-                    self.state.kill.cancel();
+                    self.state.terminate();
                     break;
                 }
             }

@@ -13,7 +13,7 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -63,8 +63,9 @@ pub(crate) struct ConnContext {
     pub(crate) max_connections: usize,
     pub(crate) active: AtomicUsize,
     pub(crate) next_id: AtomicU64,
-    /// Cancelled when the server stops reading requests (shutdown has begun).
-    pub(crate) stop_reading: CancellationToken,
+    /// Set when the server stops reading requests (shutdown has begun); see
+    /// [`ConnContext::stop_reading`].
+    pub(crate) stopping: AtomicBool,
     /// Cancelled once every in-flight batch has been sent: connections then say
     /// goodbye with a shutdown push and close.
     pub(crate) close: CancellationToken,
@@ -98,9 +99,20 @@ impl ConnContext {
             max_connections: config.max_connections,
             active: AtomicUsize::new(0),
             next_id: AtomicU64::new(1),
-            stop_reading: CancellationToken::new(),
+            stopping: AtomicBool::new(false),
             close: CancellationToken::new(),
             rejecting: Arc::new(Semaphore::new(MAX_REJECTING)),
+        }
+    }
+}
+
+impl ConnContext {
+    /// Stops every connection reading requests: sets the flag and wakes every
+    /// connection to see it (one that registers later sees the flag first thing).
+    pub(crate) fn stop_reading(&self) {
+        self.stopping.store(true, Ordering::Release);
+        for handle in self.registry.handles() {
+            handle.wake();
         }
     }
 }
@@ -345,14 +357,19 @@ impl Connection {
         let mut timer_at = self.deadline();
         let timer = tokio::time::sleep_until(timer_at);
         tokio::pin!(timer);
-        // Made once and kept: a heartbeat should not pay for registering them anew.
+        // Made once and kept: a heartbeat should not pay for registering it anew. Kills
+        // and the server's shutdown wake the task through it too, and are checked as
+        // flags (a cancellation token's check takes a lock shared by every connection).
         let state = self.state.clone();
-        let ctx = self.ctx.clone();
-        let killed = state.kill.cancelled();
-        let stopping = ctx.stop_reading.cancelled();
         let ready = state.ready.notified();
-        tokio::pin!(killed, stopping, ready);
+        tokio::pin!(ready);
         loop {
+            if state.is_killed() {
+                return Exit::Killed;
+            }
+            if self.ctx.stopping.load(Ordering::Acquire) {
+                return Exit::Shutdown;
+            }
             if let Err(exit) = self.flush(stream) {
                 return exit;
             }
@@ -364,8 +381,6 @@ impl Connection {
             let blocked = !self.writing.is_empty();
             tokio::select! {
                 biased;
-                () = &mut killed => return Exit::Killed,
-                () = &mut stopping => return Exit::Shutdown,
                 // Before the deadlines: what has arrived is read first.
                 ready = stream.readable() => {
                     if ready.is_err() {
