@@ -49,9 +49,13 @@ pub struct CoreConfig {
     /// worth); further ones wait, within the guards' bound (see [`guards`]). `0`: no
     /// limit. The server shares its setting out among its shards.
     pub max_expulsion_rate: f64,
-    /// Prefix of generated member ids; the shell makes it unique per process start, so
-    /// ids never repeat across restarts.
+    /// Prefix of generated member ids (`<prefix><counter><suffix>`).
     pub member_id_prefix: String,
+    /// Suffix of generated member ids; the shell makes it unique per process start and
+    /// shard, so ids never repeat across restarts. It must start with a character that
+    /// is not a digit. The counter comes before it so that ids of one core differ in
+    /// their first few bytes: looking a member up compares less.
+    pub member_id_suffix: String,
 }
 
 impl Default for CoreConfig {
@@ -75,6 +79,7 @@ impl Default for CoreConfig {
             isolation_min_members: 3,
             max_expulsion_rate: 1000.0,
             member_id_prefix: "m".to_owned(),
+            member_id_suffix: String::new(),
         }
     }
 }

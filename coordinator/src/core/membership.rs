@@ -153,10 +153,13 @@ impl Coordinator {
         // incarnation can be fenced from the id alone (see `Group::gone_reason`).
         let member_id = Arc::<str>::from(match &r.instance_id {
             Some(instance) => format!(
-                "{instance}#{}{}",
-                self.config.member_id_prefix, self.next_member
+                "{instance}#{}{}{}",
+                self.config.member_id_prefix, self.next_member, self.config.member_id_suffix
             ),
-            None => format!("{}{}", self.config.member_id_prefix, self.next_member),
+            None => format!(
+                "{}{}{}",
+                self.config.member_id_prefix, self.next_member, self.config.member_id_suffix
+            ),
         });
         let max_members = self.config.max_members_per_group;
         // A rejoin naming a member that is gone is told so (a stale incarnation of a

@@ -77,7 +77,7 @@ pub struct ServerConfig {
     pub retention_interval: Duration,
     /// How often each shard refreshes the group and member gauges.
     pub stats_interval: Duration,
-    /// The core's limits and tunables. `member_id_prefix` is made unique per start and
+    /// The core's limits and tunables. `member_id_suffix` is made unique per start and
     /// per shard by the server.
     pub core: CoreConfig,
 }

@@ -449,10 +449,7 @@ fn restore_cores(config: &ServerConfig, restored: RestoredState) -> Vec<Coordina
             let mut core_config = config.core.clone();
             // The server's expulsion rate is shared out among the shards.
             core_config.max_expulsion_rate = config.core.max_expulsion_rate / shards as f64;
-            core_config.member_id_prefix = format!(
-                "{}{start:x}{nonce:04x}-{index}-",
-                config.core.member_id_prefix
-            );
+            core_config.member_id_suffix = format!("-{start:x}{nonce:04x}-{index}");
             let mut core = Coordinator::new(core_config);
             if !part.groups.is_empty() || !part.offsets.is_empty() || part.generation_floor > 0 {
                 debug!(
