@@ -1,29 +1,38 @@
 //! The tokio shell that serves the core over TCP.
 //!
 //! ```text
-//!  accept ─► connection reader ──(group hash)──► shard task (one Coordinator)
-//!                 │  ▲ ApiVersions, errors             │ records ─► group committer
-//!                 ▼  │                                 ▼
-//!            connection writer ◄── registry ◄── shard sender stage (awaits durability)
+//!  accept ─► connection task ──lock──► shard (one Coordinator behind a mutex)
+//!              ▲   │ answers that wait for nothing      │ open batch: records and the
+//!              │   ▼ (written by the same task)         │ outputs that reveal them
+//!              │  socket                                ▼
+//!              └── outbox ◄── registry ◄── sender stage ─► group committer ─► redb
+//!                                          (one per shard; sends once durable)
 //! ```
 //!
-//! - Groups are spread over shards by a stable hash of the group id; each shard task
-//!   owns one [`Coordinator`](crate::core::Coordinator), so each group has a single
-//!   writer and no locks.
-//! - A batch's records are durable before any of its responses or pushes leave, and the
-//!   batches of one shard leave in order.
-//! - Each connection has a queue of outgoing frames, encoded when queued and bounded in
-//!   bytes and in frames. A client that does not read fills it and is disconnected: the
-//!   server never buffers without bound and never blocks a shard on one slow client.
+//! - Groups are spread over shards by a stable hash of the group id; each shard holds
+//!   one [`Coordinator`](crate::core::Coordinator) behind a lock, so each group has a
+//!   single writer. A connection handles its requests on its own task under that lock.
+//! - A request whose answer reveals nothing that waits for durability (a heartbeat,
+//!   usually) is answered at once and written by the same task: no task hop. Anything
+//!   else joins the shard's open batch; the sender stage makes the batch's records
+//!   durable before any of its responses or pushes leave, and batches of one shard
+//!   leave in order. A group stays pending until its batch is sent, so nothing about a
+//!   group overtakes what came before it.
+//! - Timers run on a per-shard timer task; the stage and the timer task lock the shard
+//!   as connections do.
+//! - Each connection has an outbox of encoded frames, bounded in bytes and in frames.
+//!   A client that does not read fills it and is disconnected: the server never
+//!   buffers without bound and never blocks a shard on one slow client. A newer
+//!   Assignment or Revoke push for a member replaces one still queued.
 //! - A frame must arrive whole within the frame deadline of its first byte, and a
 //!   handshaken connection that sends nothing for the idle deadline is closed, so a
 //!   connection cannot hold a read buffer or a connection slot for ever.
 //! - Over `max_connections`, a connection is accepted, its first request is answered
 //!   `TooManyConnections`, and it is closed (at most 256 such answers are pending at
 //!   once; past that, excess connections are closed without an answer).
-//! - Graceful shutdown stops accepting and reading requests, lets every shard finish
-//!   the requests it already has (records durable, answers sent), sends every
-//!   connection a shutdown push, and closes them; members keep their sessions.
+//! - Graceful shutdown stops accepting and reading requests, lets every shard's stage
+//!   send what it has (records durable, answers sent), sends every connection a
+//!   shutdown push, and closes them; members keep their sessions.
 
 mod config;
 mod conn;

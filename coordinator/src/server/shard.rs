@@ -18,7 +18,7 @@
 //! Timers run on the shard's timer task, woken at the core's next deadline (or earlier
 //! when a request moved that deadline earlier).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,7 +27,7 @@ use parking_lot::Mutex;
 use rollcall_protocol::{
     ApiKey, ErrorCode, Frame, HeartbeatResult, HeartbeatsResponse, Push, Request, Response,
 };
-use tokio::sync::Notify;
+use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info};
@@ -36,6 +36,7 @@ use super::events::log_event;
 use super::metrics::Metrics;
 use super::registry::{ConnHandle, Registry};
 use crate::core::{ConnId, Coordinator, CoreStats, Output};
+use crate::store::group_commit::CommitResult;
 use crate::store::{GroupCommitter, StoreError};
 
 /// Outputs the open batch may hold before connections wait to hand it more.
@@ -210,6 +211,26 @@ struct OpenBatch {
     groups: HashSet<String>,
 }
 
+/// A batch the sender stage submitted and has not sent yet.
+#[derive(Debug)]
+struct InFlight {
+    seq: u64,
+    durable: Option<oneshot::Receiver<CommitResult>>,
+    batch: OpenBatch,
+}
+
+/// What [`Shard::take_open`] found.
+#[derive(Debug)]
+enum Taken {
+    Batch(InFlight),
+    Nothing,
+    /// Nothing, and the shard is closing.
+    Closed,
+}
+
+/// Batches a shard's sender stage keeps submitted at once.
+const STAGE_DEPTH: usize = 2;
+
 /// A shard's state, behind its lock.
 #[derive(Debug)]
 struct ShardState {
@@ -335,6 +356,11 @@ impl Shard {
             open_len: AtomicUsize::new(0),
             sent: AtomicU64::new(0),
         })
+    }
+
+    /// Whether the open batch is full: connections stop reading until it is not.
+    pub(crate) fn is_full(&self) -> bool {
+        self.open_len.load(Ordering::Acquire) >= MAX_OPEN
     }
 
     /// Waits while the open batch is full (its records are slow to become durable);
@@ -537,66 +563,111 @@ impl Shard {
     /// durable) are dropped, and the server stops. A restart restores every group from
     /// what is durable, and members resume without a rebalance.
     pub(crate) async fn run_stage(self: Arc<Self>) -> bool {
+        // Batches submitted and not yet sent, oldest first. The committer makes them
+        // durable in order; a second one waits in its queue while the first is being
+        // written, so the next transaction starts as soon as the last one ends.
+        let mut in_flight: VecDeque<InFlight> = VecDeque::with_capacity(STAGE_DEPTH);
         loop {
             let wake = self.stage.notified();
-            let taken = {
-                let mut st = self.state.lock();
-                let _guard = PanicGuard(&self.ctx);
-                let records = st.core.take_records();
-                if records.is_empty() && st.open.outgoing.is_empty() {
-                    if st.closing {
-                        return true;
+            if in_flight.len() < STAGE_DEPTH {
+                match self.take_open() {
+                    Taken::Batch(batch) => {
+                        in_flight.push_back(batch);
+                        continue;
                     }
-                    None
-                } else {
-                    st.taken += 1;
-                    let seq = st.taken;
-                    let batch = std::mem::take(&mut st.open);
-                    for group in records
-                        .iter()
-                        .map(crate::core::Record::group)
-                        .chain(batch.groups.iter().map(String::as_str))
-                    {
-                        match st.in_flight.get_mut(group) {
-                            Some(s) => *s = seq,
-                            None => {
-                                st.in_flight.insert(group.to_owned(), seq);
-                            }
-                        }
-                    }
-                    self.open_len.store(0, Ordering::Release);
-                    Some((seq, records, batch))
+                    Taken::Closed if in_flight.is_empty() => return true,
+                    Taken::Nothing | Taken::Closed => {}
+                }
+            }
+            let room = in_flight.len() < STAGE_DEPTH;
+            let front = in_flight.front_mut();
+            let waiting = front.is_some();
+            let oldest = async move {
+                match front.map(|b| b.durable.as_mut()) {
+                    Some(Some(answer)) => answer.await.unwrap_or(Err(StoreError::Closed)),
+                    Some(None) => Ok(()),
+                    None => std::future::pending().await,
                 }
             };
-            let Some((seq, records, batch)) = taken else {
-                wake.await;
+            let durable = tokio::select! {
+                biased;
+                durable = oldest, if waiting => durable,
+                () = wake, if room => continue,
+            };
+            let Some(batch) = in_flight.pop_front() else {
                 continue;
             };
-            self.room.notify_waiters();
-            let durable = if records.is_empty() {
-                Ok(())
-            } else {
-                let answer = self.ctx.committer.submit(records);
-                answer.await.unwrap_or(Err(StoreError::Closed))
-            };
-            if let Err(e) = &durable {
-                error!(shard = self.index, error = %e, "records could not be made durable; answering storage_failure and stopping");
-                self.ctx.fail();
-            }
-            self.send(batch.outgoing, &durable);
-            if durable.is_err() {
+            if !self.finish(batch, durable) {
                 return false;
             }
-            let mut st = self.state.lock();
-            let _guard = PanicGuard(&self.ctx);
-            st.in_flight.retain(|_, s| *s > seq);
-            if !batch.joined.is_empty() {
-                st.core
-                    .answers_released(Instant::now().into_std(), &batch.joined);
-                self.after_input(&mut st);
-            }
-            self.sent.store(seq, Ordering::Release);
         }
+    }
+
+    /// Takes the open batch (and the core's records) and submits its records, if
+    /// there is anything to take.
+    fn take_open(&self) -> Taken {
+        let mut st = self.state.lock();
+        let _guard = PanicGuard(&self.ctx);
+        let records = st.core.take_records();
+        if records.is_empty() && st.open.outgoing.is_empty() {
+            return if st.closing {
+                Taken::Closed
+            } else {
+                Taken::Nothing
+            };
+        }
+        st.taken += 1;
+        let seq = st.taken;
+        let batch = std::mem::take(&mut st.open);
+        for group in records
+            .iter()
+            .map(crate::core::Record::group)
+            .chain(batch.groups.iter().map(String::as_str))
+        {
+            match st.in_flight.get_mut(group) {
+                Some(s) => *s = seq,
+                None => {
+                    st.in_flight.insert(group.to_owned(), seq);
+                }
+            }
+        }
+        self.open_len.store(0, Ordering::Release);
+        drop(st);
+        self.room.notify_waiters();
+        let durable = (!records.is_empty()).then(|| self.ctx.committer.submit(records));
+        Taken::Batch(InFlight {
+            seq,
+            durable,
+            batch,
+        })
+    }
+
+    /// Sends a batch whose records are durable (or failed: false, the server stops).
+    fn finish(&self, batch: InFlight, durable: Result<(), StoreError>) -> bool {
+        if let Err(e) = &durable {
+            error!(shard = self.index, error = %e, "records could not be made durable; answering storage_failure and stopping");
+            self.ctx.fail();
+        }
+        let InFlight {
+            seq,
+            batch: OpenBatch {
+                outgoing, joined, ..
+            },
+            ..
+        } = batch;
+        self.send(outgoing, &durable);
+        if durable.is_err() {
+            return false;
+        }
+        let mut st = self.state.lock();
+        let _guard = PanicGuard(&self.ctx);
+        st.in_flight.retain(|_, s| *s > seq);
+        if !joined.is_empty() {
+            st.core.answers_released(Instant::now().into_std(), &joined);
+            self.after_input(&mut st);
+        }
+        self.sent.store(seq, Ordering::Release);
+        true
     }
 
     fn send(&self, outgoing: Vec<Outgoing>, durable: &Result<(), StoreError>) {

@@ -169,7 +169,9 @@ impl Connection {
 /// Reads and discards input until the peer closes or [`LINGER`] passes, so the peer
 /// reads our last frames before it sees the connection go.
 pub(super) async fn linger(mut stream: TcpStream) {
-    let mut scratch = [0u8; 4096];
+    // On the heap, and only while lingering: a buffer in the future would be in every
+    // connection's task for its whole life.
+    let mut scratch = vec![0u8; 4096];
     let _ = tokio::time::timeout(LINGER, async {
         loop {
             match stream.read(&mut scratch).await {

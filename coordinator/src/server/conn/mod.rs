@@ -370,6 +370,16 @@ impl Connection {
             if self.ctx.stopping.load(Ordering::Acquire) {
                 return Exit::Shutdown;
             }
+            // Nothing more is read while a shard's open batch is full (its records are
+            // slow to become durable): the time spent waiting is the coordinator's
+            // backlog.
+            if let Some(shard) = self.ctx.shards.iter().find(|s| s.is_full()) {
+                let shard = shard.clone();
+                if let Some(waited) = shard.wait_for_room().await {
+                    self.ctx.registry.lag.saw(waited);
+                }
+                continue;
+            }
             if let Err(exit) = self.flush(stream) {
                 return exit;
             }
@@ -386,7 +396,7 @@ impl Connection {
                     if ready.is_err() {
                         return Exit::Eof;
                     }
-                    if let Some(exit) = self.read_frames(stream).await {
+                    if let Some(exit) = self.read_frames(stream) {
                         return exit;
                     }
                 }
@@ -414,7 +424,7 @@ impl Connection {
     }
 
     /// Reads what has arrived and handles every whole frame in it.
-    async fn read_frames(&mut self, stream: &TcpStream) -> Option<Exit> {
+    fn read_frames(&mut self, stream: &TcpStream) -> Option<Exit> {
         match self.read_some(stream) {
             Ok(0) => return Some(Exit::Eof),
             Ok(_) => {}
@@ -431,7 +441,7 @@ impl Connection {
                 Ok(Some(frame)) => {
                     self.last_frame = now;
                     self.frame_started = None;
-                    if let Some(exit) = self.on_frame(frame, now).await {
+                    if let Some(exit) = self.on_frame(frame, now) {
                         return Some(exit);
                     }
                 }
@@ -460,10 +470,10 @@ impl Connection {
         ));
     }
 
-    async fn on_frame(&mut self, frame: Frame, received: Instant) -> Option<Exit> {
+    fn on_frame(&mut self, frame: Frame, received: Instant) -> Option<Exit> {
         let correlation_id = frame.correlation_id;
         match frame.body {
-            Body::Request(request) => self.on_request(correlation_id, request, received).await,
+            Body::Request(request) => self.on_request(correlation_id, request, received),
             Body::Unsupported(header) if header.kind == FrameKind::Request => {
                 self.on_unsupported(header);
                 None
@@ -484,7 +494,7 @@ impl Connection {
         }
     }
 
-    async fn on_request(
+    fn on_request(
         &mut self,
         correlation_id: u32,
         request: Request,
@@ -554,7 +564,7 @@ impl Connection {
                     let Request::Heartbeats(r) = request else {
                         return None;
                     };
-                    return self.split_heartbeats(correlation_id, r, received).await;
+                    return self.split_heartbeats(correlation_id, r, received);
                 }
                 first
             }
@@ -573,24 +583,13 @@ impl Connection {
             api,
             received,
         };
-        self.hand_to_shard(shard, request, reply).await
+        self.hand_to_shard(shard, request, reply)
     }
 
     /// Hands `request` to `shard`; false if the shard is unavailable (answered).
-    async fn hand_to_shard(
-        &mut self,
-        shard: usize,
-        request: Request,
-        reply: Reply,
-    ) -> Option<Exit> {
+    fn hand_to_shard(&mut self, shard: usize, request: Request, reply: Reply) -> Option<Exit> {
         self.used_shards[shard] = true;
-        let shard = self.ctx.shards[shard].clone();
-        // Waits only when the shard's records are slow to become durable and its open
-        // batch is full: the time spent waiting is the coordinator's backlog.
-        if let Some(waited) = shard.wait_for_room().await {
-            self.ctx.registry.lag.saw(waited);
-        }
-        match shard.request(self.id, request, reply) {
+        match self.ctx.shards[shard].request(self.id, request, reply) {
             Handled::Answered | Handled::Staged => None,
             Handled::Unavailable(reply) => {
                 let api = match &reply {
@@ -613,7 +612,7 @@ impl Connection {
 
     /// A Heartbeats request whose beats belong to several shards: each shard gets its
     /// beats, and one answer goes back once every shard has answered its part.
-    async fn split_heartbeats(
+    fn split_heartbeats(
         &mut self,
         correlation_id: u32,
         request: HeartbeatsRequest,
@@ -640,7 +639,7 @@ impl Connection {
                 indices,
             };
             let request = Request::Heartbeats(HeartbeatsRequest { beats });
-            if let Some(e) = self.hand_to_shard(shard, request, reply).await {
+            if let Some(e) = self.hand_to_shard(shard, request, reply) {
                 exit = Some(e);
             }
         }
@@ -773,5 +772,35 @@ impl Connection {
         // A full queue kills the connection; the read loop sees it next. Quiet: this
         // task writes its queue before it waits again.
         self.handle.send(frame, true);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every connection's task holds its future for its whole life: what the future
+    /// keeps across its awaits (buffers, nested futures) is memory per connection.
+    #[tokio::test]
+    async fn a_connections_task_is_small() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (stream, peer) = listener.accept().await.unwrap();
+        let ctx = Arc::new(ConnContext::new(
+            Vec::new(),
+            Arc::new(Registry::default()),
+            Arc::new(Metrics::new()),
+            &super::super::ServerConfig::default(),
+        ));
+        let (reading, _done) = mpsc::channel(1);
+        let task = Connection::new(ctx, 1, peer).serve(stream, reading);
+        let size = std::mem::size_of_val(&task);
+        assert!(
+            size <= 2048,
+            "a connection's future is {size} bytes; keep buffers on the heap and only while used"
+        );
+        drop(client);
     }
 }
