@@ -60,6 +60,11 @@ enum Command {
     Commit(scenarios::commit::CommitArgs),
     /// The steady scenario over a sweep of member counts: the cost curve.
     Scale(scenarios::steady::ScaleArgs),
+    /// Connections opened, handshaken (ApiVersions) and left silent: the coordinator's
+    /// memory per idle connection (target: at most 8 KiB), its peak, and what it returns
+    /// once they close. Needs --spawn (or --addr with --pid). --conns is capped by the
+    /// open-file limit, less 1,000 (19,000 under a limit of 20,000).
+    Connections(scenarios::connections::ConnectionsArgs),
 }
 
 impl Command {
@@ -74,6 +79,7 @@ impl Command {
             Self::RollingRestart(a) => a.hard_cap(),
             Self::Commit(a) => a.hard_cap(),
             Self::Scale(a) => a.hard_cap(),
+            Self::Connections(a) => a.hard_cap(),
         }
     }
 
@@ -87,6 +93,7 @@ impl Command {
             Self::RollingRestart(a) => harness::run(a).await,
             Self::Commit(a) => harness::run(a).await,
             Self::Scale(a) => harness::run(a).await,
+            Self::Connections(a) => harness::run(a).await,
         }
     }
 }

@@ -59,6 +59,18 @@ pub(crate) fn peak_rss_bytes(pid: u32) -> Option<u64> {
     status_bytes(pid, "VmHWM:")
 }
 
+/// The soft limit on open files of process `pid` (`Max open files` of
+/// `/proc/<pid>/limits`); `None` when unlimited or unreadable.
+pub(crate) fn open_files_limit(pid: u32) -> Option<u64> {
+    let text = fs::read_to_string(format!("/proc/{pid}/limits")).ok()?;
+    text.lines()
+        .find(|l| l.starts_with("Max open files"))?
+        .split_whitespace()
+        .nth(3)?
+        .parse()
+        .ok()
+}
+
 /// CPU seconds of the live threads of this process whose name starts with `prefix`,
 /// plus the main thread when `main_thread` is set.
 pub(crate) fn own_threads_cpu_seconds(prefix: &str, main_thread: bool) -> f64 {
@@ -104,6 +116,7 @@ mod tests {
         assert!(rss_bytes(pid).unwrap() > 0);
         assert!(peak_rss_bytes(pid).unwrap() >= rss_bytes(pid).unwrap() / 2);
         assert!(load_average().is_some());
+        assert!(open_files_limit(pid).is_some_and(|n| n > 0));
     }
 
     #[test]
