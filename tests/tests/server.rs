@@ -883,6 +883,53 @@ async fn answers_wait_for_durability_and_leave_in_order() {
     server.shutdown().await.unwrap();
 }
 
+/// A heartbeat reveals nothing that waits for durability: it is answered at once, even
+/// while another group's records are on their way to a slow store, and ahead of that
+/// group's answers on the same connection. What concerns the slow group itself waits.
+#[tokio::test]
+async fn a_heartbeat_does_not_wait_behind_another_groups_durable_write() {
+    let store = Arc::new(MemoryStore::new());
+    let server = start(ServerConfig {
+        store: StoreConfig::Custom(store.clone()),
+        ..test_config()
+    })
+    .await;
+    let mut member = Member::join(server.local_addr(), join("quick", "t", 4, 10_000)).await;
+    // Settled: its group's rebalance is durable and its assignment in hand.
+    member.tick(Duration::from_millis(300)).await;
+    assert_eq!(member.owned_count(), 4);
+    store.set_write_delay(Duration::from_millis(300));
+    let mut c = RawClient::connected(server.local_addr()).await;
+    c.send(Frame::request(200, admin_commit("slow", 1))).await;
+    c.send(Frame::request(
+        201,
+        Request::DescribeGroup(DescribeGroupRequest {
+            group: "slow".into(),
+            detection: false,
+        }),
+    ))
+    .await;
+    // Let the commit reach the store and wait there.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let started = Instant::now();
+    let answer = member.heartbeat().await;
+    let waited = started.elapsed();
+    assert!(matches!(answer, Response::Heartbeat(_)), "{answer:?}");
+    assert!(
+        waited < Duration::from_millis(200),
+        "the heartbeat waited {waited:?} behind another group's write"
+    );
+    // The slow group's answers come once its commit is durable, commit first.
+    let first = c.next_frame().await.unwrap().unwrap();
+    assert_eq!(first.correlation_id, 200, "{first:?}");
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    let second = c.next_frame().await.unwrap().unwrap();
+    assert_eq!(second.correlation_id, 201, "{second:?}");
+    store.set_write_delay(Duration::ZERO);
+    assert!(matches!(member.heartbeat().await, Response::Heartbeat(_)));
+    server.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_failing_store_answers_storage_failure_and_stops_the_server() {
     let store = Arc::new(MemoryStore::new());

@@ -518,12 +518,13 @@ impl Shard {
                 () = self.timer.notified() => continue,
                 () = tokio::time::sleep_until(wake) => {}
             }
+            let mut st = self.state.lock();
+            let _guard = PanicGuard(&self.ctx);
+            // Read under the lock, as every input's: the core's clock never goes back.
             let now = Instant::now();
             // Running late is the coordinator's own backlog, as is the runtime's lateness
             // in running ready tasks (the connections with frames to read).
             let late = now.saturating_duration_since(wake);
-            let mut st = self.state.lock();
-            let _guard = PanicGuard(&self.ctx);
             let std_now = now.into_std();
             if let Some(last) = self.ctx.registry.traffic.last() {
                 st.core.observe_traffic(last.into_std().min(std_now));
