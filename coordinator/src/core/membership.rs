@@ -236,7 +236,9 @@ impl Coordinator {
             .instance_id
             .as_ref()
             .and_then(|i| group.instance_member(i));
-        let replaced = replacing.as_ref().and_then(|id| group.members.get(id));
+        let replaced = replacing
+            .as_ref()
+            .and_then(|id| group.members.get(id).map(|m| &**m));
         if let Err(refusal) = group.check_subscription(&subscription, ctx.config, replaced) {
             return refuse(ApiKey::Join, refusal.code, refusal.message);
         }
@@ -306,9 +308,11 @@ impl Coordinator {
     ) -> Response {
         let now = ctx.now;
         if !group.subscription_is(&group.members[id], subscription) {
-            if let Err(refusal) =
-                group.check_subscription(subscription, ctx.config, group.members.get(id))
-            {
+            if let Err(refusal) = group.check_subscription(
+                subscription,
+                ctx.config,
+                group.members.get(id).map(|m| &**m),
+            ) {
                 return refuse(ApiKey::Join, refusal.code, refusal.message);
             }
             group.unsubscribe_for_replacement(id);

@@ -317,7 +317,7 @@ pub(crate) struct Group {
     pub(crate) generation: u32,
     pub(crate) topics: Vec<Topic>,
     pub(crate) topic_index: HashMap<String, u32>,
-    pub(crate) members: BTreeMap<Arc<str>, Member>,
+    pub(crate) members: BTreeMap<Arc<str>, Box<Member>>,
     /// Every static instance that ever joined, with its latest incarnation.
     pub(crate) instances: HashMap<String, Instance>,
     pub(crate) tokens: HashMap<u64, Arc<str>>,
