@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram};
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 use rollcall_protocol::{ApiKey, ErrorCode, ExpelReason, Liveness};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -30,23 +30,44 @@ const REBALANCE_BUCKETS: &[f64] = &[
 
 static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
+/// The exporter's configuration: which histograms are rendered with buckets.
+fn builder() -> Result<PrometheusBuilder, BuildError> {
+    PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Full("rollcall_request_duration_seconds".into()),
+            REQUEST_BUCKETS,
+        )?
+        .set_buckets_for_metric(
+            Matcher::Full("rollcall_rebalance_duration_seconds".into()),
+            REBALANCE_BUCKETS,
+        )
+}
+
+/// What the endpoint serves before anything is recorded: every metric [`Metrics::new`]
+/// registers, with its help text, type and every label value, rendered by a private
+/// recorder configured as the installed one. Whatever reads the exported names (the
+/// dashboard's test) reads them from here, so it cannot drift from the registration.
+#[cfg(test)]
+pub(crate) fn render_registered() -> String {
+    let recorder = builder()
+        .expect("the bucket lists are valid")
+        .build_recorder();
+    let handle = recorder.handle();
+    let registered = metrics::with_local_recorder(&recorder, || {
+        describe();
+        Metrics::new()
+    });
+    let rendered = handle.render();
+    drop(registered);
+    rendered
+}
+
 /// Installs the process-wide Prometheus recorder, once. Returns its handle, or `None`
 /// if another recorder was installed first (then the endpoint renders nothing).
 pub(crate) fn install_recorder() -> Option<PrometheusHandle> {
     HANDLE
         .get_or_init(|| {
-            let builder = PrometheusBuilder::new()
-                .set_buckets_for_metric(
-                    Matcher::Full("rollcall_request_duration_seconds".into()),
-                    REQUEST_BUCKETS,
-                )
-                .and_then(|b| {
-                    b.set_buckets_for_metric(
-                        Matcher::Full("rollcall_rebalance_duration_seconds".into()),
-                        REBALANCE_BUCKETS,
-                    )
-                });
-            let handle = builder.ok()?.install_recorder().ok()?;
+            let handle = builder().ok()?.install_recorder().ok()?;
             // Histograms buffer their samples until upkeep folds them into buckets; run
             // it for the life of the process, whatever server instances come and go.
             let upkeep = handle.clone();
@@ -444,3 +465,6 @@ async fn answer(mut stream: TcpStream, handle: Option<&PrometheusHandle>) -> std
     stream.write_all(body.as_bytes()).await?;
     stream.shutdown().await
 }
+
+#[cfg(test)]
+mod dashboard;
