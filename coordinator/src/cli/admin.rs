@@ -16,6 +16,10 @@ pub(super) enum AdminCommand {
     Describe {
         /// The group.
         group: String,
+        /// The false expulsions per year, across the group, that the advised session
+        /// timeout is computed for (from the members' observed heartbeat gaps).
+        #[arg(long, default_value_t = 1.0, value_name = "RATE", value_parser = positive_rate)]
+        false_expulsions_per_year: f64,
         #[command(flatten)]
         admin: AdminArgs,
     },
@@ -29,6 +33,15 @@ pub(super) enum AdminCommand {
         #[command(flatten)]
         admin: AdminArgs,
     },
+}
+
+/// A rate above zero.
+fn positive_rate(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(rate) if rate > 0.0 && rate.is_finite() => Ok(rate),
+        Ok(_) => Err("must be a number above 0".into()),
+        Err(e) => Err(format!("not a number: {e}")),
+    }
 }
 
 #[derive(Debug, Args)]
@@ -87,7 +100,13 @@ impl AdminCommand {
                 message: e.message,
             }),
             (Self::Groups { .. }, Response::ListGroups(r)) => Ok(render_groups(&r, json)),
-            (Self::Describe { .. }, Response::DescribeGroup(r)) => Ok(render_describe(&r, json)),
+            (
+                Self::Describe {
+                    false_expulsions_per_year,
+                    ..
+                },
+                Response::DescribeGroup(r),
+            ) => Ok(render_describe(&r, json, *false_expulsions_per_year)),
             (Self::Offsets { group, .. }, Response::FetchOffsets(r)) => {
                 Ok(render_offsets(group, &r, json))
             }

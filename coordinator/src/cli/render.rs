@@ -26,6 +26,54 @@ pub(super) struct DescribeJson {
     #[serde(skip_serializing_if = "Option::is_none")]
     shadow_detector: Option<String>,
     members: Vec<MemberJson>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    advice: Option<AdviceJson>,
+}
+
+/// The advised session timeout and what it rests on.
+#[derive(Debug, Serialize)]
+pub(super) struct AdviceJson {
+    session_timeout_ms: u64,
+    false_expulsions_per_year: f64,
+    members: usize,
+    tail_probability_per_gap: f64,
+    basis: &'static str,
+    from_member: String,
+    gaps: u32,
+    assumptions: &'static str,
+}
+
+const ADVICE_ASSUMPTIONS: &str = "gaps independent and the recent window representative; \
+     beyond p99.9 the tail is extrapolated as exponential; correlated stalls (pauses) \
+     make the real rate higher";
+
+/// The group's advice: the largest of its members' (the worst member decides).
+fn group_advice(r: &DescribeGroupResponse, per_year: f64) -> Option<AdviceJson> {
+    let members = r.members.len();
+    r.members
+        .iter()
+        .filter_map(|m| {
+            let d = m.detection.as_ref()?;
+            let gaps = GapSummary {
+                gaps: d.gaps,
+                p50_ms: d.gap_p50_ms,
+                p99_ms: d.gap_p99_ms,
+                p999_ms: d.gap_p999_ms,
+                max_ms: d.gap_max_ms,
+            };
+            Some((m, gaps, advise(&gaps, members, per_year)?))
+        })
+        .max_by_key(|(_, _, a)| a.timeout_ms)
+        .map(|(m, gaps, a)| AdviceJson {
+            session_timeout_ms: a.timeout_ms,
+            false_expulsions_per_year: per_year,
+            members,
+            tail_probability_per_gap: a.tail_probability,
+            basis: a.basis.as_str(),
+            from_member: m.member_id.clone(),
+            gaps: gaps.gaps,
+            assumptions: ADVICE_ASSUMPTIONS,
+        })
 }
 
 #[derive(Debug, Serialize)]
@@ -145,7 +193,8 @@ pub(super) fn render_groups(r: &ListGroupsResponse, json: bool) -> String {
     table(&["GROUP", "STATE", "GENERATION", "MEMBERS"], &rows)
 }
 
-pub(super) fn render_describe(r: &DescribeGroupResponse, json: bool) -> String {
+pub(super) fn render_describe(r: &DescribeGroupResponse, json: bool, per_year: f64) -> String {
+    let advice = group_advice(r, per_year);
     if json {
         return to_json(&DescribeJson {
             group: r.group.clone(),
@@ -170,6 +219,7 @@ pub(super) fn render_describe(r: &DescribeGroupResponse, json: bool) -> String {
                     detection: m.detection.as_ref().map(DetectionJson::from),
                 })
                 .collect(),
+            advice,
         });
     }
     let mut out = format!(
@@ -266,6 +316,25 @@ pub(super) fn render_describe(r: &DescribeGroupResponse, json: bool) -> String {
             ],
             &detection,
         ));
+        out.push('\n');
+        match &advice {
+            Some(a) => out.push_str(&format!(
+                "advice: a session timeout of {} keeps false expulsions under {} a year across \
+                 these {} members (from {}'s {} gaps, {}; each gap may exceed it with \
+                 probability {:.1e})\n        assumes {}\n",
+                format_ms(a.session_timeout_ms),
+                per_year,
+                a.members,
+                a.from_member,
+                a.gaps,
+                a.basis.replace('_', " "),
+                a.tail_probability_per_gap,
+                ADVICE_ASSUMPTIONS
+            )),
+            None => out.push_str(&format!(
+                "advice: none yet: no member has shown {MIN_GAPS} heartbeat gaps\n"
+            )),
+        }
     }
     out
 }
@@ -378,5 +447,100 @@ pub(super) fn format_ago(ms: u64) -> String {
         1_000..=59_999 => format!("{:.1}s", ms as f64 / 1000.0),
         60_000..=3_599_999 => format!("{}m{:02}s", ms / 60_000, (ms / 1000) % 60),
         _ => format!("{}h{:02}m", ms / 3_600_000, (ms / 60_000) % 60),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rollcall_protocol::{GroupDetection, GroupState, Liveness, MemberDescription};
+
+    fn member(id: &str, p50: u32, p99: u32, p999: u32, max: u32) -> MemberDescription {
+        MemberDescription {
+            member_id: id.into(),
+            instance_id: None,
+            client_id: "c".into(),
+            liveness: Liveness::Alive,
+            since_heartbeat_ms: 10,
+            since_progress_ms: 10,
+            owned: Vec::new(),
+            pending_revoke: Vec::new(),
+            pending_grant: Vec::new(),
+            detection: Some(MemberDetection {
+                in_state_ms: 1,
+                phi_centi: 0,
+                suspect_after_ms: 5_000,
+                expel_after_ms: 10_000,
+                gaps: 5_000,
+                beats_lost: 0,
+                beats_late: 0,
+                gap_p50_ms: p50,
+                gap_p99_ms: p99,
+                gap_p999_ms: p999,
+                gap_max_ms: max,
+            }),
+        }
+    }
+
+    fn described(members: Vec<MemberDescription>) -> DescribeGroupResponse {
+        DescribeGroupResponse {
+            group: "g".into(),
+            state: GroupState::Stable,
+            generation: 3,
+            assignor: "sticky".into(),
+            members,
+            detection: Some(Box::new(GroupDetection {
+                detector: "fixed".into(),
+                shadow: None,
+            })),
+        }
+    }
+
+    #[test]
+    fn describe_advises_the_timeout_its_worst_member_needs() {
+        let r = described(vec![
+            member("calm", 1_000, 1_050, 1_100, 1_200),
+            member("noisy", 1_000, 1_600, 2_400, 2_600),
+        ]);
+        let gaps = GapSummary {
+            gaps: 5_000,
+            p50_ms: 1_000,
+            p99_ms: 1_600,
+            p999_ms: 2_400,
+            max_ms: 2_600,
+        };
+        let expected = advise(&gaps, 2, 1.0).unwrap();
+        let text = render_describe(&r, false, 1.0);
+        assert!(
+            text.contains(&format!(
+                "advice: a session timeout of {}",
+                format_ms(expected.timeout_ms)
+            )),
+            "{text}"
+        );
+        assert!(text.contains("from noisy's 5000 gaps"), "{text}");
+        let json: serde_json::Value =
+            serde_json::from_str(&render_describe(&r, true, 1.0)).unwrap();
+        assert_eq!(
+            json["advice"]["session_timeout_ms"],
+            serde_json::json!(expected.timeout_ms)
+        );
+        assert_eq!(json["advice"]["from_member"], "noisy");
+        // A stricter target never advises less.
+        let strict: serde_json::Value =
+            serde_json::from_str(&render_describe(&r, true, 0.001)).unwrap();
+        assert!(strict["advice"]["session_timeout_ms"].as_u64().unwrap() >= expected.timeout_ms);
+    }
+
+    #[test]
+    fn describe_says_when_there_is_too_little_to_advise_from() {
+        let mut young = member("young", 1_000, 1_100, 1_200, 1_300);
+        if let Some(d) = young.detection.as_mut() {
+            d.gaps = 10;
+        }
+        let text = render_describe(&described(vec![young]), false, 1.0);
+        assert!(text.contains("advice: none yet"), "{text}");
+        let json = render_describe(&described(vec![]), true, 1.0);
+        assert!(!json.contains("advice"), "{json}");
     }
 }

@@ -10,6 +10,7 @@
 //! [`DetectorKind`]; configuration, parsing and the command line follow from the variant.
 
 mod adaptive;
+pub mod advice;
 mod arrivals;
 mod watch;
 
