@@ -86,11 +86,13 @@ pub enum ApiKey {
     Relinquish = 8,
     /// Many members' heartbeats in one frame.
     Heartbeats = 9,
+    /// A page of a group's heartbeat arrivals.
+    TraceGroup = 10,
 }
 
 impl ApiKey {
     /// Every request API.
-    pub const ALL: [Self; 10] = [
+    pub const ALL: [Self; 11] = [
         Self::ApiVersions,
         Self::Join,
         Self::Heartbeat,
@@ -101,6 +103,7 @@ impl ApiKey {
         Self::DescribeGroup,
         Self::Relinquish,
         Self::Heartbeats,
+        Self::TraceGroup,
     ];
 
     /// From wire value.
@@ -121,6 +124,7 @@ impl ApiKey {
             Self::DescribeGroup => "describe_group",
             Self::Relinquish => "relinquish",
             Self::Heartbeats => "heartbeats",
+            Self::TraceGroup => "trace_group",
         }
     }
 }

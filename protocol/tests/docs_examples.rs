@@ -14,14 +14,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use bytes::BytesMut;
 use rollcall_protocol::{
     max_request_version, supported_versions, ApiKey, ApiVersionsRequest, ApiVersionsResponse,
-    AssignmentPush, Body, CommitOffsetsRequest, CommitOffsetsResponse, CommittedOffset,
+    Arrival, AssignmentPush, Body, CommitOffsetsRequest, CommitOffsetsResponse, CommittedOffset,
     DescribeGroupRequest, DescribeGroupResponse, ErrorCode, ExpelReason, ExpelledPush,
     FetchOffsetsRequest, FetchOffsetsResponse, Frame, FrameKind, GroupDetection, GroupListing,
     GroupState, HeartbeatRequest, HeartbeatResponse, HeartbeatResult, HeartbeatsRequest,
     HeartbeatsResponse, JoinRequest, JoinResponse, LeaveMode, LeaveRequest, ListGroupsResponse,
     Liveness, MemberDescription, MemberDetection, OffsetCommit, PartitionResult, Push, PushKey,
     RelinquishRequest, Request, Response, RevokePush, ShutdownPush, TopicPartitions,
-    TopicSubscription, DEFAULT_MAX_FRAME_SIZE, LENGTH_PREFIX_SIZE,
+    TopicSubscription, TraceGroupRequest, TraceGroupResponse, DEFAULT_MAX_FRAME_SIZE,
+    LENGTH_PREFIX_SIZE,
 };
 
 const DOC: &str = include_str!("../../docs/PROTOCOL.md");
@@ -450,6 +451,38 @@ fn examples() -> Vec<(&'static str, Frame)> {
         (
             "relinquish-response",
             Frame::response(11, Response::Relinquish),
+        ),
+        (
+            "trace-group-request",
+            Frame::request(
+                12,
+                Request::TraceGroup(TraceGroupRequest {
+                    group: GROUP.into(),
+                    epoch: 1,
+                    cursor: 2,
+                }),
+            ),
+        ),
+        (
+            "trace-group-response",
+            Frame::response(
+                12,
+                Response::TraceGroup(TraceGroupResponse {
+                    epoch: 1,
+                    cursor: 4,
+                    dropped: 0,
+                    arrivals: vec![
+                        Arrival {
+                            member_id: MEMBER.into(),
+                            at_us: 2_000_412,
+                        },
+                        Arrival {
+                            member_id: MEMBER.into(),
+                            at_us: 3_001_077,
+                        },
+                    ],
+                }),
+            ),
         ),
         (
             "shutdown-push",

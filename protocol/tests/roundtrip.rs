@@ -5,7 +5,7 @@
 use bytes::BytesMut;
 use proptest::prelude::*;
 use rollcall_protocol::{
-    max_request_version, ApiKey, ApiVersionRange, ApiVersionsRequest, ApiVersionsResponse,
+    max_request_version, ApiKey, ApiVersionRange, ApiVersionsRequest, ApiVersionsResponse, Arrival,
     AssignmentPush, Body, Codec, CommitOffsetsRequest, CommitOffsetsResponse, CommittedOffset,
     DescribeGroupRequest, DescribeGroupResponse, ErrorCode, ErrorResponse, ExpelReason,
     ExpelledPush, FetchOffsetsRequest, FetchOffsetsResponse, Frame, FrameError, FrameKind,
@@ -13,7 +13,8 @@ use rollcall_protocol::{
     HeartbeatResult, HeartbeatsRequest, HeartbeatsResponse, JoinRequest, JoinResponse, LeaveMode,
     LeaveRequest, ListGroupsResponse, Liveness, MemberDescription, MemberDetection, OffsetCommit,
     PartitionResult, Push, PushKey, RelinquishRequest, Request, Response, RevokePush, ShutdownPush,
-    TopicPartitions, TopicSubscription, CURRENT_VERSION, LENGTH_PREFIX_SIZE,
+    TopicPartitions, TopicSubscription, TraceGroupRequest, TraceGroupResponse, CURRENT_VERSION,
+    LENGTH_PREFIX_SIZE,
 };
 use tokio_util::codec::{Decoder, Encoder};
 
@@ -169,6 +170,13 @@ fn request() -> impl Strategy<Value = Request> {
     });
     let relinquish = (text(), text())
         .prop_map(|(group, member_id)| Request::Relinquish(RelinquishRequest { group, member_id }));
+    let trace = (text(), any::<u64>(), any::<u64>()).prop_map(|(group, epoch, cursor)| {
+        Request::TraceGroup(TraceGroupRequest {
+            group,
+            epoch,
+            cursor,
+        })
+    });
     prop_oneof![
         api_versions,
         join,
@@ -180,6 +188,7 @@ fn request() -> impl Strategy<Value = Request> {
         describe,
         relinquish,
         heartbeats,
+        trace,
     ]
 }
 
@@ -403,8 +412,29 @@ fn response() -> impl Strategy<Value = Response> {
         describe,
         Just(Response::Relinquish),
         heartbeats,
+        trace_response(),
         error_response(),
     ]
+}
+
+fn trace_response() -> impl Strategy<Value = Response> {
+    (
+        any::<u64>(),
+        any::<u64>(),
+        any::<u64>(),
+        small_vec((text(), any::<u64>())),
+    )
+        .prop_map(|(epoch, cursor, dropped, arrivals)| {
+            Response::TraceGroup(TraceGroupResponse {
+                epoch,
+                cursor,
+                dropped,
+                arrivals: arrivals
+                    .into_iter()
+                    .map(|(member_id, at_us)| Arrival { member_id, at_us })
+                    .collect(),
+            })
+        })
 }
 
 /// Error answers, for known API keys and for keys this build does not know (the answer

@@ -655,6 +655,66 @@ async fn admin_commands_print_groups_members_and_offsets() {
     server.shutdown().await.unwrap();
 }
 
+/// `rollcall trace` records a group's heartbeat arrivals on the coordinator's clock, as
+/// the detector lab reads them.
+#[tokio::test]
+async fn trace_records_heartbeat_arrivals_as_csv() {
+    let server = start(test_config()).await;
+    let addr = server.local_addr().to_string();
+    let mut m = Member::join(server.local_addr(), join("g-trace", "t", 2, 10_000)).await;
+    m.tick(Duration::from_millis(100)).await;
+    let tracing = {
+        let (addr, member) = (addr.clone(), m.id.clone());
+        tokio::spawn(async move {
+            rollcall(&[
+                "trace",
+                "g-trace",
+                "--addr",
+                &addr,
+                "--duration",
+                "2s",
+                "--member",
+                &member,
+            ])
+            .await
+        })
+    };
+    // Beats every 100 ms while the trace runs (it begins with its first request).
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_millis(2_300) {
+        m.tick(Duration::from_millis(100)).await;
+    }
+    let out = bounded("rollcall trace", tracing).await.unwrap();
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let times: Vec<f64> = out
+        .stdout
+        .lines()
+        .map(|l| l.parse().unwrap_or_else(|e| panic!("{l:?}: {e}")))
+        .collect();
+    assert!(times.len() >= 8, "{times:?}\n{}", out.stderr);
+    assert!(times.windows(2).all(|w| w[1] > w[0]), "{times:?}");
+    let gaps: Vec<f64> = times.windows(2).map(|w| w[1] - w[0]).collect();
+    let median = {
+        let mut g = gaps.clone();
+        g.sort_by(f64::total_cmp);
+        g[g.len() / 2]
+    };
+    assert!((0.05..0.5).contains(&median), "gaps {gaps:?}");
+
+    // Every member, with a header, without --member; an unknown group is an error.
+    let out = rollcall(&["trace", "g-trace", "--addr", &addr, "--duration", "300ms"]).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(out.stdout.lines().next(), Some("time_s,member_id"));
+    let out = rollcall(&["trace", "nope", "--addr", &addr, "--duration", "300ms"]).await;
+    assert_eq!(out.code, Some(1));
+    assert!(
+        out.stderr.contains("group 'nope' not found"),
+        "{}",
+        out.stderr
+    );
+    server.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn admin_commands_fail_cleanly_when_the_coordinator_is_unreachable() {
     // Bind and release a port so nothing listens there.

@@ -168,7 +168,10 @@ pub(super) fn admin_command(command: AdminCommand) -> ExitCode {
 }
 
 /// Connects, handshakes, sends `request` and returns its answer, all within `--timeout`.
-async fn admin_request(args: &AdminArgs, request: Request) -> Result<Response, AdminError> {
+pub(super) async fn admin_request(
+    args: &AdminArgs,
+    request: Request,
+) -> Result<Response, AdminError> {
     let software = concat!("rollcall-cli/", env!("CARGO_PKG_VERSION"));
     let exchange = async {
         let mut conn = Connection::connect(args.addr.as_str(), software, args.timeout).await?;

@@ -26,6 +26,7 @@ use rollcall_client::ConnectError;
 use rollcall_protocol::{
     ApiKey, DescribeGroupRequest, DescribeGroupResponse, ErrorCode, FetchOffsetsRequest,
     FetchOffsetsResponse, ListGroupsResponse, MemberDetection, Request, Response, TopicPartitions,
+    TraceGroupRequest,
 };
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
@@ -41,10 +42,12 @@ mod admin;
 mod args;
 mod render;
 mod serve;
+mod trace;
 
 use admin::*;
 use args::*;
 use serve::*;
+use trace::*;
 
 pub use render::compact_partitions;
 use render::*;
@@ -78,6 +81,9 @@ enum Command {
     Serve(Box<ServeArgs>),
     #[command(flatten)]
     Admin(AdminCommand),
+    /// Record a group's heartbeat arrivals (the coordinator's clock) as CSV, for
+    /// `rollcall-bench detector`.
+    Trace(TraceArgs),
 }
 
 /// Runs the command line with the process's arguments.
@@ -120,6 +126,7 @@ where
             serve(&argv, sub)
         }
         Command::Admin(command) => admin_command(command),
+        Command::Trace(args) => trace_command(args),
     }
 }
 

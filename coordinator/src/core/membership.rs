@@ -438,6 +438,13 @@ impl Coordinator {
             );
         }
         let returned = m.heard(now);
+        if let Some(trace) = &mut group.trace {
+            if trace.lapsed(now) {
+                group.trace = None;
+            } else {
+                trace.record(now, &m.id);
+            }
+        }
         let changes = m.liveness.beat(
             now,
             r.sequence,

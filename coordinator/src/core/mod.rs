@@ -18,6 +18,7 @@ pub mod records;
 #[cfg(test)]
 mod tests;
 mod timers;
+mod trace;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -89,6 +90,8 @@ pub struct Coordinator {
     /// `records[..records_seen]` (see [`Coordinator::is_unflushed`]).
     unflushed: HashSet<String>,
     records_seen: usize,
+    /// The last trace epoch handed out (see `trace.rs`).
+    next_trace_epoch: u64,
     /// Members bound to each connection (group, member), so a disconnect touches only
     /// them. Entries may be stale (the member moved on or left); they are checked.
     bound: HashMap<ConnId, Vec<MemberRef>>,
@@ -120,6 +123,7 @@ impl Coordinator {
             dirty: Vec::new(),
             unflushed: HashSet::new(),
             records_seen: 0,
+            next_trace_epoch: 0,
             bound: HashMap::new(),
         }
     }
@@ -227,6 +231,7 @@ impl Coordinator {
             }
             Request::Heartbeat(r) => self.heartbeat(now, conn, r),
             Request::Heartbeats(r) => self.heartbeats(now, conn, r),
+            Request::TraceGroup(r) => self.trace(now, r),
             Request::Leave(r) => {
                 let group = r.group.clone();
                 let response = self.leave(now, conn, r);

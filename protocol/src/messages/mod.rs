@@ -19,6 +19,7 @@ mod list_groups;
 mod relinquish;
 mod revoke;
 mod shutdown;
+mod trace_group;
 
 use bytes::{BufMut, BytesMut};
 
@@ -42,6 +43,7 @@ pub use self::list_groups::{GroupListing, GroupState, ListGroupsResponse};
 pub use self::relinquish::RelinquishRequest;
 pub use self::revoke::RevokePush;
 pub use self::shutdown::ShutdownPush;
+pub use self::trace_group::{Arrival, TraceGroupRequest, TraceGroupResponse};
 
 use crate::wire::{put_count, put_string, Reader};
 use crate::{ApiKey, DecodeError, EncodeError, ErrorCode, PushKey};
@@ -110,6 +112,8 @@ pub enum Request {
     Relinquish(RelinquishRequest),
     /// Many members' heartbeats in one frame (API key 9).
     Heartbeats(HeartbeatsRequest),
+    /// A page of a group's heartbeat arrivals (API key 10).
+    TraceGroup(TraceGroupRequest),
 }
 
 impl Request {
@@ -126,6 +130,7 @@ impl Request {
             Self::DescribeGroup(_) => ApiKey::DescribeGroup,
             Self::Relinquish(_) => ApiKey::Relinquish,
             Self::Heartbeats(_) => ApiKey::Heartbeats,
+            Self::TraceGroup(_) => ApiKey::TraceGroup,
         }
     }
 
@@ -139,6 +144,7 @@ impl Request {
             Self::FetchOffsets(r) => Some(&r.group),
             Self::DescribeGroup(r) => Some(&r.group),
             Self::Relinquish(r) => Some(&r.group),
+            Self::TraceGroup(r) => Some(&r.group),
             Self::ApiVersions(_) | Self::ListGroups | Self::Heartbeats(_) => None,
         }
     }
@@ -165,6 +171,7 @@ impl Request {
             Self::DescribeGroup(r) => r.encode(buf),
             Self::Relinquish(r) => r.encode(buf),
             Self::Heartbeats(r) => r.encode(buf),
+            Self::TraceGroup(r) => r.encode(buf),
         }
     }
 
@@ -184,6 +191,7 @@ impl Request {
             ApiKey::DescribeGroup => Self::DescribeGroup(DescribeGroupRequest::decode(version, r)?),
             ApiKey::Relinquish => Self::Relinquish(RelinquishRequest::decode(r)?),
             ApiKey::Heartbeats => Self::Heartbeats(HeartbeatsRequest::decode(r)?),
+            ApiKey::TraceGroup => Self::TraceGroup(TraceGroupRequest::decode(r)?),
         })
     }
 }
@@ -211,6 +219,8 @@ pub enum Response {
     Relinquish,
     /// Answer to Heartbeats: one result per beat.
     Heartbeats(HeartbeatsResponse),
+    /// Answer to TraceGroup: a page of arrivals.
+    TraceGroup(TraceGroupResponse),
     /// Any request refused.
     Error(ErrorResponse),
 }
@@ -239,6 +249,7 @@ impl Response {
             Self::DescribeGroup(_) => ApiKey::DescribeGroup,
             Self::Relinquish => ApiKey::Relinquish,
             Self::Heartbeats(_) => ApiKey::Heartbeats,
+            Self::TraceGroup(_) => ApiKey::TraceGroup,
             Self::Error(e) => return e.api_key,
         };
         key as u16
@@ -261,6 +272,7 @@ impl Response {
             Self::DescribeGroup(r) => r.encode(buf),
             Self::Relinquish => Ok(()),
             Self::Heartbeats(r) => r.encode(buf),
+            Self::TraceGroup(r) => r.encode(buf),
             Self::Error(_) => unreachable!("handled above"),
         }
     }
@@ -302,6 +314,7 @@ impl Response {
             }
             ApiKey::Relinquish => Self::Relinquish,
             ApiKey::Heartbeats => Self::Heartbeats(HeartbeatsResponse::decode(r)?),
+            ApiKey::TraceGroup => Self::TraceGroup(TraceGroupResponse::decode(r)?),
         })
     }
 

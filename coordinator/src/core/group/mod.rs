@@ -318,6 +318,8 @@ pub(crate) struct Group {
     pub(crate) topics: Vec<Topic>,
     pub(crate) topic_index: HashMap<String, u32>,
     pub(crate) members: BTreeMap<Arc<str>, Box<Member>>,
+    /// Its heartbeat arrivals while a client reads them (never in snapshots).
+    pub(crate) trace: Option<Box<super::trace::Trace>>,
     /// Every static instance that ever joined, with its latest incarnation.
     pub(crate) instances: HashMap<String, Instance>,
     pub(crate) tokens: HashMap<u64, Arc<str>>,
@@ -360,6 +362,7 @@ impl Group {
             topics: Vec::new(),
             topic_index: HashMap::new(),
             members: BTreeMap::new(),
+            trace: None,
             instances: HashMap::new(),
             tokens: HashMap::new(),
             owners: HashMap::new(),
