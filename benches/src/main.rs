@@ -65,6 +65,11 @@ enum Command {
     /// once they close. Needs --spawn (or --addr with --pid). --conns is capped by the
     /// open-file limit, less 1,000 (19,000 under a limit of 20,000).
     Connections(scenarios::connections::ConnectionsArgs),
+    /// The detector lab: heartbeat traces (a CSV file of arrival times, or a synthetic
+    /// preset) replayed through the coordinator's own failure detectors over a sweep of
+    /// their settings: false suspicions and expulsions, detection time, mistake
+    /// duration, query accuracy; a table, JSON and SVG charts. Starts no coordinator.
+    Detector(scenarios::detector::DetectorArgs),
 }
 
 impl Command {
@@ -80,6 +85,7 @@ impl Command {
             Self::Commit(a) => a.hard_cap(),
             Self::Scale(a) => a.hard_cap(),
             Self::Connections(a) => a.hard_cap(),
+            Self::Detector(a) => a.hard_cap(),
         }
     }
 
@@ -94,6 +100,7 @@ impl Command {
             Self::Commit(a) => harness::run(a).await,
             Self::Scale(a) => harness::run(a).await,
             Self::Connections(a) => harness::run(a).await,
+            Self::Detector(a) => scenarios::detector::run(a).await,
         }
     }
 }

@@ -6,12 +6,16 @@
 //! it is expelled. The group's detector is chosen by a [`DetectorKind`]; a second
 //! detector may run in shadow, judged on the same arrivals and never acted on.
 //!
+//! [`Replay`] runs the same rules over a trace of arrival times, for studying detectors
+//! offline (the `rollcall-bench detector` lab).
+//!
 //! A new detector is one implementation of [`Detector`] and one variant of
 //! [`DetectorKind`]; configuration, parsing and the command line follow from the variant.
 
 mod adaptive;
 pub mod advice;
 mod arrivals;
+mod replay;
 mod watch;
 
 use std::fmt::{self, Debug};
@@ -20,6 +24,7 @@ use std::time::Duration;
 
 pub use self::adaptive::Adaptive;
 pub use self::arrivals::Arrivals;
+pub use self::replay::{Pending, Replay, Verdicts};
 pub use self::watch::{Beat, Transition, Watch};
 
 use super::config::UnknownName;

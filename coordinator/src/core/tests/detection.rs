@@ -309,6 +309,51 @@ fn adaptive_detects_a_crash_in_calm_far_sooner_than_the_best_fixed_timeout() {
     }
 }
 
+/// [`Replay`](crate::core::liveness::Replay), the public replay the detector lab uses,
+/// finds the same false expulsions and detection times as the replay above, for fixed
+/// timeouts and for the adaptive detector (which, with no false expulsion, never has
+/// to rejoin).
+#[test]
+fn the_public_replay_agrees_with_the_tests_replay() {
+    use crate::core::liveness::Replay;
+    let settings = DetectorSettings::default();
+    type Trace = fn(u64) -> (Vec<f64>, f64);
+    let cases: [(Trace, u64, Duration); 2] = [
+        (seed_002_trace, 7919, Duration::from_secs(10)),
+        (noisy_then_calm_trace, 104_729, Duration::from_secs(30)),
+    ];
+    for (trace, mult, session) in cases {
+        for seed in 1..=3 {
+            let (arrivals, death) = trace(seed * mult);
+            let setups = [1500u64, 3000, 4500, 6000]
+                .map(|ms| (DetectorKind::Fixed, Duration::from_millis(ms)))
+                .into_iter()
+                .chain([(DetectorKind::Adaptive, session)]);
+            for (kind, session) in setups {
+                let start = Instant::now();
+                let at = |s: f64| start + Duration::from_secs_f64(s);
+                let mut r = Replay::new(kind, &settings, session);
+                let mut expelled = 0;
+                for &a in &arrivals {
+                    expelled += u32::from(r.arrive(at(a)).expelled.is_some());
+                }
+                let detection = r
+                    .pending()
+                    .expel_at
+                    .map(|e| (e.duration_since(start).as_secs_f64() - death).max(0.0));
+                let (want_expelled, want_detection) =
+                    replay(&*kind.build(&settings), &arrivals, death, session);
+                assert_eq!(expelled, want_expelled, "{kind} {session:?} seed {seed}");
+                let detection = detection.expect("heard last");
+                assert!(
+                    (detection - want_detection).abs() < 1e-6,
+                    "{kind} {session:?} seed {seed}: {detection} vs {want_detection}"
+                );
+            }
+        }
+    }
+}
+
 // ----------------------------------------------------------------------------------
 // The group's detector, chosen at join.
 // ----------------------------------------------------------------------------------
