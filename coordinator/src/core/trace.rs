@@ -160,7 +160,7 @@ mod tests {
 
     #[test]
     fn a_trace_pages_arrivals_from_its_cursor_and_counts_what_it_dropped() {
-        let t0 = Instant::now();
+        let t0 = crate::core::tests::start_instant();
         let mut trace = Trace::new(7, t0);
         let a: Arc<str> = Arc::from("a");
         for i in 0..(TRACE_CAPACITY as u64 + 5) {

@@ -188,7 +188,7 @@ mod tests {
     /// rejoin; a beat at the very deadline is in time.
     #[test]
     fn a_fixed_timeout_replayed_by_hand() {
-        let start = Instant::now();
+        let start = crate::core::tests::start_instant();
         let mut r = Replay::new(
             DetectorKind::Fixed,
             &DetectorSettings::default(),
@@ -250,7 +250,7 @@ mod tests {
     /// timeout, a calm one by its own gaps, always within the session.
     #[test]
     fn adaptive_follows_the_members_gaps_within_its_session() {
-        let start = Instant::now();
+        let start = crate::core::tests::start_instant();
         let session = Duration::from_secs(10);
         let mut r = Replay::new(
             DetectorKind::Adaptive,

@@ -66,6 +66,12 @@ pub(super) fn count(tps: &[TopicPartitions]) -> usize {
     tps.iter().map(|t| t.partitions.len()).sum()
 }
 
+/// An instant to start a test's simulated time from (the core itself never reads a
+/// clock; tests outside this directory take their start from here).
+pub(super) fn start_instant() -> Instant {
+    Instant::now()
+}
+
 impl TestContext {
     pub(super) fn new() -> Self {
         Self::with_config(CoreConfig::default())
