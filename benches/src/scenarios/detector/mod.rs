@@ -43,6 +43,10 @@ pub(crate) struct DetectorArgs {
     /// A synthetic trace (default: seed002).
     #[arg(long, value_enum)]
     pub(crate) preset: Option<Preset>,
+    /// With --trace of a group (`time,member` lines, as `rollcall trace GROUP` writes
+    /// them): the member whose arrivals to replay (default: the first in the file).
+    #[arg(long, requires = "trace")]
+    pub(crate) member: Option<String>,
     /// With --trace: when the process died, seconds (instead of the file's crash line).
     #[arg(long, value_parser = seconds, requires = "trace")]
     pub(crate) crash: Option<f64>,
@@ -384,8 +388,14 @@ fn replay_run(
 }
 
 /// Reads a trace file once for its crash line and its arrival count.
-fn scan(path: &std::path::Path, clock: &mut Clock) -> Result<(Option<f64>, u64), String> {
-    let mut r = CsvReader::open(path).map_err(|e| e.to_string())?;
+fn scan(
+    path: &std::path::Path,
+    member: Option<String>,
+    clock: &mut Clock,
+) -> Result<(Option<f64>, u64), String> {
+    let mut r = CsvReader::open(path)
+        .map_err(|e| e.to_string())?
+        .with_member(member);
     let (mut crash, mut count) = (None, 0u64);
     while let Some(line) = r.next_line().map_err(|e| e.to_string())? {
         match line {
@@ -417,7 +427,7 @@ fn lab(args: &DetectorArgs) -> Result<Lab, String> {
         Source::Csv(path) => {
             let crash = match args.crash {
                 Some(c) => Some(c),
-                None => scan(path, &mut clock)?.0,
+                None => scan(path, args.member.clone(), &mut clock)?.0,
             };
             if crash.is_none() {
                 notes.push(
@@ -453,7 +463,9 @@ fn lab(args: &DetectorArgs) -> Result<Lab, String> {
         let tl = if i == 0 { timeline.as_mut() } else { None };
         let result = match &source {
             Source::Csv(path) => {
-                let mut r = CsvReader::open(path).map_err(|e| e.to_string())?;
+                let mut r = CsvReader::open(path)
+                    .map_err(|e| e.to_string())?
+                    .with_member(args.member.clone());
                 let mut next = || -> Result<Option<f64>, String> {
                     // Bounded by the file; crash lines were read by the scan.
                     loop {

@@ -88,6 +88,11 @@ pub(crate) struct CsvReader<R> {
     seen: bool,
     last: Option<f64>,
     crash_line: Option<u64>,
+    /// In a group trace (`time,member` lines, as `rollcall trace` writes them), the
+    /// member whose arrivals are read: the one asked for, or else the first seen.
+    member: Option<String>,
+    /// Fields per arrival line, fixed by the first (1, or 2 in a group trace).
+    columns: Option<usize>,
 }
 
 impl CsvReader<BufReader<File>> {
@@ -116,7 +121,15 @@ impl<R: BufRead> CsvReader<R> {
             seen: false,
             last: None,
             crash_line: None,
+            member: None,
+            columns: None,
         }
+    }
+
+    /// In a group trace, reads only `member`'s arrivals (default: the first member's).
+    pub(crate) fn with_member(mut self, member: Option<String>) -> Self {
+        self.member = member;
+        self
     }
 
     fn error(&self, message: String) -> CsvError {
@@ -161,14 +174,36 @@ impl<R: BufRead> CsvReader<R> {
                 self.crash_line = Some(self.line);
                 return Ok(Some(Line::Crash(t)));
             }
-            if fields.len() != 1 {
-                return Err(self.error(format!(
-                    "'{text}': expected one arrival time in seconds, or 'crash,<seconds>'"
-                )));
-            }
             if first && fields[0].parse::<f64>().is_err() {
                 // A header.
                 continue;
+            }
+            if *self.columns.get_or_insert(fields.len()) != fields.len() {
+                return Err(self.error(format!(
+                    "'{text}': {} fields where the first arrival line had {}",
+                    fields.len(),
+                    self.columns.unwrap_or_default()
+                )));
+            }
+            match fields[..] {
+                [_] => {}
+                // A group trace's line: the arrival of one member.
+                [_, member] if !member.is_empty() => match &self.member {
+                    Some(wanted) if wanted != member => continue,
+                    Some(_) => {}
+                    None => {
+                        eprintln!(
+                            "{}: a group trace; reading member {member}'s arrivals (choose with --member)",
+                            self.path
+                        );
+                        self.member = Some(member.to_owned());
+                    }
+                },
+                _ => {
+                    return Err(self.error(format!(
+                        "'{text}': expected one arrival time in seconds, 'time,member', or 'crash,<seconds>'"
+                    )))
+                }
             }
             let t = self.time(fields[0], "arrival time")?;
             if let Some(last) = self.last {
@@ -610,6 +645,35 @@ mod tests {
     }
 
     #[test]
+    fn a_group_trace_is_read_for_one_member() {
+        let text = "time_s,member_id\n0.5,a\n0.6,b\n1.5,a\n0.4,b\n2.5,a\n";
+        let read = |member: Option<&str>| {
+            let mut r = CsvReader::new(text.as_bytes(), "t.csv".into())
+                .with_member(member.map(str::to_owned));
+            let mut times = Vec::new();
+            while let Some(line) = r.next_line().unwrap() {
+                if let Line::Arrival(t) = line {
+                    times.push(t);
+                }
+            }
+            times
+        };
+        assert_eq!(read(None), vec![0.5, 1.5, 2.5]);
+        assert_eq!(read(Some("a")), vec![0.5, 1.5, 2.5]);
+        // b's own arrivals out of order are an error, but not a's.
+        let mut r = CsvReader::new(text.as_bytes(), "t.csv".into()).with_member(Some("b".into()));
+        let mut result = Ok(None);
+        for _ in 0..10 {
+            result = r.next_line();
+            if !matches!(result, Ok(Some(_))) {
+                break;
+            }
+        }
+        let e = result.unwrap_err();
+        assert_eq!(e.line, 5, "{e:?}");
+    }
+
+    #[test]
     fn csv_lines_headers_comments_and_crash() {
         let lines = read("time\n# a comment\n0.5\n\n1.5\r\n1.5\ncrash,3\n2.25\n").expect("valid");
         assert_eq!(
@@ -630,7 +694,8 @@ mod tests {
         let cases = [
             ("1\n2\nabc\n4\n", 3, "not a valid arrival time"),
             ("time\nsecs\n", 2, "not a valid arrival time"),
-            ("1\n2,3\n", 2, "expected one arrival time"),
+            ("1\n2,3\n", 2, "2 fields where the first arrival line had 1"),
+            ("1,a,b\n", 1, "expected one arrival time"),
             ("1\n0.5\n", 2, "must be in order"),
             ("1\n-2\n", 2, "at least 0"),
             ("1\nNaN\n", 2, "finite"),
