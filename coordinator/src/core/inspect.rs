@@ -73,6 +73,31 @@ impl Coordinator {
         stats
     }
 
+    /// Groups whose shortest member session timeout is below the timeout the advisor
+    /// gives for `per_year` false expulsions a year across the group (see
+    /// [`liveness::advice`](super::liveness::advice)): groups likely to expel a live
+    /// member. Costs a look at every member's gap histogram.
+    pub fn groups_below_advice(&self, per_year: f64) -> usize {
+        use super::liveness::advice::{advise, GapSummary};
+        self.groups
+            .values()
+            .filter(|g| {
+                let n = g.members.len();
+                let advised = g
+                    .members
+                    .values()
+                    .filter_map(|m| advise(&GapSummary::of(m.liveness.arrivals()), n, per_year))
+                    .map(|a| a.timeout_ms)
+                    .max();
+                let shortest = g.members.values().map(|m| m.session_timeout).min();
+                match (advised, shortest) {
+                    (Some(advised), Some(shortest)) => (shortest.as_millis() as u64) < advised,
+                    _ => false,
+                }
+            })
+            .count()
+    }
+
     /// Number of timer entries (for tests and memory accounting).
     pub fn timer_entries(&self) -> usize {
         self.timers.len()

@@ -95,6 +95,10 @@ fn describe() {
         "rollcall_groups_with_suspects",
         "Groups with at least one suspect member."
     );
+    describe_gauge!(
+        "rollcall_groups_below_advised_timeout",
+        "Groups whose shortest session timeout is below the one the timeout advisor gives for one false expulsion a year across the group (from the members' observed heartbeat gaps; refreshed every 10 s)."
+    );
     describe_counter!("rollcall_heartbeats_total", "Heartbeats received.");
     describe_counter!("rollcall_requests_total", "Requests received, by API.");
     describe_histogram!(
@@ -249,6 +253,7 @@ pub(crate) struct Metrics {
     pub(crate) members_alive: Gauge,
     pub(crate) members_suspect: Gauge,
     pub(crate) groups_with_suspects: Gauge,
+    pub(crate) groups_below_advice: Gauge,
     pub(crate) heartbeats: Counter,
     requests: Vec<Counter>,
     durations: Vec<Histogram>,
@@ -278,6 +283,7 @@ impl Metrics {
             members_alive: metrics::gauge!("rollcall_members", "liveness" => Liveness::Alive.as_str()),
             members_suspect: metrics::gauge!("rollcall_members", "liveness" => Liveness::Suspect.as_str()),
             groups_with_suspects: metrics::gauge!("rollcall_groups_with_suspects"),
+            groups_below_advice: metrics::gauge!("rollcall_groups_below_advised_timeout"),
             heartbeats: metrics::counter!("rollcall_heartbeats_total"),
             requests: ApiKey::ALL
                 .iter()

@@ -39,6 +39,13 @@ use crate::core::{ConnId, Coordinator, CoreStats, Output};
 use crate::store::group_commit::CommitResult;
 use crate::store::{GroupCommitter, StoreError};
 
+/// How often the timer task asks the core which groups run below the advised timeout
+/// (it reads every member's gap histogram).
+const ADVICE_EVERY: Duration = Duration::from_secs(10);
+
+/// The false-expulsion rate the exported advice is computed for: one a year per group.
+const ADVICE_PER_YEAR: f64 = 1.0;
+
 /// Outputs the open batch may hold before connections wait to hand it more.
 const MAX_OPEN: usize = 65_536;
 
@@ -502,6 +509,8 @@ impl Shard {
     pub(crate) async fn run_timers(self: Arc<Self>, stop: CancellationToken) {
         let mut stats = CoreStats::default();
         let mut next_stats = Instant::now();
+        let mut below_advice = 0usize;
+        let mut next_advice = Instant::now() + ADVICE_EVERY;
         loop {
             let wake = {
                 let mut st = self.state.lock();
@@ -535,6 +544,15 @@ impl Shard {
                 st.core.handle_timeout(std_now);
             }
             self.after_input(&mut st);
+            if now >= next_advice {
+                let fresh = st.core.groups_below_advice(ADVICE_PER_YEAR);
+                self.ctx
+                    .metrics
+                    .groups_below_advice
+                    .increment(fresh as f64 - below_advice as f64);
+                below_advice = fresh;
+                next_advice = now + ADVICE_EVERY;
+            }
             if now >= next_stats {
                 let fresh = st.core.stats(std_now);
                 drop(st);
@@ -545,6 +563,10 @@ impl Shard {
         }
         // Take this shard's members out of the gauges it contributed to.
         refresh_gauges(&self.ctx.metrics, CoreStats::default(), stats);
+        self.ctx
+            .metrics
+            .groups_below_advice
+            .decrement(below_advice as f64);
     }
 
     /// Asks the sender stage to finish: it sends what it has and ends.

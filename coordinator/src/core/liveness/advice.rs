@@ -34,6 +34,20 @@ pub struct GapSummary {
     pub max_ms: u32,
 }
 
+impl GapSummary {
+    /// The summary of `arrivals`, as DescribeGroup reports it.
+    pub fn of(arrivals: &super::Arrivals) -> Self {
+        let ms = |d: std::time::Duration| u32::try_from(d.as_millis()).unwrap_or(u32::MAX);
+        Self {
+            gaps: arrivals.learned(),
+            p50_ms: ms(arrivals.quantile(0.5)),
+            p99_ms: ms(arrivals.quantile(0.99)),
+            p999_ms: ms(arrivals.quantile(0.999)),
+            max_ms: ms(arrivals.longest()),
+        }
+    }
+}
+
 /// Where an advised timeout comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AdviceBasis {

@@ -642,3 +642,41 @@ fn a_new_members_session_counts_from_the_release_of_its_join_answer() {
     t.advance(Duration::from_secs(2));
     assert!(expelled_at(&t, &m), "silent for a session after its answer");
 }
+
+/// The exported advice: a group whose members' gaps call for more than their session
+/// timeout is counted; one with calm members is not; one too young is not judged.
+#[test]
+fn groups_below_the_advised_timeout_are_counted() {
+    let mut t = TestContext::new();
+    let mut calm = t.join(1, "calm", &[("t", 2)]);
+    let mut rough = t.join(2, "rough", &[("t", 2)]);
+    assert_eq!(t.core.groups_below_advice(1.0), 0, "nobody has history yet");
+    // 1,000 gaps each: the calm member's all 1 s; the rough one's 1 s, but every 50th
+    // 4 s (2 %) and every 400th 6 s (0.25 %): its tail, extrapolated to one false
+    // expulsion a year, runs far past the session timeout.
+    for i in 1..=1_000u32 {
+        t.advance(Duration::from_millis(500));
+        t.beat(&mut calm);
+        let gap = if i % 400 == 0 {
+            6_000
+        } else if i % 50 == 0 {
+            4_000
+        } else {
+            1_000
+        };
+        // Keep the calm member beating through the rough one's long gaps.
+        let mut waited = 500;
+        while waited + 500 <= gap {
+            t.advance(Duration::from_millis(500));
+            t.beat(&mut calm);
+            waited += 500;
+        }
+        t.advance(Duration::from_millis((gap - waited) as u64));
+        t.beat(&mut rough);
+    }
+    assert!(t.expelled(&rough).is_none() && t.expelled(&calm).is_none());
+    assert!(SESSION < Duration::from_secs(20), "{SESSION:?}");
+    assert_eq!(t.core.groups_below_advice(1.0), 1);
+    // A lax enough target is met by the session timeout the groups have.
+    assert_eq!(t.core.groups_below_advice(1e9), 0);
+}
