@@ -7,10 +7,11 @@
 //! taking what it produced. What reveals nothing that is not durable yet (a heartbeat,
 //! usually) is answered at once, on the connection's task: no task hop, no wake-up. What
 //! wrote records, or concerns a group that still has records or outputs on their way, is
-//! added to the shard's *open batch*. The sender stage closes the open batch when the
-//! previous one has been sent (so every batch shares one snapshot per changed group and
-//! one durable transaction, however many requests it holds), waits until its records
-//! are durable, and sends its responses and pushes in order. A group is *pending* from
+//! added to the shard's *open batch*. The sender stage takes the open batch whenever
+//! fewer than two batches are on their way to the store (so every batch shares one
+//! snapshot per changed group and one durable transaction, however many requests it
+//! holds, and the committer never waits for the stage), waits until its records are
+//! durable, and sends its responses and pushes in order. A group is *pending* from
 //! the moment the core has unflushed state for it until the batch carrying it has been
 //! sent, and everything about a pending group goes through the stage, so nothing
 //! overtakes what came before it about the same group.
@@ -19,7 +20,7 @@
 //! when a request moved that deadline earlier).
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -327,8 +328,6 @@ pub(crate) struct Shard {
     room: Notify,
     /// Outputs in the open batch.
     open_len: AtomicUsize,
-    /// Batches sent (for tests and logs).
-    sent: AtomicU64,
 }
 
 /// Cancels the server's fatal token if a panic unwinds through a shard's lock: the
@@ -361,7 +360,6 @@ impl Shard {
             stage: Notify::new(),
             room: Notify::new(),
             open_len: AtomicUsize::new(0),
-            sent: AtomicU64::new(0),
         })
     }
 
@@ -575,8 +573,9 @@ impl Shard {
         self.stage.notify_one();
     }
 
-    /// The sender stage: takes the open batch whenever the previous one has been sent,
-    /// makes its records durable, and sends its outputs in order. Ends after
+    /// The sender stage: takes the open batch whenever fewer than [`STAGE_DEPTH`]
+    /// batches are submitted, makes its records durable, and sends its outputs in
+    /// order. Ends after
     /// [`Shard::close`] once nothing is left, or at a failed durable write (false).
     ///
     /// A failed durable write is fatal (fail-stop, as databases do after a failed
@@ -689,7 +688,6 @@ impl Shard {
             st.core.answers_released(Instant::now().into_std(), &joined);
             self.after_input(&mut st);
         }
-        self.sent.store(seq, Ordering::Release);
         true
     }
 
