@@ -23,6 +23,20 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("runtime")
 }
 
+/// A 1 s steady run of 50 members, bounded to a minute.
+fn measure(args: &Wrapper) -> (steady::SteadyFigures, Option<crate::target::TargetInfo>) {
+    runtime()
+        .block_on(async {
+            tokio::time::timeout(
+                Duration::from_secs(60),
+                steady::measure(&args.common, 50, None, false, Duration::from_millis(300)),
+            )
+            .await
+        })
+        .expect("the smoke run finished in time")
+        .expect("the smoke run succeeded")
+}
+
 #[test]
 fn steady_smoke_in_process() {
     let args = Wrapper::parse_from([
@@ -39,16 +53,7 @@ fn steady_smoke_in_process() {
         "memory",
         "--quiet",
     ]);
-    let (f, info) = runtime()
-        .block_on(async {
-            tokio::time::timeout(
-                Duration::from_secs(60),
-                steady::measure(&args.common, 50, None, false, Duration::from_millis(300)),
-            )
-            .await
-        })
-        .expect("the smoke run finished in time")
-        .expect("the smoke run succeeded");
+    let (f, info) = measure(&args);
     assert_eq!(info.map(|i| i.mode), Some("in-process"));
     assert_eq!(f.members, 50);
     assert_eq!(f.connections, 50, "one member per connection below 5,000");
@@ -85,16 +90,7 @@ fn steady_smoke_with_batched_heartbeats() {
         "memory",
         "--quiet",
     ]);
-    let (f, _) = runtime()
-        .block_on(async {
-            tokio::time::timeout(
-                Duration::from_secs(60),
-                steady::measure(&args.common, 50, None, false, Duration::from_millis(300)),
-            )
-            .await
-        })
-        .expect("the smoke run finished in time")
-        .expect("the smoke run succeeded");
+    let (f, _) = measure(&args);
     assert!(f.batch_heartbeats);
     assert_eq!(f.connections, 5);
     // Beats are counted per member, as without batching; frames per connection.

@@ -4,21 +4,21 @@
 //! connection, and read the coordinator's memory at each step. Whether the 8 KiB target
 //! is met is not judged here: 200 connections are too few for a steady figure.
 
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+mod support;
+
+use support::{run_bench, Run};
 
 #[test]
 fn connections_smoke_spawned() {
-    let json = std::env::temp_dir().join(format!(
-        "rollcall-bench-connections-smoke-{}.json",
-        std::process::id()
-    ));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rollcall-bench"))
-        .args([
-            "connections",
-            "--spawn",
-            "--rollcall-bin",
-            env!("CARGO_BIN_EXE_rollcall-bench-serve"),
+    let Run {
+        status,
+        report,
+        json: v,
+    } = run_bench(
+        "connections",
+        &[
             "--conns",
             "200",
             "--idle",
@@ -27,31 +27,8 @@ fn connections_smoke_spawned() {
             "memory",
             "--setup-timeout",
             "20s",
-            "--quiet",
-            "--json",
-        ])
-        .arg(&json)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("rollcall-bench starts");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the connections smoke run took over 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let output = child.wait_with_output().expect("output");
-    let report = format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
+        ],
+        Duration::from_secs(60),
     );
     // 0: every check met; 1: one missed (the memory target may be, at this size); 2: the
     // run failed.
@@ -59,9 +36,6 @@ fn connections_smoke_spawned() {
         matches!(status.code(), Some(0 | 1)),
         "exit {status}:\n{report}"
     );
-    let text = std::fs::read_to_string(&json).expect("the JSON report was written");
-    let _ = std::fs::remove_file(&json);
-    let v: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
     assert_eq!(v["scenario"], "connections", "{report}");
     let f = &v["figures"];
     assert_eq!(f["connections"], 200, "{report}");

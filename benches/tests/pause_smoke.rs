@@ -5,21 +5,21 @@
 //! expelled, and the two that die during the stop must be expelled within the session
 //! timeout of the resume.
 
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+mod support;
+
+use support::{run_bench, Run};
 
 #[test]
 fn pause_smoke_spawned() {
-    let json = std::env::temp_dir().join(format!(
-        "rollcall-bench-pause-smoke-{}.json",
-        std::process::id()
-    ));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rollcall-bench"))
-        .args([
-            "pause",
-            "--spawn",
-            "--rollcall-bin",
-            env!("CARGO_BIN_EXE_rollcall-bench-serve"),
+    let Run {
+        status,
+        report,
+        json: v,
+    } = run_bench(
+        "pause",
+        &[
             "--members",
             "20",
             "--groups",
@@ -38,36 +38,10 @@ fn pause_smoke_spawned() {
             "memory",
             "--setup-timeout",
             "20s",
-            "--quiet",
-            "--json",
-        ])
-        .arg(&json)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("rollcall-bench starts");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the pause smoke run took over 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let output = child.wait_with_output().expect("output");
-    let report = format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
+        ],
+        Duration::from_secs(60),
     );
     assert!(status.success(), "exit {status}:\n{report}");
-    let text = std::fs::read_to_string(&json).expect("the JSON report was written");
-    let _ = std::fs::remove_file(&json);
-    let v: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
     assert_eq!(v["scenario"], "pause", "{report}");
     let f = &v["figures"];
     assert_eq!(f["members"], 20, "{report}");

@@ -202,7 +202,7 @@ impl ConnTask {
                 members.push((local, intended));
             }
         }
-        let sizes = split_beats(&beats, self.max_frame_size);
+        let sizes = HeartbeatsRequest::batch_sizes(&beats, self.max_frame_size);
         let frames = sizes.len();
         let mut beats = beats.into_iter();
         let mut members = members.into_iter();

@@ -39,9 +39,8 @@ use futures_util::{FutureExt, SinkExt, StreamExt};
 use rollcall_client::raw::{self, Transport};
 use rollcall_protocol::{
     ApiKey, Body, CommitOffsetsRequest, ErrorCode, ExpelReason, Frame, HeartbeatRequest,
-    HeartbeatResponse, HeartbeatsRequest, JoinRequest, OffsetCommit, Push, RelinquishRequest,
+    HeartbeatResult, HeartbeatsRequest, JoinRequest, OffsetCommit, Push, RelinquishRequest,
     Request, Response, TopicPartitions, TopicSubscription, CURRENT_VERSION, DEFAULT_MAX_FRAME_SIZE,
-    MAX_BEATS,
 };
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
@@ -631,38 +630,6 @@ async fn connect(addr: SocketAddr, batch: bool) -> Result<(Transport, usize), St
     Ok((transport, max_frame_size))
 }
 
-/// The encoded size of one beat (a Heartbeat request's body).
-fn beat_len(b: &HeartbeatRequest) -> usize {
-    let acks: usize = b
-        .acked_revocations
-        .iter()
-        .map(|t| 2 + t.topic.len() + 4 + 4 * t.partitions.len())
-        .sum();
-    2 + b.group.len() + 2 + b.member_id.len() + 4 + 8 + 8 + 4 + acks
-}
-
-/// Splits beats into Heartbeats requests that fit `max_frame_size` (the frame's length:
-/// a 9-byte header, the beat count, the beats) and [`MAX_BEATS`], in order; returns the
-/// number of beats in each.
-fn split_beats(beats: &[HeartbeatRequest], max_frame_size: usize) -> Vec<usize> {
-    let empty = 9 + 4;
-    let mut sizes = Vec::new();
-    let (mut count, mut size) = (0, empty);
-    for beat in beats {
-        let len = beat_len(beat);
-        if count > 0 && (count == MAX_BEATS || size + len > max_frame_size) {
-            sizes.push(count);
-            (count, size) = (0, empty);
-        }
-        count += 1;
-        size += len;
-    }
-    if count > 0 {
-        sizes.push(count);
-    }
-    sizes
-}
-
 /// The answer to each of `count` beats, in order, as a lone Heartbeat would have had it:
 /// a Heartbeats answer is split into Heartbeat answers and errors; any other answer (an
 /// error of the whole request, or one of another kind or length) is every beat's.
@@ -671,13 +638,7 @@ fn split_answer(count: usize, response: Response) -> Vec<Response> {
         Response::Heartbeats(r) if r.results.len() == count => r
             .results
             .into_iter()
-            .map(|r| match r.code {
-                ErrorCode::None => Response::Heartbeat(HeartbeatResponse {
-                    generation: r.generation,
-                    session_timeout_ms: r.session_timeout_ms,
-                }),
-                code => Response::error(ApiKey::Heartbeat as u16, code, r.message),
-            })
+            .map(HeartbeatResult::into_response)
             .collect(),
         other => vec![other; count],
     }
@@ -697,51 +658,9 @@ pub(crate) fn default_members_per_conn(members: usize, max_connections: usize) -
 mod tests {
     use super::*;
 
-    fn beat(member: &str) -> HeartbeatRequest {
-        HeartbeatRequest {
-            group: "g0".into(),
-            member_id: member.into(),
-            generation: 1,
-            sequence: 1,
-            progress: 1,
-            acked_revocations: Vec::new(),
-        }
-    }
-
-    #[test]
-    fn beats_split_into_frames_that_fit() {
-        let beats: Vec<HeartbeatRequest> = (0..7).map(|i| beat(&format!("m-{i}"))).collect();
-        let len = beat_len(&beats[0]);
-        let mut encoded = bytes::BytesMut::new();
-        Frame::request(1, Request::Heartbeat(beats[0].clone()))
-            .encode(&mut encoded, usize::MAX)
-            .unwrap();
-        assert_eq!(encoded.len(), 4 + 9 + len, "beat_len is the encoded size");
-        assert_eq!(split_beats(&beats, usize::MAX), [7]);
-        // Room for three beats per frame.
-        let max = 9 + 4 + 3 * len;
-        let sizes = split_beats(&beats, max);
-        assert_eq!(sizes, [3, 3, 1]);
-        let mut rest = &beats[..];
-        for size in sizes {
-            let (chunk, tail) = rest.split_at(size);
-            rest = tail;
-            let frame = Frame::request(
-                1,
-                Request::Heartbeats(HeartbeatsRequest {
-                    beats: chunk.to_vec(),
-                }),
-            );
-            assert!(frame.encode(&mut bytes::BytesMut::new(), max).is_ok());
-        }
-        let many = vec![beat("m"); MAX_BEATS + 1];
-        assert_eq!(split_beats(&many, usize::MAX), [MAX_BEATS, 1]);
-        assert!(split_beats(&[], usize::MAX).is_empty());
-    }
-
     #[test]
     fn a_heartbeats_answer_is_split_into_lone_answers() {
-        use rollcall_protocol::{HeartbeatResult, HeartbeatsResponse};
+        use rollcall_protocol::{HeartbeatResponse, HeartbeatsResponse};
         let results = vec![
             HeartbeatResult {
                 code: ErrorCode::None,

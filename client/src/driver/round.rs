@@ -12,14 +12,10 @@
 use std::time::Instant;
 
 use rollcall_protocol::{
-    ApiKey, ClientAction, ErrorCode, HeartbeatRequest, HeartbeatResponse, HeartbeatResult,
-    HeartbeatsRequest, Request, Response, MAX_BEATS,
+    ApiKey, ClientAction, HeartbeatRequest, HeartbeatResult, HeartbeatsRequest, Request, Response,
 };
 
 use crate::membership::{Membership, RequestId};
-
-/// Frame header after the length prefix: kind, key, version, correlation id.
-const HEADER: usize = 1 + 2 + 2 + 4;
 
 /// One membership's heartbeat, as its `poll_transmit` produced it.
 #[derive(Debug, Clone)]
@@ -86,26 +82,16 @@ pub(super) enum Outgoing {
 /// Splits a round into frames: as few Heartbeats requests as fit `max_frame_size` and
 /// [`MAX_BEATS`], in order; a frame that would carry one beat is a lone Heartbeat.
 pub(super) fn frames(beats: Vec<Beat>, max_frame_size: usize) -> Vec<Outgoing> {
-    let empty = HEADER + 4;
-    let mut out = Vec::new();
-    let mut current: Vec<Beat> = Vec::new();
-    let mut size = empty;
-    for beat in beats {
-        let len = beat_len(&beat.beat);
-        if !current.is_empty() && (current.len() == MAX_BEATS || size + len > max_frame_size) {
-            out.push(std::mem::take(&mut current));
-            size = empty;
-        }
-        size += len;
-        current.push(beat);
-    }
-    if !current.is_empty() {
-        out.push(current);
-    }
-    out.into_iter()
-        .map(|mut beats| match beats.len() {
-            1 => Outgoing::Lone(beats.remove(0)),
-            _ => Outgoing::Batch(beats),
+    let sizes = HeartbeatsRequest::batch_sizes(beats.iter().map(|b| &b.beat), max_frame_size);
+    let mut beats = beats.into_iter();
+    sizes
+        .into_iter()
+        .map(|n| {
+            let mut batch: Vec<Beat> = beats.by_ref().take(n).collect();
+            match batch.len() {
+                1 => Outgoing::Lone(batch.remove(0)),
+                _ => Outgoing::Batch(batch),
+            }
         })
         .collect()
 }
@@ -117,16 +103,6 @@ pub(super) fn request(beats: &[Beat]) -> Request {
     })
 }
 
-/// The encoded size of one beat (a Heartbeat request's body).
-fn beat_len(b: &HeartbeatRequest) -> usize {
-    let acks: usize = b
-        .acked_revocations
-        .iter()
-        .map(|t| 2 + t.topic.len() + 4 + 4 * t.partitions.len())
-        .sum();
-    2 + b.group.len() + 2 + b.member_id.len() + 4 + 8 + 8 + 4 + acks
-}
-
 /// The answer to each of `count` beats, in order, each as a lone Heartbeat would have
 /// been answered: a success as a Heartbeat response, an error as an error response. A
 /// transient error of the whole request is every beat's answer. Anything else (an
@@ -134,9 +110,11 @@ fn beat_len(b: &HeartbeatRequest) -> usize {
 /// returned, and the beats are to be sent alone.
 pub(super) fn answers(count: usize, response: Response) -> Result<Vec<Response>, String> {
     match response {
-        Response::Heartbeats(r) if r.results.len() == count => {
-            Ok(r.results.into_iter().map(lone_answer).collect())
-        }
+        Response::Heartbeats(r) if r.results.len() == count => Ok(r
+            .results
+            .into_iter()
+            .map(HeartbeatResult::into_response)
+            .collect()),
         Response::Heartbeats(r) => Err(format!("{} results for {count} beats", r.results.len())),
         Response::Error(e) if e.code.action() == ClientAction::Retry => Ok(vec![
             Response::error(
@@ -148,16 +126,6 @@ pub(super) fn answers(count: usize, response: Response) -> Result<Vec<Response>,
         ]),
         Response::Error(e) => Err(format!("{}: {}", e.code, e.message)),
         other => Err(format!("an answer with api key {}", other.api_key())),
-    }
-}
-
-fn lone_answer(r: HeartbeatResult) -> Response {
-    match r.code {
-        ErrorCode::None => Response::Heartbeat(HeartbeatResponse {
-            generation: r.generation,
-            session_timeout_ms: r.session_timeout_ms,
-        }),
-        code => Response::error(ApiKey::Heartbeat as u16, code, r.message),
     }
 }
 
@@ -174,6 +142,7 @@ mod tests {
     use crate::config::MemberConfig;
     use crate::membership::{BackoffConfig, Features};
     use crate::types::TopicPartition;
+    use rollcall_protocol::{ErrorCode, HeartbeatResponse, HEADER_SIZE, MAX_BEATS};
 
     const INTERVAL: Duration = Duration::from_millis(200);
     const LEASE: Duration = Duration::from_millis(600);
@@ -411,11 +380,11 @@ mod tests {
         Frame::request(1, Request::Heartbeat(one.beat.clone()))
             .encode(&mut encoded, usize::MAX)
             .unwrap();
-        let len = beat_len(&one.beat);
+        let len = one.beat.encoded_len();
         assert_eq!(
             encoded.len(),
-            4 + HEADER + len,
-            "beat_len is the encoded size"
+            4 + HEADER_SIZE + len,
+            "encoded_len is the encoded size"
         );
         let acking = beat(
             "m-2",
@@ -428,7 +397,7 @@ mod tests {
         Frame::request(1, Request::Heartbeat(acking.beat.clone()))
             .encode(&mut encoded, usize::MAX)
             .unwrap();
-        assert_eq!(encoded.len(), 4 + HEADER + beat_len(&acking.beat));
+        assert_eq!(encoded.len(), 4 + HEADER_SIZE + acking.beat.encoded_len());
 
         assert!(matches!(
             &frames(vec![one.clone()], usize::MAX)[..],
@@ -436,7 +405,7 @@ mod tests {
         ));
 
         // Room for exactly three beats per frame: 7 beats make 3 + 3 + 1.
-        let max = HEADER + 4 + 3 * len;
+        let max = HEADER_SIZE + 4 + 3 * len;
         let out = frames(vec![one.clone(); 7], max);
         let sizes: Vec<usize> = out
             .iter()

@@ -139,17 +139,23 @@ pub(super) enum AdminError {
     Unexpected(String),
 }
 
-pub(super) fn admin_command(command: AdminCommand) -> ExitCode {
+/// Logging at `warn` and a single-threaded runtime, for a command that talks to a
+/// coordinator; the exit code to stop with if the runtime cannot start.
+pub(super) fn client_runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
     init_logging("warn");
-    let runtime = match tokio::runtime::Builder::new_current_thread()
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
+        .map_err(|e| {
             eprintln!("rollcall: cannot start the runtime: {e}");
-            return ExitCode::from(EXIT_RUNTIME);
-        }
+            ExitCode::from(EXIT_RUNTIME)
+        })
+}
+
+pub(super) fn admin_command(command: AdminCommand) -> ExitCode {
+    let runtime = match client_runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
     };
     let outcome = runtime.block_on(async {
         let response = admin_request(command.args(), command.request()).await?;

@@ -26,16 +26,9 @@ pub(super) struct TraceArgs {
 }
 
 pub(super) fn trace_command(args: TraceArgs) -> ExitCode {
-    init_logging("warn");
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match client_runtime() {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("rollcall: cannot start the runtime: {e}");
-            return ExitCode::from(EXIT_RUNTIME);
-        }
+        Err(code) => return code,
     };
     let mut out = std::io::stdout().lock();
     match runtime.block_on(record(&args, &mut out)) {

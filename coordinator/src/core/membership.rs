@@ -387,28 +387,7 @@ impl Coordinator {
         let results = r
             .beats
             .into_iter()
-            .map(|beat| match self.heartbeat(now, conn, beat) {
-                Response::Heartbeat(h) => HeartbeatResult {
-                    code: ErrorCode::None,
-                    generation: h.generation,
-                    session_timeout_ms: h.session_timeout_ms,
-                    message: String::new(),
-                },
-                Response::Error(e) => HeartbeatResult {
-                    code: e.code,
-                    generation: 0,
-                    session_timeout_ms: 0,
-                    message: e.message,
-                },
-                // A heartbeat is answered by a heartbeat or an error; anything else is a
-                // bug, answered as one rather than a panic.
-                other => HeartbeatResult {
-                    code: ErrorCode::Internal,
-                    generation: 0,
-                    session_timeout_ms: 0,
-                    message: format!("unexpected answer to a heartbeat: {other:?}"),
-                },
-            })
+            .map(|beat| HeartbeatResult::from_response(self.heartbeat(now, conn, beat)))
             .collect();
         Response::Heartbeats(HeartbeatsResponse { results })
     }

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use rollcall_protocol::{
-    ApiKey, ErrorCode, Frame, HeartbeatResult, HeartbeatsResponse, Push, Request, Response,
+    ApiKey, ErrorCode, Frame, HeartbeatResult, HeartbeatsResponse, Request, Response,
 };
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
@@ -130,24 +130,8 @@ impl Joiner {
     fn fill(&self, indices: &[usize], response: Response, metrics: &Metrics, quiet: bool) {
         let results: Vec<HeartbeatResult> = match response {
             Response::Heartbeats(h) => h.results,
-            Response::Error(e) => indices
-                .iter()
-                .map(|_| HeartbeatResult {
-                    code: e.code,
-                    generation: 0,
-                    session_timeout_ms: 0,
-                    message: e.message.clone(),
-                })
-                .collect(),
-            other => indices
-                .iter()
-                .map(|_| HeartbeatResult {
-                    code: ErrorCode::Internal,
-                    generation: 0,
-                    session_timeout_ms: 0,
-                    message: format!("unexpected answer to heartbeats: {other:?}"),
-                })
-                .collect(),
+            // An answer for the whole part (an error) is each of its beats'.
+            other => vec![HeartbeatResult::from_response(other); indices.len()],
         };
         let done = {
             let mut parts = self.parts.lock();
@@ -163,11 +147,8 @@ impl Joiner {
         let results = slots
             .into_iter()
             .map(|r| {
-                r.unwrap_or_else(|| HeartbeatResult {
-                    code: ErrorCode::Internal,
-                    generation: 0,
-                    session_timeout_ms: 0,
-                    message: "no shard answered this beat".into(),
+                r.unwrap_or_else(|| {
+                    HeartbeatResult::error(ErrorCode::Internal, "no shard answered this beat")
                 })
             })
             .collect();
@@ -269,7 +250,7 @@ impl ShardState {
         while let Some(output) = self.core.poll_output() {
             match output {
                 Output::Push { conn, push } => {
-                    let stage = stage_all || push_group(&push).is_some_and(|g| self.pending(g));
+                    let stage = stage_all || push.group().is_some_and(|g| self.pending(g));
                     let frame = Frame::push(push);
                     if stage {
                         self.open.outgoing.push(Outgoing::Push { conn, frame });
@@ -280,15 +261,6 @@ impl ShardState {
                 Output::Event(event) => log_event(index, &ctx.metrics, event),
             }
         }
-    }
-}
-
-fn push_group(push: &Push) -> Option<&str> {
-    match push {
-        Push::Assignment(p) => Some(&p.group),
-        Push::Revoke(p) => Some(&p.group),
-        Push::Expelled(p) => Some(&p.group),
-        Push::Shutdown(_) => None,
     }
 }
 

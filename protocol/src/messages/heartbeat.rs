@@ -25,6 +25,16 @@ pub struct HeartbeatRequest {
 }
 
 impl HeartbeatRequest {
+    /// The encoded size of the body, in bytes (as [`Self::encode`] writes it).
+    pub fn encoded_len(&self) -> usize {
+        let acks: usize = self
+            .acked_revocations
+            .iter()
+            .map(|t| 2 + t.topic.len() + 4 + 4 * t.partitions.len())
+            .sum();
+        2 + self.group.len() + 2 + self.member_id.len() + 4 + 8 + 8 + 4 + acks
+    }
+
     pub(crate) fn encode(&self, buf: &mut BytesMut) -> Result<(), EncodeError> {
         put_string(buf, &self.group)?;
         put_string(buf, &self.member_id)?;

@@ -3,9 +3,9 @@
 
 use bytes::{BufMut, BytesMut};
 
-use super::HeartbeatRequest;
+use super::{HeartbeatRequest, HeartbeatResponse, Response};
 use crate::wire::{put_count, put_string, Reader};
-use crate::{DecodeError, EncodeError, ErrorCode};
+use crate::{ApiKey, DecodeError, EncodeError, ErrorCode, HEADER_SIZE};
 
 /// The most beats one Heartbeats request may carry; more is `invalid_request`.
 pub const MAX_BEATS: usize = 10_000;
@@ -19,6 +19,32 @@ pub struct HeartbeatsRequest {
 }
 
 impl HeartbeatsRequest {
+    /// How to split `beats`, in order, into Heartbeats requests of at most
+    /// [`MAX_BEATS`] beats whose frames fit `max_frame_size` (length prefix excluded):
+    /// the number of beats in each. A beat too large for a frame of its own still gets
+    /// one.
+    pub fn batch_sizes<'a>(
+        beats: impl IntoIterator<Item = &'a HeartbeatRequest>,
+        max_frame_size: usize,
+    ) -> Vec<usize> {
+        let empty = HEADER_SIZE + 4;
+        let mut sizes = Vec::new();
+        let (mut count, mut size) = (0, empty);
+        for beat in beats {
+            let len = beat.encoded_len();
+            if count > 0 && (count == MAX_BEATS || size + len > max_frame_size) {
+                sizes.push(count);
+                (count, size) = (0, empty);
+            }
+            count += 1;
+            size += len;
+        }
+        if count > 0 {
+            sizes.push(count);
+        }
+        sizes
+    }
+
     pub(crate) fn encode(&self, buf: &mut BytesMut) -> Result<(), EncodeError> {
         put_count(buf, self.beats.len())?;
         for beat in &self.beats {
@@ -49,6 +75,45 @@ pub struct HeartbeatResult {
 }
 
 impl HeartbeatResult {
+    /// The result standing for a lone Heartbeat's answer: a Heartbeat response or an
+    /// error (any other answer is reported as an internal error).
+    pub fn from_response(response: Response) -> Self {
+        match response {
+            Response::Heartbeat(h) => Self {
+                code: ErrorCode::None,
+                generation: h.generation,
+                session_timeout_ms: h.session_timeout_ms,
+                message: String::new(),
+            },
+            Response::Error(e) => Self::error(e.code, e.message),
+            other => Self::error(
+                ErrorCode::Internal,
+                format!("unexpected answer to a heartbeat: {other:?}"),
+            ),
+        }
+    }
+
+    /// An error result.
+    pub fn error(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            generation: 0,
+            session_timeout_ms: 0,
+            message: message.into(),
+        }
+    }
+
+    /// The answer a lone Heartbeat carrying this beat would have had.
+    pub fn into_response(self) -> Response {
+        match self.code {
+            ErrorCode::None => Response::Heartbeat(HeartbeatResponse {
+                generation: self.generation,
+                session_timeout_ms: self.session_timeout_ms,
+            }),
+            code => Response::error(ApiKey::Heartbeat as u16, code, self.message),
+        }
+    }
+
     fn encode(&self, buf: &mut BytesMut) -> Result<(), EncodeError> {
         buf.put_u16(self.code.to_u16());
         buf.put_u32(self.generation);
@@ -90,5 +155,79 @@ impl HeartbeatsResponse {
         Ok(Self {
             results: r.array("results", 12, HeartbeatResult::decode)?,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Frame, Request};
+
+    fn beat(member: &str) -> HeartbeatRequest {
+        HeartbeatRequest {
+            group: "g0".into(),
+            member_id: member.into(),
+            generation: 1,
+            sequence: 1,
+            progress: 1,
+            acked_revocations: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_result_stands_for_a_lone_answer_both_ways() {
+        let ok = Response::Heartbeat(HeartbeatResponse {
+            generation: 3,
+            session_timeout_ms: 10_000,
+        });
+        assert_eq!(
+            HeartbeatResult::from_response(ok.clone()).into_response(),
+            ok
+        );
+        let gone = Response::error(ApiKey::Heartbeat as u16, ErrorCode::UnknownMember, "gone");
+        assert_eq!(
+            HeartbeatResult::from_response(gone.clone()).into_response(),
+            gone
+        );
+        let odd = HeartbeatResult::from_response(Response::Leave);
+        assert_eq!(odd.code, ErrorCode::Internal);
+    }
+
+    #[test]
+    fn beats_split_into_frames_that_fit() {
+        let beats: Vec<HeartbeatRequest> = (0..7).map(|i| beat(&format!("m-{i}"))).collect();
+        let len = beats[0].encoded_len();
+        let mut encoded = BytesMut::new();
+        Frame::request(1, Request::Heartbeat(beats[0].clone()))
+            .encode(&mut encoded, usize::MAX)
+            .unwrap();
+        assert_eq!(
+            encoded.len(),
+            4 + 9 + len,
+            "encoded_len is the encoded size"
+        );
+        assert_eq!(HeartbeatsRequest::batch_sizes(&beats, usize::MAX), [7]);
+        // Room for three beats per frame.
+        let max = 9 + 4 + 3 * len;
+        let sizes = HeartbeatsRequest::batch_sizes(&beats, max);
+        assert_eq!(sizes, [3, 3, 1]);
+        let mut rest = &beats[..];
+        for size in sizes {
+            let (chunk, tail) = rest.split_at(size);
+            rest = tail;
+            let frame = Frame::request(
+                1,
+                Request::Heartbeats(HeartbeatsRequest {
+                    beats: chunk.to_vec(),
+                }),
+            );
+            assert!(frame.encode(&mut BytesMut::new(), max).is_ok());
+        }
+        let many = vec![beat("m"); MAX_BEATS + 1];
+        assert_eq!(
+            HeartbeatsRequest::batch_sizes(&many, usize::MAX),
+            [MAX_BEATS, 1]
+        );
+        assert!(HeartbeatsRequest::batch_sizes(&[], usize::MAX).is_empty());
     }
 }

@@ -348,6 +348,16 @@ pub enum Push {
 }
 
 impl Push {
+    /// The group the push is about (none for Shutdown).
+    pub fn group(&self) -> Option<&str> {
+        match self {
+            Self::Assignment(p) => Some(&p.group),
+            Self::Revoke(p) => Some(&p.group),
+            Self::Expelled(p) => Some(&p.group),
+            Self::Shutdown(_) => None,
+        }
+    }
+
     /// The push's key.
     pub fn key(&self) -> PushKey {
         match self {

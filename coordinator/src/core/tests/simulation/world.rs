@@ -436,7 +436,7 @@ impl World {
         while let Some(out) = self.core.poll_output() {
             match out {
                 Output::Push { conn, push } => {
-                    if let Some(group) = push_group(&push) {
+                    if let Some(group) = push.group() {
                         touched.insert(group.to_owned());
                     }
                     self.oracle.on_push(&push);
@@ -935,14 +935,5 @@ impl World {
             self.oracle
                 .report_violation(now, Check::Ownership, kind, msg);
         }
-    }
-}
-
-fn push_group(push: &Push) -> Option<&str> {
-    match push {
-        Push::Assignment(p) => Some(&p.group),
-        Push::Revoke(p) => Some(&p.group),
-        Push::Expelled(p) => Some(&p.group),
-        Push::Shutdown(_) => None,
     }
 }
