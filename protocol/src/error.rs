@@ -94,6 +94,15 @@ error_codes! {
     InconsistentMember = 22, "inconsistent_member", Rejoin;
     /// An internal error. Retry with backoff; report it.
     Internal = 23, "internal", Retry;
+    /// The coordinator requires authentication and this connection has not authenticated:
+    /// send Authenticate (or connect with a client certificate), then retry.
+    AuthenticationRequired = 24, "authentication_required", GiveUp;
+    /// Authentication failed (unknown user, wrong password, unsupported mechanism, or an
+    /// exchange out of order). The coordinator closes the connection after answering.
+    AuthenticationFailed = 25, "authentication_failed", GiveUp;
+    /// The connection's principal may not do this to this group. The answer is the same
+    /// whether or not the group exists.
+    NotAuthorized = 26, "not_authorized", GiveUp;
 }
 
 /// What a client should do with an error code.

@@ -17,6 +17,7 @@
 mod codec;
 mod error;
 mod messages;
+pub mod scram;
 mod wire;
 
 pub use codec::{Codec, DEFAULT_MAX_FRAME_SIZE};
@@ -88,11 +89,13 @@ pub enum ApiKey {
     Heartbeats = 9,
     /// A page of a group's heartbeat arrivals.
     TraceGroup = 10,
+    /// One step of authentication.
+    Authenticate = 11,
 }
 
 impl ApiKey {
     /// Every request API.
-    pub const ALL: [Self; 11] = [
+    pub const ALL: [Self; 12] = [
         Self::ApiVersions,
         Self::Join,
         Self::Heartbeat,
@@ -104,6 +107,7 @@ impl ApiKey {
         Self::Relinquish,
         Self::Heartbeats,
         Self::TraceGroup,
+        Self::Authenticate,
     ];
 
     /// From wire value.
@@ -125,6 +129,7 @@ impl ApiKey {
             Self::Relinquish => "relinquish",
             Self::Heartbeats => "heartbeats",
             Self::TraceGroup => "trace_group",
+            Self::Authenticate => "authenticate",
         }
     }
 }

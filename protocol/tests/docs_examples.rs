@@ -14,15 +14,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use bytes::BytesMut;
 use rollcall_protocol::{
     max_request_version, supported_versions, ApiKey, ApiVersionsRequest, ApiVersionsResponse,
-    Arrival, AssignmentPush, Body, CommitOffsetsRequest, CommitOffsetsResponse, CommittedOffset,
-    DescribeGroupRequest, DescribeGroupResponse, ErrorCode, ExpelReason, ExpelledPush,
-    FetchOffsetsRequest, FetchOffsetsResponse, Frame, FrameKind, GroupDetection, GroupListing,
-    GroupState, HeartbeatRequest, HeartbeatResponse, HeartbeatResult, HeartbeatsRequest,
-    HeartbeatsResponse, JoinRequest, JoinResponse, LeaveMode, LeaveRequest, ListGroupsResponse,
-    Liveness, MemberDescription, MemberDetection, OffsetCommit, PartitionResult, Push, PushKey,
-    RelinquishRequest, Request, Response, RevokePush, ShutdownPush, TopicPartitions,
-    TopicSubscription, TraceGroupRequest, TraceGroupResponse, DEFAULT_MAX_FRAME_SIZE,
-    LENGTH_PREFIX_SIZE,
+    Arrival, AssignmentPush, AuthenticateRequest, AuthenticateResponse, Body, CommitOffsetsRequest,
+    CommitOffsetsResponse, CommittedOffset, DescribeGroupRequest, DescribeGroupResponse, ErrorCode,
+    ExpelReason, ExpelledPush, FetchOffsetsRequest, FetchOffsetsResponse, Frame, FrameKind,
+    GroupDetection, GroupListing, GroupState, HeartbeatRequest, HeartbeatResponse, HeartbeatResult,
+    HeartbeatsRequest, HeartbeatsResponse, JoinRequest, JoinResponse, LeaveMode, LeaveRequest,
+    ListGroupsResponse, Liveness, MemberDescription, MemberDetection, OffsetCommit,
+    PartitionResult, Push, PushKey, RelinquishRequest, Request, Response, RevokePush, ShutdownPush,
+    TopicPartitions, TopicSubscription, TraceGroupRequest, TraceGroupResponse,
+    DEFAULT_MAX_FRAME_SIZE, LENGTH_PREFIX_SIZE,
 };
 
 const DOC: &str = include_str!("../../docs/PROTOCOL.md");
@@ -481,6 +481,29 @@ fn examples() -> Vec<(&'static str, Frame)> {
                             at_us: 3_001_077,
                         },
                     ],
+                }),
+            ),
+        ),
+        (
+            "authenticate-request",
+            Frame::request(
+                13,
+                Request::Authenticate(AuthenticateRequest {
+                    mechanism: "SCRAM-SHA-256".into(),
+                    payload: "n,,n=user,r=rOprNGfwEbeRWgbNEkqO".into(),
+                }),
+            ),
+        ),
+        (
+            "authenticate-response",
+            Frame::response(
+                13,
+                Response::Authenticate(AuthenticateResponse {
+                    payload: "r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,\
+                              s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"
+                        .into(),
+                    complete: false,
+                    principal: String::new(),
                 }),
             ),
         ),

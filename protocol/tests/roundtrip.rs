@@ -6,15 +6,15 @@ use bytes::BytesMut;
 use proptest::prelude::*;
 use rollcall_protocol::{
     max_request_version, ApiKey, ApiVersionRange, ApiVersionsRequest, ApiVersionsResponse, Arrival,
-    AssignmentPush, Body, Codec, CommitOffsetsRequest, CommitOffsetsResponse, CommittedOffset,
-    DescribeGroupRequest, DescribeGroupResponse, ErrorCode, ErrorResponse, ExpelReason,
-    ExpelledPush, FetchOffsetsRequest, FetchOffsetsResponse, Frame, FrameError, FrameKind,
-    GroupDetection, GroupListing, GroupState, Header, HeartbeatRequest, HeartbeatResponse,
-    HeartbeatResult, HeartbeatsRequest, HeartbeatsResponse, JoinRequest, JoinResponse, LeaveMode,
-    LeaveRequest, ListGroupsResponse, Liveness, MemberDescription, MemberDetection, OffsetCommit,
-    PartitionResult, Push, PushKey, RelinquishRequest, Request, Response, RevokePush, ShutdownPush,
-    TopicPartitions, TopicSubscription, TraceGroupRequest, TraceGroupResponse, CURRENT_VERSION,
-    LENGTH_PREFIX_SIZE,
+    AssignmentPush, AuthenticateRequest, AuthenticateResponse, Body, Codec, CommitOffsetsRequest,
+    CommitOffsetsResponse, CommittedOffset, DescribeGroupRequest, DescribeGroupResponse, ErrorCode,
+    ErrorResponse, ExpelReason, ExpelledPush, FetchOffsetsRequest, FetchOffsetsResponse, Frame,
+    FrameError, FrameKind, GroupDetection, GroupListing, GroupState, Header, HeartbeatRequest,
+    HeartbeatResponse, HeartbeatResult, HeartbeatsRequest, HeartbeatsResponse, JoinRequest,
+    JoinResponse, LeaveMode, LeaveRequest, ListGroupsResponse, Liveness, MemberDescription,
+    MemberDetection, OffsetCommit, PartitionResult, Push, PushKey, RelinquishRequest, Request,
+    Response, RevokePush, ShutdownPush, TopicPartitions, TopicSubscription, TraceGroupRequest,
+    TraceGroupResponse, CURRENT_VERSION, LENGTH_PREFIX_SIZE,
 };
 use tokio_util::codec::{Decoder, Encoder};
 
@@ -177,8 +177,12 @@ fn request() -> impl Strategy<Value = Request> {
             cursor,
         })
     });
+    let authenticate = (text(), text()).prop_map(|(mechanism, payload)| {
+        Request::Authenticate(AuthenticateRequest { mechanism, payload })
+    });
     prop_oneof![
         api_versions,
+        authenticate,
         join,
         heartbeat,
         leave,
@@ -413,6 +417,13 @@ fn response() -> impl Strategy<Value = Response> {
         Just(Response::Relinquish),
         heartbeats,
         trace_response(),
+        (text(), any::<bool>(), text()).prop_map(|(payload, complete, principal)| {
+            Response::Authenticate(AuthenticateResponse {
+                payload,
+                complete,
+                principal,
+            })
+        }),
         error_response(),
     ]
 }

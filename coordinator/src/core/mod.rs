@@ -220,6 +220,11 @@ impl Coordinator {
                 ErrorCode::InvalidRequest,
                 "ApiVersions is answered by the connection, not a group",
             ),
+            Request::Authenticate(_) => refuse(
+                ApiKey::Authenticate,
+                ErrorCode::InvalidRequest,
+                "Authenticate is answered by the connection, not a group",
+            ),
             Request::Join(r) => {
                 let group = r.group.clone();
                 let response = self.join(now, conn, r);

@@ -6,6 +6,7 @@
 
 mod api_versions;
 mod assignment;
+mod authenticate;
 mod commit_offsets;
 mod describe_group;
 mod error;
@@ -25,6 +26,7 @@ use bytes::{BufMut, BytesMut};
 
 pub use self::api_versions::{ApiVersionRange, ApiVersionsRequest, ApiVersionsResponse};
 pub use self::assignment::AssignmentPush;
+pub use self::authenticate::{AuthenticateRequest, AuthenticateResponse};
 pub use self::commit_offsets::{
     CommitOffsetsRequest, CommitOffsetsResponse, OffsetCommit, PartitionResult,
 };
@@ -114,6 +116,8 @@ pub enum Request {
     Heartbeats(HeartbeatsRequest),
     /// A page of a group's heartbeat arrivals (API key 10).
     TraceGroup(TraceGroupRequest),
+    /// One step of authentication (API key 11).
+    Authenticate(AuthenticateRequest),
 }
 
 impl Request {
@@ -131,6 +135,7 @@ impl Request {
             Self::Relinquish(_) => ApiKey::Relinquish,
             Self::Heartbeats(_) => ApiKey::Heartbeats,
             Self::TraceGroup(_) => ApiKey::TraceGroup,
+            Self::Authenticate(_) => ApiKey::Authenticate,
         }
     }
 
@@ -145,7 +150,10 @@ impl Request {
             Self::DescribeGroup(r) => Some(&r.group),
             Self::Relinquish(r) => Some(&r.group),
             Self::TraceGroup(r) => Some(&r.group),
-            Self::ApiVersions(_) | Self::ListGroups | Self::Heartbeats(_) => None,
+            Self::ApiVersions(_)
+            | Self::ListGroups
+            | Self::Heartbeats(_)
+            | Self::Authenticate(_) => None,
         }
     }
 
@@ -172,6 +180,7 @@ impl Request {
             Self::Relinquish(r) => r.encode(buf),
             Self::Heartbeats(r) => r.encode(buf),
             Self::TraceGroup(r) => r.encode(buf),
+            Self::Authenticate(r) => r.encode(buf),
         }
     }
 
@@ -192,6 +201,7 @@ impl Request {
             ApiKey::Relinquish => Self::Relinquish(RelinquishRequest::decode(r)?),
             ApiKey::Heartbeats => Self::Heartbeats(HeartbeatsRequest::decode(r)?),
             ApiKey::TraceGroup => Self::TraceGroup(TraceGroupRequest::decode(r)?),
+            ApiKey::Authenticate => Self::Authenticate(AuthenticateRequest::decode(r)?),
         })
     }
 }
@@ -221,6 +231,8 @@ pub enum Response {
     Heartbeats(HeartbeatsResponse),
     /// Answer to TraceGroup: a page of arrivals.
     TraceGroup(TraceGroupResponse),
+    /// Answer to Authenticate: the coordinator's message for this step.
+    Authenticate(AuthenticateResponse),
     /// Any request refused.
     Error(ErrorResponse),
 }
@@ -250,6 +262,7 @@ impl Response {
             Self::Relinquish => ApiKey::Relinquish,
             Self::Heartbeats(_) => ApiKey::Heartbeats,
             Self::TraceGroup(_) => ApiKey::TraceGroup,
+            Self::Authenticate(_) => ApiKey::Authenticate,
             Self::Error(e) => return e.api_key,
         };
         key as u16
@@ -273,6 +286,7 @@ impl Response {
             Self::Relinquish => Ok(()),
             Self::Heartbeats(r) => r.encode(buf),
             Self::TraceGroup(r) => r.encode(buf),
+            Self::Authenticate(r) => r.encode(buf),
             Self::Error(_) => unreachable!("handled above"),
         }
     }
@@ -315,6 +329,7 @@ impl Response {
             ApiKey::Relinquish => Self::Relinquish,
             ApiKey::Heartbeats => Self::Heartbeats(HeartbeatsResponse::decode(r)?),
             ApiKey::TraceGroup => Self::TraceGroup(TraceGroupResponse::decode(r)?),
+            ApiKey::Authenticate => Self::Authenticate(AuthenticateResponse::decode(r)?),
         })
     }
 
