@@ -222,6 +222,16 @@ pub(super) struct ServeArgs {
     /// Time a graceful shutdown may take.
     #[arg(long, env = "ROLLCALL_SHUTDOWN_TIMEOUT", value_name = "DURATION", default_value_t = Dur(server_default().shutdown_timeout))]
     shutdown_timeout: Dur,
+    /// Users (SCRAM credentials from `rollcall hash-password`) and access rules, in
+    /// TOML. When set, every connection must authenticate, by SCRAM-SHA-256 or a
+    /// verified client certificate, and everything no rule allows is denied. Reloaded
+    /// when it changes. See the README's "Security" section for the format.
+    #[arg(long, env = "ROLLCALL_AUTH_FILE", value_name = "FILE")]
+    auth_file: Option<PathBuf>,
+    /// How often the auth file and TLS files are checked for changes (they are also
+    /// reloaded on SIGHUP).
+    #[arg(long, env = "ROLLCALL_RELOAD_INTERVAL", value_name = "DURATION", default_value_t = Dur(server_default().reload_interval))]
+    reload_interval: Dur,
     /// Committed offsets of groups empty for longer than this are deleted.
     #[arg(long, env = "ROLLCALL_OFFSETS_RETENTION", value_name = "DURATION", default_value_t = Dur(server_default().offsets_retention))]
     offsets_retention: Dur,
@@ -399,6 +409,8 @@ impl ServeArgs {
             shutdown_timeout: self.shutdown_timeout.0,
             offsets_retention: self.offsets_retention.0,
             retention_interval: self.retention_interval.0,
+            auth_file: self.auth_file,
+            reload_interval: self.reload_interval.0,
             core,
             ..ServerConfig::default()
         };

@@ -84,6 +84,47 @@ enum Command {
     /// Record a group's heartbeat arrivals (the coordinator's clock) as CSV, for
     /// `rollcall-bench detector`.
     Trace(TraceArgs),
+    /// Read a password on standard input and print its SCRAM-SHA-256 credential, for a
+    /// user's entry in the auth file (`--auth-file`). The password is not stored.
+    HashPassword(HashPasswordArgs),
+}
+
+#[derive(Debug, Args)]
+struct HashPasswordArgs {
+    /// PBKDF2 iterations: more makes each guess at a stolen credential slower (and each
+    /// client login too).
+    #[arg(long, default_value_t = rollcall_protocol::scram::DEFAULT_ITERATIONS)]
+    iterations: u32,
+}
+
+/// `rollcall hash-password`: one line of standard input (without its line end) is the
+/// password.
+fn hash_password(args: HashPasswordArgs) -> ExitCode {
+    use std::io::{BufRead, IsTerminal};
+    let stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        eprint!("password (shown as typed; pipe it in to hide it): ");
+    }
+    let mut line = String::new();
+    if let Err(e) = stdin.lock().read_line(&mut line) {
+        eprintln!("rollcall: cannot read the password: {e}");
+        return ExitCode::from(EXIT_RUNTIME);
+    }
+    let password = line.trim_end_matches(['\n', '\r']);
+    if password.is_empty() {
+        eprintln!("rollcall: the password is empty");
+        return ExitCode::from(EXIT_CONFIG);
+    }
+    match rollcall_protocol::scram::StoredCredential::generate(password, args.iterations) {
+        Ok(credential) => {
+            println!("{credential}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("rollcall: {e}");
+            ExitCode::from(EXIT_CONFIG)
+        }
+    }
 }
 
 /// Runs the command line with the process's arguments.
@@ -127,6 +168,7 @@ where
         }
         Command::Admin(command) => admin_command(command),
         Command::Trace(args) => trace_command(args),
+        Command::HashPassword(args) => hash_password(args),
     }
 }
 

@@ -77,6 +77,11 @@ pub struct ServerConfig {
     pub retention_interval: Duration,
     /// How often each shard refreshes the group and member gauges.
     pub stats_interval: Duration,
+    /// The auth file (users and access rules, see `rollcall serve --help`); when set,
+    /// every connection must authenticate and everything not allowed is denied.
+    pub auth_file: Option<PathBuf>,
+    /// How often the auth file is checked for changes (it is also reloaded on SIGHUP).
+    pub reload_interval: Duration,
     /// The core's limits and tunables. `member_id_suffix` is made unique per start and
     /// per shard by the server.
     pub core: CoreConfig,
@@ -100,6 +105,8 @@ impl Default for ServerConfig {
             offsets_retention: Duration::from_secs(7 * 24 * 60 * 60),
             retention_interval: Duration::from_secs(60 * 60),
             stats_interval: Duration::from_secs(1),
+            auth_file: None,
+            reload_interval: Duration::from_secs(10),
             core: CoreConfig {
                 // The largest that keeps every push and a one-member Describe answer
                 // within the default 1 MiB frame (see `largest_member_answer`).
@@ -212,6 +219,9 @@ impl ServerConfig {
                     self.send_buffer_bytes, self.max_frame_size
                 ),
             ));
+        }
+        if self.reload_interval.is_zero() {
+            return Err(InvalidConfig::new("reload-interval", "must be more than 0"));
         }
         if self.handshake_timeout.is_zero() {
             return Err(InvalidConfig::new(

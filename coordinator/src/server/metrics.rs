@@ -133,6 +133,14 @@ fn describe() {
         "Protocol errors and misbehaving connections, by kind."
     );
     describe_counter!(
+        "rollcall_authentications_total",
+        "Authentication exchanges that ended, by result (ok, failed)."
+    );
+    describe_counter!(
+        "rollcall_requests_denied_total",
+        "Requests refused by the access checks, by API and reason (authentication_required, not_authorized); a Heartbeats request counts each denied beat."
+    );
+    describe_counter!(
         "rollcall_store_batches_total",
         "Batches of records made durable."
     );
@@ -272,6 +280,10 @@ pub(crate) struct Metrics {
     pub(crate) suspected: Counter,
     pub(crate) recovered: Counter,
     shadow_verdicts: Vec<Counter>,
+    pub(crate) authentications_ok: Counter,
+    pub(crate) authentications_failed: Counter,
+    /// Per API: authentication_required, then not_authorized.
+    denied: Vec<[Counter; 2]>,
 }
 
 impl Metrics {
@@ -313,6 +325,20 @@ impl Metrics {
             protocol_errors: ProtocolError::ALL
                 .iter()
                 .map(|k| metrics::counter!("rollcall_protocol_errors_total", "kind" => k.as_str()))
+                .collect(),
+            authentications_ok: metrics::counter!("rollcall_authentications_total", "result" => "ok"),
+            authentications_failed: metrics::counter!("rollcall_authentications_total", "result" => "failed"),
+            denied: ApiKey::ALL
+                .iter()
+                .map(|k| {
+                    [ErrorCode::AuthenticationRequired, ErrorCode::NotAuthorized].map(|c| {
+                        metrics::counter!(
+                            "rollcall_requests_denied_total",
+                            "api" => k.as_str(),
+                            "reason" => c.as_str()
+                        )
+                    })
+                })
                 .collect(),
             store_batches: metrics::counter!("rollcall_store_batches_total"),
             store_failures: metrics::counter!("rollcall_store_failures_total"),
@@ -365,6 +391,13 @@ impl Metrics {
 
     pub(crate) fn request(&self, api: ApiKey) -> &Counter {
         &self.requests[api as usize]
+    }
+
+    /// Requests refused by the access checks: `reason` is `AuthenticationRequired` or
+    /// (anything else) `NotAuthorized`.
+    pub(crate) fn denied(&self, api: ApiKey, reason: ErrorCode) -> &Counter {
+        let i = usize::from(reason != ErrorCode::AuthenticationRequired);
+        &self.denied[api as usize][i]
     }
 
     pub(crate) fn guard(&self, guard: Guard, transition: GuardTransition) -> &Counter {

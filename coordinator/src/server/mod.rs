@@ -34,6 +34,7 @@
 //!   send what it has (records durable, answers sent), sends every connection a
 //!   shutdown push, and closes them; members keep their sessions.
 
+mod auth;
 mod config;
 mod conn;
 mod events;
@@ -52,12 +53,14 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn};
 
+pub use self::auth::AuthFileError;
 pub use self::config::{
     format_duration, largest_member_answer, max_partitions_for, parse_duration, parse_size,
     InvalidConfig, ParseValueError, ServerConfig, StoreConfig, DEFAULT_MAX_PARTITIONS_PER_GROUP,
 };
 pub use self::shard::shard_of;
 
+use self::auth::Security;
 use self::conn::ConnContext;
 use self::metrics::Metrics;
 use self::registry::Registry;
@@ -84,6 +87,9 @@ pub enum ServerError {
         /// Why.
         source: std::io::Error,
     },
+    /// The auth file cannot be used.
+    #[error("{0}")]
+    Auth(#[from] AuthFileError),
     /// Graceful shutdown did not finish in time.
     #[error("shutdown did not finish within {0:?}; some answers were not sent")]
     ShutdownTimedOut(Duration),
@@ -103,6 +109,7 @@ pub struct Server {
     prometheus: Option<metrics_exporter_prometheus::PrometheusHandle>,
     committer: Arc<GroupCommitter>,
     cores: Vec<Coordinator>,
+    security: Option<Arc<Security>>,
 }
 
 impl Server {
@@ -110,6 +117,10 @@ impl Server {
     /// shards, and binds the listeners (port 0 picks a free port).
     pub async fn bind(config: ServerConfig) -> Result<Self, ServerError> {
         config.validate()?;
+        let security = match &config.auth_file {
+            Some(path) => Some(Arc::new(Security::load(path)?)),
+            None => None,
+        };
         let store = open_store(&config.store).await?;
         let loader = store.clone();
         let restored = tokio::task::spawn_blocking(move || loader.load())
@@ -154,6 +165,7 @@ impl Server {
             prometheus,
             committer,
             cores,
+            security,
         })
     }
 
@@ -192,6 +204,7 @@ impl Server {
             prometheus,
             committer,
             cores,
+            security,
         } = self;
         let metrics = Arc::new(Metrics::new());
         let registry = Arc::new(Registry::default());
@@ -259,11 +272,19 @@ impl Server {
             background.clone(),
         )));
 
+        if let Some(security) = &security {
+            helpers.push(tokio::spawn(
+                security
+                    .clone()
+                    .watch(config.reload_interval, background.clone()),
+            ));
+        }
         let ctx = Arc::new(ConnContext::new(
             shards.clone(),
             registry.clone(),
             metrics.clone(),
             &config,
+            security,
         ));
         let connections = TaskTracker::new();
         let (reading, mut readers_done) = mpsc::channel::<()>(1);

@@ -32,11 +32,13 @@ use tokio_util::codec::{Decoder, Framed};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+use super::auth::{ConnAuth, Operation, Security};
 use super::metrics::{Metrics, ProtocolError};
 use super::registry::{ConnHandle, ConnState, Registry, SendLimits};
 use super::shard::{shard_of, Handled, Joiner, Reply, Shard};
 use crate::core::ConnId;
 
+mod access;
 mod io;
 
 use io::linger;
@@ -70,6 +72,8 @@ pub(crate) struct ConnContext {
     /// goodbye with a shutdown push and close.
     pub(crate) close: CancellationToken,
     pub(crate) rejecting: Arc<Semaphore>,
+    /// Users and access rules; `None`: no authentication, everything allowed.
+    pub(crate) security: Option<Arc<Security>>,
 }
 
 impl ConnContext {
@@ -78,6 +82,7 @@ impl ConnContext {
         registry: Arc<Registry>,
         metrics: Arc<Metrics>,
         config: &super::ServerConfig,
+        security: Option<Arc<Security>>,
     ) -> Self {
         let limits = Arc::new(SendLimits {
             frames: config.send_buffer,
@@ -102,6 +107,7 @@ impl ConnContext {
             stopping: AtomicBool::new(false),
             close: CancellationToken::new(),
             rejecting: Arc::new(Semaphore::new(MAX_REJECTING)),
+            security,
         }
     }
 }
@@ -220,6 +226,8 @@ struct Connection {
     handle: ConnHandle,
     state: Arc<ConnState>,
     handshaken: bool,
+    /// Authentication and access checks, when the server has an auth file.
+    auth: Option<Box<ConnAuth>>,
     /// Shards this connection sent requests to, to tell them when it closes.
     used_shards: Vec<bool>,
     /// What has arrived and is not a whole frame yet (empty, and unallocated, between
@@ -247,6 +255,7 @@ impl Connection {
             handle,
             state,
             handshaken: false,
+            auth: None,
             used_shards,
             read: BytesMut::new(),
             writing: VecDeque::new(),
@@ -542,6 +551,11 @@ impl Connection {
                 .record(received.elapsed().as_secs_f64());
             return None;
         }
+        let request = match self.check_access(correlation_id, request, received) {
+            access::Access::Pass(request) => request,
+            access::Access::Answered => return None,
+            access::Access::Exit(exit) => return Some(exit),
+        };
         let shard = match &request {
             Request::Heartbeats(r) => {
                 if r.beats.is_empty() || r.beats.len() > MAX_BEATS {
@@ -564,7 +578,7 @@ impl Connection {
                     let Request::Heartbeats(r) = request else {
                         return None;
                     };
-                    return self.split_heartbeats(correlation_id, r, received);
+                    return self.split_heartbeats(correlation_id, r, received, &[]);
                 }
                 first
             }
@@ -610,25 +624,45 @@ impl Connection {
         }
     }
 
-    /// A Heartbeats request whose beats belong to several shards: each shard gets its
-    /// beats, and one answer goes back once every shard has answered its part.
+    /// A Heartbeats request whose beats belong to several shards, or some of whose
+    /// beats are denied (`denied[i]`; empty when none is): each shard gets its beats,
+    /// denied beats are answered `not_authorized`, and one answer goes back once every
+    /// part is answered.
     fn split_heartbeats(
         &mut self,
         correlation_id: u32,
         request: HeartbeatsRequest,
         received: Instant,
+        denied: &[bool],
     ) -> Option<Exit> {
         let shards = self.ctx.shards.len();
         let beats = request.beats.len();
         let mut parts: Vec<(Vec<usize>, Vec<_>)> =
             (0..shards).map(|_| Default::default()).collect();
+        let mut refused = Vec::new();
         for (i, beat) in request.beats.into_iter().enumerate() {
+            if denied.get(i).copied().unwrap_or(false) {
+                refused.push(i);
+                continue;
+            }
             let part = &mut parts[shard_of(&beat.group, shards)];
             part.0.push(i);
             part.1.push(beat);
         }
-        let used = parts.iter().filter(|p| !p.0.is_empty()).count();
+        let used =
+            parts.iter().filter(|p| !p.0.is_empty()).count() + usize::from(!refused.is_empty());
         let joiner = Joiner::new(self.handle.clone(), correlation_id, received, beats, used);
+        if !refused.is_empty() {
+            Reply::Part {
+                joiner: joiner.clone(),
+                indices: refused,
+            }
+            .deliver(
+                access::not_authorized(ApiKey::Heartbeats),
+                &self.ctx.metrics,
+                true,
+            );
+        }
         let mut exit = None;
         for (shard, (indices, beats)) in parts.into_iter().enumerate() {
             if indices.is_empty() {
@@ -657,6 +691,10 @@ impl Connection {
             }
         }
         groups.sort_by(|a, b| a.group.cmp(&b.group));
+        if let Some(auth) = &mut self.auth {
+            // Groups the principal may not describe are not shown: not even their names.
+            groups.retain(|g| auth.allows(Operation::Describe, &g.group));
+        }
         let response = failure.unwrap_or(Response::ListGroups(ListGroupsResponse { groups }));
         self.reply(correlation_id, response, ApiKey::ListGroups, received);
     }
@@ -793,6 +831,7 @@ mod tests {
             Arc::new(Registry::default()),
             Arc::new(Metrics::new()),
             &super::super::ServerConfig::default(),
+            None,
         ));
         let (reading, _done) = mpsc::channel(1);
         let task = Connection::new(ctx, 1, peer).serve(stream, reading);
