@@ -26,6 +26,55 @@ pub struct ClientConfig {
     pub reconnect_max: Duration,
     /// The largest frame accepted from the coordinator, bytes. Default 1 MiB.
     pub max_frame_size: usize,
+    /// The user and password every connection authenticates with (SCRAM-SHA-256),
+    /// after the version handshake. `None` (the default): no authentication, for a
+    /// coordinator without an auth file, or one that takes the client certificate's
+    /// name as the principal.
+    pub credentials: Option<Credentials>,
+}
+
+impl ClientConfig {
+    /// Authenticates every connection as `username` with `password`.
+    pub fn with_credentials(
+        mut self,
+        username: impl Into<String>,
+        password: impl Into<String>,
+    ) -> Self {
+        self.credentials = Some(Credentials::new(username, password));
+        self
+    }
+}
+
+/// A user and password for SCRAM-SHA-256. The password is never sent: the client
+/// proves it knows it, and checks that the coordinator holds the user's credential.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    /// The user.
+    pub username: String,
+    password: String,
+}
+
+impl Credentials {
+    /// A user and its password.
+    pub fn new(username: impl Into<String>, password: impl Into<String>) -> Self {
+        Self {
+            username: username.into(),
+            password: password.into(),
+        }
+    }
+
+    pub(crate) fn password(&self) -> &str {
+        &self.password
+    }
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("username", &self.username)
+            .field("password", &"<redacted>")
+            .finish()
+    }
 }
 
 impl Default for ClientConfig {
@@ -36,6 +85,7 @@ impl Default for ClientConfig {
             reconnect_base: Duration::from_millis(50),
             reconnect_max: Duration::from_secs(5),
             max_frame_size: DEFAULT_MAX_FRAME_SIZE,
+            credentials: None,
         }
     }
 }

@@ -113,6 +113,11 @@ pub enum ConnectError {
     /// The coordinator sent something other than a handshake answer, or closed.
     #[error("handshake failed: {0}")]
     Protocol(String),
+    /// Authentication failed: wrong user or password, a coordinator that does not
+    /// authenticate, or one that does not hold the user's credential (it may not be the
+    /// real coordinator).
+    #[error("authentication failed: {0}")]
+    Authentication(String),
 }
 
 /// Why a member is finished. Carried by [`Event::Fatal`](crate::Event::Fatal) and by

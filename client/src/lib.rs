@@ -110,7 +110,7 @@ pub mod raw;
 mod types;
 
 pub use client::{Client, Events, Member};
-pub use config::{ClientConfig, MemberConfig};
+pub use config::{ClientConfig, Credentials, MemberConfig};
 pub use error::{
     CommitError, ConfigError, ConnectError, FatalError, JoinError, LeaveError, RequestError,
 };

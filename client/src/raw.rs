@@ -19,13 +19,14 @@ use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use rollcall_protocol::{
-    supported_versions, ApiVersionsRequest, ApiVersionsResponse, Body, Codec, Frame, FrameError,
-    Request, Response,
+    scram, supported_versions, ApiVersionsRequest, ApiVersionsResponse, AuthenticateRequest,
+    AuthenticateResponse, Body, Codec, Frame, FrameError, Request, Response,
 };
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpStream, ToSocketAddrs};
 use tokio_util::codec::Framed;
 
+use crate::config::Credentials;
 use crate::error::ConnectError;
 
 /// A TCP connection speaking rollcall frames.
@@ -77,6 +78,85 @@ where
         other => Err(ConnectError::Protocol(format!(
             "unexpected handshake answer: {other:?}"
         ))),
+    }
+}
+
+/// Authenticates the connection as `credentials` (SCRAM-SHA-256, two Authenticate
+/// requests under `correlation_id` and the one after it), skipping any push that
+/// arrives meanwhile. Returns the principal the coordinator gave the connection.
+///
+/// The coordinator's last message is checked too: a coordinator that does not hold the
+/// user's credential (an impostor) fails here even if it would accept the client.
+pub async fn authenticate<T>(
+    transport: &mut Framed<T, Codec>,
+    correlation_id: u32,
+    credentials: &Credentials,
+) -> Result<String, ConnectError>
+where
+    T: AsyncRead + AsyncWrite + Unpin,
+{
+    let failed = |e: scram::ScramError| ConnectError::Authentication(e.to_string());
+    let client =
+        scram::ScramClient::new(&credentials.username, credentials.password()).map_err(failed)?;
+    let first = exchange(transport, correlation_id, client.client_first()).await?;
+    if first.complete {
+        return Err(ConnectError::Authentication(
+            "the coordinator ended the exchange after one step".into(),
+        ));
+    }
+    let (client, last) = client.handle_server_first(&first.payload).map_err(failed)?;
+    let done = exchange(transport, correlation_id.wrapping_add(1), last).await?;
+    if !done.complete {
+        return Err(ConnectError::Authentication(
+            "the coordinator did not end the exchange".into(),
+        ));
+    }
+    client.verify(&done.payload).map_err(failed)?;
+    Ok(done.principal)
+}
+
+/// One Authenticate step: sends `payload`, returns the coordinator's answer.
+async fn exchange<T>(
+    transport: &mut Framed<T, Codec>,
+    correlation_id: u32,
+    payload: String,
+) -> Result<AuthenticateResponse, ConnectError>
+where
+    T: AsyncRead + AsyncWrite + Unpin,
+{
+    let request = Request::Authenticate(AuthenticateRequest {
+        mechanism: scram::MECHANISM.to_owned(),
+        payload,
+    });
+    transport
+        .send(Frame::request(correlation_id, request))
+        .await
+        .map_err(frame_error)?;
+    loop {
+        match transport.next().await {
+            None => return Err(ConnectError::Protocol("connection closed".into())),
+            Some(Err(e)) => return Err(frame_error(e)),
+            Some(Ok(frame)) => match frame.body {
+                Body::Push(_) => continue,
+                Body::Response(r) if frame.correlation_id == correlation_id => {
+                    return match r {
+                        Response::Authenticate(a) => Ok(a),
+                        Response::Error(e) => Err(ConnectError::Authentication(format!(
+                            "{}: {}",
+                            e.code, e.message
+                        ))),
+                        other => Err(ConnectError::Protocol(format!(
+                            "unexpected answer to Authenticate: {other:?}"
+                        ))),
+                    }
+                }
+                other => {
+                    return Err(ConnectError::Protocol(format!(
+                        "unexpected frame during authentication: {other:?}"
+                    )))
+                }
+            },
+        }
     }
 }
 

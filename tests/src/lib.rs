@@ -92,6 +92,19 @@ impl RawClient {
         }
     }
 
+    /// Authenticates as `user` with `password` (SCRAM-SHA-256); returns the principal.
+    pub async fn authenticate(
+        &mut self,
+        user: &str,
+        password: &str,
+    ) -> Result<String, rollcall_client::ConnectError> {
+        let id = self.next_id();
+        self.next_id();
+        let credentials = rollcall_client::Credentials::new(user, password);
+        let exchange = rollcall_client::raw::authenticate(&mut self.framed, id, &credentials);
+        bounded("authenticate", exchange).await
+    }
+
     /// The next correlation id.
     pub fn next_id(&mut self) -> u32 {
         let id = self.next_id;
@@ -307,7 +320,11 @@ pub struct Member {
 impl Member {
     /// Connects, handshakes and joins.
     pub async fn join(addr: SocketAddr, request: JoinRequest) -> Self {
-        let mut client = RawClient::connected(addr).await;
+        Self::join_on(RawClient::connected(addr).await, request).await
+    }
+
+    /// Joins on a connection already handshaken (and authenticated, where it must be).
+    pub async fn join_on(mut client: RawClient, request: JoinRequest) -> Self {
         let group = request.group.clone();
         let response = client.request(Request::Join(request)).await;
         let Response::Join(joined) = response else {

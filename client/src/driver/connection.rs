@@ -31,6 +31,10 @@ pub(crate) async fn open(addr: &str, config: &ClientConfig) -> Result<Connection
             &config.client_software,
         )
         .await?;
+        if let Some(credentials) = &config.credentials {
+            // The handshake's answer is in: its correlation ids are free again.
+            crate::raw::authenticate(&mut transport, HANDSHAKE_CORRELATION, credentials).await?;
+        }
         let needed = [
             (ApiKey::Join as u16, "join"),
             (ApiKey::Heartbeat as u16, "heartbeat"),

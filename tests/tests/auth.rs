@@ -1,0 +1,437 @@
+//! Authentication and per-group authorisation, end to end over TCP: a coordinator with
+//! an auth file refuses the unauthenticated, closes on a wrong password, and keeps each
+//! principal to the groups its rules name, for every operation; the client crate
+//! authenticates with credentials; a changed file takes effect without a restart.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use rollcall_client::{Client, ClientConfig, ConnectError, Event, MemberConfig};
+use rollcall_coordinator::server::{ServerConfig, ServerHandle};
+use rollcall_protocol::scram::StoredCredential;
+use rollcall_protocol::{
+    CommitOffsetsRequest, DescribeGroupRequest, ErrorCode, FetchOffsetsRequest, HeartbeatRequest,
+    HeartbeatsRequest, LeaveMode, LeaveRequest, OffsetCommit, RelinquishRequest, Request, Response,
+    TraceGroupRequest,
+};
+use rollcall_tests::{bounded, join, start, test_config, Member, RawClient, TempDir};
+
+/// Low iterations keep the tests quick; the protocol's floor is 4096.
+const ITERATIONS: u32 = 4096;
+
+fn credential(password: &str) -> String {
+    StoredCredential::generate(password, ITERATIONS)
+        .unwrap()
+        .to_string()
+}
+
+/// alice may be a member of, commit to, fetch and describe `orders*`; bob the same on
+/// `billing`; ops may describe and administer everything.
+fn auth_file(dir: &TempDir) -> std::path::PathBuf {
+    let path = dir.path().join("auth.toml");
+    let text = format!(
+        r#"
+[users]
+alice = "{alice}"
+bob = "{bob}"
+ops = "{ops}"
+
+[[acl]]
+principals = ["alice"]
+groups = ["orders"]
+group-prefixes = ["orders-"]
+operations = ["join", "commit", "fetch", "describe"]
+
+[[acl]]
+principals = ["bob"]
+groups = ["billing"]
+operations = ["join", "commit", "fetch", "describe"]
+
+[[acl]]
+principals = ["ops"]
+group-prefixes = [""]
+operations = ["describe", "admin"]
+"#,
+        alice = credential("alice-pw"),
+        bob = credential("bob-pw"),
+        ops = credential("ops-pw"),
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+async fn secured(dir: &TempDir) -> (ServerHandle, std::path::PathBuf) {
+    let path = auth_file(dir);
+    let server = start(ServerConfig {
+        auth_file: Some(path.clone()),
+        reload_interval: Duration::from_millis(50),
+        ..test_config()
+    })
+    .await;
+    (server, path)
+}
+
+async fn as_user(addr: SocketAddr, user: &str, password: &str) -> RawClient {
+    let mut client = RawClient::connected(addr).await;
+    let principal = client
+        .authenticate(user, password)
+        .await
+        .unwrap_or_else(|e| panic!("{user} authenticates: {e}"));
+    assert_eq!(principal, user);
+    client
+}
+
+fn code(response: &Response) -> ErrorCode {
+    match response {
+        Response::Error(e) => e.code,
+        _ => ErrorCode::None,
+    }
+}
+
+fn message(response: &Response) -> String {
+    match response {
+        Response::Error(e) => e.message.clone(),
+        other => format!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn nothing_but_the_handshake_and_authentication_before_authenticating() {
+    let dir = TempDir::new("auth-required");
+    let (server, _) = secured(&dir).await;
+    let mut client = RawClient::connected(server.local_addr()).await;
+    for request in [
+        Request::Join(join("orders", "t", 4, 10_000)),
+        Request::ListGroups,
+        Request::FetchOffsets(FetchOffsetsRequest {
+            group: "orders".into(),
+            topics: vec![],
+        }),
+    ] {
+        let answer = client.request(request).await;
+        assert_eq!(
+            code(&answer),
+            ErrorCode::AuthenticationRequired,
+            "{answer:?}"
+        );
+        assert!(message(&answer).contains("Authenticate"), "{answer:?}");
+    }
+    // Still open: authenticating now works.
+    assert_eq!(
+        client.authenticate("alice", "alice-pw").await.unwrap(),
+        "alice"
+    );
+    let joined = client
+        .request(Request::Join(join("orders", "t", 4, 10_000)))
+        .await;
+    assert!(matches!(joined, Response::Join(_)), "{joined:?}");
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_wrong_password_or_an_unknown_user_fails_alike_and_closes_the_connection() {
+    let dir = TempDir::new("auth-wrong");
+    let (server, _) = secured(&dir).await;
+    let mut messages = Vec::new();
+    for (user, password) in [("alice", "wrong"), ("mallory", "alice-pw")] {
+        let mut client = RawClient::connected(server.local_addr()).await;
+        let failed = client.authenticate(user, password).await;
+        let Err(ConnectError::Authentication(m)) = failed else {
+            panic!("{user}: expected an authentication failure, got {failed:?}");
+        };
+        assert!(m.contains("authentication_failed"), "{m}");
+        messages.push(m);
+        assert!(
+            client.closed_within(Duration::from_secs(3)).await,
+            "the connection closes after a failed authentication"
+        );
+    }
+    assert_eq!(
+        messages[0], messages[1],
+        "an unknown user reads as a wrong password"
+    );
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_coordinator_without_an_auth_file_refuses_to_authenticate() {
+    let server = start(test_config()).await;
+    let mut client = RawClient::connected(server.local_addr()).await;
+    let failed = client.authenticate("alice", "alice-pw").await;
+    let Err(ConnectError::Authentication(m)) = failed else {
+        panic!("{failed:?}");
+    };
+    assert!(m.contains("does not authenticate"), "{m}");
+    server.shutdown().await.unwrap();
+}
+
+/// alice, a member of `orders`, tries every operation on bob's group `billing` (and on
+/// a group that does not exist): each is refused alike, and bob is undisturbed.
+#[tokio::test]
+async fn a_member_of_one_group_can_do_nothing_to_another_nor_learn_of_it() {
+    let dir = TempDir::new("auth-cross");
+    let (server, _) = secured(&dir).await;
+    let addr = server.local_addr();
+    let bob_conn = as_user(addr, "bob", "bob-pw").await;
+    let mut bob = Member::join_on(bob_conn, join("billing", "t", 4, 10_000)).await;
+    bounded("bob's assignment", async {
+        while bob.owned_count() < 4 {
+            bob.tick(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let alice_conn = as_user(addr, "alice", "alice-pw").await;
+    let mut alice = Member::join_on(alice_conn, join("orders", "t", 2, 10_000)).await;
+
+    let commit = |group: &str, member_id: Option<String>| {
+        Request::CommitOffsets(CommitOffsetsRequest {
+            group: group.into(),
+            member_id,
+            generation: 1,
+            offsets: vec![OffsetCommit {
+                topic: "t".into(),
+                partition: 0,
+                offset: 99,
+                metadata: String::new(),
+            }],
+        })
+    };
+    let beat = |group: &str, member_id: &str| HeartbeatRequest {
+        group: group.into(),
+        member_id: member_id.into(),
+        generation: 1,
+        sequence: 1,
+        progress: 1,
+        acked_revocations: vec![],
+    };
+    for group in ["billing", "no-such-group"] {
+        let attempts = [
+            ("join", Request::Join(join(group, "t", 4, 10_000))),
+            ("heartbeat", Request::Heartbeat(beat(group, &bob.id))),
+            (
+                "leave",
+                Request::Leave(LeaveRequest {
+                    group: group.into(),
+                    member_id: bob.id.clone(),
+                    mode: LeaveMode::Released,
+                }),
+            ),
+            ("commit", commit(group, Some(bob.id.clone()))),
+            ("admin commit", commit(group, None)),
+            (
+                "fetch",
+                Request::FetchOffsets(FetchOffsetsRequest {
+                    group: group.into(),
+                    topics: vec![],
+                }),
+            ),
+            (
+                "describe",
+                Request::DescribeGroup(DescribeGroupRequest {
+                    group: group.into(),
+                    detection: true,
+                }),
+            ),
+            (
+                "trace",
+                Request::TraceGroup(TraceGroupRequest {
+                    group: group.into(),
+                    epoch: 0,
+                    cursor: 0,
+                }),
+            ),
+            (
+                "relinquish",
+                Request::Relinquish(RelinquishRequest {
+                    group: group.into(),
+                    member_id: bob.id.clone(),
+                }),
+            ),
+        ];
+        for (what, request) in attempts {
+            let answer = alice.client.request(request).await;
+            assert_eq!(
+                code(&answer),
+                ErrorCode::NotAuthorized,
+                "{what} on {group}: {answer:?}"
+            );
+            assert_eq!(
+                message(&answer),
+                "not authorized for this operation on this group",
+                "{what} on {group}: the answer must not tell whether the group exists"
+            );
+        }
+    }
+
+    // A Heartbeats frame: alice's own beat is handled, the one for billing refused.
+    let answer = alice
+        .client
+        .request(Request::Heartbeats(HeartbeatsRequest {
+            beats: vec![beat("orders", &alice.id), beat("billing", &bob.id)],
+        }))
+        .await;
+    let Response::Heartbeats(results) = answer else {
+        panic!("{answer:?}");
+    };
+    assert_eq!(results.results[0].code, ErrorCode::None, "{results:?}");
+    assert_eq!(
+        results.results[1].code,
+        ErrorCode::NotAuthorized,
+        "{results:?}"
+    );
+
+    // ListGroups shows alice her group only; ops sees both.
+    let listed = |r: Response| match r {
+        Response::ListGroups(l) => l.groups.into_iter().map(|g| g.group).collect::<Vec<_>>(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        listed(alice.client.request(Request::ListGroups).await),
+        ["orders"]
+    );
+    let mut ops = as_user(addr, "ops", "ops-pw").await;
+    assert_eq!(
+        listed(ops.request(Request::ListGroups).await),
+        ["billing", "orders"]
+    );
+    // ops may administer but not be a member.
+    let answer = ops
+        .request(Request::Join(join("billing", "t", 4, 10_000)))
+        .await;
+    assert_eq!(code(&answer), ErrorCode::NotAuthorized);
+
+    // Bob was not touched: still a member with all four partitions and offsets unset.
+    let answer = bob.heartbeat().await;
+    assert!(matches!(answer, Response::Heartbeat(_)), "{answer:?}");
+    assert_eq!(bob.owned_count(), 4);
+    assert!(bob.expelled.is_none());
+    let fetched = bob
+        .client
+        .request(Request::FetchOffsets(FetchOffsetsRequest {
+            group: "billing".into(),
+            topics: vec![],
+        }))
+        .await;
+    let Response::FetchOffsets(fetched) = fetched else {
+        panic!("{fetched:?}");
+    };
+    assert!(fetched.offsets.is_empty(), "{fetched:?}");
+    server.shutdown().await.unwrap();
+}
+
+fn client_config() -> ClientConfig {
+    let mut c = ClientConfig::default();
+    c.connect_timeout = Duration::from_secs(2);
+    c.reconnect_base = Duration::from_millis(20);
+    c.reconnect_max = Duration::from_millis(200);
+    c
+}
+
+#[tokio::test]
+async fn the_client_crate_authenticates_with_its_credentials() {
+    let dir = TempDir::new("auth-client");
+    let (server, _) = secured(&dir).await;
+    let addr = server.local_addr();
+
+    let wrong = Client::connect(addr, client_config().with_credentials("alice", "nope")).await;
+    assert!(
+        matches!(&wrong, Err(ConnectError::Authentication(m)) if m.contains("authentication_failed")),
+        "{wrong:?}"
+    );
+    let anonymous = bounded("connect", Client::connect(addr, client_config()))
+        .await
+        .unwrap();
+    let refused = bounded(
+        "join",
+        anonymous.join(MemberConfig::new("orders", [("t", 2)])),
+    )
+    .await;
+    assert!(
+        format!("{:?}", refused.err()).contains("AuthenticationRequired"),
+        "a join without credentials is refused for want of them"
+    );
+
+    let client = bounded(
+        "connect",
+        Client::connect(addr, client_config().with_credentials("alice", "alice-pw")),
+    )
+    .await
+    .expect("alice connects");
+    let member = bounded(
+        "join",
+        client.join(MemberConfig::new("orders-eu", [("t", 2)])),
+    )
+    .await
+    .expect("alice may join orders-eu");
+    bounded("assignment", async {
+        loop {
+            if let Some(Event::Assigned { partitions, .. }) = member.next_event().await {
+                if !partitions.is_empty() {
+                    return;
+                }
+            }
+        }
+    })
+    .await;
+    let refused = bounded(
+        "join billing",
+        client.join(MemberConfig::new("billing", [("t", 2)])),
+    )
+    .await;
+    assert!(
+        format!("{:?}", refused.err()).contains("NotAuthorized"),
+        "alice may not join billing"
+    );
+    server.shutdown().await.unwrap();
+}
+
+/// Rules and users change with the file, without a restart: a rule taken away denies at
+/// once; a user taken away must authenticate again (and cannot).
+#[tokio::test]
+async fn a_changed_auth_file_takes_effect_without_a_restart() {
+    let dir = TempDir::new("auth-reload");
+    let (server, path) = secured(&dir).await;
+    let mut alice = as_user(server.local_addr(), "alice", "alice-pw").await;
+    let fetch = || {
+        Request::FetchOffsets(FetchOffsetsRequest {
+            group: "orders".into(),
+            topics: vec![],
+        })
+    };
+    assert_eq!(code(&alice.request(fetch()).await), ErrorCode::None);
+
+    let original = std::fs::read_to_string(&path).unwrap();
+    let without_rules = original.split("[[acl]]").next().unwrap().to_owned();
+    std::fs::write(&path, &without_rules).unwrap();
+    wait_for_code(&mut alice, fetch, ErrorCode::NotAuthorized).await;
+
+    // A file that does not parse changes nothing.
+    std::fs::write(&path, "[[acl]]\nbroken = true\n").unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        code(&alice.request(fetch()).await),
+        ErrorCode::NotAuthorized
+    );
+
+    // Without alice in it, her connection is no longer authenticated.
+    let bob_only: String = without_rules
+        .lines()
+        .filter(|l| !l.starts_with("alice"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&path, bob_only).unwrap();
+    wait_for_code(&mut alice, fetch, ErrorCode::AuthenticationRequired).await;
+    server.shutdown().await.unwrap();
+}
+
+async fn wait_for_code(client: &mut RawClient, request: impl Fn() -> Request, want: ErrorCode) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let got = code(&client.request(request()).await);
+        if got == want {
+            return;
+        }
+        assert!(Instant::now() < deadline, "still {got} rather than {want}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
