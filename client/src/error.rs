@@ -113,6 +113,11 @@ pub enum ConnectError {
     /// The coordinator sent something other than a handshake answer, or closed.
     #[error("handshake failed: {0}")]
     Protocol(String),
+    /// TLS failed: a certificate or key file that cannot be used, the coordinator's
+    /// certificate refused (expired, unknown issuer, another name), the client's refused
+    /// by the coordinator, or a coordinator that does not speak TLS.
+    #[error("TLS: {0}")]
+    Tls(String),
 }
 
 /// Why a member is finished. Carried by [`Event::Fatal`](crate::Event::Fatal) and by
