@@ -6,6 +6,7 @@ use std::time::Duration;
 use rollcall_protocol::DEFAULT_MAX_FRAME_SIZE;
 
 use crate::error::ConfigError;
+use crate::tls::TlsConfig;
 use crate::types::TopicSubscription;
 
 /// How a [`Client`](crate::Client) connects, and reconnects after losing its connection.
@@ -26,6 +27,10 @@ pub struct ClientConfig {
     pub reconnect_max: Duration,
     /// The largest frame accepted from the coordinator, bytes. Default 1 MiB.
     pub max_frame_size: usize,
+    /// TLS, for a coordinator whose listener speaks it; `None` (the default): plain TCP.
+    /// A TLS failure while reconnecting (a certificate that expired, say) is retried
+    /// with backoff like any other failed attempt, and logged.
+    pub tls: Option<TlsConfig>,
     /// The user and password every connection authenticates with (SCRAM-SHA-256),
     /// after the version handshake. `None` (the default): no authentication, for a
     /// coordinator without an auth file, or one that takes the client certificate's
@@ -86,6 +91,26 @@ impl Default for ClientConfig {
             reconnect_max: Duration::from_secs(5),
             max_frame_size: DEFAULT_MAX_FRAME_SIZE,
             credentials: None,
+            tls: None,
+        }
+    }
+}
+
+impl ClientConfig {
+    /// Connects over TLS.
+    pub fn with_tls(mut self, tls: TlsConfig) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// How each connection attempt is made.
+    pub(crate) fn connect_options(&self) -> crate::raw::ConnectOptions {
+        crate::raw::ConnectOptions {
+            client_software: self.client_software.clone(),
+            timeout: self.connect_timeout,
+            tls: self.tls.clone(),
+            max_frame_size: self.max_frame_size,
+            credentials: self.credentials.clone(),
         }
     }
 }

@@ -118,6 +118,11 @@ pub enum ConnectError {
     /// real coordinator).
     #[error("authentication failed: {0}")]
     Authentication(String),
+    /// TLS failed: a certificate or key file that cannot be used, the coordinator's
+    /// certificate refused (expired, unknown issuer, another name), the client's refused
+    /// by the coordinator, or a coordinator that does not speak TLS.
+    #[error("TLS: {0}")]
+    Tls(String),
 }
 
 /// Why a member is finished. Carried by [`Event::Fatal`](crate::Event::Fatal) and by

@@ -107,6 +107,7 @@ mod driver;
 mod error;
 mod membership;
 pub mod raw;
+mod tls;
 mod types;
 
 pub use client::{Client, Events, Member};
@@ -119,6 +120,7 @@ pub use rollcall_protocol::ErrorCode;
 /// The protocol's expulsion reasons, re-exported on purpose: see
 /// [Protocol types](crate#protocol-types).
 pub use rollcall_protocol::ExpelReason;
+pub use tls::TlsConfig;
 pub use types::{
     Assignment, Committed, Event, LostReason, Offset, PartitionSet, TopicPartition,
     TopicSubscription,

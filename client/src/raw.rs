@@ -1,36 +1,206 @@
 //! The protocol one level below [`Client`](crate::Client): a framed connection with the
 //! version handshake done, for tools that send requests by hand (the `rollcall` admin
-//! commands, load generators, end-to-end tests). The client's own driver opens its
-//! connections through [`handshake`] too, so there is one copy of the handshake.
+//! commands, load generators, end-to-end tests).
+//!
+//! Every connection this crate makes, the client's own included, is opened by [`open`]
+//! (or, plain TCP to an address of any form, [`connect`]): TCP, then TLS if asked for,
+//! then the version handshake. There is one copy of each step.
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use rollcall_client::raw::Connection;
+//! use rollcall_client::raw::{ConnectOptions, Connection};
+//! use rollcall_client::TlsConfig;
 //! use rollcall_protocol::Request;
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! let mut conn = Connection::connect("127.0.0.1:7070", "my-tool/1", Duration::from_secs(5)).await?;
 //! let groups = conn.request(Request::ListGroups).await?;
+//!
+//! // The same over TLS, trusting the coordinator's CA.
+//! let options = ConnectOptions::new("my-tool/1").with_tls(TlsConfig::from_files("ca.pem", None));
+//! let mut conn = Connection::connect_with("localhost:7070", &options).await?;
 //! # Ok(())
 //! # }
 //! ```
 
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use rollcall_protocol::{
     scram, supported_versions, ApiVersionsRequest, ApiVersionsResponse, AuthenticateRequest,
     AuthenticateResponse, Body, Codec, Frame, FrameError, Request, Response,
+    DEFAULT_MAX_FRAME_SIZE,
 };
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, ToSocketAddrs};
 use tokio_util::codec::Framed;
 
 use crate::config::Credentials;
 use crate::error::ConnectError;
+use crate::tls::TlsConfig;
 
-/// A TCP connection speaking rollcall frames.
-pub type Transport = Framed<TcpStream, Codec>;
+/// A connection speaking rollcall frames, over TCP or TLS.
+pub type Transport = Framed<Stream, Codec>;
+
+/// The bytes under a [`Transport`]: a TCP connection, or a TLS session over one.
+#[derive(Debug)]
+pub enum Stream {
+    /// Plain TCP.
+    Plain(TcpStream),
+    /// TLS over TCP.
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl Stream {
+    /// The TCP connection underneath.
+    pub fn tcp(&self) -> &TcpStream {
+        match self {
+            Self::Plain(s) => s,
+            Self::Tls(s) => s.get_ref().0,
+        }
+    }
+
+    /// Whether the connection is TLS.
+    pub fn is_tls(&self) -> bool {
+        matches!(self, Self::Tls(_))
+    }
+
+    /// The TCP connection of a plain stream; `None` over TLS, whose bytes belong to the
+    /// session.
+    pub fn into_plain(self) -> Option<TcpStream> {
+        match self {
+            Self::Plain(s) => Some(s),
+            Self::Tls(_) => None,
+        }
+    }
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Self::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Self::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Self::Tls(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Self::Plain(s) => s.is_write_vectored(),
+            Self::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_flush(cx),
+            Self::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Self::Tls(s) => Pin::new(&mut **s).poll_shutdown(cx),
+        }
+    }
+}
+
+/// How [`open`] connects.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ConnectOptions {
+    /// Sent in the version handshake, for the coordinator's logs.
+    pub client_software: String,
+    /// Bounds the whole attempt: TCP connect, TLS handshake and version handshake.
+    /// Default 5 s.
+    pub timeout: Duration,
+    /// TLS, if the coordinator's listener speaks it; `None` (the default): plain TCP.
+    pub tls: Option<TlsConfig>,
+    /// The largest frame accepted from the coordinator, bytes. Default 1 MiB.
+    pub max_frame_size: usize,
+    /// Authenticate as this user (SCRAM-SHA-256) after the version handshake; `None`
+    /// (the default): no authentication.
+    pub credentials: Option<Credentials>,
+}
+
+impl ConnectOptions {
+    /// Plain TCP, a 5 s timeout and 1 MiB frames, for `client_software`.
+    pub fn new(client_software: impl Into<String>) -> Self {
+        Self {
+            client_software: client_software.into(),
+            timeout: Duration::from_secs(5),
+            tls: None,
+            max_frame_size: DEFAULT_MAX_FRAME_SIZE,
+            credentials: None,
+        }
+    }
+
+    /// Sets the timeout of the whole attempt.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Connects over TLS.
+    pub fn with_tls(mut self, tls: TlsConfig) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Sets the largest frame accepted from the coordinator.
+    pub fn with_max_frame_size(mut self, max_frame_size: usize) -> Self {
+        self.max_frame_size = max_frame_size;
+        self
+    }
+
+    /// Authenticates as `credentials` after the version handshake.
+    pub fn with_credentials(mut self, credentials: Credentials) -> Self {
+        self.credentials = Some(credentials);
+        self
+    }
+}
+
+impl Default for ConnectOptions {
+    /// [`ConnectOptions::new`] with this crate's name and version as the software.
+    fn default() -> Self {
+        Self::new(concat!("rollcall-client/", env!("CARGO_PKG_VERSION")))
+    }
+}
+
+/// The correlation id of the version handshake on every connection: 1, as the
+/// protocol asks (0 is what the coordinator answers frames it cannot read with).
+pub const HANDSHAKE_CORRELATION_ID: u32 = 1;
 
 /// Sends `ApiVersions` under `correlation_id` and waits for its answer, skipping any
 /// push that arrives first. A refusal is [`ConnectError::Refused`]; a closed connection,
@@ -57,6 +227,11 @@ where
     let answer = loop {
         match transport.next().await {
             None => return Err(ConnectError::Protocol("connection closed".into())),
+            Some(Err(FrameError::TooLarge { declared, .. })) if looks_like_tls(declared) => {
+                return Err(ConnectError::Protocol(
+                    "the coordinator answered in TLS: connect with TLS".into(),
+                ))
+            }
             Some(Err(e)) => return Err(frame_error(e)),
             Some(Ok(frame)) => match frame.body {
                 Body::Push(_) => continue,
@@ -160,19 +335,96 @@ where
     }
 }
 
-/// Connects to `addr` with Nagle's algorithm off and handshakes (correlation id 0), all
-/// within `timeout`.
+/// Whether a length prefix is the start of a TLS record (an alert or a handshake
+/// message, version 3.x): a TLS listener's answer to a frame.
+fn looks_like_tls(declared: usize) -> bool {
+    let content_type = (declared >> 24) & 0xff;
+    let major = (declared >> 16) & 0xff;
+    matches!(content_type, 0x15 | 0x16) && major == 0x03
+}
+
+/// Opens a connection to `addr` (`host:port`): TCP with Nagle's algorithm off, then
+/// TLS if `options.tls` is set (checking the coordinator's certificate against the
+/// host, or the name the TLS configuration gives), then the version handshake
+/// (correlation id [`HANDSHAKE_CORRELATION_ID`]) and, with `options.credentials`,
+/// authentication, all within `options.timeout`.
+///
+/// This is how the client, the admin commands and the tools connect; whatever a
+/// connection must do before its first request is done in [`establish`], which this
+/// calls.
+pub async fn open(
+    addr: &str,
+    options: &ConnectOptions,
+) -> Result<(Transport, ApiVersionsResponse), ConnectError> {
+    let attempt = async {
+        let tcp = TcpStream::connect(addr).await?;
+        establish(tcp, crate::tls::host_of(addr), options).await
+    };
+    tokio::time::timeout(options.timeout, attempt)
+        .await
+        .unwrap_or(Err(ConnectError::Timeout))
+}
+
+/// Makes a connected TCP stream ready for requests: Nagle's algorithm off, the TLS
+/// handshake if `options.tls` is set (the coordinator's certificate checked against
+/// `host` unless the TLS configuration names another), then the version handshake,
+/// then authentication if `options.credentials` is set.
+/// No timeout of its own: the caller bounds it.
+pub async fn establish(
+    tcp: TcpStream,
+    host: &str,
+    options: &ConnectOptions,
+) -> Result<(Transport, ApiVersionsResponse), ConnectError> {
+    tcp.set_nodelay(true)?;
+    let stream = match &options.tls {
+        None => Stream::Plain(tcp),
+        Some(tls) => {
+            let connector = tls.connector()?;
+            let name = tls.name_for(host)?;
+            let session = connector.connect(name, tcp).await.map_err(tls_error)?;
+            Stream::Tls(Box::new(session))
+        }
+    };
+    let mut transport = Framed::new(stream, Codec::new(options.max_frame_size));
+    let versions = handshake(
+        &mut transport,
+        HANDSHAKE_CORRELATION_ID,
+        &options.client_software,
+    )
+    .await?;
+    if let Some(credentials) = &options.credentials {
+        // The handshake's answer is in: its correlation id is free again.
+        authenticate(&mut transport, HANDSHAKE_CORRELATION_ID, credentials).await?;
+    }
+    Ok((transport, versions))
+}
+
+/// An I/O error of the TLS handshake: what rustls said in words, a close during the
+/// handshake as such, anything else as I/O.
+fn tls_error(e: io::Error) -> ConnectError {
+    if let Some(message) = crate::tls::from_io(&e) {
+        return ConnectError::Tls(message);
+    }
+    if e.kind() == io::ErrorKind::UnexpectedEof {
+        return ConnectError::Tls(
+            "the coordinator closed the connection during the TLS handshake".into(),
+        );
+    }
+    ConnectError::Io(e)
+}
+
+/// Connects to `addr` over plain TCP with Nagle's algorithm off and handshakes
+/// (correlation id [`HANDSHAKE_CORRELATION_ID`]), all within `timeout`: [`open`] for an
+/// address of any form, without TLS.
 pub async fn connect(
     addr: impl ToSocketAddrs,
     client_software: &str,
     timeout: Duration,
 ) -> Result<(Transport, ApiVersionsResponse), ConnectError> {
+    let options = ConnectOptions::new(client_software).with_timeout(timeout);
     let attempt = async {
-        let stream = TcpStream::connect(addr).await?;
-        stream.set_nodelay(true)?;
-        let mut transport = Framed::new(stream, Codec::default());
-        let versions = handshake(&mut transport, 0, client_software).await?;
-        Ok((transport, versions))
+        let tcp = TcpStream::connect(addr).await?;
+        establish(tcp, "", &options).await
     };
     tokio::time::timeout(timeout, attempt)
         .await
@@ -191,8 +443,8 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// Connects and handshakes within `timeout`; each later request must also be answered
-    /// within `timeout`.
+    /// Connects over plain TCP and handshakes within `timeout`; each later request must
+    /// also be answered within `timeout`.
     pub async fn connect(
         addr: impl ToSocketAddrs,
         client_software: &str,
@@ -204,6 +456,18 @@ impl Connection {
             versions,
             next_id: 1,
             timeout,
+        })
+    }
+
+    /// Opens a connection with [`open`] (over TLS if `options` say so); each later
+    /// request must be answered within `options.timeout`.
+    pub async fn connect_with(addr: &str, options: &ConnectOptions) -> Result<Self, ConnectError> {
+        let (transport, versions) = open(addr, options).await?;
+        Ok(Self {
+            transport,
+            versions,
+            next_id: 1,
+            timeout: options.timeout,
         })
     }
 
@@ -244,10 +508,15 @@ impl Connection {
     }
 }
 
-/// A frame error as a connection failure: I/O stays I/O, the rest is a protocol error.
+/// A frame error as a connection failure: a TLS failure (such as the coordinator
+/// refusing the client's certificate, which TLS 1.3 reports after the handshake) is
+/// [`ConnectError::Tls`], other I/O stays I/O, the rest is a protocol error.
 pub(crate) fn frame_error(e: FrameError) -> ConnectError {
     match e {
-        FrameError::Io(e) => ConnectError::Io(e),
+        FrameError::Io(e) => match crate::tls::from_io(&e) {
+            Some(message) => ConnectError::Tls(message),
+            None => ConnectError::Io(e),
+        },
         other => ConnectError::Protocol(other.to_string()),
     }
 }

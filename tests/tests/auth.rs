@@ -64,7 +64,7 @@ async fn secured(dir: &TempDir) -> (ServerHandle, std::path::PathBuf) {
     let path = auth_file(dir);
     let server = start(ServerConfig {
         auth_file: Some(path.clone()),
-        reload_interval: Duration::from_millis(50),
+        auth_reload_interval: Duration::from_millis(50),
         ..test_config()
     })
     .await;
@@ -196,10 +196,10 @@ async fn a_member_of_one_group_can_do_nothing_to_another_nor_learn_of_it() {
             }],
         })
     };
-    let beat = |group: &str, member_id: &str| HeartbeatRequest {
+    let beat = |group: &str, member_id: &str, generation: u32| HeartbeatRequest {
         group: group.into(),
         member_id: member_id.into(),
-        generation: 1,
+        generation,
         sequence: 1,
         progress: 1,
         acked_revocations: vec![],
@@ -207,7 +207,10 @@ async fn a_member_of_one_group_can_do_nothing_to_another_nor_learn_of_it() {
     for group in ["billing", "no-such-group"] {
         let attempts = [
             ("join", Request::Join(join(group, "t", 4, 10_000))),
-            ("heartbeat", Request::Heartbeat(beat(group, &bob.id))),
+            (
+                "heartbeat",
+                Request::Heartbeat(beat(group, &bob.id, bob.generation)),
+            ),
             (
                 "leave",
                 Request::Leave(LeaveRequest {
@@ -267,7 +270,10 @@ async fn a_member_of_one_group_can_do_nothing_to_another_nor_learn_of_it() {
     let answer = alice
         .client
         .request(Request::Heartbeats(HeartbeatsRequest {
-            beats: vec![beat("orders", &alice.id), beat("billing", &bob.id)],
+            beats: vec![
+                beat("orders", &alice.id, alice.generation),
+                beat("billing", &bob.id, bob.generation),
+            ],
         }))
         .await;
     let Response::Heartbeats(results) = answer else {
@@ -434,4 +440,116 @@ async fn wait_for_code(client: &mut RawClient, request: impl Fn() -> Request, wa
         assert!(Instant::now() < deadline, "still {got} rather than {want}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// The admin commands authenticate with --user and --password-file, and see what the
+/// user's rules let them; `rollcall hash-password` makes the credential the file holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_commands_authenticate_and_hash_password_makes_a_working_credential() {
+    let dir = TempDir::new("auth-cli");
+    let hashed = run(
+        &["hash-password", "--iterations", "4096"],
+        Some("pa55 word\n"),
+    )
+    .await;
+    assert_eq!(hashed.0, Some(0), "{}", hashed.2);
+    let credential = hashed.1.trim().to_owned();
+    assert!(
+        credential.starts_with("SCRAM-SHA-256$4096:"),
+        "{credential}"
+    );
+    assert!(!hashed.1.contains("pa55"), "the password is not printed");
+    let path = dir.path().join("auth.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[users]\nauditor = \"{credential}\"\nmaker = \"{maker}\"\n\
+             [[acl]]\nprincipals = [\"auditor\"]\ngroup-prefixes = [\"orders\"]\noperations = [\"describe\"]\n\
+             [[acl]]\nprincipals = [\"maker\"]\ngroup-prefixes = [\"\"]\noperations = [\"join\"]\n",
+            maker = self::credential("maker-pw"),
+        ),
+    )
+    .unwrap();
+    let server = start(ServerConfig {
+        auth_file: Some(path),
+        ..test_config()
+    })
+    .await;
+    let addr = server.local_addr().to_string();
+    let mut maker = as_user(server.local_addr(), "maker", "maker-pw").await;
+    for group in ["orders", "billing"] {
+        let joined = maker
+            .request(Request::Join(join(group, "t", 1, 10_000)))
+            .await;
+        assert!(matches!(joined, Response::Join(_)), "{joined:?}");
+    }
+    let password = dir.path().join("password");
+    std::fs::write(&password, "pa55 word\n").unwrap();
+    let listed = run(
+        &[
+            "groups",
+            "--addr",
+            &addr,
+            "--user",
+            "auditor",
+            "--password-file",
+            password.to_str().unwrap(),
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(listed.0, Some(0), "{}", listed.2);
+    assert!(listed.1.contains("orders"), "{}", listed.1);
+    assert!(!listed.1.contains("billing"), "{}", listed.1);
+    std::fs::write(&password, "wrong\n").unwrap();
+    let refused = run(
+        &[
+            "groups",
+            "--addr",
+            &addr,
+            "--user",
+            "auditor",
+            "--password-file",
+            password.to_str().unwrap(),
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(refused.0, Some(1));
+    assert!(refused.2.contains("authentication failed"), "{}", refused.2);
+    let anonymous = run(&["groups", "--addr", &addr], None).await;
+    assert_eq!(anonymous.0, Some(1));
+    assert!(
+        anonymous.2.contains("authentication_required"),
+        "{}",
+        anonymous.2
+    );
+    server.shutdown().await.unwrap();
+}
+
+/// Runs the `rollcall` binary with `args` and `stdin`: exit code, stdout, stderr.
+async fn run(args: &[&str], stdin: Option<&str>) -> (Option<i32>, String, String) {
+    use tokio::io::AsyncWriteExt;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_rollcall-e2e"))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("runs");
+    let mut input = child.stdin.take().expect("stdin");
+    if let Some(text) = stdin {
+        input.write_all(text.as_bytes()).await.unwrap();
+    }
+    drop(input);
+    let out = bounded("rollcall command", child.wait_with_output())
+        .await
+        .expect("finishes");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }

@@ -18,15 +18,12 @@ use std::time::{Duration, Instant};
 use futures_util::{SinkExt, StreamExt};
 use parking_lot::Mutex;
 use rollcall_protocol::{
-    Body, Codec, DescribeGroupRequest, DescribeGroupResponse, ErrorCode, ErrorResponse,
-    ExpelledPush, Frame, GroupState, HeartbeatRequest, JoinRequest, Push, Request, Response,
-    TopicPartitions,
+    Body, DescribeGroupRequest, DescribeGroupResponse, ErrorCode, ErrorResponse, ExpelledPush,
+    Frame, GroupState, HeartbeatRequest, JoinRequest, Push, Request, Response, TopicPartitions,
 };
 use rollcall_tests::{bounded, join, RawClient, ServeProcess, TempDir};
-use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
-use tokio_util::codec::Framed;
 
 const BIN: &str = env!("CARGO_BIN_EXE_rollcall-e2e");
 const TOPIC: &str = "t";
@@ -162,7 +159,7 @@ struct Beater {
     task: Arc<Task>,
 }
 
-type Conn = Framed<TcpStream, Codec>;
+type Conn = rollcall_client::raw::Transport;
 
 /// Connects and handshakes.
 async fn connect(addr: SocketAddr) -> Result<Conn, String> {

@@ -161,7 +161,7 @@ async fn open(
                 None => break,
                 // Only the socket is kept: the framing's buffers are the generator's
                 // memory, not the coordinator's, and nothing more is read or sent.
-                Some(Ok((transport, _versions))) => opened.streams.push(transport.into_inner()),
+                Some(Ok((transport, _versions))) => opened.streams.extend(transport.into_inner().into_plain()),
                 Some(Err(e)) => {
                     opened.failed += 1;
                     opened.first_error.get_or_insert_with(|| e.to_string());

@@ -19,72 +19,57 @@ impl Drop for Connection {
     }
 }
 
-/// Connects to `addr` and performs the version handshake, within the connect timeout.
+/// Connects to `addr` (over TLS if configured) and performs the version handshake,
+/// within the connect timeout, through [`crate::raw::open`]; then checks what the
+/// coordinator supports.
 pub(crate) async fn open(addr: &str, config: &ClientConfig) -> Result<Connection, ConnectError> {
-    let attempt = async {
-        let stream = TcpStream::connect(addr).await?;
-        stream.set_nodelay(true)?;
-        let mut transport = Framed::new(stream, Codec::new(config.max_frame_size));
-        let versions = crate::raw::handshake(
-            &mut transport,
-            HANDSHAKE_CORRELATION,
-            &config.client_software,
-        )
-        .await?;
-        if let Some(credentials) = &config.credentials {
-            // The handshake's answer is in: its correlation ids are free again.
-            crate::raw::authenticate(&mut transport, HANDSHAKE_CORRELATION, credentials).await?;
+    let (transport, versions) = crate::raw::open(addr, &config.connect_options()).await?;
+    let needed = [
+        (ApiKey::Join as u16, "join"),
+        (ApiKey::Heartbeat as u16, "heartbeat"),
+        (ApiKey::Leave as u16, "leave"),
+        (ApiKey::CommitOffsets as u16, "commit_offsets"),
+        (ApiKey::FetchOffsets as u16, "fetch_offsets"),
+        (PushKey::Assignment as u16, "assignment push"),
+        (PushKey::Revoke as u16, "revoke push"),
+        (PushKey::Expelled as u16, "expelled push"),
+    ];
+    for (key, api) in needed {
+        let ok = versions.versions.iter().any(|r| {
+            r.api_key == key && (r.min_version..=r.max_version).contains(&CURRENT_VERSION)
+        });
+        if !ok {
+            return Err(ConnectError::Unsupported { api });
         }
-        let needed = [
-            (ApiKey::Join as u16, "join"),
-            (ApiKey::Heartbeat as u16, "heartbeat"),
-            (ApiKey::Leave as u16, "leave"),
-            (ApiKey::CommitOffsets as u16, "commit_offsets"),
-            (ApiKey::FetchOffsets as u16, "fetch_offsets"),
-            (PushKey::Assignment as u16, "assignment push"),
-            (PushKey::Revoke as u16, "revoke push"),
-            (PushKey::Expelled as u16, "expelled push"),
-        ];
-        for (key, api) in needed {
-            let ok = versions.versions.iter().any(|r| {
-                r.api_key == key && (r.min_version..=r.max_version).contains(&CURRENT_VERSION)
-            });
-            if !ok {
-                return Err(ConnectError::Unsupported { api });
-            }
-        }
-        // Optional: without them the member falls back to session-long leases, to
-        // letting held partitions wait for the lease, and to one Heartbeat per member.
-        let supports = |key: ApiKey, version: u16| {
-            versions.versions.iter().any(|r| {
-                r.api_key == key as u16 && (r.min_version..=r.max_version).contains(&version)
-            })
-        };
-        let features = Features {
-            lease_timeout: supports(ApiKey::Join, 1),
-            relinquish: supports(ApiKey::Relinquish, CURRENT_VERSION),
-            join_detector: supports(ApiKey::Join, 2),
-            heartbeats: supports(ApiKey::Heartbeats, CURRENT_VERSION),
-        };
-        let max_frame_size = match usize::try_from(versions.max_frame_size) {
-            Ok(0) | Err(_) => config.max_frame_size,
-            Ok(n) => n,
-        };
-        let (sink, stream) = transport.split();
-        let (writer, rx) = mpsc::unbounded_channel();
-        let writer_task = tokio::spawn(write_loop(sink, rx));
-        Ok(Connection {
-            stream,
-            writer,
-            writer_task,
-            max_frame_size,
-            features,
-        })
-    };
-    match tokio::time::timeout(config.connect_timeout, attempt).await {
-        Ok(result) => result,
-        Err(_) => Err(ConnectError::Timeout),
     }
+    // Optional: without them the member falls back to session-long leases, to
+    // letting held partitions wait for the lease, and to one Heartbeat per member.
+    let supports = |key: ApiKey, version: u16| {
+        versions
+            .versions
+            .iter()
+            .any(|r| r.api_key == key as u16 && (r.min_version..=r.max_version).contains(&version))
+    };
+    let features = Features {
+        lease_timeout: supports(ApiKey::Join, 1),
+        relinquish: supports(ApiKey::Relinquish, CURRENT_VERSION),
+        join_detector: supports(ApiKey::Join, 2),
+        heartbeats: supports(ApiKey::Heartbeats, CURRENT_VERSION),
+    };
+    let max_frame_size = match usize::try_from(versions.max_frame_size) {
+        Ok(0) | Err(_) => config.max_frame_size,
+        Ok(n) => n,
+    };
+    let (sink, stream) = transport.split();
+    let (writer, rx) = mpsc::unbounded_channel();
+    let writer_task = tokio::spawn(write_loop(sink, rx));
+    Ok(Connection {
+        stream,
+        writer,
+        writer_task,
+        max_frame_size,
+        features,
+    })
 }
 
 pub(super) async fn write_loop(

@@ -26,26 +26,24 @@ use parking_lot::Mutex;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rollcall_protocol::{
-    ApiKey, Body, ClientAction, Codec, ErrorCode, FetchOffsetsRequest, Frame, FrameError, Push,
-    PushKey, Request, Response, CURRENT_VERSION,
+    ApiKey, Body, ClientAction, ErrorCode, FetchOffsetsRequest, Frame, FrameError, Push, PushKey,
+    Request, Response, CURRENT_VERSION,
 };
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tokio_util::codec::Framed;
 use tracing::{debug, info, warn};
 
 use crate::backoff::Backoff;
 use crate::config::{ClientConfig, Settings};
 use crate::error::{CommitError, ConnectError, FatalError, LeaveError, RequestError};
 use crate::membership::{BackoffConfig, Features, Membership, RequestId, Ticket};
+use crate::raw::Transport;
 use crate::types::{Assignment, Committed, Event, Offset, TopicPartition};
 
-type Transport = Framed<TcpStream, Codec>;
-
-/// Correlation id of the handshake on every connection.
-const HANDSHAKE_CORRELATION: u32 = 1;
+/// The correlation id of the version handshake (in [`crate::raw::open`]); the
+/// driver's requests use those after it.
+const HANDSHAKE_CORRELATION: u32 = crate::raw::HANDSHAKE_CORRELATION_ID;
 
 /// How long requests may go unanswered, with nothing at all received meanwhile, before
 /// a connection without members is presumed dead.
@@ -255,7 +253,7 @@ impl Driver {
                     let now = Instant::now();
                     match result {
                         Ok(Ok(conn)) => self.on_connected(conn, now),
-                        Ok(Err(e)) => self.schedule_reconnect(&e.to_string(), now),
+                        Ok(Err(e)) => self.connect_failed(&e, now),
                         Err(e) => self.schedule_reconnect(&format!("connect task failed: {e}"), now),
                     }
                 }
@@ -674,6 +672,15 @@ impl Driver {
             }
         }
         self.schedule_reconnect(reason, now);
+    }
+
+    /// A connection attempt failed: retried with backoff. TLS failures (a certificate
+    /// expired or refused) are logged as warnings: they do not pass by themselves.
+    fn connect_failed(&mut self, error: &ConnectError, now: Instant) {
+        if let ConnectError::Tls(_) = error {
+            warn!(addr = %self.addr, %error, "cannot connect over TLS; retrying with backoff");
+        }
+        self.schedule_reconnect(&error.to_string(), now);
     }
 
     /// The first attempt after a working connection was lost waits at most

@@ -46,15 +46,95 @@ fn positive_rate(text: &str) -> Result<f64, String> {
 
 #[derive(Debug, Args)]
 pub(super) struct AdminArgs {
-    /// The coordinator to ask.
-    #[arg(long, env = "ROLLCALL_ADDR", default_value = DEFAULT_LISTEN)]
-    addr: String,
+    #[command(flatten)]
+    connect: ConnectArgs,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+}
+
+/// How a command reaches a running coordinator: the options every command that asks
+/// one shares.
+#[derive(Debug, Args)]
+pub(super) struct ConnectArgs {
+    /// The coordinator to ask.
+    #[arg(long, env = "ROLLCALL_ADDR", default_value = DEFAULT_LISTEN)]
+    addr: String,
     /// Give up on the coordinator after this long.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     timeout: Duration,
+    /// Connect over TLS, trusting the CA certificates in this PEM file to have signed
+    /// the coordinator's certificate.
+    #[arg(long, env = "ROLLCALL_TLS_CA", value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
+    /// PEM file with the client certificate chain to present over TLS (with --tls-key).
+    #[arg(
+        long,
+        env = "ROLLCALL_TLS_CLIENT_CERT",
+        value_name = "FILE",
+        requires = "tls_ca",
+        requires = "tls_key"
+    )]
+    tls_cert: Option<PathBuf>,
+    /// PEM file with the private key of --tls-cert.
+    #[arg(
+        long,
+        env = "ROLLCALL_TLS_CLIENT_KEY",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
+    tls_key: Option<PathBuf>,
+    /// The name the coordinator's certificate must carry, if not the host of --addr.
+    #[arg(
+        long,
+        env = "ROLLCALL_TLS_SERVER_NAME",
+        value_name = "NAME",
+        requires = "tls_ca"
+    )]
+    tls_server_name: Option<String>,
+    /// Authenticate as this user (SCRAM-SHA-256), with the password in --password-file.
+    #[arg(
+        long,
+        env = "ROLLCALL_USER",
+        value_name = "NAME",
+        requires = "password_file"
+    )]
+    user: Option<String>,
+    /// File whose first line is --user's password (kept off the command line, where
+    /// other users of the machine could read it).
+    #[arg(
+        long,
+        env = "ROLLCALL_PASSWORD_FILE",
+        value_name = "FILE",
+        requires = "user"
+    )]
+    password_file: Option<PathBuf>,
+}
+
+impl ConnectArgs {
+    /// How to connect, as `software`; fails if the password file cannot be read.
+    fn options(&self, software: &str) -> Result<ConnectOptions, ConnectError> {
+        let mut options = ConnectOptions::new(software).with_timeout(self.timeout);
+        if let (Some(user), Some(file)) = (&self.user, &self.password_file) {
+            let text = std::fs::read_to_string(file).map_err(|e| {
+                ConnectError::Authentication(format!(
+                    "cannot read the password file {}: {e}",
+                    file.display()
+                ))
+            })?;
+            let password = text.lines().next().unwrap_or_default();
+            options = options.with_credentials(rollcall_client::Credentials::new(user, password));
+        }
+        if let Some(ca) = &self.tls_ca {
+            let client = self.tls_cert.clone().zip(self.tls_key.clone());
+            let mut tls = TlsConfig::from_files(ca, client);
+            if let Some(name) = &self.tls_server_name {
+                tls = tls.with_server_name(name);
+            }
+            options = options.with_tls(tls);
+        }
+        Ok(options)
+    }
 }
 
 impl AdminCommand {
@@ -179,8 +259,9 @@ pub(super) async fn admin_request(
     request: Request,
 ) -> Result<Response, AdminError> {
     let software = concat!("rollcall-cli/", env!("CARGO_PKG_VERSION"));
+    let args = &args.connect;
     let exchange = async {
-        let mut conn = Connection::connect(args.addr.as_str(), software, args.timeout).await?;
+        let mut conn = Connection::connect_with(&args.addr, &args.options(software)?).await?;
         let request = match request {
             // A coordinator without DescribeGroup version 1 is asked at version 0: the
             // answer then has no detection details.

@@ -228,10 +228,9 @@ pub(super) struct ServeArgs {
     /// when it changes. See the README's "Security" section for the format.
     #[arg(long, env = "ROLLCALL_AUTH_FILE", value_name = "FILE")]
     auth_file: Option<PathBuf>,
-    /// How often the auth file and TLS files are checked for changes (they are also
-    /// reloaded on SIGHUP).
-    #[arg(long, env = "ROLLCALL_RELOAD_INTERVAL", value_name = "DURATION", default_value_t = Dur(server_default().reload_interval))]
-    reload_interval: Dur,
+    /// How often the auth file is checked for changes (it is also reloaded on SIGHUP).
+    #[arg(long, env = "ROLLCALL_AUTH_RELOAD_INTERVAL", value_name = "DURATION", default_value_t = Dur(server_default().auth_reload_interval))]
+    auth_reload_interval: Dur,
     /// Committed offsets of groups empty for longer than this are deleted.
     #[arg(long, env = "ROLLCALL_OFFSETS_RETENTION", value_name = "DURATION", default_value_t = Dur(server_default().offsets_retention))]
     offsets_retention: Dur,
@@ -308,6 +307,25 @@ pub(super) struct ServeArgs {
     /// a younger member is judged by its session timeout.
     #[arg(long, env = "ROLLCALL_ADAPTIVE_MIN_HISTORY", value_name = "N", default_value_t = core_default().detector_settings.min_history)]
     adaptive_min_history: u32,
+    /// PEM file with the TLS certificate chain of the protocol listener (its own
+    /// certificate first). With --tls-key, clients must connect over TLS (1.2 or 1.3).
+    #[arg(long, env = "ROLLCALL_TLS_CERT", value_name = "FILE")]
+    tls_cert: Option<PathBuf>,
+    /// PEM file with the private key of --tls-cert.
+    #[arg(long, env = "ROLLCALL_TLS_KEY", value_name = "FILE")]
+    tls_key: Option<PathBuf>,
+    /// PEM file with the CA certificates that client certificates must chain to.
+    #[arg(long, env = "ROLLCALL_TLS_CLIENT_CA", value_name = "FILE")]
+    tls_client_ca: Option<PathBuf>,
+    /// Whether clients must present a certificate: none, optional or required; by
+    /// default required when --tls-client-ca is given, else none.
+    #[arg(long, env = "ROLLCALL_TLS_CLIENT_AUTH", value_name = "MODE")]
+    tls_client_auth: Option<ClientAuth>,
+    /// How often the TLS files are checked for changes; changed files are read again
+    /// and used for new connections (so is a SIGHUP), and a bad one is logged and
+    /// ignored.
+    #[arg(long, env = "ROLLCALL_TLS_RELOAD_INTERVAL", value_name = "DURATION", default_value_t = Dur(TlsSettings::default().reload_interval))]
+    tls_reload_interval: Dur,
 }
 
 impl ServeArgs {
@@ -330,7 +348,12 @@ impl ServeArgs {
             else {
                 return Err(ConfigError::UnknownOption { path: shown, key });
             };
-            if matches.value_source(arg.get_id().as_str()) != Some(ValueSource::DefaultValue) {
+            // Flags and the environment win; the file fills in the rest, options
+            // without a default included.
+            if !matches!(
+                matches.value_source(arg.get_id().as_str()),
+                None | Some(ValueSource::DefaultValue)
+            ) {
                 continue;
             }
             let flag = OsString::from(format!("--{key}={text}"));
@@ -410,7 +433,14 @@ impl ServeArgs {
             offsets_retention: self.offsets_retention.0,
             retention_interval: self.retention_interval.0,
             auth_file: self.auth_file,
-            reload_interval: self.reload_interval.0,
+            auth_reload_interval: self.auth_reload_interval.0,
+            tls: TlsSettings {
+                cert: self.tls_cert,
+                key: self.tls_key,
+                client_ca: self.tls_client_ca,
+                client_auth: self.tls_client_auth,
+                reload_interval: self.tls_reload_interval.0,
+            },
             core,
             ..ServerConfig::default()
         };

@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
-use rollcall_client::raw::Connection;
-use rollcall_client::ConnectError;
+use rollcall_client::raw::{ConnectOptions, Connection};
+use rollcall_client::{ConnectError, TlsConfig};
 use rollcall_protocol::{
     ApiKey, DescribeGroupRequest, DescribeGroupResponse, ErrorCode, FetchOffsetsRequest,
     FetchOffsetsResponse, ListGroupsResponse, MemberDetection, Request, Response, TopicPartitions,
@@ -34,8 +34,8 @@ use tokio_util::sync::CancellationToken;
 use crate::core::liveness::advice::{advise, GapSummary, MIN_GAPS};
 use crate::core::{AssignorKind, CoreConfig, DetectorKind, DetectorSettings};
 use crate::server::{
-    format_duration, parse_duration, parse_size, InvalidConfig, ParseValueError, Server,
-    ServerConfig, ServerError, StoreConfig,
+    format_duration, parse_duration, parse_size, ClientAuth, InvalidConfig, ParseValueError,
+    Server, ServerConfig, ServerError, StoreConfig, TlsSettings,
 };
 
 mod admin;
@@ -302,6 +302,79 @@ mod tests {
         assert!(e.contains("handshake-timeout"), "{e}");
         assert!(e.contains("invalid duration 'soon'"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn tls_options_come_from_flags_and_the_file() {
+        let dir = std::env::temp_dir().join(format!("rollcall-cli-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("rollcall.toml");
+        std::fs::write(
+            &file,
+            "tls-cert = \"server.pem\"\ntls-key = \"server-key.pem\"\ntls-client-ca = \"clients.pem\"\ntls-client-auth = \"optional\"\ntls-reload-interval = \"30s\"\nshadow-detector = \"adaptive\"\n",
+        )
+        .unwrap();
+        let path = file.to_str().unwrap();
+        let c = config_of(&["rollcall", "serve", "--config", path]).unwrap();
+        assert_eq!(c.tls.cert, Some(PathBuf::from("server.pem")));
+        assert_eq!(c.tls.key, Some(PathBuf::from("server-key.pem")));
+        assert_eq!(c.tls.client_ca, Some(PathBuf::from("clients.pem")));
+        assert_eq!(c.tls.client_auth, Some(ClientAuth::Optional));
+        assert_eq!(c.tls.reload_interval, Duration::from_secs(30));
+        // Options without a default are taken from the file too.
+        assert_eq!(c.core.shadow_detector, Some(DetectorKind::Adaptive));
+        // A flag wins over the file.
+        let c = config_of(&[
+            "rollcall",
+            "serve",
+            "--config",
+            path,
+            "--tls-cert",
+            "other.pem",
+        ])
+        .unwrap();
+        assert_eq!(c.tls.cert, Some(PathBuf::from("other.pem")));
+        std::fs::remove_dir_all(&dir).unwrap();
+
+        let c = config_of(&["rollcall", "serve"]).unwrap();
+        assert!(!c.tls.enabled());
+        assert_eq!(c.tls.reload_interval, Duration::from_secs(10));
+        let e = config_of(&["rollcall", "serve", "--tls-cert", "server.pem"]).unwrap_err();
+        assert!(e.contains("tls-key must be given with tls-cert"), "{e}");
+        let e = config_of(&["rollcall", "serve", "--tls-client-ca", "clients.pem"]).unwrap_err();
+        assert!(
+            e.contains("tls-client-ca needs tls-cert and tls-key"),
+            "{e}"
+        );
+        let e = config_of(&["rollcall", "serve", "--tls-client-auth", "sometimes"]).unwrap_err();
+        assert!(
+            e.contains("unknown client authentication 'sometimes'"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn admin_tls_flags_go_together() {
+        let parses = |args: &[&str]| {
+            let mut argv = vec!["rollcall", "groups"];
+            argv.extend_from_slice(args);
+            Cli::command().try_get_matches_from(argv).is_ok()
+        };
+        assert!(parses(&["--tls-ca", "ca.pem"]));
+        assert!(parses(&[
+            "--tls-ca",
+            "ca.pem",
+            "--tls-cert",
+            "c.pem",
+            "--tls-key",
+            "k.pem",
+            "--tls-server-name",
+            "coordinator.internal"
+        ]));
+        assert!(!parses(&["--tls-cert", "c.pem", "--tls-key", "k.pem"]));
+        assert!(!parses(&["--tls-ca", "ca.pem", "--tls-cert", "c.pem"]));
+        assert!(!parses(&["--tls-ca", "ca.pem", "--tls-key", "k.pem"]));
+        assert!(!parses(&["--tls-server-name", "coordinator.internal"]));
     }
 
     #[test]

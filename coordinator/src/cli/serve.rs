@@ -28,7 +28,9 @@ pub(super) fn serve(argv: &[OsString], matches: &ArgMatches) -> ExitCode {
             Err(e) => {
                 eprintln!("rollcall: {e}");
                 return match e {
-                    ServerError::Config(_) | ServerError::Auth(_) => EXIT_CONFIG,
+                    ServerError::Config(_) | ServerError::Auth(_) | ServerError::Tls(_) => {
+                        EXIT_CONFIG
+                    }
                     ServerError::Store(_) => EXIT_STORE,
                     _ => EXIT_RUNTIME,
                 };

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::tls::{ClientAuth, TlsSettings};
 use crate::core::CoreConfig;
 use crate::store::Store;
 
@@ -81,7 +82,9 @@ pub struct ServerConfig {
     /// every connection must authenticate and everything not allowed is denied.
     pub auth_file: Option<PathBuf>,
     /// How often the auth file is checked for changes (it is also reloaded on SIGHUP).
-    pub reload_interval: Duration,
+    pub auth_reload_interval: Duration,
+    /// TLS on the protocol listener; off by default.
+    pub tls: TlsSettings,
     /// The core's limits and tunables. `member_id_suffix` is made unique per start and
     /// per shard by the server.
     pub core: CoreConfig,
@@ -106,7 +109,8 @@ impl Default for ServerConfig {
             retention_interval: Duration::from_secs(60 * 60),
             stats_interval: Duration::from_secs(1),
             auth_file: None,
-            reload_interval: Duration::from_secs(10),
+            auth_reload_interval: Duration::from_secs(10),
+            tls: TlsSettings::default(),
             core: CoreConfig {
                 // The largest that keeps every push and a one-member Describe answer
                 // within the default 1 MiB frame (see `largest_member_answer`).
@@ -220,8 +224,11 @@ impl ServerConfig {
                 ),
             ));
         }
-        if self.reload_interval.is_zero() {
-            return Err(InvalidConfig::new("reload-interval", "must be more than 0"));
+        if self.auth_reload_interval.is_zero() {
+            return Err(InvalidConfig::new(
+                "auth-reload-interval",
+                "must be more than 0",
+            ));
         }
         if self.handshake_timeout.is_zero() {
             return Err(InvalidConfig::new(
@@ -251,6 +258,7 @@ impl ServerConfig {
         if self.stats_interval.is_zero() {
             return Err(InvalidConfig::new("stats-interval", "must be more than 0"));
         }
+        self.validate_tls()?;
         let core = &self.core;
         let rate = core.max_expulsion_rate;
         if !(rate.is_finite() && rate >= 0.0) {
@@ -314,6 +322,65 @@ impl ServerConfig {
                     format_duration(core.rebalance_coalesce),
                     format_duration(core.rebalance_coalesce_max)
                 ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl ServerConfig {
+    /// TLS needs a certificate and its key together; client certificates need TLS and a
+    /// CA to check them against.
+    fn validate_tls(&self) -> Result<(), InvalidConfig> {
+        let tls = &self.tls;
+        match (&tls.cert, &tls.key) {
+            (Some(_), None) => {
+                return Err(InvalidConfig::new(
+                    "tls-key",
+                    "must be given with tls-cert: TLS needs the certificate's private key",
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(InvalidConfig::new(
+                    "tls-cert",
+                    "must be given with tls-key: TLS needs the certificate the key belongs to",
+                ))
+            }
+            _ => {}
+        }
+        if !tls.enabled() {
+            if tls.client_ca.is_some() {
+                return Err(InvalidConfig::new(
+                    "tls-client-ca",
+                    "needs tls-cert and tls-key: client certificates are only asked for over TLS",
+                ));
+            }
+            if let Some(auth) = tls.client_auth {
+                return Err(InvalidConfig::new(
+                    "tls-client-auth",
+                    format!("({auth}) needs tls-cert and tls-key: client certificates are only asked for over TLS"),
+                ));
+            }
+        }
+        match (tls.client_auth, &tls.client_ca) {
+            (Some(auth @ (ClientAuth::Optional | ClientAuth::Required)), None) => {
+                return Err(InvalidConfig::new(
+                    "tls-client-auth",
+                    format!("({auth}) needs tls-client-ca, the CA certificates client certificates must chain to"),
+                ))
+            }
+            (Some(ClientAuth::None), Some(_)) => {
+                return Err(InvalidConfig::new(
+                    "tls-client-auth",
+                    "(none) contradicts tls-client-ca: give optional or required, or drop tls-client-ca",
+                ))
+            }
+            _ => {}
+        }
+        if tls.reload_interval.is_zero() {
+            return Err(InvalidConfig::new(
+                "tls-reload-interval",
+                "must be more than 0",
             ));
         }
         Ok(())
@@ -557,6 +624,57 @@ mod tests {
         c.max_frame_size = 8 << 20;
         c.send_buffer_bytes = 8 << 20;
         c.validate().unwrap();
+    }
+
+    #[test]
+    fn tls_options_are_checked_together() {
+        let tls = |cert: bool, key: bool, ca: bool, auth: Option<ClientAuth>| ServerConfig {
+            tls: TlsSettings {
+                cert: cert.then(|| "cert.pem".into()),
+                key: key.then(|| "key.pem".into()),
+                client_ca: ca.then(|| "ca.pem".into()),
+                client_auth: auth,
+                ..TlsSettings::default()
+            },
+            ..ServerConfig::default()
+        };
+        let refused = |c: ServerConfig| c.validate().unwrap_err();
+        tls(true, true, false, None).validate().unwrap();
+        tls(true, true, true, None).validate().unwrap();
+        tls(true, true, true, Some(ClientAuth::Optional))
+            .validate()
+            .unwrap();
+        tls(true, true, true, Some(ClientAuth::Required))
+            .validate()
+            .unwrap();
+        tls(true, true, false, Some(ClientAuth::None))
+            .validate()
+            .unwrap();
+
+        let e = refused(tls(true, false, false, None));
+        assert_eq!(e.option, "tls-key");
+        assert!(e.to_string().contains("must be given with tls-cert"), "{e}");
+        assert_eq!(refused(tls(false, true, false, None)).option, "tls-cert");
+        let e = refused(tls(false, false, true, None));
+        assert_eq!(e.option, "tls-client-ca");
+        assert!(e.to_string().contains("needs tls-cert and tls-key"), "{e}");
+        let e = refused(tls(false, false, false, Some(ClientAuth::Required)));
+        assert_eq!(e.option, "tls-client-auth");
+        let e = refused(tls(true, true, false, Some(ClientAuth::Required)));
+        assert_eq!(e.option, "tls-client-auth");
+        assert!(
+            e.to_string().contains("(required) needs tls-client-ca"),
+            "{e}"
+        );
+        assert_eq!(
+            refused(tls(true, true, false, Some(ClientAuth::Optional))).option,
+            "tls-client-auth"
+        );
+        let e = refused(tls(true, true, true, Some(ClientAuth::None)));
+        assert!(e.to_string().contains("contradicts tls-client-ca"), "{e}");
+        let mut c = tls(true, true, false, None);
+        c.tls.reload_interval = Duration::ZERO;
+        assert_eq!(refused(c).option, "tls-reload-interval");
     }
 
     #[test]

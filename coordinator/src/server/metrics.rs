@@ -149,6 +149,10 @@ fn describe() {
         "Batches of records the store failed to make durable."
     );
     describe_counter!(
+        "rollcall_tls_reloads_total",
+        "Reloads of the TLS certificate, key and client CA files, by outcome: applied (new connections use them) or failed (the previous ones stay in force)."
+    );
+    describe_counter!(
         "rollcall_pauses_detected_total",
         "Times the coordinator found itself woken much later than it asked."
     );
@@ -219,10 +223,15 @@ pub(crate) enum ProtocolError {
     /// A response or push that does not fit the maximum frame size: a response is
     /// answered `frame_too_large` in its place, a push is dropped.
     OutgoingTooLarge,
+    /// A TLS handshake that failed: a client that does not speak TLS, or that refused
+    /// the server's certificate, or whose certificate was refused.
+    TlsHandshakeFailed,
+    /// A TLS error after the handshake (a record that does not decrypt, an alert).
+    Tls,
 }
 
 impl ProtocolError {
-    const ALL: [Self; 11] = [
+    const ALL: [Self; 13] = [
         Self::MalformedFrame,
         Self::FrameTooLarge,
         Self::UnknownApi,
@@ -234,6 +243,8 @@ impl ProtocolError {
         Self::FrameTimeout,
         Self::IdleTimeout,
         Self::OutgoingTooLarge,
+        Self::TlsHandshakeFailed,
+        Self::Tls,
     ];
 
     pub(crate) fn as_str(self) -> &'static str {
@@ -249,6 +260,8 @@ impl ProtocolError {
             Self::FrameTimeout => "frame_timeout",
             Self::IdleTimeout => "idle_timeout",
             Self::OutgoingTooLarge => "outgoing_too_large",
+            Self::TlsHandshakeFailed => "tls_handshake_failed",
+            Self::Tls => "tls_error",
         }
     }
 }
@@ -274,6 +287,8 @@ pub(crate) struct Metrics {
     protocol_errors: Vec<Counter>,
     pub(crate) store_batches: Counter,
     pub(crate) store_failures: Counter,
+    pub(crate) tls_reloads_applied: Counter,
+    pub(crate) tls_reloads_failed: Counter,
     pub(crate) pauses: Counter,
     pub(crate) isolations: Counter,
     guards: Vec<Counter>,
@@ -342,6 +357,8 @@ impl Metrics {
                 .collect(),
             store_batches: metrics::counter!("rollcall_store_batches_total"),
             store_failures: metrics::counter!("rollcall_store_failures_total"),
+            tls_reloads_applied: metrics::counter!("rollcall_tls_reloads_total", "outcome" => "applied"),
+            tls_reloads_failed: metrics::counter!("rollcall_tls_reloads_total", "outcome" => "failed"),
             pauses: metrics::counter!("rollcall_pauses_detected_total"),
             isolations: metrics::counter!("rollcall_isolations_suspected_total"),
             guards: Guard::ALL

@@ -30,6 +30,10 @@
 //! - Over `max_connections`, a connection is accepted, its first request is answered
 //!   `TooManyConnections`, and it is closed (at most 256 such answers are pending at
 //!   once; past that, excess connections are closed without an answer).
+//! - With a certificate and key configured, the listener speaks TLS: each connection
+//!   runs its TLS session on its own task (rustls, sans-IO), and the certificate, key
+//!   and client CA files are read again when they change or on SIGHUP, for new
+//!   connections.
 //! - Graceful shutdown stops accepting and reading requests, lets every shard's stage
 //!   send what it has (records durable, answers sent), sends every connection a
 //!   shutdown push, and closes them; members keep their sessions.
@@ -41,6 +45,7 @@ mod events;
 mod metrics;
 mod registry;
 mod shard;
+mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -59,6 +64,7 @@ pub use self::config::{
     InvalidConfig, ParseValueError, ServerConfig, StoreConfig, DEFAULT_MAX_PARTITIONS_PER_GROUP,
 };
 pub use self::shard::shard_of;
+pub use self::tls::{ClientAuth, TlsError, TlsSettings};
 
 use self::auth::Security;
 use self::conn::ConnContext;
@@ -77,6 +83,9 @@ pub enum ServerError {
     /// The store cannot be used.
     #[error("{0}")]
     Store(#[from] StoreError),
+    /// A TLS certificate, key or CA file cannot be used.
+    #[error("TLS: {0}")]
+    Tls(#[from] TlsError),
     /// A listener could not be bound.
     #[error("cannot listen on {addr} ({what}): {source}")]
     Bind {
@@ -110,6 +119,8 @@ pub struct Server {
     committer: Arc<GroupCommitter>,
     cores: Vec<Coordinator>,
     security: Option<Arc<Security>>,
+    /// The TLS configuration read at bind, and what its reload task watches.
+    tls: Option<(Arc<rustls::ServerConfig>, tls::TlsWatch)>,
 }
 
 impl Server {
@@ -120,6 +131,17 @@ impl Server {
         let security = match &config.auth_file {
             Some(path) => Some(Arc::new(Security::load(path)?)),
             None => None,
+        };
+        let tls = if config.tls.enabled() {
+            let settings = config.tls.clone();
+            let loaded = tokio::task::spawn_blocking(move || tls::load_initial(&settings))
+                .await
+                .map_err(|e| {
+                    ServerError::Runtime(format!("reading the TLS files panicked: {e}"))
+                })??;
+            Some(loaded)
+        } else {
+            None
         };
         let store = open_store(&config.store).await?;
         let loader = store.clone();
@@ -166,6 +188,7 @@ impl Server {
             committer,
             cores,
             security,
+            tls,
         })
     }
 
@@ -205,6 +228,7 @@ impl Server {
             committer,
             cores,
             security,
+            tls,
         } = self;
         let metrics = Arc::new(Metrics::new());
         let registry = Arc::new(Registry::default());
@@ -276,15 +300,25 @@ impl Server {
             helpers.push(tokio::spawn(
                 security
                     .clone()
-                    .watch(config.reload_interval, background.clone()),
+                    .watch(config.auth_reload_interval, background.clone()),
             ));
         }
+        let tls = tls.map(|(server_config, watch)| {
+            let context = Arc::new(tls::TlsContext::new(server_config));
+            helpers.push(tokio::spawn(watch.run(
+                context.clone(),
+                metrics.clone(),
+                background.clone(),
+            )));
+            context
+        });
         let ctx = Arc::new(ConnContext::new(
             shards.clone(),
             registry.clone(),
             metrics.clone(),
             &config,
             security,
+            tls,
         ));
         let connections = TaskTracker::new();
         let (reading, mut readers_done) = mpsc::channel::<()>(1);
@@ -292,6 +326,7 @@ impl Server {
             listen = %local_addr,
             metrics = ?metrics_addr,
             shards = shards.len(),
+            tls = ctx.tls.is_some(),
             "rollcall coordinator serving"
         );
 

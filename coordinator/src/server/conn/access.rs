@@ -42,9 +42,9 @@ impl Connection {
         let Some(security) = &self.ctx.security else {
             return Access::Pass(request);
         };
-        let auth = self
-            .auth
-            .get_or_insert_with(|| Box::new(ConnAuth::new(security.clone(), None)));
+        let auth = self.auth.get_or_insert_with(|| {
+            Box::new(ConnAuth::new(security.clone(), self.tls_identity.clone()))
+        });
         if !auth.is_authenticated() {
             self.ctx
                 .metrics
@@ -123,9 +123,9 @@ impl Connection {
                 received,
             );
         };
-        let auth = self
-            .auth
-            .get_or_insert_with(|| Box::new(ConnAuth::new(security.clone(), None)));
+        let auth = self.auth.get_or_insert_with(|| {
+            Box::new(ConnAuth::new(security.clone(), self.tls_identity.clone()))
+        });
         match auth.step(mechanism, payload) {
             Step::Continue(payload) => {
                 self.reply(

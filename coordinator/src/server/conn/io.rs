@@ -1,6 +1,8 @@
 //! A connection's socket work, all on the connection's own task: reading what has
 //! arrived into a buffer that exists only while a frame is incomplete, and writing the
-//! connection's queue with vectored writes that never wait.
+//! connection's queue with vectored writes that never wait. Over TLS, reading and
+//! writing go through the session instead (`tls_io.rs`); waiting, draining and
+//! closing are the same.
 
 use std::io::{self, IoSlice};
 
@@ -64,6 +66,9 @@ impl Connection {
     /// Writes queued frames as far as the socket takes them without waiting. Fails
     /// (and kills the connection) if the socket fails.
     pub(super) fn flush(&mut self, stream: &TcpStream) -> Result<(), Exit> {
+        if let Transport::Tls(_) = self.transport {
+            return self.flush_tls(stream);
+        }
         loop {
             if self.writing.is_empty() {
                 self.state.take(&mut self.writing);
@@ -93,7 +98,7 @@ impl Connection {
     }
 
     /// `n` more bytes were written: drops the frames now written in full.
-    fn advance(&mut self, mut n: usize) {
+    pub(super) fn advance(&mut self, mut n: usize) {
         let (mut frames, mut bytes) = (0, 0);
         while n > 0 {
             let Some(front) = self.writing.front() else {
@@ -115,9 +120,18 @@ impl Connection {
         }
     }
 
-    /// Whether frames wait to be written.
+    /// Whether frames (or, over TLS, session bytes) wait to be written. Over TLS,
+    /// frames count only once the session can carry them: a connection closing before
+    /// its handshake was done (or after its session failed) has only the session's own
+    /// bytes left to write.
     pub(super) fn has_output(&self) -> bool {
-        !self.writing.is_empty() || self.state.has_queued()
+        let frames = !self.writing.is_empty() || self.state.has_queued();
+        (frames && self.tls_carries_frames()) || self.tls_wants_write()
+    }
+
+    /// Whether writing waits for the socket to take more.
+    pub(super) fn write_blocked(&self) -> bool {
+        !self.writing.is_empty() || self.tls_wants_write()
     }
 
     /// Keeps writing what is queued (frames still arrive from the shards) until `until`
@@ -132,7 +146,7 @@ impl Connection {
             if self.flush(stream).is_err() {
                 return false;
             }
-            let blocked = !self.writing.is_empty();
+            let blocked = self.write_blocked();
             tokio::select! {
                 biased;
                 () = self.state.kill.cancelled() => return false,
@@ -143,12 +157,15 @@ impl Connection {
         }
     }
 
-    /// Writes everything queued, for at most `limit`; then the connection writes
-    /// nothing more.
+    /// Writes everything queued, for at most `limit` (over TLS, then a close_notify);
+    /// then the connection writes nothing more.
     pub(super) async fn drain(&mut self, stream: &TcpStream, limit: Duration) {
         let deadline = Instant::now() + limit;
         loop {
-            if self.flush(stream).is_err() || !self.has_output() {
+            if self.flush(stream).is_err() {
+                break;
+            }
+            if !self.has_output() && !self.tls_close_notify() {
                 break;
             }
             tokio::select! {

@@ -9,6 +9,11 @@
 //! (from its first byte until it is whole) and, once handshaken, the idle one (from the
 //! last whole frame). Frames already received are always read before a deadline is
 //! judged, so a coordinator that was itself paused does not blame its peers.
+//!
+//! Over TLS the same task runs the TLS session without any further task or buffer
+//! copy of its own: rustls is sans-IO here, fed what the socket holds and asked for
+//! what to write (see `tls_io.rs`). The handshake deadline covers the TLS handshake
+//! too.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -24,7 +29,7 @@ use rollcall_protocol::{
     FrameError, FrameKind, Header, HeartbeatsRequest, ListGroupsResponse, Push, Request, Response,
     ShutdownPush, MAX_BEATS,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, Semaphore};
 use tokio::time::Instant;
@@ -36,10 +41,12 @@ use super::auth::{ConnAuth, Operation, Security};
 use super::metrics::{Metrics, ProtocolError};
 use super::registry::{ConnHandle, ConnState, Registry, SendLimits};
 use super::shard::{shard_of, Handled, Joiner, Reply, Shard};
+use super::tls::TlsContext;
 use crate::core::ConnId;
 
 mod access;
 mod io;
+mod tls_io;
 
 use io::linger;
 
@@ -74,6 +81,8 @@ pub(crate) struct ConnContext {
     pub(crate) rejecting: Arc<Semaphore>,
     /// Users and access rules; `None`: no authentication, everything allowed.
     pub(crate) security: Option<Arc<Security>>,
+    /// The TLS configuration new connections use, if the listener speaks TLS.
+    pub(crate) tls: Option<Arc<TlsContext>>,
 }
 
 impl ConnContext {
@@ -83,6 +92,7 @@ impl ConnContext {
         metrics: Arc<Metrics>,
         config: &super::ServerConfig,
         security: Option<Arc<Security>>,
+        tls: Option<Arc<TlsContext>>,
     ) -> Self {
         let limits = Arc::new(SendLimits {
             frames: config.send_buffer,
@@ -108,6 +118,7 @@ impl ConnContext {
             close: CancellationToken::new(),
             rejecting: Arc::new(Semaphore::new(MAX_REJECTING)),
             security,
+            tls,
         }
     }
 }
@@ -144,8 +155,12 @@ pub(crate) fn accept(
             Ok(permit) => {
                 let codec = ctx.codec;
                 let timeout = ctx.handshake_timeout;
+                let tls = ctx.tls.as_ref().map(|t| t.current());
                 tracker.spawn(async move {
-                    reject(stream, codec, timeout).await;
+                    match tls {
+                        None => reject(stream, codec, timeout).await,
+                        Some(config) => reject_tls(stream, config, codec, timeout, peer).await,
+                    }
                     drop(permit);
                 });
             }
@@ -157,9 +172,11 @@ pub(crate) fn accept(
     let id = ctx.next_id.fetch_add(1, Ordering::Relaxed);
     let ctx = ctx.clone();
     tracker.spawn(async move {
-        Connection::new(ctx.clone(), id, peer)
-            .serve(stream, reading)
-            .await;
+        if let Some(transport) = Transport::new(&ctx, peer) {
+            Connection::new(ctx.clone(), id, peer, transport)
+                .serve(stream, reading)
+                .await;
+        }
         ctx.active.fetch_sub(1, Ordering::AcqRel);
         ctx.metrics.connections.decrement(1.0);
     });
@@ -169,6 +186,41 @@ pub(crate) fn accept(
 /// and closes it.
 async fn reject(stream: TcpStream, codec: Codec, timeout: Duration) {
     let mut frames = Framed::new(stream, codec);
+    answer_rejected(&mut frames, timeout).await;
+    linger(frames.into_inner()).await;
+}
+
+/// [`reject`] over TLS: the handshake first (within the handshake deadline), then the
+/// same answer inside the session, and a close_notify. Rare enough to run through
+/// tokio-rustls rather than the connection's own loop.
+async fn reject_tls(
+    stream: TcpStream,
+    config: Arc<rustls::ServerConfig>,
+    codec: Codec,
+    timeout: Duration,
+    peer: SocketAddr,
+) {
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    let tls = match tokio::time::timeout(timeout, acceptor.accept(stream)).await {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(e)) => {
+            debug!(%peer, error = %e, "TLS handshake of a refused connection failed");
+            return;
+        }
+        Err(_) => return,
+    };
+    let mut frames = Framed::new(tls, codec);
+    answer_rejected(&mut frames, timeout).await;
+    let (stream, _) = frames.into_inner().into_inner();
+    linger(stream).await;
+}
+
+/// Reads the first request and answers it `TooManyConnections`, then closes the
+/// writing side (over TLS, with a close_notify).
+async fn answer_rejected<S>(frames: &mut Framed<S, Codec>, timeout: Duration)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     let first = tokio::time::timeout(timeout, frames.next()).await;
     let (correlation_id, api_key) = match first {
         Ok(Some(Ok(frame))) => {
@@ -192,10 +244,9 @@ async fn reject(stream: TcpStream, codec: Codec, timeout: Duration) {
     );
     let _ = tokio::time::timeout(timeout, async {
         let _ = frames.send(answer).await;
-        let _ = SinkExt::<Frame>::close(&mut frames).await;
+        let _ = SinkExt::<Frame>::close(frames).await;
     })
     .await;
-    linger(frames.into_inner()).await;
 }
 
 /// Why the read loop ended.
@@ -217,6 +268,36 @@ enum Exit {
     ShardGone,
     /// The server is shutting down.
     Shutdown,
+    /// A TLS error (a failed handshake, a bad record): alert queued, close.
+    Tls,
+}
+
+/// What carries a connection's frames.
+#[derive(Debug)]
+enum Transport {
+    /// The socket itself.
+    Plain,
+    /// A TLS session over the socket, run by the connection's task: rustls decrypts
+    /// what the task reads from the socket and encrypts what it writes to it, and never
+    /// touches the socket itself.
+    Tls(Box<rustls::ServerConnection>),
+}
+
+impl Transport {
+    /// TLS with the newest configuration if the listener speaks TLS, else plain.
+    /// `None` if the session cannot be set up (logged).
+    fn new(ctx: &ConnContext, peer: SocketAddr) -> Option<Self> {
+        let Some(tls) = &ctx.tls else {
+            return Some(Self::Plain);
+        };
+        match rustls::ServerConnection::new(tls.current()) {
+            Ok(session) => Some(Self::Tls(Box::new(session))),
+            Err(e) => {
+                warn!(%peer, error = %e, "cannot start a TLS session; closing");
+                None
+            }
+        }
+    }
 }
 
 struct Connection {
@@ -241,10 +322,19 @@ struct Connection {
     last_frame: Instant,
     /// When the frame now partly read began, if one is.
     frame_started: Option<Instant>,
+    transport: Transport,
+    /// Over TLS, once the handshake is done: the identity the client's verified
+    /// certificate names (see [`Connection::tls_identity`]).
+    tls_identity: Option<String>,
+    /// Over TLS: the handshake is done (and the identity recorded).
+    tls_established: bool,
+    /// Over TLS: nothing more is to be added to the session (a close_notify or a fatal
+    /// alert is queued or sent).
+    tls_closed: bool,
 }
 
 impl Connection {
-    fn new(ctx: Arc<ConnContext>, id: ConnId, peer: SocketAddr) -> Self {
+    fn new(ctx: Arc<ConnContext>, id: ConnId, peer: SocketAddr, transport: Transport) -> Self {
         let (handle, state) = ConnHandle::new(ctx.limits.clone());
         let used_shards = vec![false; ctx.shards.len()];
         let now = Instant::now();
@@ -263,7 +353,18 @@ impl Connection {
             accepted: now,
             last_frame: now,
             frame_started: None,
+            transport,
+            tls_identity: None,
+            tls_established: false,
+            tls_closed: false,
         }
+    }
+
+    /// The identity of the client's certificate, over TLS with a client that presented
+    /// one (and it verified): the certificate subject's Common Name, or, without one,
+    /// its first DNS name.
+    fn tls_identity(&self) -> Option<&str> {
+        self.tls_identity.as_deref()
     }
 
     async fn serve(mut self, mut stream: TcpStream, reading: mpsc::Sender<()>) {
@@ -314,7 +415,7 @@ impl Connection {
                 debug!(conn = self.id, peer = %self.peer, timeout = ?self.ctx.idle_timeout,
                     "nothing received within the idle deadline; closing");
             }
-            Exit::Eof | Exit::Protocol | Exit::Killed | Exit::ShardGone => {}
+            Exit::Eof | Exit::Protocol | Exit::Killed | Exit::ShardGone | Exit::Tls => {}
         }
         if self.state.overflowed.load(Ordering::Relaxed) {
             self.ctx
@@ -334,7 +435,7 @@ impl Connection {
         if !self.state.kill.is_cancelled() {
             let _ = tokio::time::timeout(limit, stream.shutdown()).await;
         }
-        if matches!(exit, Exit::Protocol | Exit::FrameTimeout) {
+        if matches!(exit, Exit::Protocol | Exit::FrameTimeout | Exit::Tls) {
             linger(stream).await;
         }
         debug!(conn = self.id, peer = %self.peer, reason = ?exit, "connection closed");
@@ -397,7 +498,7 @@ impl Connection {
                 timer_at = due;
                 timer.as_mut().reset(due);
             }
-            let blocked = !self.writing.is_empty();
+            let blocked = self.write_blocked();
             tokio::select! {
                 biased;
                 // Before the deadlines: what has arrived is read first.
@@ -434,14 +535,22 @@ impl Connection {
 
     /// Reads what has arrived and handles every whole frame in it.
     fn read_frames(&mut self, stream: &TcpStream) -> Option<Exit> {
-        match self.read_some(stream) {
-            Ok(0) => return Some(Exit::Eof),
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return None,
-            Err(e) => {
-                debug!(conn = self.id, peer = %self.peer, error = %e, "read failed");
-                return Some(Exit::Eof);
-            }
+        let mut closed = false;
+        match &self.transport {
+            Transport::Plain => match self.read_some(stream) {
+                Ok(0) => return Some(Exit::Eof),
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return None,
+                Err(e) => {
+                    debug!(conn = self.id, peer = %self.peer, error = %e, "read failed");
+                    return Some(Exit::Eof);
+                }
+            },
+            // The frames that came with the peer's close are handled first.
+            Transport::Tls(_) => match self.read_tls(stream) {
+                Ok(peer_closed) => closed = peer_closed,
+                Err(exit) => return Some(exit),
+            },
         }
         let mut codec = self.ctx.codec;
         let now = Instant::now();
@@ -464,7 +573,7 @@ impl Connection {
         } else if self.frame_started.is_none() {
             self.frame_started = Some(now);
         }
-        None
+        closed.then_some(Exit::Eof)
     }
 
     /// Answers a frame left unfinished past the frame deadline, before closing.
@@ -832,9 +941,10 @@ mod tests {
             Arc::new(Metrics::new()),
             &super::super::ServerConfig::default(),
             None,
+            None,
         ));
         let (reading, _done) = mpsc::channel(1);
-        let task = Connection::new(ctx, 1, peer).serve(stream, reading);
+        let task = Connection::new(ctx, 1, peer, Transport::Plain).serve(stream, reading);
         let size = std::mem::size_of_val(&task);
         assert!(
             size <= 2048,
