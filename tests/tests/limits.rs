@@ -242,6 +242,8 @@ async fn an_answer_too_large_for_a_frame_is_refused_frame_too_large() {
         ..test_config()
     };
     config.core.max_partitions_per_group = 100;
+    // One offset with the largest metadata must still fit an answer.
+    config.core.max_metadata_bytes = 1500;
     let server = start(config).await;
     let mut c = RawClient::connected(server.local_addr()).await;
     // Two commits that each fit a frame; their offsets together do not.

@@ -14,7 +14,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
-use crate::core::{DetectorKind, Guard, RebalanceCause, ShadowVerdict};
+use crate::core::{DetectorKind, Guard, Quota, RebalanceCause, ShadowVerdict};
 
 /// Buckets of `rollcall_request_duration_seconds`.
 const REQUEST_BUCKETS: &[f64] = &[
@@ -127,6 +127,10 @@ fn describe() {
     describe_counter!(
         "rollcall_commits_rejected_total",
         "Offset commits refused, by reason."
+    );
+    describe_counter!(
+        "rollcall_quota_refusals_total",
+        "Requests (or offsets of a commit) refused because they would take a quota past its limit, by quota."
     );
     describe_counter!(
         "rollcall_protocol_errors_total",
@@ -263,6 +267,7 @@ pub(crate) struct Metrics {
     expulsions: Vec<Counter>,
     pub(crate) commits_accepted: Counter,
     commits_rejected: Vec<Counter>,
+    quota_refusals: Vec<Counter>,
     protocol_errors: Vec<Counter>,
     pub(crate) store_batches: Counter,
     pub(crate) store_failures: Counter,
@@ -309,6 +314,10 @@ impl Metrics {
             commits_rejected: ErrorCode::ALL
                 .iter()
                 .map(|c| metrics::counter!("rollcall_commits_rejected_total", "reason" => c.as_str()))
+                .collect(),
+            quota_refusals: Quota::ALL
+                .iter()
+                .map(|q| metrics::counter!("rollcall_quota_refusals_total", "quota" => q.as_str()))
                 .collect(),
             protocol_errors: ProtocolError::ALL
                 .iter()
@@ -397,6 +406,11 @@ impl Metrics {
             .position(|c| *c == reason)
             .unwrap_or(0);
         &self.commits_rejected[i]
+    }
+
+    pub(crate) fn quota_refused(&self, quota: Quota) -> &Counter {
+        let i = Quota::ALL.iter().position(|q| *q == quota).unwrap_or(0);
+        &self.quota_refusals[i]
     }
 
     pub(crate) fn protocol_error(&self, kind: ProtocolError) -> &Counter {

@@ -497,38 +497,47 @@ impl Shard {
                 () = self.timer.notified() => continue,
                 () = tokio::time::sleep_until(wake) => {}
             }
-            let mut st = self.state.lock();
-            let _guard = PanicGuard(&self.ctx);
-            // Read under the lock, as every input's: the core's clock never goes back.
-            let now = Instant::now();
-            // Running late is the coordinator's own backlog, as is the runtime's lateness
-            // in running ready tasks (the connections with frames to read).
-            let late = now.saturating_duration_since(wake);
-            let std_now = now.into_std();
-            if let Some(last) = self.ctx.registry.traffic.last() {
-                st.core.observe_traffic(last.into_std().min(std_now));
-            }
-            st.core
-                .observe_lag(std_now, late.max(self.ctx.registry.lag.recent()));
-            if st.core.poll_timeout().is_some_and(|d| d <= std_now) {
-                st.core.handle_timeout(std_now);
-            }
-            self.after_input(&mut st);
-            if now >= next_advice {
-                let fresh = st.core.groups_below_advice(ADVICE_PER_YEAR);
-                self.ctx
-                    .metrics
-                    .groups_below_advice
-                    .increment(fresh as f64 - below_advice as f64);
-                below_advice = fresh;
-                next_advice = now + ADVICE_EVERY;
-            }
-            if now >= next_stats {
-                let fresh = st.core.stats(std_now);
-                drop(st);
-                refresh_gauges(&self.ctx.metrics, fresh, stats);
-                stats = fresh;
-                next_stats = now + self.ctx.stats_interval;
+            let more = {
+                let mut st = self.state.lock();
+                let _guard = PanicGuard(&self.ctx);
+                // Read under the lock, as every input's: the core's clock never goes back.
+                let now = Instant::now();
+                // Running late is the coordinator's own backlog, as is the runtime's lateness
+                // in running ready tasks (the connections with frames to read).
+                let late = now.saturating_duration_since(wake);
+                let std_now = now.into_std();
+                if let Some(last) = self.ctx.registry.traffic.last() {
+                    st.core.observe_traffic(last.into_std().min(std_now));
+                }
+                st.core
+                    .observe_lag(std_now, late.max(self.ctx.registry.lag.recent()));
+                if st.core.poll_timeout().is_some_and(|d| d <= std_now) {
+                    st.core.handle_timeout(std_now);
+                }
+                self.after_input(&mut st);
+                // The core runs due timers a slice of work at a time: let the connections
+                // have the shard between slices.
+                let more = st.core.poll_timeout().is_some_and(|d| d <= std_now);
+                if now >= next_advice {
+                    let fresh = st.core.groups_below_advice(ADVICE_PER_YEAR);
+                    self.ctx
+                        .metrics
+                        .groups_below_advice
+                        .increment(fresh as f64 - below_advice as f64);
+                    below_advice = fresh;
+                    next_advice = now + ADVICE_EVERY;
+                }
+                if now >= next_stats {
+                    let fresh = st.core.stats(std_now);
+                    drop(st);
+                    refresh_gauges(&self.ctx.metrics, fresh, stats);
+                    stats = fresh;
+                    next_stats = now + self.ctx.stats_interval;
+                }
+                more
+            };
+            if more {
+                tokio::task::yield_now().await;
             }
         }
         // Take this shard's members out of the gauges it contributed to.

@@ -7,6 +7,7 @@
 mod defects;
 mod detection;
 mod leases;
+mod quotas;
 mod scenarios;
 mod simulation;
 
