@@ -10,7 +10,7 @@
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! let mut conn = Connection::connect("127.0.0.1:7070", "my-tool/1", Duration::from_secs(5)).await?;
-//! let groups = conn.request(Request::ListGroups).await?;
+//! let groups = conn.request(Request::ListGroups(Default::default())).await?;
 //! # Ok(())
 //! # }
 //! ```
@@ -80,6 +80,9 @@ where
     }
 }
 
+/// The largest frame [`connect`] reads, whatever the coordinator announces.
+const MAX_READ_FRAME: usize = 64 << 20;
+
 /// Connects to `addr` with Nagle's algorithm off and handshakes (correlation id 0), all
 /// within `timeout`.
 pub async fn connect(
@@ -92,6 +95,11 @@ pub async fn connect(
         stream.set_nodelay(true)?;
         let mut transport = Framed::new(stream, Codec::default());
         let versions = handshake(&mut transport, 0, client_software).await?;
+        // The coordinator's answers (pages of a listing) may be as large as its frames.
+        let announced = usize::try_from(versions.max_frame_size).unwrap_or(usize::MAX);
+        if announced > transport.codec().max_frame_size() {
+            *transport.codec_mut() = Codec::new(announced.min(MAX_READ_FRAME));
+        }
         Ok((transport, versions))
     };
     tokio::time::timeout(timeout, attempt)

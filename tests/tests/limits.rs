@@ -22,7 +22,10 @@ fn error_of(response: Response) -> rollcall_protocol::ErrorResponse {
 }
 
 async fn list_groups(client: &mut RawClient) -> Vec<String> {
-    match client.request(Request::ListGroups).await {
+    match client
+        .request(Request::ListGroups(Default::default()))
+        .await
+    {
         Response::ListGroups(r) => r.groups.into_iter().map(|g| g.group).collect(),
         other => panic!("list groups failed: {other:?}"),
     }
@@ -57,6 +60,7 @@ fn fetch(group: &str) -> Request {
     Request::FetchOffsets(FetchOffsetsRequest {
         group: group.into(),
         topics: vec![],
+        page: None,
     })
 }
 
@@ -124,7 +128,7 @@ async fn slowloris_connections_are_closed_after_the_frame_deadline() {
     // The member was never disturbed, and a whole frame sent slowly but in time passes.
     assert!(matches!(member.heartbeat().await, Response::Heartbeat(_)));
     let mut slow = RawClient::connected(addr).await;
-    let bytes = RawClient::encode(&Frame::request(40, Request::ListGroups));
+    let bytes = RawClient::encode(&Frame::request(40, Request::ListGroups(Default::default())));
     slow.send_raw(&bytes[..3]).await;
     tokio::time::sleep(frame_timeout / 2).await;
     slow.send_raw(&bytes[3..]).await;

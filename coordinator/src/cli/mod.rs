@@ -25,8 +25,8 @@ use rollcall_client::raw::Connection;
 use rollcall_client::ConnectError;
 use rollcall_protocol::{
     ApiKey, DescribeGroupRequest, DescribeGroupResponse, ErrorCode, FetchOffsetsRequest,
-    FetchOffsetsResponse, ListGroupsResponse, MemberDetection, Request, Response, TopicPartitions,
-    TraceGroupRequest,
+    FetchOffsetsResponse, ListGroupsRequest, ListGroupsResponse, MemberDetection, OffsetCursor,
+    Page, Request, Response, TopicPartitions, TraceGroupRequest,
 };
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;

@@ -273,8 +273,8 @@ impl Coordinator {
                 response
             }
             Request::FetchOffsets(r) => self.fetch(r),
-            Request::ListGroups => self.list_groups(),
-            Request::DescribeGroup(r) => self.describe(now, &r.group, r.detection),
+            Request::ListGroups(r) => self.list_groups(r.page.as_ref()),
+            Request::DescribeGroup(r) => self.describe(now, &r.group, r.detection, r.page.as_ref()),
             Request::Relinquish(r) => {
                 let group = r.group.clone();
                 let response = self.relinquish(now, r);

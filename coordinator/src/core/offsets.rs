@@ -1,6 +1,7 @@
 //! Offsets: commits (fenced by membership and ownership), fetches, and the deletion of
 //! a group whose offsets retention expired.
 
+use std::ops::Bound;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -188,22 +189,63 @@ impl Coordinator {
         Response::CommitOffsets(CommitOffsetsResponse { results })
     }
 
+    /// The group's committed offsets (of `r.topics`, or every topic), by topic then
+    /// partition: all of them, or with a page (FetchOffsets version 1) those after the
+    /// cursor, at most `limit` and no more than fit an answer of `max_answer_bytes` (at
+    /// least one).
     pub(super) fn fetch(&self, r: FetchOffsetsRequest) -> Response {
+        let more = r.page.as_ref().map(|_| false);
         let Some(group) = self.groups.get(r.group.as_str()) else {
-            return Response::FetchOffsets(FetchOffsetsResponse::default());
+            return Response::FetchOffsets(FetchOffsetsResponse {
+                offsets: Vec::new(),
+                more,
+            });
         };
-        let offsets = group
-            .offsets
-            .iter()
-            .filter(|((topic, _), _)| r.topics.is_empty() || r.topics.iter().any(|t| t == topic))
-            .map(|((topic, partition), (offset, metadata))| CommittedOffset {
+        let wanted = |topic: &str| r.topics.is_empty() || r.topics.iter().any(|t| t == topic);
+        let entry = |((topic, partition), (offset, metadata)): (&(String, u32), &(i64, String))| {
+            CommittedOffset {
                 topic: topic.clone(),
                 partition: *partition,
                 offset: *offset,
                 metadata: metadata.clone(),
-            })
-            .collect();
-        Response::FetchOffsets(FetchOffsetsResponse { offsets })
+            }
+        };
+        let Some(page) = &r.page else {
+            let offsets = group
+                .offsets
+                .iter()
+                .filter(|((topic, _), _)| wanted(topic))
+                .map(entry)
+                .collect();
+            return Response::FetchOffsets(FetchOffsetsResponse { offsets, more });
+        };
+        let from = match &page.after {
+            Some(c) => Bound::Excluded((c.topic.clone(), c.partition)),
+            None => Bound::Unbounded,
+        };
+        let base = FetchOffsetsResponse {
+            offsets: Vec::new(),
+            more,
+        }
+        .encoded_len();
+        let mut fit = self.page_fit(page.limit, base);
+        let mut response = FetchOffsetsResponse {
+            offsets: Vec::new(),
+            more,
+        };
+        for o in group
+            .offsets
+            .range((from, Bound::Unbounded))
+            .filter(|((topic, _), _)| wanted(topic))
+            .map(entry)
+        {
+            if !fit.take(o.encoded_len()) {
+                response.more = Some(true);
+                break;
+            }
+            response.offsets.push(o);
+        }
+        Response::FetchOffsets(response)
     }
 
     /// The store found `group` empty for longer than the offsets retention; the core,

@@ -573,6 +573,8 @@ mod tests {
                     detector: "x".repeat(16),
                     shadow: Some("x".repeat(16)),
                 })),
+                // A page (version 2): the largest answer.
+                more: Some(true),
             }),
         );
         let push = Frame::push(Push::Assignment(AssignmentPush {

@@ -26,7 +26,8 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use rollcall_protocol::{
-    ApiKey, ErrorCode, Frame, HeartbeatResult, HeartbeatsResponse, Request, Response,
+    ApiKey, ErrorCode, Frame, HeartbeatResult, HeartbeatsResponse, ListGroupsRequest, Request,
+    Response,
 };
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
@@ -439,9 +440,9 @@ impl Shard {
         }
     }
 
-    /// This shard's groups, for a ListGroups answer.
-    pub(crate) fn list_groups(&self, conn: ConnId) -> Response {
-        self.input(|core, now| core.handle_request(now, conn, Request::ListGroups))
+    /// This shard's groups (or a page of them), for a ListGroups answer.
+    pub(crate) fn list_groups(&self, conn: ConnId, request: ListGroupsRequest) -> Response {
+        self.input(|core, now| core.handle_request(now, conn, Request::ListGroups(request)))
     }
 
     /// Feeds the core an input other than a request, and stages or sends its outputs.

@@ -29,7 +29,7 @@ fn message(r: &Response) -> String {
 }
 
 fn groups(t: &mut TestContext) -> Vec<String> {
-    match t.request(0, Request::ListGroups) {
+    match t.request(0, Request::ListGroups(Default::default())) {
         Response::ListGroups(l) => l.groups.into_iter().map(|g| g.group).collect(),
         other => panic!("{other:?}"),
     }
