@@ -196,6 +196,15 @@ pub(super) struct ServeArgs {
         default_value_t = server_default().max_connections
     )]
     max_connections: usize,
+    /// Connections served at once from one IP address; over it, the first request is
+    /// answered too_many_connections and the connection closed. 0: no limit.
+    #[arg(
+        long,
+        env = "ROLLCALL_MAX_CONNECTIONS_PER_ADDRESS",
+        value_name = "N",
+        default_value_t = server_default().max_connections_per_address
+    )]
+    max_connections_per_address: usize,
     /// Time a new connection has to send its ApiVersions handshake.
     #[arg(long, env = "ROLLCALL_HANDSHAKE_TIMEOUT", value_name = "DURATION", default_value_t = Dur(server_default().handshake_timeout))]
     handshake_timeout: Dur,
@@ -423,6 +432,7 @@ impl ServeArgs {
             shards: self.shards,
             max_frame_size: self.max_frame_size.0,
             max_connections: self.max_connections,
+            max_connections_per_address: self.max_connections_per_address,
             handshake_timeout: self.handshake_timeout.0,
             frame_timeout: self.frame_timeout.0,
             idle_timeout: self.idle_timeout.0,

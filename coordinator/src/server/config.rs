@@ -51,6 +51,9 @@ pub struct ServerConfig {
     pub max_frame_size: usize,
     /// Connections served at once; more are answered `TooManyConnections` and closed.
     pub max_connections: usize,
+    /// Connections served at once from one IP address; more from it are answered
+    /// `TooManyConnections` and closed, as over `max_connections`. `0`: no limit.
+    pub max_connections_per_address: usize,
     /// Time a new connection has to complete its ApiVersions handshake.
     pub handshake_timeout: Duration,
     /// Time a frame has to arrive whole once its first byte has: a connection that
@@ -91,6 +94,7 @@ impl Default for ServerConfig {
             shards: 1,
             max_frame_size: rollcall_protocol::DEFAULT_MAX_FRAME_SIZE,
             max_connections: 10_000,
+            max_connections_per_address: 1_000,
             handshake_timeout: Duration::from_secs(5),
             frame_timeout: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(60 * 60),

@@ -208,6 +208,8 @@ pub(crate) enum ProtocolError {
     SlowReader,
     /// A connection over the maximum.
     TooManyConnections,
+    /// A connection over the maximum from one address.
+    TooManyConnectionsPerAddress,
     /// A frame begun but not finished within the frame deadline.
     FrameTimeout,
     /// A handshaken connection silent for the idle deadline.
@@ -218,7 +220,7 @@ pub(crate) enum ProtocolError {
 }
 
 impl ProtocolError {
-    const ALL: [Self; 11] = [
+    const ALL: [Self; 12] = [
         Self::MalformedFrame,
         Self::FrameTooLarge,
         Self::UnknownApi,
@@ -227,6 +229,7 @@ impl ProtocolError {
         Self::HandshakeTimeout,
         Self::SlowReader,
         Self::TooManyConnections,
+        Self::TooManyConnectionsPerAddress,
         Self::FrameTimeout,
         Self::IdleTimeout,
         Self::OutgoingTooLarge,
@@ -242,6 +245,7 @@ impl ProtocolError {
             Self::HandshakeTimeout => "handshake_timeout",
             Self::SlowReader => "slow_reader",
             Self::TooManyConnections => "too_many_connections",
+            Self::TooManyConnectionsPerAddress => "too_many_connections_per_address",
             Self::FrameTimeout => "frame_timeout",
             Self::IdleTimeout => "idle_timeout",
             Self::OutgoingTooLarge => "outgoing_too_large",

@@ -10,15 +10,16 @@
 //! last whole frame). Frames already received are always read before a deadline is
 //! judged, so a coordinator that was itself paused does not blame its peers.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures_util::{SinkExt, StreamExt};
+use parking_lot::Mutex;
 use rollcall_protocol::{
     supported_versions, ApiKey, ApiVersionsResponse, Body, Codec, ErrorCode, ErrorResponse, Frame,
     FrameError, FrameKind, Header, HeartbeatsRequest, ListGroupsRequest, ListGroupsResponse, Push,
@@ -62,6 +63,10 @@ pub(crate) struct ConnContext {
     pub(crate) limits: Arc<SendLimits>,
     pub(crate) max_connections: usize,
     pub(crate) active: AtomicUsize,
+    /// Connections served per peer address, counted only at accept and close (and only
+    /// when `max_connections_per_address` is not 0).
+    pub(crate) per_address: Mutex<HashMap<IpAddr, usize>>,
+    pub(crate) max_connections_per_address: usize,
     pub(crate) next_id: AtomicU64,
     /// Set when the server stops reading requests (shutdown has begun); see
     /// [`ConnContext::stop_reading`].
@@ -98,6 +103,8 @@ impl ConnContext {
             limits,
             max_connections: config.max_connections,
             active: AtomicUsize::new(0),
+            per_address: Mutex::new(HashMap::new()),
+            max_connections_per_address: config.max_connections_per_address,
             next_id: AtomicU64::new(1),
             stopping: AtomicBool::new(false),
             close: CancellationToken::new(),
@@ -134,17 +141,28 @@ pub(crate) fn accept(
             .protocol_error(ProtocolError::TooManyConnections)
             .increment(1);
         warn!(%peer, max = ctx.max_connections, "connection refused: too many connections");
-        match ctx.rejecting.clone().try_acquire_owned() {
-            Ok(permit) => {
-                let codec = ctx.codec;
-                let timeout = ctx.handshake_timeout;
-                tracker.spawn(async move {
-                    reject(stream, codec, timeout).await;
-                    drop(permit);
-                });
-            }
-            Err(_) => drop(stream),
-        }
+        refuse(
+            ctx,
+            stream,
+            tracker,
+            "the coordinator has its maximum number of connections; retry later",
+        );
+        return;
+    }
+    let address = AddressSlot::take(ctx, peer.ip());
+    if address.is_none() {
+        ctx.active.fetch_sub(1, Ordering::AcqRel);
+        ctx.metrics
+            .protocol_error(ProtocolError::TooManyConnectionsPerAddress)
+            .increment(1);
+        warn!(%peer, max = ctx.max_connections_per_address,
+            "connection refused: too many connections from this address");
+        refuse(
+            ctx,
+            stream,
+            tracker,
+            "the coordinator has its maximum number of connections from this address; retry later",
+        );
         return;
     }
     ctx.metrics.connections.increment(1.0);
@@ -154,14 +172,77 @@ pub(crate) fn accept(
         Connection::new(ctx.clone(), id, peer)
             .serve(stream, reading)
             .await;
+        drop(address);
         ctx.active.fetch_sub(1, Ordering::AcqRel);
         ctx.metrics.connections.decrement(1.0);
     });
 }
 
-/// Answers the first request of a connection over the limit with `TooManyConnections`
+/// A connection's place in its address's count; given back when dropped.
+struct AddressSlot {
+    ctx: Arc<ConnContext>,
+    ip: IpAddr,
+}
+
+impl AddressSlot {
+    /// Counts one more connection from `ip`: `None` if the address has its maximum,
+    /// `Some(None)` if there is no maximum (nothing is counted).
+    fn take(ctx: &Arc<ConnContext>, ip: IpAddr) -> Option<Option<Self>> {
+        let max = ctx.max_connections_per_address;
+        if max == 0 {
+            return Some(None);
+        }
+        // An IPv4 peer on an IPv6 listener is the same address as on an IPv4 one.
+        let ip = ip.to_canonical();
+        let mut counts = ctx.per_address.lock();
+        let count = counts.entry(ip).or_insert(0);
+        if *count >= max {
+            return None;
+        }
+        *count += 1;
+        Some(Some(Self {
+            ctx: ctx.clone(),
+            ip,
+        }))
+    }
+}
+
+impl Drop for AddressSlot {
+    fn drop(&mut self) {
+        let mut counts = self.ctx.per_address.lock();
+        if let Some(count) = counts.get_mut(&self.ip) {
+            *count -= 1;
+            if *count == 0 {
+                counts.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// Answers the first request of a connection refused at accept, then closes it (at
+/// most [`MAX_REJECTING`] at once; past that it is closed without an answer).
+fn refuse(
+    ctx: &Arc<ConnContext>,
+    stream: TcpStream,
+    tracker: &tokio_util::task::TaskTracker,
+    message: &'static str,
+) {
+    match ctx.rejecting.clone().try_acquire_owned() {
+        Ok(permit) => {
+            let codec = ctx.codec;
+            let timeout = ctx.handshake_timeout;
+            tracker.spawn(async move {
+                reject(stream, codec, timeout, message).await;
+                drop(permit);
+            });
+        }
+        Err(_) => drop(stream),
+    }
+}
+
+/// Answers the first request of a connection over a limit with `TooManyConnections`
 /// and closes it.
-async fn reject(stream: TcpStream, codec: Codec, timeout: Duration) {
+async fn reject(stream: TcpStream, codec: Codec, timeout: Duration, message: &'static str) {
     let mut frames = Framed::new(stream, codec);
     let first = tokio::time::timeout(timeout, frames.next()).await;
     let (correlation_id, api_key) = match first {
@@ -178,11 +259,7 @@ async fn reject(stream: TcpStream, codec: Codec, timeout: Duration) {
     };
     let answer = Frame::response(
         correlation_id,
-        Response::error(
-            api_key,
-            ErrorCode::TooManyConnections,
-            "the coordinator has its maximum number of connections; retry later",
-        ),
+        Response::error(api_key, ErrorCode::TooManyConnections, message),
     );
     let _ = tokio::time::timeout(timeout, async {
         let _ = frames.send(answer).await;
