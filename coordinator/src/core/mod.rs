@@ -43,8 +43,15 @@ pub use records::{
 pub use totals::Totals;
 
 /// The work [`Coordinator::handle_timeout`] does at most per call, in partitions and
-/// members rebalanced (and one per member timer), past the timer that reaches it.
-pub const TIMER_SLICE: u64 = 100_000;
+/// members rebalanced (and [`MEMBER_TIMER_WORK`] per member timer), past the timer that
+/// reaches it: a fifth of the largest group a server allows by default, so one call
+/// runs at most one rebalance of a group that large, or the rebalances of many small
+/// groups that add up to a fifth of it.
+pub const TIMER_SLICE: u64 = 20_000;
+
+/// The work a member's timer counts for in a slice (an expiry removes the member, holds
+/// its partitions and pushes).
+const MEMBER_TIMER_WORK: u64 = 10;
 
 /// Identifies a client connection to the core. Chosen by the shell; never reused while
 /// the connection is open.
@@ -285,8 +292,8 @@ impl Coordinator {
     }
 
     /// Runs the timers due at or before `now`, in order, until they are all run or a
-    /// slice of work is done (about [`TIMER_SLICE`] partitions' and members' worth: one
-    /// rebalance of the largest group): [`Self::poll_timeout`] then still returns an
+    /// slice of work is done (about [`TIMER_SLICE`] partitions' and members' worth, or
+    /// one rebalance of a larger group): [`Self::poll_timeout`] then still returns an
     /// instant at or before `now`, and the shell calls again, taking requests in
     /// between. So one call never holds a shard for much longer than the largest
     /// group's rebalance, however many rebalances are due at once.
@@ -310,7 +317,7 @@ impl Coordinator {
             };
             match key {
                 TimerKey::Member { group, member } => {
-                    work += 1;
+                    work += MEMBER_TIMER_WORK;
                     let hold = self.expiry_hold(now, &group, &member);
                     let (groups, mut ctx) = self.parts(now);
                     if let Some(g) = groups.get_mut(&group) {

@@ -48,6 +48,10 @@ const ADVICE_EVERY: Duration = Duration::from_secs(10);
 /// The false-expulsion rate the exported advice is computed for: one a year per group.
 const ADVICE_PER_YEAR: f64 = 1.0;
 
+/// How long the timer task leaves the shard to the connections between two slices of
+/// due timers (see [`Coordinator::handle_timeout`]).
+const SLICE_BREATHER: Duration = Duration::from_millis(1);
+
 /// Outputs the open batch may hold before connections wait to hand it more.
 const MAX_OPEN: usize = 65_536;
 
@@ -538,7 +542,9 @@ impl Shard {
                 more
             };
             if more {
-                tokio::task::yield_now().await;
+                // A breather: the runtime polls its sockets and runs the connections
+                // that have frames for this shard before the next slice.
+                tokio::time::sleep(SLICE_BREATHER).await;
             }
         }
         // Take this shard's members out of the gauges it contributed to.
