@@ -376,14 +376,23 @@ impl Coordinator {
         Some(group)
     }
 
-    /// Brings the totals up to date with what `name` holds now.
+    /// Brings the totals up to date with what `name` holds now. Past the coordinator's
+    /// removal memory (as many removals as `max_members`), the group forgets its oldest
+    /// removals first.
     fn account(&mut self, name: &str) {
         if let Some(g) = self.groups.get_mut(name) {
             let now = g.usage();
-            if now != g.accounted {
-                self.totals.replace(g.accounted, now);
-                g.accounted = now;
+            if now == g.accounted {
+                return;
             }
+            let others = self.totals.removals().saturating_sub(g.accounted.removals);
+            let excess = (others + now.removals).saturating_sub(self.config.max_members);
+            if excess > 0 && now.removals > g.accounted.removals {
+                g.forget_oldest_removals(excess);
+            }
+            let now = g.usage();
+            self.totals.replace(g.accounted, now);
+            g.accounted = now;
         }
     }
 

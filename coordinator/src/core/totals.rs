@@ -19,6 +19,7 @@ pub struct Totals {
     partitions: AtomicU64,
     offsets: AtomicUsize,
     metadata_bytes: AtomicUsize,
+    removals: AtomicUsize,
 }
 
 impl Totals {
@@ -47,6 +48,11 @@ impl Totals {
         self.metadata_bytes.load(Ordering::Relaxed)
     }
 
+    /// Removed members remembered over all groups.
+    pub fn removals(&self) -> usize {
+        self.removals.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn get(&self) -> Usage {
         Usage {
             groups: self.groups(),
@@ -54,6 +60,7 @@ impl Totals {
             partitions: self.partitions(),
             offsets: self.offsets(),
             metadata_bytes: self.metadata_bytes(),
+            removals: self.removals(),
         }
     }
 
@@ -77,5 +84,6 @@ impl Totals {
         }
         swap_usize(&self.offsets, old.offsets, new.offsets);
         swap_usize(&self.metadata_bytes, old.metadata_bytes, new.metadata_bytes);
+        swap_usize(&self.removals, old.removals, new.removals);
     }
 }

@@ -291,6 +291,8 @@ pub(crate) struct Usage {
     pub(crate) offsets: usize,
     /// Bytes of commit metadata.
     pub(crate) metadata_bytes: usize,
+    /// Removed members it remembers (to answer them with the reason).
+    pub(crate) removals: usize,
 }
 
 impl Usage {
@@ -300,6 +302,7 @@ impl Usage {
         self.partitions = self.partitions.saturating_sub(other.partitions);
         self.offsets = self.offsets.saturating_sub(other.offsets);
         self.metadata_bytes = self.metadata_bytes.saturating_sub(other.metadata_bytes);
+        self.removals = self.removals.saturating_sub(other.removals);
     }
 }
 
@@ -460,6 +463,19 @@ impl Group {
             partitions: self.footprint,
             offsets: self.offsets.len(),
             metadata_bytes: self.metadata_bytes,
+            removals: self.removed.len(),
+        }
+    }
+
+    /// Forgets up to `n` of the oldest removals the group remembers.
+    pub(crate) fn forget_oldest_removals(&mut self, n: usize) {
+        for _ in 0..n {
+            match self.removed_order.pop_front() {
+                Some(old) => {
+                    self.removed.remove(&old);
+                }
+                None => return,
+            }
         }
     }
 

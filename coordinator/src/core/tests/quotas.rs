@@ -452,3 +452,25 @@ fn due_timers_run_in_slices_of_about_one_large_rebalance() {
         assert_eq!(more, expected < 3, "after {expected} rebalances");
     }
 }
+
+/// The removals a coordinator remembers (to answer a removed member with the reason)
+/// are bounded over all groups by its member quota: past it, the group that removes
+/// another member forgets its own oldest removal.
+#[test]
+fn remembered_removals_are_bounded_over_all_groups() {
+    let mut t = TestContext::with_config(CoreConfig {
+        max_members: 4,
+        ..CoreConfig::default()
+    });
+    for group in ["a", "a", "a", "b", "b", "b"] {
+        let m = t.join(1, group, &[("t", 1)]);
+        assert!(matches!(t.leave(&m), Response::Leave));
+        assert!(
+            t.core.totals().removals() <= 4,
+            "{}",
+            t.core.totals().removals()
+        );
+    }
+    assert_eq!(t.core.totals().removals(), 4);
+    assert_eq!(t.core.totals().members(), 0);
+}
