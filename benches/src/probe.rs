@@ -32,7 +32,10 @@ impl Admin {
     }
 
     pub(crate) async fn list_groups(&mut self) -> Result<Vec<GroupListing>, String> {
-        match self.request(Request::ListGroups).await? {
+        match self
+            .request(Request::ListGroups(Default::default()))
+            .await?
+        {
             Response::ListGroups(r) => Ok(r.groups),
             other => Err(format!("unexpected list answer {other:?}")),
         }

@@ -158,6 +158,8 @@ impl Target {
             },
             shards: opts.shards,
             max_connections: opts.max_connections,
+            // The load generator opens every connection from one address.
+            max_connections_per_address: 0,
             ..ServerConfig::default()
         };
         if let Some(frames) = opts.send_buffer {
@@ -199,6 +201,8 @@ impl Target {
             .arg(&data_dir)
             .args(["--shards", &opts.shards.to_string()])
             .args(["--max-connections", &opts.max_connections.to_string()])
+            // The load generator opens every connection from one address.
+            .args(["--max-connections-per-address", "0"])
             .args([
                 "--min-session-timeout",
                 &format!("{}ms", opts.min_session_timeout.as_millis()),

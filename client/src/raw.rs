@@ -14,7 +14,7 @@
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! let mut conn = Connection::connect("127.0.0.1:7070", "my-tool/1", Duration::from_secs(5)).await?;
-//! let groups = conn.request(Request::ListGroups).await?;
+//! let groups = conn.request(Request::ListGroups(Default::default())).await?;
 //!
 //! // The same over TLS, trusting the coordinator's CA.
 //! let options = ConnectOptions::new("my-tool/1").with_tls(TlsConfig::from_files("ca.pem", None));
@@ -256,6 +256,9 @@ where
     }
 }
 
+/// The largest frame a raw connection reads, whatever the coordinator announces.
+const MAX_READ_FRAME: usize = 64 << 20;
+
 /// Authenticates the connection as `credentials` (SCRAM-SHA-256, two Authenticate
 /// requests under `correlation_id` and the one after it), skipping any push that
 /// arrives meanwhile. Returns the principal the coordinator gave the connection.
@@ -399,6 +402,15 @@ pub async fn establish(
     Ok((transport, versions))
 }
 
+/// Lets a raw connection read frames as large as the coordinator says it sends (pages
+/// of a listing may be), up to [`MAX_READ_FRAME`].
+fn read_announced_frames(transport: &mut Transport, versions: &ApiVersionsResponse) {
+    let announced = usize::try_from(versions.max_frame_size).unwrap_or(usize::MAX);
+    if announced > transport.codec().max_frame_size() {
+        *transport.codec_mut() = Codec::new(announced.min(MAX_READ_FRAME));
+    }
+}
+
 /// An I/O error of the TLS handshake: what rustls said in words, a close during the
 /// handshake as such, anything else as I/O.
 fn tls_error(e: io::Error) -> ConnectError {
@@ -424,7 +436,9 @@ pub async fn connect(
     let options = ConnectOptions::new(client_software).with_timeout(timeout);
     let attempt = async {
         let tcp = TcpStream::connect(addr).await?;
-        establish(tcp, "", &options).await
+        let (mut transport, versions) = establish(tcp, "", &options).await?;
+        read_announced_frames(&mut transport, &versions);
+        Ok((transport, versions))
     };
     tokio::time::timeout(timeout, attempt)
         .await
@@ -462,7 +476,8 @@ impl Connection {
     /// Opens a connection with [`open`] (over TLS if `options` say so); each later
     /// request must be answered within `options.timeout`.
     pub async fn connect_with(addr: &str, options: &ConnectOptions) -> Result<Self, ConnectError> {
-        let (transport, versions) = open(addr, options).await?;
+        let (mut transport, versions) = open(addr, options).await?;
+        read_announced_frames(&mut transport, &versions);
         Ok(Self {
             transport,
             versions,

@@ -103,6 +103,17 @@ error_codes! {
     /// The connection's principal may not do this to this group. The answer is the same
     /// whether or not the group exists.
     NotAuthorized = 26, "not_authorized", GiveUp;
+    /// The coordinator has its maximum number of groups: a Join or an administrative
+    /// commit that would create a group is refused. Use an existing group, or retry
+    /// once groups have gone.
+    TooManyGroups = 27, "too_many_groups", GiveUp;
+    /// The group has its maximum number of committed offsets or of commit metadata
+    /// bytes, or the coordinator its maximum across groups (per partition, in a commit
+    /// response). Offsets already committed can still be updated.
+    TooManyOffsets = 28, "too_many_offsets", GiveUp;
+    /// The coordinator has its maximum number of members across all its groups.
+    /// Retry later or use another coordinator.
+    TooManyMembers = 29, "too_many_members", GiveUp;
 }
 
 /// What a client should do with an error code.

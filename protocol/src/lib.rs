@@ -163,17 +163,18 @@ impl PushKey {
     }
 }
 
-/// The version of every response, every push, and every request but Join and Leave.
+/// The version of every push, and of every request and response at its lowest version.
 pub const CURRENT_VERSION: u16 = 0;
 
 /// The highest version of `key` this build speaks (the lowest is always 0). Join is at
-/// version 1, which adds the lease timeout, and Leave at version 1, which adds the
-/// leave mode; their responses are the same at both versions and are sent as version
-/// 0, like every response.
+/// version 2 (1 adds the lease timeout, 2 the detector) and Leave at 1 (the leave
+/// mode), their responses the same at every version and sent as version 0; ListGroups
+/// and FetchOffsets are at 1 (a page), DescribeGroup at 2 (1 adds the detection
+/// details, 2 a page of members), their answers sent at the request's version.
 pub fn max_request_version(key: ApiKey) -> u16 {
     match key {
-        ApiKey::Join => 2,
-        ApiKey::Leave | ApiKey::DescribeGroup => 1,
+        ApiKey::Join | ApiKey::DescribeGroup => 2,
+        ApiKey::Leave | ApiKey::ListGroups | ApiKey::FetchOffsets => 1,
         _ => CURRENT_VERSION,
     }
 }
@@ -350,7 +351,8 @@ impl Frame {
                     return Ok(unsupported(&mut r));
                 };
                 // A response is at version 0, or at its request's version where the
-                // answer's body changed with it (DescribeGroup 1).
+                // answer's body changed with it (DescribeGroup 1 and 2, ListGroups 1,
+                // FetchOffsets 1).
                 let max = max_request_version(key);
                 if version > max {
                     return Ok(unsupported(&mut r));

@@ -19,10 +19,10 @@ use rollcall_protocol::{
     ExpelReason, ExpelledPush, FetchOffsetsRequest, FetchOffsetsResponse, Frame, FrameKind,
     GroupDetection, GroupListing, GroupState, HeartbeatRequest, HeartbeatResponse, HeartbeatResult,
     HeartbeatsRequest, HeartbeatsResponse, JoinRequest, JoinResponse, LeaveMode, LeaveRequest,
-    ListGroupsResponse, Liveness, MemberDescription, MemberDetection, OffsetCommit,
-    PartitionResult, Push, PushKey, RelinquishRequest, Request, Response, RevokePush, ShutdownPush,
-    TopicPartitions, TopicSubscription, TraceGroupRequest, TraceGroupResponse,
-    DEFAULT_MAX_FRAME_SIZE, LENGTH_PREFIX_SIZE,
+    ListGroupsRequest, ListGroupsResponse, Liveness, MemberDescription, MemberDetection,
+    OffsetCommit, OffsetCursor, Page, PartitionResult, Push, PushKey, RelinquishRequest, Request,
+    Response, RevokePush, ShutdownPush, TopicPartitions, TopicSubscription, TraceGroupRequest,
+    TraceGroupResponse, DEFAULT_MAX_FRAME_SIZE, LENGTH_PREFIX_SIZE,
 };
 
 const DOC: &str = include_str!("../../docs/PROTOCOL.md");
@@ -250,6 +250,7 @@ fn examples() -> Vec<(&'static str, Frame)> {
                 Request::FetchOffsets(FetchOffsetsRequest {
                     group: GROUP.into(),
                     topics: vec![TOPIC.into()],
+                    page: None,
                 }),
             ),
         ),
@@ -266,12 +267,45 @@ fn examples() -> Vec<(&'static str, Frame)> {
                             metadata: String::new(),
                         })
                         .to_vec(),
+                    more: None,
+                }),
+            ),
+        ),
+        (
+            "fetch-offsets-request-v1",
+            Frame::request(
+                5,
+                Request::FetchOffsets(FetchOffsetsRequest {
+                    group: GROUP.into(),
+                    topics: Vec::new(),
+                    page: Some(Page {
+                        after: Some(OffsetCursor {
+                            topic: TOPIC.into(),
+                            partition: 0,
+                        }),
+                        limit: 1,
+                    }),
+                }),
+            ),
+        ),
+        (
+            "fetch-offsets-response-v1",
+            Frame::response(
+                5,
+                Response::FetchOffsets(FetchOffsetsResponse {
+                    offsets: vec![CommittedOffset {
+                        topic: TOPIC.into(),
+                        partition: 1,
+                        offset: 688,
+                        metadata: String::new(),
+                    }],
+                    more: Some(true),
                 }),
             ),
         ),
         (
             "list-groups-request",
-            Frame::request(6, Request::ListGroups),
+            Frame::request(6, Request::ListGroups(ListGroupsRequest::default())),
         ),
         (
             "list-groups-response",
@@ -284,6 +318,34 @@ fn examples() -> Vec<(&'static str, Frame)> {
                         generation: 5,
                         members: 1,
                     }],
+                    more: None,
+                }),
+            ),
+        ),
+        (
+            "list-groups-request-v1",
+            Frame::request(
+                6,
+                Request::ListGroups(ListGroupsRequest {
+                    page: Some(Page {
+                        after: Some("audit".into()),
+                        limit: 100,
+                    }),
+                }),
+            ),
+        ),
+        (
+            "list-groups-response-v1",
+            Frame::response(
+                6,
+                Response::ListGroups(ListGroupsResponse {
+                    groups: vec![GroupListing {
+                        group: GROUP.into(),
+                        state: GroupState::Stable,
+                        generation: 5,
+                        members: 1,
+                    }],
+                    more: Some(false),
                 }),
             ),
         ),
@@ -294,6 +356,7 @@ fn examples() -> Vec<(&'static str, Frame)> {
                 Request::DescribeGroup(DescribeGroupRequest {
                     group: GROUP.into(),
                     detection: false,
+                    page: None,
                 }),
             ),
         ),
@@ -319,6 +382,7 @@ fn examples() -> Vec<(&'static str, Frame)> {
                         detection: None,
                     }],
                     detection: None,
+                    more: None,
                 }),
             ),
         ),
@@ -329,6 +393,7 @@ fn examples() -> Vec<(&'static str, Frame)> {
                 Request::DescribeGroup(DescribeGroupRequest {
                     group: GROUP.into(),
                     detection: true,
+                    page: None,
                 }),
             ),
         ),
@@ -369,6 +434,62 @@ fn examples() -> Vec<(&'static str, Frame)> {
                         detector: "adaptive".into(),
                         shadow: Some("fixed".into()),
                     })),
+                    more: None,
+                }),
+            ),
+        ),
+        (
+            "describe-group-request-v2",
+            Frame::request(
+                7,
+                Request::DescribeGroup(DescribeGroupRequest {
+                    group: GROUP.into(),
+                    detection: true,
+                    page: Some(Page {
+                        after: None,
+                        limit: 1,
+                    }),
+                }),
+            ),
+        ),
+        (
+            "describe-group-response-v2",
+            Frame::response(
+                7,
+                Response::DescribeGroup(DescribeGroupResponse {
+                    group: GROUP.into(),
+                    state: GroupState::Stable,
+                    generation: 5,
+                    assignor: "sticky".into(),
+                    members: vec![MemberDescription {
+                        member_id: MEMBER.into(),
+                        instance_id: None,
+                        client_id: "invoicer".into(),
+                        liveness: Liveness::Alive,
+                        since_heartbeat_ms: 1_200,
+                        since_progress_ms: 1_200,
+                        owned: tps(&[0, 1, 2]),
+                        pending_revoke: Vec::new(),
+                        pending_grant: Vec::new(),
+                        detection: Some(MemberDetection {
+                            in_state_ms: 600_000,
+                            phi_centi: 12,
+                            suspect_after_ms: 2_310,
+                            expel_after_ms: 3_620,
+                            gaps: 240,
+                            beats_lost: 1,
+                            beats_late: 0,
+                            gap_p50_ms: 2_047,
+                            gap_p99_ms: 2_559,
+                            gap_p999_ms: 3_071,
+                            gap_max_ms: 3_100,
+                        }),
+                    }],
+                    detection: Some(Box::new(GroupDetection {
+                        detector: "adaptive".into(),
+                        shadow: Some("fixed".into()),
+                    })),
+                    more: Some(false),
                 }),
             ),
         ),

@@ -11,10 +11,10 @@ use rollcall_protocol::{
     ErrorResponse, ExpelReason, ExpelledPush, FetchOffsetsRequest, FetchOffsetsResponse, Frame,
     FrameError, FrameKind, GroupDetection, GroupListing, GroupState, Header, HeartbeatRequest,
     HeartbeatResponse, HeartbeatResult, HeartbeatsRequest, HeartbeatsResponse, JoinRequest,
-    JoinResponse, LeaveMode, LeaveRequest, ListGroupsResponse, Liveness, MemberDescription,
-    MemberDetection, OffsetCommit, PartitionResult, Push, PushKey, RelinquishRequest, Request,
-    Response, RevokePush, ShutdownPush, TopicPartitions, TopicSubscription, TraceGroupRequest,
-    TraceGroupResponse, CURRENT_VERSION, LENGTH_PREFIX_SIZE,
+    JoinResponse, LeaveMode, LeaveRequest, ListGroupsRequest, ListGroupsResponse, Liveness,
+    MemberDescription, MemberDetection, OffsetCommit, OffsetCursor, Page, PartitionResult, Push,
+    PushKey, RelinquishRequest, Request, Response, RevokePush, ShutdownPush, TopicPartitions,
+    TopicSubscription, TraceGroupRequest, TraceGroupResponse, CURRENT_VERSION, LENGTH_PREFIX_SIZE,
 };
 use tokio_util::codec::{Decoder, Encoder};
 
@@ -37,6 +37,12 @@ fn text() -> impl Strategy<Value = String> {
 
 fn opt_text() -> impl Strategy<Value = Option<String>> {
     prop::option::of(text())
+}
+
+fn page<C: std::fmt::Debug + Clone>(
+    cursor: impl Strategy<Value = C>,
+) -> impl Strategy<Value = Page<C>> {
+    (prop::option::of(cursor), any::<u32>()).prop_map(|(after, limit)| Page { after, limit })
 }
 
 fn small_vec<T: std::fmt::Debug>(
@@ -163,11 +169,29 @@ fn request() -> impl Strategy<Value = Request> {
             })
         },
     );
-    let fetch = (text(), small_vec(text()))
-        .prop_map(|(group, topics)| Request::FetchOffsets(FetchOffsetsRequest { group, topics }));
-    let describe = (text(), any::<bool>()).prop_map(|(group, detection)| {
-        Request::DescribeGroup(DescribeGroupRequest { group, detection })
-    });
+    let cursor =
+        (text(), any::<u32>()).prop_map(|(topic, partition)| OffsetCursor { topic, partition });
+    let fetch = (text(), small_vec(text()), prop::option::of(page(cursor))).prop_map(
+        |(group, topics, page)| {
+            Request::FetchOffsets(FetchOffsetsRequest {
+                group,
+                topics,
+                page,
+            })
+        },
+    );
+    // A page is asked for at version 2, which always has the detection details.
+    let describe = (text(), any::<bool>(), prop::option::of(page(text()))).prop_map(
+        |(group, detection, page)| {
+            Request::DescribeGroup(DescribeGroupRequest {
+                group,
+                detection: detection || page.is_some(),
+                page,
+            })
+        },
+    );
+    let list = prop::option::of(page(text()))
+        .prop_map(|page| Request::ListGroups(ListGroupsRequest { page }));
     let relinquish = (text(), text())
         .prop_map(|(group, member_id)| Request::Relinquish(RelinquishRequest { group, member_id }));
     let trace = (text(), any::<u64>(), any::<u64>()).prop_map(|(group, epoch, cursor)| {
@@ -188,7 +212,7 @@ fn request() -> impl Strategy<Value = Request> {
         leave,
         commit,
         fetch,
-        Just(Request::ListGroups),
+        list,
         describe,
         relinquish,
         heartbeats,
@@ -364,8 +388,8 @@ fn response() -> impl Strategy<Value = Response> {
             metadata,
         },
     );
-    let fetch = small_vec(committed)
-        .prop_map(|offsets| Response::FetchOffsets(FetchOffsetsResponse { offsets }));
+    let fetch = (small_vec(committed), prop::option::of(any::<bool>()))
+        .prop_map(|(offsets, more)| Response::FetchOffsets(FetchOffsetsResponse { offsets, more }));
     let listing = (text(), group_state(), any::<u32>(), any::<u32>()).prop_map(
         |(group, state, generation, members)| GroupListing {
             group,
@@ -374,8 +398,8 @@ fn response() -> impl Strategy<Value = Response> {
             members,
         },
     );
-    let list =
-        small_vec(listing).prop_map(|groups| Response::ListGroups(ListGroupsResponse { groups }));
+    let list = (small_vec(listing), prop::option::of(any::<bool>()))
+        .prop_map(|(groups, more)| Response::ListGroups(ListGroupsResponse { groups, more }));
     let describe = (
         text(),
         group_state(),
@@ -383,26 +407,35 @@ fn response() -> impl Strategy<Value = Response> {
         text(),
         prop::collection::vec((member_description(), member_detection()), 0..3),
         prop::option::of((text(), prop::option::of(text()))),
+        prop::option::of(any::<bool>()),
     )
-        .prop_map(|(group, state, generation, assignor, members, detection)| {
-            // At version 1 every member carries its detection; at version 0 none does.
-            let members = members
-                .into_iter()
-                .map(|(mut m, d)| {
-                    m.detection = detection.is_some().then_some(d);
-                    m
+        .prop_map(
+            |(group, state, generation, assignor, members, detection, more)| {
+                // A page (version 2) always has the detection details.
+                let detection = match (detection, more) {
+                    (None, Some(_)) => Some((String::new(), None)),
+                    (detection, _) => detection,
+                };
+                // At versions 1 and 2 every member carries its detection; at 0 none does.
+                let members = members
+                    .into_iter()
+                    .map(|(mut m, d)| {
+                        m.detection = detection.is_some().then_some(d);
+                        m
+                    })
+                    .collect();
+                Response::DescribeGroup(DescribeGroupResponse {
+                    group,
+                    state,
+                    generation,
+                    assignor,
+                    members,
+                    detection: detection
+                        .map(|(detector, shadow)| Box::new(GroupDetection { detector, shadow })),
+                    more,
                 })
-                .collect();
-            Response::DescribeGroup(DescribeGroupResponse {
-                group,
-                state,
-                generation,
-                assignor,
-                members,
-                detection: detection
-                    .map(|(detector, shadow)| Box::new(GroupDetection { detector, shadow })),
-            })
-        });
+            },
+        );
     let heartbeats = small_vec(heartbeat_result())
         .prop_map(|results| Response::Heartbeats(HeartbeatsResponse { results }));
     prop_oneof![
@@ -633,6 +666,14 @@ proptest! {
         let bytes = encode(&frame);
         let declared = u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize;
         prop_assert_eq!(declared, bytes.len() - LENGTH_PREFIX_SIZE);
+        // The sizes paged answers are cut by are the encoder's.
+        let body = declared - rollcall_protocol::HEADER_SIZE;
+        match &frame.body {
+            Body::Response(Response::ListGroups(r)) => prop_assert_eq!(r.encoded_len(), body),
+            Body::Response(Response::FetchOffsets(r)) => prop_assert_eq!(r.encoded_len(), body),
+            Body::Response(Response::DescribeGroup(r)) => prop_assert_eq!(r.encoded_len(), body),
+            _ => {}
+        }
         let decoded = Frame::decode(&bytes[LENGTH_PREFIX_SIZE..]);
         prop_assert_eq!(decoded.ok(), Some(frame.clone()));
 

@@ -102,10 +102,11 @@ async fn nothing_but_the_handshake_and_authentication_before_authenticating() {
     let mut client = RawClient::connected(server.local_addr()).await;
     for request in [
         Request::Join(join("orders", "t", 4, 10_000)),
-        Request::ListGroups,
+        Request::ListGroups(Default::default()),
         Request::FetchOffsets(FetchOffsetsRequest {
             group: "orders".into(),
             topics: vec![],
+            page: None,
         }),
     ] {
         let answer = client.request(request).await;
@@ -226,6 +227,7 @@ async fn a_member_of_one_group_can_do_nothing_to_another_nor_learn_of_it() {
                 Request::FetchOffsets(FetchOffsetsRequest {
                     group: group.into(),
                     topics: vec![],
+                    page: None,
                 }),
             ),
             (
@@ -233,6 +235,7 @@ async fn a_member_of_one_group_can_do_nothing_to_another_nor_learn_of_it() {
                 Request::DescribeGroup(DescribeGroupRequest {
                     group: group.into(),
                     detection: true,
+                    page: None,
                 }),
             ),
             (
@@ -292,12 +295,17 @@ async fn a_member_of_one_group_can_do_nothing_to_another_nor_learn_of_it() {
         other => panic!("{other:?}"),
     };
     assert_eq!(
-        listed(alice.client.request(Request::ListGroups).await),
+        listed(
+            alice
+                .client
+                .request(Request::ListGroups(Default::default()))
+                .await
+        ),
         ["orders"]
     );
     let mut ops = as_user(addr, "ops", "ops-pw").await;
     assert_eq!(
-        listed(ops.request(Request::ListGroups).await),
+        listed(ops.request(Request::ListGroups(Default::default())).await),
         ["billing", "orders"]
     );
     // ops may administer but not be a member.
@@ -316,6 +324,7 @@ async fn a_member_of_one_group_can_do_nothing_to_another_nor_learn_of_it() {
         .request(Request::FetchOffsets(FetchOffsetsRequest {
             group: "billing".into(),
             topics: vec![],
+            page: None,
         }))
         .await;
     let Response::FetchOffsets(fetched) = fetched else {
@@ -402,6 +411,7 @@ async fn a_changed_auth_file_takes_effect_without_a_restart() {
         Request::FetchOffsets(FetchOffsetsRequest {
             group: "orders".into(),
             topics: vec![],
+            page: None,
         })
     };
     assert_eq!(code(&alice.request(fetch()).await), ErrorCode::None);

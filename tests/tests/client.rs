@@ -863,6 +863,56 @@ async fn a_member_reads_its_own_group_s_committed_offsets() {
     assert!(unknown.is_empty(), "{unknown:?}");
 }
 
+/// Offsets that do not fit one frame are fetched a page at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offsets_larger_than_a_frame_are_fetched_in_pages() {
+    let mut config = ServerConfig {
+        max_frame_size: 8 << 10,
+        ..ServerConfig::default()
+    };
+    config.core.max_partitions_per_group = 600;
+    config.core.max_metadata_bytes = 1000;
+    let server = start(config).await;
+    let mut admin = rollcall_client::raw::Connection::connect(
+        server.local_addr(),
+        "tests",
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
+    // 600 offsets, ~17 KiB to list, committed 200 at a time.
+    for first in [0, 200, 400] {
+        let offsets = (first..first + 200)
+            .map(|p| rollcall_protocol::OffsetCommit {
+                topic: "t".into(),
+                partition: p,
+                offset: i64::from(p) + 1,
+                metadata: "meta".into(),
+            })
+            .collect();
+        let r = admin
+            .request(Request::CommitOffsets(
+                rollcall_protocol::CommitOffsetsRequest {
+                    group: "wide".into(),
+                    member_id: None,
+                    generation: 0,
+                    offsets,
+                },
+            ))
+            .await
+            .unwrap();
+        assert!(matches!(r, Response::CommitOffsets(_)), "commit refused");
+    }
+    let client = connect(server.local_addr()).await;
+    let fetched = bounded("fetch", client.fetch_offsets("wide", ["t"]))
+        .await
+        .unwrap();
+    assert_eq!(fetched.len(), 600);
+    assert!(fetched
+        .iter()
+        .all(|(tp, c)| c.offset == i64::from(tp.partition) + 1 && c.metadata == "meta"));
+}
+
 #[test]
 fn requests_report_a_connection_task_that_is_gone() {
     let server_runtime = tokio::runtime::Runtime::new().unwrap();

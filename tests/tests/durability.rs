@@ -98,6 +98,7 @@ async fn verify(addr: SocketAddr, ledger: &Ledger, round: usize) {
             .request(Request::FetchOffsets(FetchOffsetsRequest {
                 group: group(w),
                 topics: vec![],
+                page: None,
             }))
             .await;
         let Response::FetchOffsets(f) = resp else {

@@ -22,7 +22,10 @@ fn error_of(response: Response) -> rollcall_protocol::ErrorResponse {
 }
 
 async fn list_groups(client: &mut RawClient) -> Vec<String> {
-    match client.request(Request::ListGroups).await {
+    match client
+        .request(Request::ListGroups(Default::default()))
+        .await
+    {
         Response::ListGroups(r) => r.groups.into_iter().map(|g| g.group).collect(),
         other => panic!("list groups failed: {other:?}"),
     }
@@ -57,6 +60,7 @@ fn fetch(group: &str) -> Request {
     Request::FetchOffsets(FetchOffsetsRequest {
         group: group.into(),
         topics: vec![],
+        page: None,
     })
 }
 
@@ -124,7 +128,7 @@ async fn slowloris_connections_are_closed_after_the_frame_deadline() {
     // The member was never disturbed, and a whole frame sent slowly but in time passes.
     assert!(matches!(member.heartbeat().await, Response::Heartbeat(_)));
     let mut slow = RawClient::connected(addr).await;
-    let bytes = RawClient::encode(&Frame::request(40, Request::ListGroups));
+    let bytes = RawClient::encode(&Frame::request(40, Request::ListGroups(Default::default())));
     slow.send_raw(&bytes[..3]).await;
     tokio::time::sleep(frame_timeout / 2).await;
     slow.send_raw(&bytes[3..]).await;
@@ -242,6 +246,8 @@ async fn an_answer_too_large_for_a_frame_is_refused_frame_too_large() {
         ..test_config()
     };
     config.core.max_partitions_per_group = 100;
+    // One offset with the largest metadata must still fit an answer.
+    config.core.max_metadata_bytes = 1500;
     let server = start(config).await;
     let mut c = RawClient::connected(server.local_addr()).await;
     // Two commits that each fit a frame; their offsets together do not.

@@ -614,6 +614,7 @@ async fn describe(admin: &mut RawClient, group: &str) -> Option<DescribeGroupRes
         .request(Request::DescribeGroup(DescribeGroupRequest {
             group: group.into(),
             detection: true,
+            page: None,
         }))
         .await;
     match answer {

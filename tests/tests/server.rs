@@ -27,7 +27,10 @@ fn error_of(response: Response) -> rollcall_protocol::ErrorResponse {
 }
 
 async fn list_groups(client: &mut RawClient) -> Vec<String> {
-    match client.request(Request::ListGroups).await {
+    match client
+        .request(Request::ListGroups(Default::default()))
+        .await
+    {
         Response::ListGroups(r) => r.groups.into_iter().map(|g| g.group).collect(),
         other => panic!("list groups failed: {other:?}"),
     }
@@ -42,7 +45,7 @@ async fn requests_before_the_handshake_are_refused_then_served() {
     let server = start(test_config()).await;
     let mut c = RawClient::connect(server.local_addr()).await;
 
-    let e = error_of(c.request(Request::ListGroups).await);
+    let e = error_of(c.request(Request::ListGroups(Default::default())).await);
     assert_eq!(e.code, ErrorCode::HandshakeRequired);
     assert_eq!(e.api_key, ApiKey::ListGroups as u16);
 
@@ -290,6 +293,7 @@ async fn a_client_that_does_not_read_is_disconnected() {
             Request::FetchOffsets(FetchOffsetsRequest {
                 group: "big".into(),
                 topics: vec![],
+                page: None,
             }),
         ))
         .await;
@@ -345,6 +349,7 @@ async fn join_heartbeat_commit_fetch_describe_leave() {
         .request(Request::FetchOffsets(FetchOffsetsRequest {
             group: "g-basic".into(),
             topics: vec![],
+            page: None,
         }))
         .await;
     let Response::FetchOffsets(fetched) = fetched else {
@@ -357,6 +362,7 @@ async fn join_heartbeat_commit_fetch_describe_leave() {
         .request(Request::DescribeGroup(DescribeGroupRequest {
             group: "g-basic".into(),
             detection: false,
+            page: None,
         }))
         .await;
     let Response::DescribeGroup(d) = described else {
@@ -372,6 +378,7 @@ async fn join_heartbeat_commit_fetch_describe_leave() {
         .request(Request::DescribeGroup(DescribeGroupRequest {
             group: "g-basic".into(),
             detection: true,
+            page: None,
         }))
         .await;
     let Response::DescribeGroup(d) = described else {
@@ -395,6 +402,7 @@ async fn join_heartbeat_commit_fetch_describe_leave() {
         .request(Request::DescribeGroup(DescribeGroupRequest {
             group: "g-basic".into(),
             detection: false,
+            page: None,
         }))
         .await;
     let Response::DescribeGroup(d) = described else {
@@ -407,6 +415,7 @@ async fn join_heartbeat_commit_fetch_describe_leave() {
             .request(Request::DescribeGroup(DescribeGroupRequest {
                 group: "no-such-group".into(),
                 detection: false,
+                page: None,
             }))
             .await,
     );
@@ -544,7 +553,7 @@ async fn shutdown_pushes_goodbye_to_every_connection() {
     let mut a = RawClient::connected(server.local_addr()).await;
     // Not handshaken, but accepted (it was answered).
     let mut b = RawClient::connect(server.local_addr()).await;
-    let e = error_of(b.request(Request::ListGroups).await);
+    let e = error_of(b.request(Request::ListGroups(Default::default())).await);
     assert_eq!(e.code, ErrorCode::HandshakeRequired);
     bounded("shutdown", server.shutdown()).await.unwrap();
     for c in [&mut a, &mut b] {
@@ -652,6 +661,104 @@ async fn admin_commands_print_groups_members_and_offsets() {
         out.stderr
     );
     assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
+    server.shutdown().await.unwrap();
+}
+
+/// With frames too small for the whole answer, `rollcall groups`, `offsets` and
+/// `describe` read it a page at a time, where a version 0 request is refused
+/// `frame_too_large`.
+#[tokio::test]
+async fn admin_commands_page_through_answers_larger_than_a_frame() {
+    let mut config = ServerConfig {
+        max_frame_size: 8 << 10,
+        ..test_config()
+    };
+    config.core.max_partitions_per_group = 100;
+    config.core.max_metadata_bytes = 1000;
+    let server = start(config).await;
+    let addr = server.local_addr().to_string();
+    let mut c = RawClient::connected(server.local_addr()).await;
+    // 150 groups of ~210-byte names (~32 KiB of listings), one with 600 offsets (~16
+    // KiB), one with 120 members (~16 KiB described).
+    let names: Vec<String> = (0..150)
+        .map(|i| format!("{i:03}-{}", "g".repeat(200)))
+        .collect();
+    for (i, name) in names.iter().enumerate() {
+        let batches = if i == 0 { 0..3 } else { 0..1 };
+        for batch in batches {
+            let offsets = (batch * 200..batch * 200 + if i == 0 { 200 } else { 1 })
+                .map(|p| OffsetCommit {
+                    topic: "orders".into(),
+                    partition: p,
+                    offset: i64::from(p),
+                    metadata: "m".into(),
+                })
+                .collect();
+            let r = c
+                .request(Request::CommitOffsets(CommitOffsetsRequest {
+                    group: name.clone(),
+                    member_id: None,
+                    generation: 0,
+                    offsets,
+                }))
+                .await;
+            assert!(matches!(r, Response::CommitOffsets(_)), "commit refused");
+        }
+    }
+    for _ in 0..120 {
+        let r = c
+            .request(Request::Join(join("g-many", "t", 4, 10_000)))
+            .await;
+        assert!(matches!(r, Response::Join(_)), "{r:?}");
+    }
+    for request in [
+        Request::ListGroups(Default::default()),
+        Request::FetchOffsets(FetchOffsetsRequest {
+            group: names[0].clone(),
+            topics: vec![],
+            page: None,
+        }),
+        Request::DescribeGroup(DescribeGroupRequest {
+            group: "g-many".into(),
+            detection: true,
+            page: None,
+        }),
+    ] {
+        match c.request(request).await {
+            Response::Error(e) => assert_eq!(e.code, ErrorCode::FrameTooLarge, "{e:?}"),
+            other => panic!("a whole answer fitted a frame: {:?}", other.api_key()),
+        }
+    }
+
+    let out = rollcall(&["groups", "--addr", &addr, "--json"]).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let listed: Vec<&str> = json["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["group"].as_str().unwrap())
+        .collect();
+    let mut expected: Vec<&str> = names.iter().map(String::as_str).collect();
+    expected.push("g-many");
+    expected.sort_unstable();
+    assert_eq!(listed, expected);
+
+    let out = rollcall(&["offsets", &names[0], "--addr", &addr, "--json"]).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let partitions: Vec<u64> = json["offsets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["partition"].as_u64().unwrap())
+        .collect();
+    assert_eq!(partitions, (0..600).collect::<Vec<u64>>());
+
+    let out = rollcall(&["describe", "g-many", "--addr", &addr, "--json"]).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(json["members"].as_array().unwrap().len(), 120);
     server.shutdown().await.unwrap();
 }
 
@@ -877,6 +984,7 @@ async fn sigterm_shuts_down_cleanly_and_a_restart_restores_the_group() {
         .request(Request::DescribeGroup(DescribeGroupRequest {
             group: "g-restart".into(),
             detection: false,
+            page: None,
         }))
         .await;
     let Response::DescribeGroup(d) = described else {
@@ -927,6 +1035,7 @@ async fn answers_wait_for_durability_and_leave_in_order() {
         Request::DescribeGroup(DescribeGroupRequest {
             group: "durable".into(),
             detection: false,
+            page: None,
         }),
     ))
     .await;
@@ -966,6 +1075,7 @@ async fn a_heartbeat_does_not_wait_behind_another_groups_durable_write() {
         Request::DescribeGroup(DescribeGroupRequest {
             group: "slow".into(),
             detection: false,
+            page: None,
         }),
     ))
     .await;
@@ -1036,6 +1146,7 @@ async fn retention_purges_offsets_of_long_empty_groups() {
         Request::FetchOffsets(FetchOffsetsRequest {
             group: "stale".into(),
             topics: vec![],
+            page: None,
         })
     };
     let Response::FetchOffsets(before) = c.request(fetch()).await else {
@@ -1153,6 +1264,7 @@ async fn retention_keeps_a_group_that_regained_a_member() {
     let fetch = Request::FetchOffsets(FetchOffsetsRequest {
         group: "race".into(),
         topics: vec![],
+        page: None,
     });
     let Response::FetchOffsets(fetched) = admin.request(fetch.clone()).await else {
         panic!("fetch failed");

@@ -356,7 +356,7 @@ async fn a_member_joins_heartbeats_and_commits_over_tls() {
     )
     .await
     .expect("raw connection over TLS");
-    match bounded("list", raw.request(Request::ListGroups)).await {
+    match bounded("list", raw.request(Request::ListGroups(Default::default()))).await {
         Ok(Response::ListGroups(list)) => {
             assert!(
                 list.groups.iter().any(|g| g.group == "tls-member"),
@@ -537,7 +537,11 @@ async fn client_certificates_are_checked_and_name_the_connection() {
     .await
     .expect("a trusted client certificate is accepted");
     assert!(matches!(
-        bounded("list", conn.request(Request::ListGroups)).await,
+        bounded(
+            "list",
+            conn.request(Request::ListGroups(Default::default()))
+        )
+        .await,
         Ok(Response::ListGroups(_))
     ));
     let identity = format!("tls_identity={cn}");
@@ -1074,6 +1078,7 @@ async fn a_client_certificates_name_is_its_principal_under_the_access_rules() {
         other.request(Request::DescribeGroup(DescribeGroupRequest {
             group: "orders".into(),
             detection: false,
+            page: None,
         })),
     )
     .await
@@ -1086,9 +1091,12 @@ async fn a_client_certificates_name_is_its_principal_under_the_access_rules() {
     let mut anonymous = connect_raw(addr, TlsConfig::from_pem(ca.pem()))
         .await
         .unwrap();
-    let answer = bounded("list", anonymous.request(Request::ListGroups))
-        .await
-        .unwrap();
+    let answer = bounded(
+        "list",
+        anonymous.request(Request::ListGroups(Default::default())),
+    )
+    .await
+    .unwrap();
     assert!(
         matches!(&answer, Response::Error(e) if e.code == ErrorCode::AuthenticationRequired),
         "{answer:?}"

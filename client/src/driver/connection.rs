@@ -55,6 +55,7 @@ pub(crate) async fn open(addr: &str, config: &ClientConfig) -> Result<Connection
         relinquish: supports(ApiKey::Relinquish, CURRENT_VERSION),
         join_detector: supports(ApiKey::Join, 2),
         heartbeats: supports(ApiKey::Heartbeats, CURRENT_VERSION),
+        paged_fetch: supports(ApiKey::FetchOffsets, 1),
     };
     let max_frame_size = match usize::try_from(versions.max_frame_size) {
         Ok(0) | Err(_) => config.max_frame_size,

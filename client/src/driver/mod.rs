@@ -26,8 +26,8 @@ use parking_lot::Mutex;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rollcall_protocol::{
-    ApiKey, Body, ClientAction, ErrorCode, FetchOffsetsRequest, Frame, FrameError, Push, PushKey,
-    Request, Response, CURRENT_VERSION,
+    ApiKey, Body, ClientAction, ErrorCode, FetchOffsetsRequest, Frame, FrameError, OffsetCursor,
+    Page, Push, PushKey, Request, Response, CURRENT_VERSION,
 };
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::task::JoinHandle;
@@ -139,11 +139,32 @@ enum Pending {
         key: u64,
         id: RequestId,
     },
-    Fetch(oneshot::Sender<Result<BTreeMap<TopicPartition, Committed>, RequestError>>),
+    Fetch(Box<FetchPages>),
     /// A Heartbeats request: these memberships' heartbeats, in order.
     Beats(Vec<Beat>),
     /// The `unconfirmed` leave of a member the application dropped: nobody waits for it.
     Abandoned,
+}
+
+/// A fetch of committed offsets under way: a page at a time where the coordinator
+/// reads them so (FetchOffsets version 1), in one answer otherwise.
+struct FetchPages {
+    reply: oneshot::Sender<Result<BTreeMap<TopicPartition, Committed>, RequestError>>,
+    group: String,
+    topics: Vec<String>,
+    got: BTreeMap<TopicPartition, Committed>,
+}
+
+impl FetchPages {
+    /// The request for the page after `after` (the first page if `None`), or the whole
+    /// answer at version 0.
+    fn request(&self, paged: bool, after: Option<OffsetCursor>) -> Request {
+        Request::FetchOffsets(FetchOffsetsRequest {
+            group: self.group.clone(),
+            topics: self.topics.clone(),
+            page: paged.then_some(Page { after, limit: 0 }),
+        })
+    }
 }
 
 /// The connection task.
@@ -560,10 +581,15 @@ impl Driver {
                     }));
                     return;
                 }
-                self.send(
-                    Pending::Fetch(reply),
-                    Request::FetchOffsets(FetchOffsetsRequest { group, topics }),
-                );
+                let paged = self.conn.as_ref().is_some_and(|c| c.features.paged_fetch);
+                let pages = Box::new(FetchPages {
+                    reply,
+                    group,
+                    topics,
+                    got: BTreeMap::new(),
+                });
+                let request = pages.request(paged, None);
+                self.send(Pending::Fetch(pages), request);
             }
         }
     }
@@ -594,8 +620,32 @@ impl Driver {
                             }
                         }
                     }
-                    Pending::Fetch(reply) => {
-                        let _ = reply.send(fetch_result(response));
+                    Pending::Fetch(mut pages) => {
+                        let more = match &response {
+                            Response::FetchOffsets(r) => r.more == Some(true),
+                            _ => false,
+                        };
+                        match fetch_result(response) {
+                            Ok(offsets) => {
+                                let last = offsets.keys().next_back().map(|tp| OffsetCursor {
+                                    topic: tp.topic.clone(),
+                                    partition: tp.partition,
+                                });
+                                pages.got.extend(offsets);
+                                match last {
+                                    Some(after) if more => {
+                                        let request = pages.request(true, Some(after));
+                                        self.send(Pending::Fetch(pages), request);
+                                    }
+                                    _ => {
+                                        let _ = pages.reply.send(Ok(pages.got));
+                                    }
+                                }
+                            }
+                            Err(e) => {
+                                let _ = pages.reply.send(Err(e));
+                            }
+                        }
                     }
                     Pending::Beats(beats) => self.on_beats_answer(beats, response, std_now),
                     Pending::Abandoned => {
@@ -657,8 +707,8 @@ impl Driver {
         }
         warn!(addr = %self.addr, reason, "connection lost");
         for (_, (pending, _)) in self.pending.drain() {
-            if let Pending::Fetch(reply) = pending {
-                let _ = reply.send(Err(RequestError::Unavailable {
+            if let Pending::Fetch(pages) = pending {
+                let _ = pages.reply.send(Err(RequestError::Unavailable {
                     reason: format!("connection lost: {reason}"),
                 }));
             }

@@ -84,6 +84,9 @@ pub(crate) struct Features {
     /// The Heartbeats request: the connection task may renew several members in one
     /// frame (the membership itself always produces lone heartbeats).
     pub(crate) heartbeats: bool,
+    /// FetchOffsets version 1: offsets read a page at a time, so any number of them
+    /// can be fetched.
+    pub(crate) paged_fetch: bool,
 }
 
 impl Features {
@@ -94,6 +97,7 @@ impl Features {
         relinquish: true,
         join_detector: true,
         heartbeats: true,
+        paged_fetch: true,
     };
 }
 
@@ -251,6 +255,7 @@ impl Membership {
                 relinquish: false,
                 join_detector: false,
                 heartbeats: false,
+                paged_fetch: false,
             },
             member_id: None,
             incarnation: 0,

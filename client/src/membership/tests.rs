@@ -688,6 +688,7 @@ fn the_join_carries_the_lease_timeout_unless_the_coordinator_is_too_old_for_it()
         relinquish: false,
         join_detector: false,
         heartbeats: false,
+        paged_fetch: false,
     });
     let (id, j) = h.pop_join();
     assert_eq!(j.lease_timeout_ms, 0);
@@ -1448,6 +1449,7 @@ fn a_coordinator_without_relinquish_is_not_sent_one() {
         relinquish: false,
         join_detector: true,
         heartbeats: true,
+        paged_fetch: true,
     });
     let (id, _) = h.pop_join();
     h.respond(id, join_ok("m"));
@@ -1551,6 +1553,7 @@ fn the_detector_asked_for_is_sent_to_a_coordinator_that_knows_join_version_2() {
         relinquish: true,
         join_detector: false,
         heartbeats: false,
+        paged_fetch: false,
     });
     let (_, j) = h.pop_join();
     assert_eq!(j.detector, "");

@@ -154,17 +154,121 @@ impl AdminCommand {
         }
     }
 
-    fn request(&self) -> Request {
+    /// Asks the coordinator: one request, or as many pages as the answer takes where
+    /// the coordinator reads it a page at a time (ListGroups and FetchOffsets version
+    /// 1, DescribeGroup version 2), gathered into one answer.
+    async fn ask(&self, conn: &mut Connection) -> Result<Response, ConnectError> {
+        let supports = |key: ApiKey, version: u16| {
+            conn.versions()
+                .versions
+                .iter()
+                .any(|r| r.api_key == key as u16 && r.max_version >= version)
+        };
         match self {
-            Self::Groups { .. } => Request::ListGroups,
-            Self::Describe { group, .. } => Request::DescribeGroup(DescribeGroupRequest {
-                group: group.clone(),
-                detection: true,
-            }),
-            Self::Offsets { group, topics, .. } => Request::FetchOffsets(FetchOffsetsRequest {
-                group: group.clone(),
-                topics: topics.clone(),
-            }),
+            Self::Groups { .. } => {
+                if !supports(ApiKey::ListGroups, 1) {
+                    return conn
+                        .request(Request::ListGroups(ListGroupsRequest::default()))
+                        .await;
+                }
+                let mut all = ListGroupsResponse::default();
+                let mut after = None;
+                loop {
+                    let page = Some(Page { after, limit: 0 });
+                    match conn
+                        .request(Request::ListGroups(ListGroupsRequest { page }))
+                        .await?
+                    {
+                        Response::ListGroups(r) => {
+                            let more = r.more == Some(true);
+                            all.groups.extend(r.groups);
+                            after = all.groups.last().map(|g| g.group.clone());
+                            if !more || after.is_none() {
+                                return Ok(Response::ListGroups(all));
+                            }
+                        }
+                        other => return Ok(other),
+                    }
+                }
+            }
+            Self::Describe { group, .. } => {
+                if !supports(ApiKey::DescribeGroup, 2) {
+                    // A coordinator without DescribeGroup version 1 is asked at version
+                    // 0: the answer then has no detection details.
+                    return conn
+                        .request(Request::DescribeGroup(DescribeGroupRequest {
+                            group: group.clone(),
+                            detection: supports(ApiKey::DescribeGroup, 1),
+                            page: None,
+                        }))
+                        .await;
+                }
+                let mut all: Option<DescribeGroupResponse> = None;
+                loop {
+                    let after = all
+                        .as_ref()
+                        .and_then(|a| a.members.last())
+                        .map(|m| m.member_id.clone());
+                    let request = Request::DescribeGroup(DescribeGroupRequest {
+                        group: group.clone(),
+                        detection: true,
+                        page: Some(Page { after, limit: 0 }),
+                    });
+                    match conn.request(request).await? {
+                        Response::DescribeGroup(r) => {
+                            let more = r.more == Some(true) && !r.members.is_empty();
+                            let whole = match all.take() {
+                                None => r,
+                                Some(mut whole) => {
+                                    whole.members.extend(r.members);
+                                    whole
+                                }
+                            };
+                            if !more {
+                                return Ok(Response::DescribeGroup(DescribeGroupResponse {
+                                    more: None,
+                                    ..whole
+                                }));
+                            }
+                            all = Some(whole);
+                        }
+                        other => return Ok(other),
+                    }
+                }
+            }
+            Self::Offsets { group, topics, .. } => {
+                let request = |page| {
+                    Request::FetchOffsets(FetchOffsetsRequest {
+                        group: group.clone(),
+                        topics: topics.clone(),
+                        page,
+                    })
+                };
+                if !supports(ApiKey::FetchOffsets, 1) {
+                    return conn.request(request(None)).await;
+                }
+                let mut all = FetchOffsetsResponse::default();
+                let mut after = None;
+                loop {
+                    match conn
+                        .request(request(Some(Page { after, limit: 0 })))
+                        .await?
+                    {
+                        Response::FetchOffsets(r) => {
+                            let more = r.more == Some(true);
+                            all.offsets.extend(r.offsets);
+                            after = all.offsets.last().map(|o| OffsetCursor {
+                                topic: o.topic.clone(),
+                                partition: o.partition,
+                            });
+                            if !more || after.is_none() {
+                                return Ok(Response::FetchOffsets(all));
+                            }
+                        }
+                        other => return Ok(other),
+                    }
+                }
+            }
         }
     }
 
@@ -238,7 +342,11 @@ pub(super) fn admin_command(command: AdminCommand) -> ExitCode {
         Err(code) => return code,
     };
     let outcome = runtime.block_on(async {
-        let response = admin_request(command.args(), command.request()).await?;
+        let response = within_timeout(command.args(), async {
+            let mut conn = connect(command.args()).await?;
+            command.ask(&mut conn).await
+        })
+        .await?;
         command.render(response)
     });
     match outcome {
@@ -253,30 +361,31 @@ pub(super) fn admin_command(command: AdminCommand) -> ExitCode {
     }
 }
 
+/// Connects to the coordinator `args` names and handshakes.
+async fn connect(args: &AdminArgs) -> Result<Connection, ConnectError> {
+    let software = concat!("rollcall-cli/", env!("CARGO_PKG_VERSION"));
+    let args = &args.connect;
+    Connection::connect_with(&args.addr, &args.options(software)?).await
+}
+
 /// Connects, handshakes, sends `request` and returns its answer, all within `--timeout`.
 pub(super) async fn admin_request(
     args: &AdminArgs,
     request: Request,
 ) -> Result<Response, AdminError> {
-    let software = concat!("rollcall-cli/", env!("CARGO_PKG_VERSION"));
-    let args = &args.connect;
-    let exchange = async {
-        let mut conn = Connection::connect_with(&args.addr, &args.options(software)?).await?;
-        let request = match request {
-            // A coordinator without DescribeGroup version 1 is asked at version 0: the
-            // answer then has no detection details.
-            Request::DescribeGroup(mut d) => {
-                d.detection = conn
-                    .versions()
-                    .versions
-                    .iter()
-                    .any(|r| r.api_key == ApiKey::DescribeGroup as u16 && r.max_version >= 1);
-                Request::DescribeGroup(d)
-            }
-            other => other,
-        };
+    within_timeout(args, async {
+        let mut conn = connect(args).await?;
         conn.request(request).await
-    };
+    })
+    .await
+}
+
+/// Runs an exchange with the coordinator within `--timeout`.
+async fn within_timeout<T>(
+    args: &AdminArgs,
+    exchange: impl std::future::Future<Output = Result<T, ConnectError>>,
+) -> Result<T, AdminError> {
+    let args = &args.connect;
     let outcome = tokio::time::timeout(args.timeout, exchange)
         .await
         .unwrap_or(Err(ConnectError::Timeout));

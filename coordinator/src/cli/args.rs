@@ -196,6 +196,15 @@ pub(super) struct ServeArgs {
         default_value_t = server_default().max_connections
     )]
     max_connections: usize,
+    /// Connections served at once from one IP address; over it, the first request is
+    /// answered too_many_connections and the connection closed. 0: no limit.
+    #[arg(
+        long,
+        env = "ROLLCALL_MAX_CONNECTIONS_PER_ADDRESS",
+        value_name = "N",
+        default_value_t = server_default().max_connections_per_address
+    )]
+    max_connections_per_address: usize,
     /// Time a new connection has to send its ApiVersions handshake.
     #[arg(long, env = "ROLLCALL_HANDSHAKE_TIMEOUT", value_name = "DURATION", default_value_t = Dur(server_default().handshake_timeout))]
     handshake_timeout: Dur,
@@ -259,6 +268,31 @@ pub(super) struct ServeArgs {
     /// Largest commit metadata.
     #[arg(long, env = "ROLLCALL_MAX_METADATA_BYTES", value_name = "SIZE", default_value_t = Size(core_default().max_metadata_bytes))]
     max_metadata_bytes: Size,
+    /// Most groups over the coordinator; a join or administrative commit that would
+    /// create another is refused too_many_groups.
+    #[arg(long, env = "ROLLCALL_MAX_GROUPS", value_name = "N", default_value_t = core_default().max_groups)]
+    max_groups: usize,
+    /// Most members over all groups (a group counts its members, or its remembered
+    /// static instances if more); past it a join is refused too_many_members.
+    #[arg(long, env = "ROLLCALL_MAX_MEMBERS", value_name = "N", default_value_t = core_default().max_members)]
+    max_members: usize,
+    /// Most partitions over all groups (a topic no member subscribes to any more
+    /// counts as one); past it a join is refused too_many_partitions.
+    #[arg(long, env = "ROLLCALL_MAX_PARTITIONS", value_name = "N", default_value_t = core_default().max_partitions)]
+    max_partitions: u64,
+    /// Most committed offsets kept for one group; a commit of another is refused
+    /// too_many_offsets.
+    #[arg(long, env = "ROLLCALL_MAX_OFFSETS_PER_GROUP", value_name = "N", default_value_t = core_default().max_offsets_per_group)]
+    max_offsets_per_group: usize,
+    /// Most commit metadata bytes kept for one group (at least --max-metadata-bytes).
+    #[arg(long, env = "ROLLCALL_MAX_METADATA_BYTES_PER_GROUP", value_name = "SIZE", default_value_t = Size(core_default().max_metadata_bytes_per_group))]
+    max_metadata_bytes_per_group: Size,
+    /// Most committed offsets over all groups.
+    #[arg(long, env = "ROLLCALL_MAX_OFFSETS", value_name = "N", default_value_t = core_default().max_offsets)]
+    max_offsets: usize,
+    /// Most commit metadata bytes over all groups.
+    #[arg(long, env = "ROLLCALL_MAX_METADATA_BYTES_TOTAL", value_name = "SIZE", default_value_t = Size(core_default().max_metadata_bytes_total))]
+    max_metadata_bytes_total: Size,
     /// Rebalance triggers closer together than this share one generation.
     #[arg(long, env = "ROLLCALL_REBALANCE_COALESCE", value_name = "DURATION", default_value_t = Dur(core_default().rebalance_coalesce))]
     rebalance_coalesce: Dur,
@@ -396,6 +430,13 @@ impl ServeArgs {
             max_members_per_group: self.max_members_per_group,
             max_partitions_per_group: self.max_partitions_per_group,
             max_metadata_bytes: self.max_metadata_bytes.0,
+            max_groups: self.max_groups,
+            max_members: self.max_members,
+            max_partitions: self.max_partitions,
+            max_offsets_per_group: self.max_offsets_per_group,
+            max_metadata_bytes_per_group: self.max_metadata_bytes_per_group.0,
+            max_offsets: self.max_offsets,
+            max_metadata_bytes_total: self.max_metadata_bytes_total.0,
             rebalance_coalesce: self.rebalance_coalesce.0,
             rebalance_coalesce_max: self.rebalance_coalesce_max.0,
             pause_guard: self.pause_guard.0,
@@ -424,6 +465,7 @@ impl ServeArgs {
             shards: self.shards,
             max_frame_size: self.max_frame_size.0,
             max_connections: self.max_connections,
+            max_connections_per_address: self.max_connections_per_address,
             handshake_timeout: self.handshake_timeout.0,
             frame_timeout: self.frame_timeout.0,
             idle_timeout: self.idle_timeout.0,

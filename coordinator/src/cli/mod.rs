@@ -25,8 +25,8 @@ use rollcall_client::raw::{ConnectOptions, Connection};
 use rollcall_client::{ConnectError, TlsConfig};
 use rollcall_protocol::{
     ApiKey, DescribeGroupRequest, DescribeGroupResponse, ErrorCode, FetchOffsetsRequest,
-    FetchOffsetsResponse, ListGroupsResponse, MemberDetection, Request, Response, TopicPartitions,
-    TraceGroupRequest,
+    FetchOffsetsResponse, ListGroupsRequest, ListGroupsResponse, MemberDetection, OffsetCursor,
+    Page, Request, Response, TopicPartitions, TraceGroupRequest,
 };
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
@@ -258,7 +258,7 @@ mod tests {
         let file = dir.join("rollcall.toml");
         std::fs::write(
             &file,
-            "listen = \"127.0.0.1:9999\"\nhandshake-timeout = \"2s\"\nshards = 3\nmetrics-addr = \"off\"\nmax-frame-size = \"64KiB\"\nmax-partitions-per-group = 7000\nframe-timeout = \"2s\"\n",
+            "listen = \"127.0.0.1:9999\"\nhandshake-timeout = \"2s\"\nshards = 3\nmetrics-addr = \"off\"\nmax-frame-size = \"64KiB\"\nmax-partitions-per-group = 7000\nframe-timeout = \"2s\"\nmax-groups = 500\nmax-metadata-bytes-total = \"8MiB\"\n",
         )
         .unwrap();
         let path = file.to_str().unwrap();
@@ -272,6 +272,9 @@ mod tests {
         assert_eq!(c.frame_timeout, Duration::from_secs(2));
         assert_eq!(c.send_buffer, 4096);
         assert_eq!(c.send_buffer_bytes, 4 << 20);
+        assert_eq!(c.core.max_groups, 500);
+        assert_eq!(c.core.max_metadata_bytes_total, 8 << 20);
+        assert_eq!(c.core.max_members, CoreConfig::default().max_members);
 
         std::fs::write(
             &file,
@@ -409,5 +412,15 @@ mod tests {
         );
         let e = config_of(&["rollcall", "serve", "--send-buffer-bytes", "512KiB"]).unwrap_err();
         assert!(e.contains("send-buffer-bytes"), "{e}");
+        let e = config_of(&["rollcall", "serve", "--max-offsets", "0"]).unwrap_err();
+        assert!(e.contains("max-offsets must be at least 1"), "{e}");
+        let e = config_of(&[
+            "rollcall",
+            "serve",
+            "--max-metadata-bytes-per-group",
+            "1KiB",
+        ])
+        .unwrap_err();
+        assert!(e.contains("less than max-metadata-bytes (4096)"), "{e}");
     }
 }

@@ -493,6 +493,7 @@ mod tests {
                 detector: "fixed".into(),
                 shadow: None,
             })),
+            more: None,
         }
     }
 

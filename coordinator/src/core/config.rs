@@ -22,6 +22,32 @@ pub struct CoreConfig {
     pub max_partitions_per_group: u32,
     /// Maximum commit metadata size, bytes.
     pub max_metadata_bytes: usize,
+    /// Most groups over the coordinator ([`Totals`](super::Totals) counts them for every core that
+    /// shares it: the server's shards). A Join or an administrative commit that would
+    /// create one more is refused `too_many_groups`.
+    pub max_groups: usize,
+    /// Most members over the coordinator's groups; a group counts its members, or the
+    /// static instances it remembers if those are more. A Join that would add one is
+    /// refused `too_many_members`.
+    pub max_members: usize,
+    /// Most partitions over the coordinator's groups, counted as the per-group limit
+    /// counts them (a topic no member subscribes to any more counts as one). A Join
+    /// that would add partitions past it is refused `too_many_partitions`.
+    pub max_partitions: u64,
+    /// Most committed offsets (topic and partition) kept for one group; a commit of a
+    /// new one past it is refused `too_many_offsets` (updating one is always allowed).
+    pub max_offsets_per_group: usize,
+    /// Most commit metadata bytes kept for one group; a commit whose metadata would
+    /// take the group past it is refused `too_many_offsets`.
+    pub max_metadata_bytes_per_group: usize,
+    /// Most committed offsets over the coordinator's groups.
+    pub max_offsets: usize,
+    /// Most commit metadata bytes over the coordinator's groups.
+    pub max_metadata_bytes_total: usize,
+    /// The largest frame (length prefix excluded) the shell sends. Paged answers
+    /// (ListGroups version 1, FetchOffsets version 1, DescribeGroup version 2) stop
+    /// short of it, so they always fit.
+    pub max_answer_bytes: usize,
     /// Rebalance triggers closer together than this share one generation.
     pub rebalance_coalesce: Duration,
     /// A rebalance is never delayed by coalescing more than this after its first trigger.
@@ -68,6 +94,14 @@ impl Default for CoreConfig {
             max_members_per_group: 10_000,
             max_partitions_per_group: 1_000_000,
             max_metadata_bytes: 4096,
+            max_groups: 100_000,
+            max_members: 200_000,
+            max_partitions: 2_000_000,
+            max_offsets_per_group: 100_000,
+            max_metadata_bytes_per_group: 1 << 20,
+            max_offsets: 2_000_000,
+            max_metadata_bytes_total: 256 << 20,
+            max_answer_bytes: rollcall_protocol::DEFAULT_MAX_FRAME_SIZE,
             rebalance_coalesce: Duration::from_millis(20),
             rebalance_coalesce_max: Duration::from_millis(250),
             assignor: AssignorKind::Sticky,

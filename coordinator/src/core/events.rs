@@ -204,6 +204,70 @@ pub enum Event {
         /// The silence it judged.
         silence: Duration,
     },
+    /// A request was refused, wholly or for some of its offsets, because it would have
+    /// taken a quota past its limit.
+    QuotaRefused {
+        /// Group id.
+        group: String,
+        /// The quota.
+        quota: Quota,
+    },
+}
+
+/// A limit on what the core keeps: the coordinator's (shared out among its shards) or
+/// one group's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Quota {
+    /// Groups (`max_groups`): `too_many_groups`.
+    Groups,
+    /// Members over all groups (`max_members`): `too_many_members`.
+    Members,
+    /// Partitions over all groups (`max_partitions`): `too_many_partitions`.
+    Partitions,
+    /// Committed offsets over all groups (`max_offsets`): `too_many_offsets`.
+    Offsets,
+    /// Commit metadata bytes over all groups (`max_metadata_bytes_total`):
+    /// `too_many_offsets`.
+    OffsetMetadata,
+    /// Members of one group (`max_members_per_group`): `group_full`.
+    GroupMembers,
+    /// Partitions of one group (`max_partitions_per_group`): `too_many_partitions`.
+    GroupPartitions,
+    /// Committed offsets of one group (`max_offsets_per_group`): `too_many_offsets`.
+    GroupOffsets,
+    /// Commit metadata bytes of one group (`max_metadata_bytes_per_group`):
+    /// `too_many_offsets`.
+    GroupOffsetMetadata,
+}
+
+impl Quota {
+    /// Every quota.
+    pub const ALL: [Self; 9] = [
+        Self::Groups,
+        Self::Members,
+        Self::Partitions,
+        Self::Offsets,
+        Self::OffsetMetadata,
+        Self::GroupMembers,
+        Self::GroupPartitions,
+        Self::GroupOffsets,
+        Self::GroupOffsetMetadata,
+    ];
+
+    /// Snake-case name, for logs and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Groups => "groups",
+            Self::Members => "members",
+            Self::Partitions => "partitions",
+            Self::Offsets => "offsets",
+            Self::OffsetMetadata => "offset_metadata",
+            Self::GroupMembers => "group_members",
+            Self::GroupPartitions => "group_partitions",
+            Self::GroupOffsets => "group_offsets",
+            Self::GroupOffsetMetadata => "group_offset_metadata",
+        }
+    }
 }
 
 /// What a shadow detector would have done.

@@ -1,32 +1,90 @@
 //! Inspection: ListGroups, DescribeGroup and the counts behind the gauges.
 
+use std::ops::Bound;
 use std::time::Instant;
 
 use rollcall_protocol::{
     ApiKey, DescribeGroupResponse, ErrorCode, GroupDetection, GroupListing, ListGroupsResponse,
-    Response,
+    Page, Response,
 };
 
+use super::group::{Group, Member};
 use super::{refuse, Coordinator, CoreStats};
 
+/// Counts what a page has room for: entries up to its limit, bytes up to the answer's
+/// frame. The first entry is always taken (one entry alone must fit the frame: the
+/// server's configuration sees to it), so every page makes progress.
+#[derive(Debug)]
+pub(super) struct PageFit {
+    entries: usize,
+    limit: usize,
+    room: usize,
+}
+
+impl PageFit {
+    /// Takes an entry of `size` bytes if the page has room for it.
+    pub(super) fn take(&mut self, size: usize) -> bool {
+        if self.entries >= self.limit || (self.entries > 0 && size > self.room) {
+            return false;
+        }
+        self.entries += 1;
+        self.room = self.room.saturating_sub(size);
+        true
+    }
+}
+
 impl Coordinator {
-    pub(super) fn list_groups(&self) -> Response {
-        let mut groups: Vec<GroupListing> = self
+    /// Every group (`page` is `None`, ListGroups version 0), or a page of them: those
+    /// after the cursor, by group id, at most `limit` and no more than fit an answer of
+    /// `max_answer_bytes` (at least one).
+    pub(super) fn list_groups(&self, page: Option<&Page<String>>) -> Response {
+        let after = page.and_then(|p| p.after.as_deref());
+        let mut groups: Vec<&Group> = self
             .groups
             .values()
-            .map(|g| GroupListing {
-                group: g.name.to_string(),
-                state: g.state(),
-                generation: g.generation,
-                members: g.members.len() as u32,
-            })
+            .filter(|g| after.map_or(true, |a| &*g.name > a))
             .collect();
-        groups.sort_by(|a, b| a.group.cmp(&b.group));
-        Response::ListGroups(ListGroupsResponse { groups })
+        groups.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+        let listing = |g: &Group| GroupListing {
+            group: g.name.to_string(),
+            state: g.state(),
+            generation: g.generation,
+            members: g.members.len() as u32,
+        };
+        let Some(page) = page else {
+            return Response::ListGroups(ListGroupsResponse {
+                groups: groups.into_iter().map(listing).collect(),
+                more: None,
+            });
+        };
+        let mut fit = self.page_fit(page.limit, ListGroupsResponse::default().encoded_len() + 1);
+        let mut listed = Vec::new();
+        let mut more = false;
+        for g in groups {
+            let entry = listing(g);
+            if !fit.take(entry.encoded_len()) {
+                more = true;
+                break;
+            }
+            listed.push(entry);
+        }
+        Response::ListGroups(ListGroupsResponse {
+            groups: listed,
+            more: Some(more),
+        })
     }
 
-    /// Describes `group`; with `detection`, how its detector judges each member too.
-    pub(super) fn describe(&self, now: Instant, group: &str, detection: bool) -> Response {
+    /// Describes `group`; with `detection`, how its detector judges each member too;
+    /// with `page` (DescribeGroup version 2, which has the detection), only a page of
+    /// its members: those after the cursor, by member id, at most `limit` and no more
+    /// than fit an answer of `max_answer_bytes` (at least one).
+    pub(super) fn describe(
+        &self,
+        now: Instant,
+        group: &str,
+        detection: bool,
+        page: Option<&Page<String>>,
+    ) -> Response {
         let Some(g) = self.groups.get(group) else {
             return refuse(
                 ApiKey::DescribeGroup,
@@ -34,23 +92,61 @@ impl Coordinator {
                 format!("no group {group:?}"),
             );
         };
-        Response::DescribeGroup(DescribeGroupResponse {
+        let detection = detection || page.is_some();
+        let mut response = DescribeGroupResponse {
             group: g.name.to_string(),
             state: g.state(),
             generation: g.generation,
             assignor: self.assignor.name().to_owned(),
-            members: g
-                .members
-                .values()
-                .map(|m| g.describe_member(m, now, detection.then_some(&self.config)))
-                .collect(),
+            members: Vec::new(),
             detection: detection.then(|| {
                 Box::new(GroupDetection {
                     detector: g.detector.kind().as_str().to_owned(),
                     shadow: g.shadow.as_ref().map(|s| s.kind().as_str().to_owned()),
                 })
             }),
-        })
+            more: page.map(|_| false),
+        };
+        let describe = |m: &Member| g.describe_member(m, now, detection.then_some(&self.config));
+        let Some(page) = page else {
+            response.members = g.members.values().map(|m| describe(m)).collect();
+            return Response::DescribeGroup(response);
+        };
+        let mut fit = self.page_fit(page.limit, response.encoded_len());
+        let from = match page.after.as_deref() {
+            Some(after) => Bound::Excluded(after),
+            None => Bound::Unbounded,
+        };
+        for m in g
+            .members
+            .range::<str, _>((from, Bound::Unbounded))
+            .map(|(_, m)| m)
+        {
+            let entry = describe(m);
+            if !fit.take(entry.encoded_len(true)) {
+                response.more = Some(true);
+                break;
+            }
+            response.members.push(entry);
+        }
+        Response::DescribeGroup(response)
+    }
+
+    /// What fits in a page of at most `limit` entries (0: no limit) whose answer without
+    /// entries takes `base` bytes of the body.
+    pub(super) fn page_fit(&self, limit: u32, base: usize) -> PageFit {
+        PageFit {
+            entries: 0,
+            limit: if limit == 0 {
+                usize::MAX
+            } else {
+                limit as usize
+            },
+            room: self
+                .config
+                .max_answer_bytes
+                .saturating_sub(rollcall_protocol::HEADER_SIZE + base),
+        }
     }
 
     /// Counts for gauges at `now`.

@@ -11,9 +11,9 @@ use rollcall_protocol::{
     RelinquishRequest, Response, MAX_BEATS,
 };
 
-use super::group::{duration_ms, Ctx, Group, Timeouts};
+use super::group::{duration_ms, Ctx, Group, Refusal, Timeouts};
 use super::liveness::Beat;
-use super::{refuse, ConnId, Coordinator, Event, Output, RebalanceCause, TopicPartition};
+use super::{refuse, ConnId, Coordinator, Event, Output, Quota, RebalanceCause, TopicPartition};
 use super::{DetectorKind, MAX_MEMBER_ID_BYTES, MAX_NAME_BYTES};
 
 impl Coordinator {
@@ -172,6 +172,19 @@ impl Coordinator {
                 return Self::member_gone(group, ApiKey::Join, old);
             }
         }
+        let max_groups = self.config.max_groups;
+        if !self.groups.contains_key(r.group.as_str()) && self.totals.groups() >= max_groups {
+            return self.quota_refused(
+                ApiKey::Join,
+                &r.group,
+                Quota::Groups,
+                ErrorCode::TooManyGroups,
+                format!("the coordinator has its maximum of {max_groups} groups; group {:?} cannot be created", r.group),
+            );
+        }
+        let others = self.usage_besides(&r.group);
+        let partition_room = self.config.max_partitions.saturating_sub(others.partitions);
+        let max_total_members = self.config.max_members;
         let floor = self.generation_floor;
         let (groups, mut ctx) = self.parts(now);
         let config = ctx.config;
@@ -217,7 +230,15 @@ impl Coordinator {
                 .cloned(),
         };
         if let Some(id) = existing {
-            let resp = Self::rejoin(group, &mut ctx, conn, &id, &subscription, timeouts);
+            let resp = Self::rejoin(
+                group,
+                &mut ctx,
+                conn,
+                &id,
+                &subscription,
+                timeouts,
+                partition_room,
+            );
             return resp;
         }
 
@@ -239,18 +260,42 @@ impl Coordinator {
         let replaced = replacing
             .as_ref()
             .and_then(|id| group.members.get(id).map(|m| &**m));
-        if let Err(refusal) = group.check_subscription(&subscription, ctx.config, replaced) {
-            return refuse(ApiKey::Join, refusal.code, refusal.message);
+        if let Err(refusal) =
+            group.check_subscription(&subscription, ctx.config, replaced, partition_room)
+        {
+            return refusal_response(&mut ctx, &r.group, refusal);
         }
-        if replacing.is_none() && group.members.len() >= max_members {
-            return refuse(
-                ApiKey::Join,
-                ErrorCode::GroupFull,
-                format!(
-                    "group {:?} has its maximum of {max_members} members",
-                    r.group
-                ),
-            );
+        if replacing.is_none() {
+            if group.members.len() >= max_members {
+                ctx.outputs
+                    .push_back(quota_event(&r.group, Quota::GroupMembers));
+                return refuse(
+                    ApiKey::Join,
+                    ErrorCode::GroupFull,
+                    format!(
+                        "group {:?} has its maximum of {max_members} members",
+                        r.group
+                    ),
+                );
+            }
+            // The group counts its members, or its static instances if more.
+            let new_instance = r
+                .instance_id
+                .as_ref()
+                .is_some_and(|i| !group.instances.contains_key(i));
+            let before = group.usage().members;
+            let after =
+                (group.members.len() + 1).max(group.instances.len() + usize::from(new_instance));
+            if after > before && others.members + after > max_total_members {
+                ctx.outputs.push_back(quota_event(&r.group, Quota::Members));
+                return refuse(
+                    ApiKey::Join,
+                    ErrorCode::TooManyMembers,
+                    format!(
+                        "the coordinator has its maximum of {max_total_members} members over all groups"
+                    ),
+                );
+            }
         }
         self.next_member += 1;
         let (groups, mut ctx) = self.parts(now);
@@ -297,7 +342,8 @@ impl Coordinator {
     }
 
     /// A join for a member that is still in the group: rebinds it, applies a changed
-    /// subscription or timeouts, and pushes its state again.
+    /// subscription (within `partition_room`, what the coordinator's partition quota
+    /// leaves the group) or timeouts, and pushes its state again.
     pub(super) fn rejoin(
         group: &mut Group,
         ctx: &mut Ctx<'_>,
@@ -305,6 +351,7 @@ impl Coordinator {
         id: &Arc<str>,
         subscription: &[(String, u32)],
         timeouts: Timeouts,
+        partition_room: u64,
     ) -> Response {
         let now = ctx.now;
         if !group.subscription_is(&group.members[id], subscription) {
@@ -312,8 +359,10 @@ impl Coordinator {
                 subscription,
                 ctx.config,
                 group.members.get(id).map(|m| &**m),
+                partition_room,
             ) {
-                return refuse(ApiKey::Join, refusal.code, refusal.message);
+                let name = group.name.clone();
+                return refusal_response(ctx, &name, refusal);
             }
             group.unsubscribe_for_replacement(id);
             let topics = group.subscribe(subscription);
@@ -645,6 +694,38 @@ impl Coordinator {
                     .is_some_and(|m| m.conn == Some(conn))
             });
         }
+    }
+}
+
+/// The event telling that a request on `group` went past `quota`.
+pub(super) fn quota_event(group: &str, quota: Quota) -> Output {
+    Output::Event(Event::QuotaRefused {
+        group: group.to_owned(),
+        quota,
+    })
+}
+
+/// The answer to a join whose subscription was refused, and the event if a quota was
+/// the reason.
+fn refusal_response(ctx: &mut Ctx<'_>, group: &str, refusal: Refusal) -> Response {
+    if let Some(quota) = refusal.quota {
+        ctx.outputs.push_back(quota_event(group, quota));
+    }
+    refuse(ApiKey::Join, refusal.code, refusal.message)
+}
+
+impl Coordinator {
+    /// Refuses a request that would take `quota` past its limit, and says so.
+    pub(super) fn quota_refused(
+        &mut self,
+        key: ApiKey,
+        group: &str,
+        quota: Quota,
+        code: ErrorCode,
+        message: String,
+    ) -> Response {
+        self.outputs.push_back(quota_event(group, quota));
+        refuse(key, code, message)
     }
 }
 

@@ -18,6 +18,7 @@ pub mod records;
 #[cfg(test)]
 mod tests;
 mod timers;
+mod totals;
 mod trace;
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -26,19 +27,31 @@ use std::time::Instant;
 
 use rollcall_protocol::{ApiKey, CommitOffsetsRequest, ErrorCode, Request, Response};
 
-use group::{Ctx, Group};
+use group::{Ctx, Group, Usage};
 use guards::Guards;
 use timers::{TimerKey, Timers};
 
 pub use assignor::{Assignor, AssignorKind, TopicPartition};
 pub use config::{CoreConfig, UnknownName, MAX_MEMBER_ID_BYTES, MAX_NAME_BYTES};
-pub use events::{CoreStats, Event, Output, RebalanceCause, ShadowVerdict};
+pub use events::{CoreStats, Event, Output, Quota, RebalanceCause, ShadowVerdict};
 pub use guards::Guard;
 pub use liveness::{Detector, DetectorKind, DetectorSettings, FixedTimeout};
 pub use records::{
     GroupSnapshot, HeldSnapshot, InstanceSnapshot, MemberSnapshot, OffsetRecord, Record,
     RestoredState,
 };
+pub use totals::Totals;
+
+/// The work [`Coordinator::handle_timeout`] does at most per call, in partitions and
+/// members rebalanced (and [`MEMBER_TIMER_WORK`] per member timer), past the timer that
+/// reaches it: a fifth of the largest group a server allows by default, so one call
+/// runs at most one rebalance of a group that large, or the rebalances of many small
+/// groups that add up to a fifth of it.
+pub const TIMER_SLICE: u64 = 20_000;
+
+/// The work a member's timer counts for in a slice (an expiry removes the member, holds
+/// its partitions and pushes).
+const MEMBER_TIMER_WORK: u64 = 10;
 
 /// Identifies a client connection to the core. Chosen by the shell; never reused while
 /// the connection is open.
@@ -95,6 +108,10 @@ pub struct Coordinator {
     /// Members bound to each connection (group, member), so a disconnect touches only
     /// them. Entries may be stale (the member moved on or left); they are checked.
     bound: HashMap<ConnId, Vec<MemberRef>>,
+    /// What every group holds, as the quotas count it: the sum of the groups'
+    /// [`Group::accounted`], brought up to date whenever a group changes, over every
+    /// core that shares it.
+    totals: Arc<Totals>,
 }
 
 /// A member by (group, member id).
@@ -105,8 +122,14 @@ fn refuse(key: ApiKey, code: ErrorCode, message: impl Into<String>) -> Response 
 }
 
 impl Coordinator {
-    /// An empty coordinator.
+    /// An empty coordinator, whose quotas count its own groups.
     pub fn new(config: CoreConfig) -> Self {
+        Self::with_totals(config, Arc::default())
+    }
+
+    /// An empty coordinator whose quotas count its groups into `totals`, with those of
+    /// every other core given the same totals (the server's shards).
+    pub fn with_totals(config: CoreConfig, totals: Arc<Totals>) -> Self {
         let assignor = config.assignor.build();
         Self {
             config,
@@ -125,6 +148,7 @@ impl Coordinator {
             records_seen: 0,
             next_trace_epoch: 0,
             bound: HashMap::new(),
+            totals,
         }
     }
 
@@ -185,9 +209,12 @@ impl Coordinator {
             let group = groups
                 .entry(Arc::from(o.group.as_str()))
                 .or_insert_with_key(|name| Group::new(name.clone(), floor, config));
-            group
-                .offsets
-                .insert((o.topic, o.partition), (o.offset, o.metadata));
+            group.put_offset(o.topic, o.partition, o.offset, o.metadata);
+        }
+        // What was durable is kept whatever the quotas say now; they only refuse more.
+        let names: Vec<Arc<str>> = self.groups.keys().cloned().collect();
+        for name in names {
+            self.account(&name);
         }
     }
 
@@ -227,9 +254,12 @@ impl Coordinator {
             ),
             Request::Join(r) => {
                 let group = r.group.clone();
+                let existed = self.groups.contains_key(group.as_str());
                 let response = self.join(now, conn, r);
                 if let Response::Join(j) = &response {
                     self.bind(conn, &group, &j.member_id);
+                } else if !existed {
+                    self.forget_unused(&group);
                 }
                 self.note_dirty(&group);
                 response
@@ -246,13 +276,17 @@ impl Coordinator {
             Request::CommitOffsets(r) => {
                 // A commit can bring back a member that stood down, or rebind it.
                 let group = r.group.clone();
+                let existed = self.groups.contains_key(group.as_str());
                 let response = self.commit(now, conn, r);
+                if !existed {
+                    self.forget_unused(&group);
+                }
                 self.note_dirty(&group);
                 response
             }
             Request::FetchOffsets(r) => self.fetch(r),
-            Request::ListGroups => self.list_groups(),
-            Request::DescribeGroup(r) => self.describe(now, &r.group, r.detection),
+            Request::ListGroups(r) => self.list_groups(r.page.as_ref()),
+            Request::DescribeGroup(r) => self.describe(now, &r.group, r.detection, r.page.as_ref()),
             Request::Relinquish(r) => {
                 let group = r.group.clone();
                 let response = self.relinquish(now, r);
@@ -262,7 +296,12 @@ impl Coordinator {
         }
     }
 
-    /// Runs every timer due at or before `now`.
+    /// Runs the timers due at or before `now`, in order, until they are all run or a
+    /// slice of work is done (about [`TIMER_SLICE`] partitions' and members' worth, or
+    /// one rebalance of a larger group): [`Self::poll_timeout`] then still returns an
+    /// instant at or before `now`, and the shell calls again, taking requests in
+    /// between. So one call never holds a shard for much longer than the largest
+    /// group's rebalance, however many rebalances are due at once.
     ///
     /// If `now` is far past the earliest deadline the core asked to be woken for (more
     /// than a quarter of the shortest session timeout, capped at
@@ -276,9 +315,14 @@ impl Coordinator {
             self.detect_pause(now);
         }
         let mut disposable = Vec::new();
-        while let Some((at, key)) = self.timers.pop_due(now) {
+        let mut work: u64 = 0;
+        while work < TIMER_SLICE {
+            let Some((at, key)) = self.timers.pop_due(now) else {
+                break;
+            };
             match key {
                 TimerKey::Member { group, member } => {
+                    work += MEMBER_TIMER_WORK;
                     let hold = self.expiry_hold(now, &group, &member);
                     let (groups, mut ctx) = self.parts(now);
                     if let Some(g) = groups.get_mut(&group) {
@@ -292,6 +336,9 @@ impl Coordinator {
                 TimerKey::Group(group) => {
                     let (groups, mut ctx) = self.parts(now);
                     if let Some(g) = groups.get_mut(&group) {
+                        // A rebalance and a reconciliation cost about one step per
+                        // partition and per member.
+                        work += 1 + g.footprint + g.members.len() as u64;
                         g.on_group_timer(&mut ctx, at);
                         if g.is_disposable() {
                             disposable.push(group.clone());
@@ -314,9 +361,58 @@ impl Coordinator {
                 let snapshot = g.snapshot(now);
                 self.generation_floor = self.generation_floor.max(g.generation);
                 self.records.push(Record::Group(snapshot));
-                self.groups.remove(name);
+                self.remove_group(name);
             }
         }
+    }
+
+    /// Forgets a group that the request now handled created and then refused: it holds
+    /// nothing and was never recorded, so nothing is written either.
+    fn forget_unused(&mut self, name: &str) {
+        if self.groups.get(name).is_some_and(Group::is_disposable) {
+            self.remove_group(name);
+        }
+    }
+
+    /// Takes a group out of the table and its usage out of the totals.
+    fn remove_group(&mut self, name: &str) -> Option<Group> {
+        let group = self.groups.remove(name)?;
+        self.totals.replace(group.accounted, Usage::default());
+        Some(group)
+    }
+
+    /// Brings the totals up to date with what `name` holds now. Past the coordinator's
+    /// removal memory (as many removals as `max_members`), the group forgets its oldest
+    /// removals first.
+    fn account(&mut self, name: &str) {
+        if let Some(g) = self.groups.get_mut(name) {
+            let now = g.usage();
+            if now == g.accounted {
+                return;
+            }
+            let others = self.totals.removals().saturating_sub(g.accounted.removals);
+            let excess = (others + now.removals).saturating_sub(self.config.max_members);
+            if excess > 0 && now.removals > g.accounted.removals {
+                g.forget_oldest_removals(excess);
+            }
+            let now = g.usage();
+            self.totals.replace(g.accounted, now);
+            g.accounted = now;
+        }
+    }
+
+    /// What every group but `name` holds, as the quotas count it.
+    fn usage_besides(&self, name: &str) -> Usage {
+        let mut usage = self.totals.get();
+        if let Some(g) = self.groups.get(name) {
+            usage.sub(g.accounted);
+        }
+        usage
+    }
+
+    /// The totals this core counts its groups into.
+    pub fn totals(&self) -> &Arc<Totals> {
+        &self.totals
     }
 
     /// When the core next needs [`Self::handle_timeout`], if ever.
@@ -377,8 +473,10 @@ impl Coordinator {
         self.records.len() + self.dirty.len()
     }
 
-    /// Puts `group` on the list of groups to snapshot if its state changed.
+    /// Puts `group` on the list of groups to snapshot if its state changed, and brings
+    /// the quotas' totals up to date with it.
     fn note_dirty(&mut self, group: &str) {
+        self.account(group);
         if let Some(g) = self.groups.get_mut(group) {
             if g.snapshot_dirty && !g.listed {
                 g.listed = true;

@@ -1,16 +1,21 @@
 //! Offsets: commits (fenced by membership and ownership), fetches, and the deletion of
 //! a group whose offsets retention expired.
 
+use std::ops::Bound;
 use std::sync::Arc;
 use std::time::Instant;
 
 use rollcall_protocol::{
     ApiKey, CommitOffsetsRequest, CommitOffsetsResponse, CommittedOffset, ErrorCode,
-    FetchOffsetsRequest, FetchOffsetsResponse, PartitionResult, Response,
+    FetchOffsetsRequest, FetchOffsetsResponse, OffsetCommit, PartitionResult, Response,
 };
 
-use super::group::{Ctx, Group};
-use super::{refuse, ConnId, Coordinator, Event, OffsetRecord, Output, Record, MAX_NAME_BYTES};
+use super::group::{Ctx, Group, Usage};
+use super::membership::quota_event;
+use super::{
+    refuse, ConnId, Coordinator, CoreConfig, Event, OffsetRecord, Output, Quota, Record,
+    MAX_NAME_BYTES,
+};
 
 impl Coordinator {
     pub(super) fn commit(
@@ -20,6 +25,7 @@ impl Coordinator {
         r: CommitOffsetsRequest,
     ) -> Response {
         let max_metadata = self.config.max_metadata_bytes;
+        let others = self.usage_besides(&r.group);
         let floor = self.generation_floor;
         let (groups, mut ctx) = self.parts(now);
         let config = ctx.config;
@@ -35,6 +41,36 @@ impl Coordinator {
                 ApiKey::CommitOffsets,
                 ErrorCode::InvalidRequest,
                 format!("group id must be 1 to {MAX_NAME_BYTES} bytes"),
+            );
+        }
+        if let Some(o) = r
+            .offsets
+            .iter()
+            .find(|o| o.topic.is_empty() || o.topic.len() > MAX_NAME_BYTES)
+        {
+            reject(&mut ctx, ErrorCode::InvalidRequest);
+            return refuse(
+                ApiKey::CommitOffsets,
+                ErrorCode::InvalidRequest,
+                format!(
+                    "topic names must be 1 to {MAX_NAME_BYTES} bytes; one is {} bytes",
+                    o.topic.len()
+                ),
+            );
+        }
+        if r.member_id.is_none()
+            && !groups.contains_key(r.group.as_str())
+            && others.groups >= config.max_groups
+        {
+            reject(&mut ctx, ErrorCode::TooManyGroups);
+            ctx.outputs.push_back(quota_event(&r.group, Quota::Groups));
+            return refuse(
+                ApiKey::CommitOffsets,
+                ErrorCode::TooManyGroups,
+                format!(
+                    "the coordinator has its maximum of {} groups; group {:?} cannot be created",
+                    config.max_groups, r.group
+                ),
             );
         }
         let member = match &r.member_id {
@@ -104,7 +140,7 @@ impl Coordinator {
         let mut results = Vec::with_capacity(r.offsets.len());
         let mut accepted = 0;
         for o in r.offsets {
-            let error = if o.metadata.len() > max_metadata {
+            let mut error = if o.metadata.len() > max_metadata {
                 ErrorCode::MetadataTooLarge
             } else if let Some(id) = &member {
                 let m = &group.members[id];
@@ -117,6 +153,12 @@ impl Coordinator {
                 ErrorCode::None
             };
             if error == ErrorCode::None {
+                if let Some(quota) = offset_quota(group, &others, config, &o) {
+                    ctx.outputs.push_back(quota_event(&r.group, quota));
+                    error = ErrorCode::TooManyOffsets;
+                }
+            }
+            if error == ErrorCode::None {
                 accepted += 1;
                 ctx.records.push(Record::Offset(OffsetRecord {
                     group: r.group.clone(),
@@ -125,9 +167,7 @@ impl Coordinator {
                     offset: o.offset,
                     metadata: o.metadata.clone(),
                 }));
-                group
-                    .offsets
-                    .insert((o.topic.clone(), o.partition), (o.offset, o.metadata));
+                group.put_offset(o.topic.clone(), o.partition, o.offset, o.metadata);
             } else {
                 reject(&mut ctx, error);
             }
@@ -149,22 +189,63 @@ impl Coordinator {
         Response::CommitOffsets(CommitOffsetsResponse { results })
     }
 
+    /// The group's committed offsets (of `r.topics`, or every topic), by topic then
+    /// partition: all of them, or with a page (FetchOffsets version 1) those after the
+    /// cursor, at most `limit` and no more than fit an answer of `max_answer_bytes` (at
+    /// least one).
     pub(super) fn fetch(&self, r: FetchOffsetsRequest) -> Response {
+        let more = r.page.as_ref().map(|_| false);
         let Some(group) = self.groups.get(r.group.as_str()) else {
-            return Response::FetchOffsets(FetchOffsetsResponse::default());
+            return Response::FetchOffsets(FetchOffsetsResponse {
+                offsets: Vec::new(),
+                more,
+            });
         };
-        let offsets = group
-            .offsets
-            .iter()
-            .filter(|((topic, _), _)| r.topics.is_empty() || r.topics.iter().any(|t| t == topic))
-            .map(|((topic, partition), (offset, metadata))| CommittedOffset {
+        let wanted = |topic: &str| r.topics.is_empty() || r.topics.iter().any(|t| t == topic);
+        let entry = |((topic, partition), (offset, metadata)): (&(String, u32), &(i64, String))| {
+            CommittedOffset {
                 topic: topic.clone(),
                 partition: *partition,
                 offset: *offset,
                 metadata: metadata.clone(),
-            })
-            .collect();
-        Response::FetchOffsets(FetchOffsetsResponse { offsets })
+            }
+        };
+        let Some(page) = &r.page else {
+            let offsets = group
+                .offsets
+                .iter()
+                .filter(|((topic, _), _)| wanted(topic))
+                .map(entry)
+                .collect();
+            return Response::FetchOffsets(FetchOffsetsResponse { offsets, more });
+        };
+        let from = match &page.after {
+            Some(c) => Bound::Excluded((c.topic.clone(), c.partition)),
+            None => Bound::Unbounded,
+        };
+        let base = FetchOffsetsResponse {
+            offsets: Vec::new(),
+            more,
+        }
+        .encoded_len();
+        let mut fit = self.page_fit(page.limit, base);
+        let mut response = FetchOffsetsResponse {
+            offsets: Vec::new(),
+            more,
+        };
+        for o in group
+            .offsets
+            .range((from, Bound::Unbounded))
+            .filter(|((topic, _), _)| wanted(topic))
+            .map(entry)
+        {
+            if !fit.take(o.encoded_len()) {
+                response.more = Some(true);
+                break;
+            }
+            response.offsets.push(o);
+        }
+        Response::FetchOffsets(response)
     }
 
     /// The store found `group` empty for longer than the offsets retention; the core,
@@ -187,11 +268,40 @@ impl Coordinator {
             // Out of the table, so no dirty snapshot of it follows the deletion. Its
             // timer entries are dropped when they fire (or re-check a new group of the
             // same name, as any early entry does).
-            self.groups.remove(group);
+            self.remove_group(group);
         }
         self.records.push(Record::GroupDeleted {
             group: group.to_owned(),
         });
         true
+    }
+}
+
+/// The quota that keeping `o` would take past its limit, if any: the group's offsets or
+/// metadata bytes, or the coordinator's (`others`: what every other group holds).
+/// Updating an offset the group already has adds no offset, only the change in its
+/// metadata's size.
+fn offset_quota(
+    group: &Group,
+    others: &Usage,
+    config: &CoreConfig,
+    o: &OffsetCommit,
+) -> Option<Quota> {
+    let old = group.offsets.get(&(o.topic.clone(), o.partition));
+    let adds_offset = usize::from(old.is_none());
+    let metadata = group.metadata_bytes + o.metadata.len() - old.map_or(0, |(_, m)| m.len());
+    let offsets = group.offsets.len() + adds_offset;
+    if adds_offset > 0 && offsets > config.max_offsets_per_group {
+        Some(Quota::GroupOffsets)
+    } else if metadata > group.metadata_bytes && metadata > config.max_metadata_bytes_per_group {
+        Some(Quota::GroupOffsetMetadata)
+    } else if adds_offset > 0 && others.offsets + offsets > config.max_offsets {
+        Some(Quota::Offsets)
+    } else if metadata > group.metadata_bytes
+        && others.metadata_bytes + metadata > config.max_metadata_bytes_total
+    {
+        Some(Quota::OffsetMetadata)
+    } else {
+        None
     }
 }

@@ -87,7 +87,7 @@ impl Operation {
             }) => Self::Commit,
             Request::CommitOffsets(_) => Self::Admin,
             Request::FetchOffsets(_) => Self::Fetch,
-            Request::DescribeGroup(_) | Request::TraceGroup(_) | Request::ListGroups => {
+            Request::DescribeGroup(_) | Request::TraceGroup(_) | Request::ListGroups(_) => {
                 Self::Describe
             }
             Request::ApiVersions(_) | Request::Authenticate(_) => return None,

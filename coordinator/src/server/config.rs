@@ -52,6 +52,9 @@ pub struct ServerConfig {
     pub max_frame_size: usize,
     /// Connections served at once; more are answered `TooManyConnections` and closed.
     pub max_connections: usize,
+    /// Connections served at once from one IP address; more from it are answered
+    /// `TooManyConnections` and closed, as over `max_connections`. `0`: no limit.
+    pub max_connections_per_address: usize,
     /// Time a new connection has to complete its ApiVersions handshake.
     pub handshake_timeout: Duration,
     /// Time a frame has to arrive whole once its first byte has: a connection that
@@ -99,6 +102,7 @@ impl Default for ServerConfig {
             shards: 1,
             max_frame_size: rollcall_protocol::DEFAULT_MAX_FRAME_SIZE,
             max_connections: 10_000,
+            max_connections_per_address: 1_000,
             handshake_timeout: Duration::from_secs(5),
             frame_timeout: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(60 * 60),
@@ -163,7 +167,8 @@ pub fn largest_member_answer(partitions: u64) -> u64 {
         + NAME // client id
         + 1 // liveness
         + 8 + 8 // since heartbeat, since progress
-        + DETECTION;
+        + DETECTION
+        + 1; // version 2: whether more members follow
     let lists = 3 * (4 + TOPIC);
     fixed + lists + 2 * 4 * partitions
 }
@@ -314,6 +319,45 @@ impl ServerConfig {
                 ),
             ));
         }
+        for (option, value) in [
+            ("max-groups", core.max_groups as u64),
+            ("max-members", core.max_members as u64),
+            ("max-partitions", core.max_partitions),
+            ("max-offsets", core.max_offsets as u64),
+            (
+                "max-metadata-bytes-total",
+                core.max_metadata_bytes_total as u64,
+            ),
+        ] {
+            if value == 0 {
+                return Err(InvalidConfig::new(option, "must be at least 1"));
+            }
+        }
+        if core.max_offsets_per_group == 0 {
+            return Err(InvalidConfig::new(
+                "max-offsets-per-group",
+                "must be at least 1",
+            ));
+        }
+        if core.max_metadata_bytes_per_group < core.max_metadata_bytes {
+            return Err(InvalidConfig::new(
+                "max-metadata-bytes-per-group",
+                format!(
+                    "({}) is less than max-metadata-bytes ({}): one offset's metadata could never be kept",
+                    core.max_metadata_bytes_per_group, core.max_metadata_bytes
+                ),
+            ));
+        }
+        let offset = largest_offset_answer(core.max_metadata_bytes as u64);
+        if offset > self.max_frame_size as u64 {
+            return Err(InvalidConfig::new(
+                "max-metadata-bytes",
+                format!(
+                    "({}) is too large for max-frame-size ({} bytes): a FetchOffsets answer of one offset could take {offset} bytes",
+                    core.max_metadata_bytes, self.max_frame_size
+                ),
+            ));
+        }
         if core.rebalance_coalesce > core.rebalance_coalesce_max {
             return Err(InvalidConfig::new(
                 "rebalance-coalesce",
@@ -385,6 +429,16 @@ impl ServerConfig {
         }
         Ok(())
     }
+}
+
+/// An upper bound, in bytes (length prefix excluded), of a FetchOffsets answer carrying
+/// one offset whose metadata has `metadata` bytes: a 9-byte header, the error code, the
+/// count, the offset (its topic at its longest, 255 bytes; partition, offset and the
+/// metadata string) and, at version 1, the `more` flag (`docs/PROTOCOL.md` §6.7). A
+/// paged FetchOffsets answer holds at least one offset, so this must fit the frame.
+pub fn largest_offset_answer(metadata: u64) -> u64 {
+    const TOPIC: u64 = 2 + crate::core::MAX_NAME_BYTES as u64;
+    rollcall_protocol::HEADER_SIZE as u64 + 2 + 4 + TOPIC + 4 + 8 + 2 + metadata + 1
 }
 
 /// The most partitions per group whose [`largest_member_answer`] fits
@@ -600,6 +654,8 @@ mod tests {
                     detector: "x".repeat(16),
                     shadow: Some("x".repeat(16)),
                 })),
+                // A page (version 2): the largest answer.
+                more: Some(true),
             }),
         );
         let push = Frame::push(Push::Assignment(AssignmentPush {
@@ -675,6 +731,32 @@ mod tests {
         let mut c = tls(true, true, false, None);
         c.tls.reload_interval = Duration::ZERO;
         assert_eq!(refused(c).option, "tls-reload-interval");
+    }
+
+    #[test]
+    fn quotas_are_checked() {
+        let mut c = ServerConfig::default();
+        c.core.max_groups = 0;
+        assert_eq!(c.validate().unwrap_err().option, "max-groups");
+        let mut c = ServerConfig::default();
+        c.core.max_partitions = 0;
+        assert_eq!(c.validate().unwrap_err().option, "max-partitions");
+        let mut c = ServerConfig::default();
+        c.core.max_metadata_bytes_per_group = c.core.max_metadata_bytes - 1;
+        assert_eq!(
+            c.validate().unwrap_err().option,
+            "max-metadata-bytes-per-group"
+        );
+        // One offset with the largest metadata must fit a FetchOffsets answer.
+        let mut c = ServerConfig::default();
+        c.max_frame_size = 4096;
+        c.send_buffer_bytes = c.max_frame_size;
+        c.core.max_partitions_per_group = 100;
+        let e = c.validate().unwrap_err();
+        assert_eq!(e.option, "max-metadata-bytes", "{e}");
+        c.core.max_metadata_bytes = 3000;
+        c.validate().unwrap();
+        assert!(largest_offset_answer(3000) <= 4096);
     }
 
     #[test]

@@ -75,6 +75,15 @@ pub(crate) fn log_event(shard: usize, m: &Metrics, event: Event) {
                 "rebalance completed"
             );
         }
+        Event::QuotaRefused { group, quota } => {
+            m.quota_refused(quota).increment(1);
+            debug!(
+                shard,
+                group,
+                quota = quota.as_str(),
+                "refused: quota reached"
+            );
+        }
         Event::CommitsAccepted { group, count } => {
             m.commits_accepted.increment(count as u64);
             debug!(shard, group, count, "offsets committed");

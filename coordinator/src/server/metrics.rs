@@ -14,7 +14,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
-use crate::core::{DetectorKind, Guard, RebalanceCause, ShadowVerdict};
+use crate::core::{DetectorKind, Guard, Quota, RebalanceCause, ShadowVerdict};
 
 /// Buckets of `rollcall_request_duration_seconds`.
 const REQUEST_BUCKETS: &[f64] = &[
@@ -129,6 +129,10 @@ fn describe() {
         "Offset commits refused, by reason."
     );
     describe_counter!(
+        "rollcall_quota_refusals_total",
+        "Requests (or offsets of a commit) refused because they would take a quota past its limit, by quota."
+    );
+    describe_counter!(
         "rollcall_protocol_errors_total",
         "Protocol errors and misbehaving connections, by kind."
     );
@@ -216,6 +220,8 @@ pub(crate) enum ProtocolError {
     SlowReader,
     /// A connection over the maximum.
     TooManyConnections,
+    /// A connection over the maximum from one address.
+    TooManyConnectionsPerAddress,
     /// A frame begun but not finished within the frame deadline.
     FrameTimeout,
     /// A handshaken connection silent for the idle deadline.
@@ -231,7 +237,7 @@ pub(crate) enum ProtocolError {
 }
 
 impl ProtocolError {
-    const ALL: [Self; 13] = [
+    const ALL: [Self; 14] = [
         Self::MalformedFrame,
         Self::FrameTooLarge,
         Self::UnknownApi,
@@ -240,6 +246,7 @@ impl ProtocolError {
         Self::HandshakeTimeout,
         Self::SlowReader,
         Self::TooManyConnections,
+        Self::TooManyConnectionsPerAddress,
         Self::FrameTimeout,
         Self::IdleTimeout,
         Self::OutgoingTooLarge,
@@ -257,6 +264,7 @@ impl ProtocolError {
             Self::HandshakeTimeout => "handshake_timeout",
             Self::SlowReader => "slow_reader",
             Self::TooManyConnections => "too_many_connections",
+            Self::TooManyConnectionsPerAddress => "too_many_connections_per_address",
             Self::FrameTimeout => "frame_timeout",
             Self::IdleTimeout => "idle_timeout",
             Self::OutgoingTooLarge => "outgoing_too_large",
@@ -284,6 +292,7 @@ pub(crate) struct Metrics {
     expulsions: Vec<Counter>,
     pub(crate) commits_accepted: Counter,
     commits_rejected: Vec<Counter>,
+    quota_refusals: Vec<Counter>,
     protocol_errors: Vec<Counter>,
     pub(crate) store_batches: Counter,
     pub(crate) store_failures: Counter,
@@ -336,6 +345,10 @@ impl Metrics {
             commits_rejected: ErrorCode::ALL
                 .iter()
                 .map(|c| metrics::counter!("rollcall_commits_rejected_total", "reason" => c.as_str()))
+                .collect(),
+            quota_refusals: Quota::ALL
+                .iter()
+                .map(|q| metrics::counter!("rollcall_quota_refusals_total", "quota" => q.as_str()))
                 .collect(),
             protocol_errors: ProtocolError::ALL
                 .iter()
@@ -447,6 +460,11 @@ impl Metrics {
             .position(|c| *c == reason)
             .unwrap_or(0);
         &self.commits_rejected[i]
+    }
+
+    pub(crate) fn quota_refused(&self, quota: Quota) -> &Counter {
+        let i = Quota::ALL.iter().position(|q| *q == quota).unwrap_or(0);
+        &self.quota_refusals[i]
     }
 
     pub(crate) fn protocol_error(&self, kind: ProtocolError) -> &Counter {

@@ -60,8 +60,9 @@ use tracing::{debug, error, info, warn};
 
 pub use self::auth::AuthFileError;
 pub use self::config::{
-    format_duration, largest_member_answer, max_partitions_for, parse_duration, parse_size,
-    InvalidConfig, ParseValueError, ServerConfig, StoreConfig, DEFAULT_MAX_PARTITIONS_PER_GROUP,
+    format_duration, largest_member_answer, largest_offset_answer, max_partitions_for,
+    parse_duration, parse_size, InvalidConfig, ParseValueError, ServerConfig, StoreConfig,
+    DEFAULT_MAX_PARTITIONS_PER_GROUP,
 };
 pub use self::shard::shard_of;
 pub use self::tls::{ClientAuth, TlsError, TlsSettings};
@@ -71,7 +72,7 @@ use self::conn::ConnContext;
 use self::metrics::Metrics;
 use self::registry::Registry;
 use self::shard::{Shard, ShardContext};
-use crate::core::{Coordinator, RestoredState};
+use crate::core::{Coordinator, RestoredState, Totals};
 use crate::store::{GroupCommitter, MemoryStore, RedbStore, Store, StoreError};
 
 /// Why the server could not start or did not stop cleanly.
@@ -507,6 +508,7 @@ fn restore_cores(config: &ServerConfig, restored: RestoredState) -> Vec<Coordina
         .unwrap_or_default();
     let nonce: u16 = rand::random();
     let now = tokio::time::Instant::now().into_std();
+    let totals = Arc::new(Totals::default());
     parts
         .into_iter()
         .enumerate()
@@ -514,8 +516,10 @@ fn restore_cores(config: &ServerConfig, restored: RestoredState) -> Vec<Coordina
             let mut core_config = config.core.clone();
             // The server's expulsion rate is shared out among the shards.
             core_config.max_expulsion_rate = config.core.max_expulsion_rate / shards as f64;
+            core_config.max_answer_bytes = config.max_frame_size;
             core_config.member_id_suffix = format!("-{start:x}{nonce:04x}-{index}");
-            let mut core = Coordinator::new(core_config);
+            // The quotas are the coordinator's: every shard counts into the same totals.
+            let mut core = Coordinator::with_totals(core_config, totals.clone());
             if !part.groups.is_empty() || !part.offsets.is_empty() || part.generation_floor > 0 {
                 debug!(
                     shard = index,

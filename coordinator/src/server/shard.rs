@@ -26,7 +26,8 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use rollcall_protocol::{
-    ApiKey, ErrorCode, Frame, HeartbeatResult, HeartbeatsResponse, Request, Response,
+    ApiKey, ErrorCode, Frame, HeartbeatResult, HeartbeatsResponse, ListGroupsRequest, Request,
+    Response,
 };
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
@@ -46,6 +47,10 @@ const ADVICE_EVERY: Duration = Duration::from_secs(10);
 
 /// The false-expulsion rate the exported advice is computed for: one a year per group.
 const ADVICE_PER_YEAR: f64 = 1.0;
+
+/// How long the timer task leaves the shard to the connections between two slices of
+/// due timers (see [`Coordinator::handle_timeout`]).
+const SLICE_BREATHER: Duration = Duration::from_millis(1);
 
 /// Outputs the open batch may hold before connections wait to hand it more.
 const MAX_OPEN: usize = 65_536;
@@ -439,9 +444,9 @@ impl Shard {
         }
     }
 
-    /// This shard's groups, for a ListGroups answer.
-    pub(crate) fn list_groups(&self, conn: ConnId) -> Response {
-        self.input(|core, now| core.handle_request(now, conn, Request::ListGroups))
+    /// This shard's groups (or a page of them), for a ListGroups answer.
+    pub(crate) fn list_groups(&self, conn: ConnId, request: ListGroupsRequest) -> Response {
+        self.input(|core, now| core.handle_request(now, conn, Request::ListGroups(request)))
     }
 
     /// Feeds the core an input other than a request, and stages or sends its outputs.
@@ -497,38 +502,49 @@ impl Shard {
                 () = self.timer.notified() => continue,
                 () = tokio::time::sleep_until(wake) => {}
             }
-            let mut st = self.state.lock();
-            let _guard = PanicGuard(&self.ctx);
-            // Read under the lock, as every input's: the core's clock never goes back.
-            let now = Instant::now();
-            // Running late is the coordinator's own backlog, as is the runtime's lateness
-            // in running ready tasks (the connections with frames to read).
-            let late = now.saturating_duration_since(wake);
-            let std_now = now.into_std();
-            if let Some(last) = self.ctx.registry.traffic.last() {
-                st.core.observe_traffic(last.into_std().min(std_now));
-            }
-            st.core
-                .observe_lag(std_now, late.max(self.ctx.registry.lag.recent()));
-            if st.core.poll_timeout().is_some_and(|d| d <= std_now) {
-                st.core.handle_timeout(std_now);
-            }
-            self.after_input(&mut st);
-            if now >= next_advice {
-                let fresh = st.core.groups_below_advice(ADVICE_PER_YEAR);
-                self.ctx
-                    .metrics
-                    .groups_below_advice
-                    .increment(fresh as f64 - below_advice as f64);
-                below_advice = fresh;
-                next_advice = now + ADVICE_EVERY;
-            }
-            if now >= next_stats {
-                let fresh = st.core.stats(std_now);
-                drop(st);
-                refresh_gauges(&self.ctx.metrics, fresh, stats);
-                stats = fresh;
-                next_stats = now + self.ctx.stats_interval;
+            let more = {
+                let mut st = self.state.lock();
+                let _guard = PanicGuard(&self.ctx);
+                // Read under the lock, as every input's: the core's clock never goes back.
+                let now = Instant::now();
+                // Running late is the coordinator's own backlog, as is the runtime's lateness
+                // in running ready tasks (the connections with frames to read).
+                let late = now.saturating_duration_since(wake);
+                let std_now = now.into_std();
+                if let Some(last) = self.ctx.registry.traffic.last() {
+                    st.core.observe_traffic(last.into_std().min(std_now));
+                }
+                st.core
+                    .observe_lag(std_now, late.max(self.ctx.registry.lag.recent()));
+                if st.core.poll_timeout().is_some_and(|d| d <= std_now) {
+                    st.core.handle_timeout(std_now);
+                }
+                self.after_input(&mut st);
+                // The core runs due timers a slice of work at a time: let the connections
+                // have the shard between slices.
+                let more = st.core.poll_timeout().is_some_and(|d| d <= std_now);
+                if now >= next_advice {
+                    let fresh = st.core.groups_below_advice(ADVICE_PER_YEAR);
+                    self.ctx
+                        .metrics
+                        .groups_below_advice
+                        .increment(fresh as f64 - below_advice as f64);
+                    below_advice = fresh;
+                    next_advice = now + ADVICE_EVERY;
+                }
+                if now >= next_stats {
+                    let fresh = st.core.stats(std_now);
+                    drop(st);
+                    refresh_gauges(&self.ctx.metrics, fresh, stats);
+                    stats = fresh;
+                    next_stats = now + self.ctx.stats_interval;
+                }
+                more
+            };
+            if more {
+                // A breather: the runtime polls its sockets and runs the connections
+                // that have frames for this shard before the next slice.
+                tokio::time::sleep(SLICE_BREATHER).await;
             }
         }
         // Take this shard's members out of the gauges it contributed to.

@@ -1,11 +1,12 @@
-//! DescribeGroup (API key 7, versions 0 and 1): one group's members, their liveness and
-//! partitions; version 1 adds how the group's detector judges each member.
+//! DescribeGroup (API key 7, versions 0 to 2): one group's members, their liveness and
+//! partitions; version 1 adds how the group's detector judges each member, version 2
+//! describes the members a page at a time.
 
 use bytes::{BufMut, BytesMut};
 
 use super::list_groups::decode_state;
-use super::{decode_tps, encode_tps, GroupState, TopicPartitions};
-use crate::wire::{put_count, put_opt_string, put_string, Reader};
+use super::{decode_tps, encode_tps, GroupState, Page, TopicPartitions};
+use crate::wire::{put_bool, put_count, put_opt_string, put_string, Reader};
 use crate::{DecodeError, EncodeError};
 
 /// Describe one group.
@@ -14,24 +15,47 @@ pub struct DescribeGroupRequest {
     /// The group.
     pub group: String,
     /// Ask for the detection details of the group and each member (version 1; the
-    /// body is the same at both versions).
+    /// body is the same as version 0's). Version 2 always has them: a request with a
+    /// `page` is sent at version 2 and decodes with `detection` set.
     pub detection: bool,
+    /// Version 2: a page of the members, by member id (the cursor is the last member
+    /// id of the previous page). `None`: every member, in one answer.
+    pub page: Option<Page<String>>,
 }
 
 impl DescribeGroupRequest {
     /// The lowest version that can carry the request.
     pub(crate) fn version(&self) -> u16 {
-        u16::from(self.detection)
+        if self.page.is_some() {
+            2
+        } else {
+            u16::from(self.detection)
+        }
     }
 
     pub(crate) fn encode(&self, buf: &mut BytesMut) -> Result<(), EncodeError> {
-        put_string(buf, &self.group)
+        put_string(buf, &self.group)?;
+        if let Some(page) = &self.page {
+            put_opt_string(buf, page.after.as_deref())?;
+            buf.put_u32(page.limit);
+        }
+        Ok(())
     }
 
     pub(crate) fn decode(version: u16, r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let group = r.string("group")?;
+        let page = if version >= 2 {
+            Some(Page {
+                after: r.opt_string("after")?,
+                limit: r.u32("limit")?,
+            })
+        } else {
+            None
+        };
         Ok(Self {
-            group: r.string("group")?,
+            group,
             detection: version >= 1,
+            page,
         })
     }
 }
@@ -76,7 +100,7 @@ pub struct MemberDetection {
 
 impl MemberDetection {
     /// Encoded size, bytes.
-    const SIZE: usize = 8 + 4 * 4 + 8 + 8 + 4 * 4;
+    pub const SIZE: usize = 8 + 4 * 4 + 8 + 8 + 4 * 4;
 
     fn encode(&self, buf: &mut BytesMut) {
         buf.put_u64(self.in_state_ms);
@@ -170,6 +194,31 @@ pub struct MemberDescription {
     pub detection: Option<MemberDetection>,
 }
 
+impl MemberDescription {
+    /// Its encoded size, bytes, in an answer with the detection details (version 1 and
+    /// 2) or without (version 0).
+    pub fn encoded_len(&self, detection: bool) -> usize {
+        let tps = |l: &[TopicPartitions]| -> usize {
+            4 + l
+                .iter()
+                .map(|t| 2 + t.topic.len() + 4 + 4 * t.partitions.len())
+                .sum::<usize>()
+        };
+        2 + self.member_id.len()
+            + 1
+            + self.instance_id.as_ref().map_or(0, |i| 2 + i.len())
+            + 2
+            + self.client_id.len()
+            + 1
+            + 8
+            + 8
+            + tps(&self.owned)
+            + tps(&self.pending_revoke)
+            + tps(&self.pending_grant)
+            + if detection { MemberDetection::SIZE } else { 0 }
+    }
+}
+
 /// The answer to describe group.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DescribeGroupResponse {
@@ -183,16 +232,48 @@ pub struct DescribeGroupResponse {
     pub assignor: String,
     /// Members, by member id.
     pub members: Vec<MemberDescription>,
-    /// How the group judges its members' silence (version 1 only; version 1 also
-    /// describes every member's detection). Boxed to keep [`Response`](crate::Response)
+    /// How the group judges its members' silence (versions 1 and 2; they also
+    /// describe every member's detection). Boxed to keep [`Response`](crate::Response)
     /// small.
     pub detection: Option<Box<GroupDetection>>,
+    /// Version 2 only (with `detection`): whether members after the last one described
+    /// remain (ask again with its id as the cursor). `None` is a version 0 or 1 answer.
+    pub more: Option<bool>,
 }
 
 impl DescribeGroupResponse {
-    /// The version the response is encoded in: 1 when it carries detection details.
+    /// The version the response is encoded in: 2 when it answers a page, 1 when it
+    /// carries detection details.
     pub(crate) fn version(&self) -> u16 {
-        u16::from(self.detection.is_some())
+        if self.more.is_some() {
+            2
+        } else {
+            u16::from(self.detection.is_some())
+        }
+    }
+
+    /// The encoded size of the body, error code included, bytes.
+    pub fn encoded_len(&self) -> usize {
+        let detection = self.detection.is_some() || self.more.is_some();
+        2 + 2
+            + self.group.len()
+            + 1
+            + 4
+            + 2
+            + self.assignor.len()
+            + self
+                .detection
+                .as_ref()
+                .map_or(if detection { 2 + 1 } else { 0 }, |d| {
+                    2 + d.detector.len() + 1 + d.shadow.as_ref().map_or(0, |s| 2 + s.len())
+                })
+            + 4
+            + self
+                .members
+                .iter()
+                .map(|m| m.encoded_len(detection))
+                .sum::<usize>()
+            + usize::from(self.more.is_some())
     }
 
     pub(crate) fn encode(&self, buf: &mut BytesMut) -> Result<(), EncodeError> {
@@ -200,9 +281,11 @@ impl DescribeGroupResponse {
         buf.put_u8(self.state.to_u8());
         buf.put_u32(self.generation);
         put_string(buf, &self.assignor)?;
-        if let Some(d) = &self.detection {
-            put_string(buf, &d.detector)?;
-            put_opt_string(buf, d.shadow.as_deref())?;
+        let detection = self.version() >= 1;
+        if detection {
+            let d = self.detection.as_deref();
+            put_string(buf, d.map_or("", |d| &d.detector))?;
+            put_opt_string(buf, d.and_then(|d| d.shadow.as_deref()))?;
         }
         put_count(buf, self.members.len())?;
         for m in &self.members {
@@ -215,9 +298,12 @@ impl DescribeGroupResponse {
             encode_tps(buf, &m.owned)?;
             encode_tps(buf, &m.pending_revoke)?;
             encode_tps(buf, &m.pending_grant)?;
-            if self.detection.is_some() {
+            if detection {
                 m.detection.unwrap_or_default().encode(buf);
             }
+        }
+        if let Some(more) = self.more {
+            put_bool(buf, more);
         }
         Ok(())
     }
@@ -241,33 +327,39 @@ impl DescribeGroupResponse {
             } else {
                 0
             };
+        let members = r.array("members", min_member, |r| {
+            Ok(MemberDescription {
+                member_id: r.string("member id")?,
+                instance_id: r.opt_string("instance id")?,
+                client_id: r.string("client id")?,
+                liveness: Liveness::from_u8(r.u8("liveness")?).ok_or(DecodeError::Invalid {
+                    what: "liveness",
+                    reason: "unknown liveness value",
+                })?,
+                since_heartbeat_ms: r.u64("since heartbeat")?,
+                since_progress_ms: r.u64("since progress")?,
+                owned: decode_tps(r, "owned")?,
+                pending_revoke: decode_tps(r, "pending revoke")?,
+                pending_grant: decode_tps(r, "pending grant")?,
+                detection: if version >= 1 {
+                    Some(MemberDetection::decode(r)?)
+                } else {
+                    None
+                },
+            })
+        })?;
         Ok(Self {
             group,
             state,
             generation,
             assignor,
             detection,
-            members: r.array("members", min_member, |r| {
-                Ok(MemberDescription {
-                    member_id: r.string("member id")?,
-                    instance_id: r.opt_string("instance id")?,
-                    client_id: r.string("client id")?,
-                    liveness: Liveness::from_u8(r.u8("liveness")?).ok_or(DecodeError::Invalid {
-                        what: "liveness",
-                        reason: "unknown liveness value",
-                    })?,
-                    since_heartbeat_ms: r.u64("since heartbeat")?,
-                    since_progress_ms: r.u64("since progress")?,
-                    owned: decode_tps(r, "owned")?,
-                    pending_revoke: decode_tps(r, "pending revoke")?,
-                    pending_grant: decode_tps(r, "pending grant")?,
-                    detection: if version >= 1 {
-                        Some(MemberDetection::decode(r)?)
-                    } else {
-                        None
-                    },
-                })
-            })?,
+            members,
+            more: if version >= 2 {
+                Some(r.bool("more")?)
+            } else {
+                None
+            },
         })
     }
 }

@@ -36,12 +36,16 @@ pub use self::describe_group::{
 };
 pub use self::error::ErrorResponse;
 pub use self::expelled::{ExpelReason, ExpelledPush};
-pub use self::fetch_offsets::{CommittedOffset, FetchOffsetsRequest, FetchOffsetsResponse};
+pub use self::fetch_offsets::{
+    CommittedOffset, FetchOffsetsRequest, FetchOffsetsResponse, OffsetCursor,
+};
 pub use self::heartbeat::{HeartbeatRequest, HeartbeatResponse};
 pub use self::heartbeats::{HeartbeatResult, HeartbeatsRequest, HeartbeatsResponse, MAX_BEATS};
 pub use self::join::{JoinRequest, JoinResponse, TopicSubscription};
 pub use self::leave::{LeaveMode, LeaveRequest};
-pub use self::list_groups::{GroupListing, GroupState, ListGroupsResponse};
+pub use self::list_groups::{
+    GroupListing, GroupState, ListGroupsRequest, ListGroupsResponse, Page,
+};
 pub use self::relinquish::RelinquishRequest;
 pub use self::revoke::RevokePush;
 pub use self::shutdown::ShutdownPush;
@@ -107,7 +111,7 @@ pub enum Request {
     /// Fetch offsets (API key 5).
     FetchOffsets(FetchOffsetsRequest),
     /// List groups (API key 6).
-    ListGroups,
+    ListGroups(ListGroupsRequest),
     /// Describe a group (API key 7).
     DescribeGroup(DescribeGroupRequest),
     /// An expelled member's process stopped acting on its partitions (API key 8).
@@ -130,7 +134,7 @@ impl Request {
             Self::Leave(_) => ApiKey::Leave,
             Self::CommitOffsets(_) => ApiKey::CommitOffsets,
             Self::FetchOffsets(_) => ApiKey::FetchOffsets,
-            Self::ListGroups => ApiKey::ListGroups,
+            Self::ListGroups(_) => ApiKey::ListGroups,
             Self::DescribeGroup(_) => ApiKey::DescribeGroup,
             Self::Relinquish(_) => ApiKey::Relinquish,
             Self::Heartbeats(_) => ApiKey::Heartbeats,
@@ -151,7 +155,7 @@ impl Request {
             Self::Relinquish(r) => Some(&r.group),
             Self::TraceGroup(r) => Some(&r.group),
             Self::ApiVersions(_)
-            | Self::ListGroups
+            | Self::ListGroups(_)
             | Self::Heartbeats(_)
             | Self::Authenticate(_) => None,
         }
@@ -163,6 +167,8 @@ impl Request {
             Self::Join(r) => r.version(),
             Self::Leave(r) => r.version(),
             Self::DescribeGroup(r) => r.version(),
+            Self::ListGroups(r) => r.version(),
+            Self::FetchOffsets(r) => r.version(),
             _ => 0,
         }
     }
@@ -175,7 +181,7 @@ impl Request {
             Self::Leave(r) => r.encode(buf),
             Self::CommitOffsets(r) => r.encode(buf),
             Self::FetchOffsets(r) => r.encode(buf),
-            Self::ListGroups => Ok(()),
+            Self::ListGroups(r) => r.encode(buf),
             Self::DescribeGroup(r) => r.encode(buf),
             Self::Relinquish(r) => r.encode(buf),
             Self::Heartbeats(r) => r.encode(buf),
@@ -195,8 +201,8 @@ impl Request {
             ApiKey::Heartbeat => Self::Heartbeat(HeartbeatRequest::decode(r)?),
             ApiKey::Leave => Self::Leave(LeaveRequest::decode(version, r)?),
             ApiKey::CommitOffsets => Self::CommitOffsets(CommitOffsetsRequest::decode(r)?),
-            ApiKey::FetchOffsets => Self::FetchOffsets(FetchOffsetsRequest::decode(r)?),
-            ApiKey::ListGroups => Self::ListGroups,
+            ApiKey::FetchOffsets => Self::FetchOffsets(FetchOffsetsRequest::decode(version, r)?),
+            ApiKey::ListGroups => Self::ListGroups(ListGroupsRequest::decode(version, r)?),
             ApiKey::DescribeGroup => Self::DescribeGroup(DescribeGroupRequest::decode(version, r)?),
             ApiKey::Relinquish => Self::Relinquish(RelinquishRequest::decode(r)?),
             ApiKey::Heartbeats => Self::Heartbeats(HeartbeatsRequest::decode(r)?),
@@ -291,11 +297,15 @@ impl Response {
         }
     }
 
-    /// The API version the response is encoded in: 0, except a DescribeGroup answer
-    /// carrying detection details (the answer to a version 1 request), which is 1.
+    /// The API version the response is encoded in: 0, except the answers whose body
+    /// changed with their request's version: a DescribeGroup answer carrying detection
+    /// details (1) or a page of members (2), and a ListGroups or FetchOffsets answer
+    /// carrying a page (1).
     pub fn version(&self) -> u16 {
         match self {
             Self::DescribeGroup(r) => r.version(),
+            Self::ListGroups(r) => r.version(),
+            Self::FetchOffsets(r) => r.version(),
             _ => 0,
         }
     }
@@ -321,8 +331,8 @@ impl Response {
             ApiKey::Heartbeat => Self::Heartbeat(HeartbeatResponse::decode(r)?),
             ApiKey::Leave => Self::Leave,
             ApiKey::CommitOffsets => Self::CommitOffsets(CommitOffsetsResponse::decode(r)?),
-            ApiKey::FetchOffsets => Self::FetchOffsets(FetchOffsetsResponse::decode(r)?),
-            ApiKey::ListGroups => Self::ListGroups(ListGroupsResponse::decode(r)?),
+            ApiKey::FetchOffsets => Self::FetchOffsets(FetchOffsetsResponse::decode(version, r)?),
+            ApiKey::ListGroups => Self::ListGroups(ListGroupsResponse::decode(version, r)?),
             ApiKey::DescribeGroup => {
                 Self::DescribeGroup(DescribeGroupResponse::decode(version, r)?)
             }

@@ -17,7 +17,7 @@ use rollcall_protocol::{ExpelReason, GroupState, Push, TopicPartitions};
 use super::assignor::TopicPartition;
 use super::liveness::{Detector, DetectorKind, Watch};
 use super::timers::Timers;
-use super::{Assignor, ConnId, CoreConfig, Event, Output, RebalanceCause};
+use super::{Assignor, ConnId, CoreConfig, Event, Output, Quota, RebalanceCause};
 
 /// What a group method needs from the coordinator around it.
 pub(crate) struct Ctx<'a> {
@@ -272,6 +272,38 @@ pub(crate) struct Held {
 pub(crate) struct Refusal {
     pub(crate) code: rollcall_protocol::ErrorCode,
     pub(crate) message: String,
+    /// The quota the join would have taken past its limit, if that is why.
+    pub(crate) quota: Option<Quota>,
+}
+
+/// What a group holds that the core's quotas count (see [`CoreConfig`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Usage {
+    /// One for a group.
+    pub(crate) groups: usize,
+    /// Its members, or the static instances it remembers if those are more.
+    pub(crate) members: usize,
+    /// Its partitions, counted as the partition limits count them: every partition of a
+    /// topic some member subscribes to, and one for each topic no member subscribes to
+    /// any more (the topic table keeps it).
+    pub(crate) partitions: u64,
+    /// Committed offsets.
+    pub(crate) offsets: usize,
+    /// Bytes of commit metadata.
+    pub(crate) metadata_bytes: usize,
+    /// Removed members it remembers (to answer them with the reason).
+    pub(crate) removals: usize,
+}
+
+impl Usage {
+    pub(crate) fn sub(&mut self, other: Self) {
+        self.groups = self.groups.saturating_sub(other.groups);
+        self.members = self.members.saturating_sub(other.members);
+        self.partitions = self.partitions.saturating_sub(other.partitions);
+        self.offsets = self.offsets.saturating_sub(other.offsets);
+        self.metadata_bytes = self.metadata_bytes.saturating_sub(other.metadata_bytes);
+        self.removals = self.removals.saturating_sub(other.removals);
+    }
 }
 
 /// The latest incarnation of a static instance. Kept (and made durable) after that
@@ -336,6 +368,13 @@ pub(crate) struct Group {
     removed_order: VecDeque<Arc<str>>,
     /// Committed offsets by (topic name, partition).
     pub(crate) offsets: BTreeMap<(String, u32), (i64, String)>,
+    /// Bytes of metadata in `offsets`.
+    pub(crate) metadata_bytes: usize,
+    /// The partitions the group's topic table counts (see [`Usage::partitions`]), kept
+    /// as subscriptions change.
+    pub(crate) footprint: u64,
+    /// The usage last added to the coordinator's totals.
+    pub(crate) accounted: Usage,
     pending: Option<PendingRebalance>,
     /// Since when, and for which generation, the group has been reconciling.
     reconciling: Option<(Instant, u32)>,
@@ -371,6 +410,9 @@ impl Group {
             removed: HashMap::new(),
             removed_order: VecDeque::new(),
             offsets: BTreeMap::new(),
+            metadata_bytes: 0,
+            footprint: 0,
+            accounted: Usage::default(),
             pending: None,
             reconciling: None,
             timer_at: None,
@@ -411,6 +453,44 @@ impl Group {
             && self.held.is_empty()
             && self.instances.is_empty()
             && self.pending.is_none()
+    }
+
+    /// What the group holds, as the quotas count it.
+    pub(crate) fn usage(&self) -> Usage {
+        Usage {
+            groups: 1,
+            members: self.members.len().max(self.instances.len()),
+            partitions: self.footprint,
+            offsets: self.offsets.len(),
+            metadata_bytes: self.metadata_bytes,
+            removals: self.removed.len(),
+        }
+    }
+
+    /// Forgets up to `n` of the oldest removals the group remembers.
+    pub(crate) fn forget_oldest_removals(&mut self, n: usize) {
+        for _ in 0..n {
+            match self.removed_order.pop_front() {
+                Some(old) => {
+                    self.removed.remove(&old);
+                }
+                None => return,
+            }
+        }
+    }
+
+    /// Keeps `(offset, metadata)` for `(topic, partition)`, counting its metadata.
+    pub(crate) fn put_offset(
+        &mut self,
+        topic: String,
+        partition: u32,
+        offset: i64,
+        metadata: String,
+    ) {
+        self.metadata_bytes += metadata.len();
+        if let Some((_, old)) = self.offsets.insert((topic, partition), (offset, metadata)) {
+            self.metadata_bytes -= old.len();
+        }
     }
 
     /// The member that is the current incarnation of `instance`, if it is in the group.
@@ -475,56 +555,103 @@ impl Group {
     // Topics
     // ----------------------------------------------------------------------------------
 
-    /// Checks a subscription against the topic table without changing anything.
+    /// Checks a subscription against the topic table without changing anything: the
+    /// partition counts must agree with the topics' other subscribers, and the group's
+    /// partitions (see [`Usage::partitions`]) may grow to at most
+    /// `max_partitions_per_group`, and to at most `room` (what the coordinator's
+    /// partition quota leaves it). `replacing` is the member whose subscription this one
+    /// replaces (a rejoin, or a static member's replacement). Returns the group's
+    /// partitions once subscribed.
     pub(crate) fn check_subscription(
         &self,
         subscription: &[(String, u32)],
         config: &CoreConfig,
         replacing: Option<&Member>,
-    ) -> Result<(), Refusal> {
-        let mut added: u64 = 0;
+        room: u64,
+    ) -> Result<u64, Refusal> {
+        let mine = |idx: u32| replacing.is_some_and(|m| m.subscription.binary_search(&idx).is_ok());
+        let mut after = self.footprint;
         for (name, count) in subscription {
+            let count = u64::from(*count);
             match self.topic_index.get(name) {
                 Some(&idx) => {
                     let topic = &self.topics[idx as usize];
-                    let only_subscriber_is_replaced = replacing.is_some_and(|m| {
-                        topic.subscribers == 1 && m.subscription.binary_search(&idx).is_ok()
-                    });
-                    let active = topic.subscribers > 0 && !only_subscriber_is_replaced;
-                    if active && topic.partitions != *count {
+                    let others = topic.subscribers.saturating_sub(u32::from(mine(idx)));
+                    if others > 0 && u64::from(topic.partitions) != count {
                         return Err(Refusal {
                             code: rollcall_protocol::ErrorCode::InconsistentSubscription,
                             message: format!(
                                 "topic {name:?} has {} partitions in group {:?}, the join declares {count}",
                                 topic.partitions, &*self.name
                             ),
+                            quota: None,
                         });
                     }
-                    if !active {
-                        added += u64::from(*count);
+                    if others == 0 {
+                        // Counted now as one (no subscriber) or as its partitions (only
+                        // the replaced member's); counted as `count` once subscribed.
+                        after = after - Self::charge(topic) + count;
                     }
                 }
-                None => added += u64::from(*count),
+                None => after += count,
             }
         }
-        let current: u64 = self
-            .topics
-            .iter()
-            .filter(|t| t.subscribers > 0)
-            .map(|t| u64::from(t.partitions))
-            .sum();
-        if current + added > u64::from(config.max_partitions_per_group) {
-            return Err(Refusal {
-                code: rollcall_protocol::ErrorCode::TooManyPartitions,
-                message: format!(
-                    "group {:?} would have {} partitions, more than the maximum of {}",
-                    &*self.name,
-                    current + added,
-                    config.max_partitions_per_group
-                ),
-            });
+        // Topics only the replaced member subscribes to, and this subscription does not
+        // name, fall to one each.
+        if let Some(m) = replacing {
+            for &idx in &m.subscription {
+                let topic = &self.topics[idx as usize];
+                if topic.subscribers == 1 && !subscription.iter().any(|(n, _)| *n == topic.name) {
+                    after = after - Self::charge(topic) + 1;
+                }
+            }
         }
-        Ok(())
+        if after > self.footprint {
+            let max = u64::from(config.max_partitions_per_group);
+            if after > max {
+                return Err(Refusal {
+                    code: rollcall_protocol::ErrorCode::TooManyPartitions,
+                    message: format!(
+                        "group {:?} would have {after} partitions, more than the maximum of {max}{}",
+                        &*self.name,
+                        if self.topics.iter().any(|t| t.subscribers == 0) {
+                            " (a topic no member subscribes to any more counts as one)"
+                        } else {
+                            ""
+                        }
+                    ),
+                    quota: Some(Quota::GroupPartitions),
+                });
+            }
+            if after > room {
+                return Err(Refusal {
+                    code: rollcall_protocol::ErrorCode::TooManyPartitions,
+                    message: format!(
+                        "the coordinator has its maximum of {} partitions over all groups; group {:?} would need {} more",
+                        config.max_partitions,
+                        &*self.name,
+                        after - self.footprint
+                    ),
+                    quota: Some(Quota::Partitions),
+                });
+            }
+        }
+        Ok(after)
+    }
+
+    /// What a topic adds to the group's partitions: its partitions while a member
+    /// subscribes to it, one otherwise.
+    fn charge(topic: &Topic) -> u64 {
+        if topic.subscribers > 0 {
+            u64::from(topic.partitions)
+        } else {
+            1
+        }
+    }
+
+    /// Counts the group's partitions from its topic table (after a restore).
+    pub(crate) fn recount_footprint(&mut self) {
+        self.footprint = self.topics.iter().map(Self::charge).sum();
     }
 
     /// Interns a subscription's topics (after `check_subscription`) and counts the new
@@ -532,8 +659,8 @@ impl Group {
     pub(crate) fn subscribe(&mut self, subscription: &[(String, u32)]) -> Vec<u32> {
         let mut out = Vec::with_capacity(subscription.len());
         for (name, count) in subscription {
-            let idx = match self.topic_index.get(name) {
-                Some(&idx) => idx,
+            let (idx, before) = match self.topic_index.get(name) {
+                Some(&idx) => (idx, Self::charge(&self.topics[idx as usize])),
                 None => {
                     let idx = self.topics.len() as u32;
                     self.topics.push(Topic {
@@ -542,7 +669,7 @@ impl Group {
                         subscribers: 0,
                     });
                     self.topic_index.insert(name.clone(), idx);
-                    idx
+                    (idx, 0)
                 }
             };
             let topic = &mut self.topics[idx as usize];
@@ -550,6 +677,7 @@ impl Group {
                 topic.partitions = *count;
             }
             topic.subscribers += 1;
+            self.footprint = self.footprint - before + Self::charge(topic);
             out.push(idx);
         }
         out.sort_unstable();
@@ -571,7 +699,9 @@ impl Group {
     pub(crate) fn unsubscribe(&mut self, subscription: &[u32]) {
         for &idx in subscription {
             let t = &mut self.topics[idx as usize];
+            let before = Self::charge(t);
             t.subscribers = t.subscribers.saturating_sub(1);
+            self.footprint = self.footprint - before + Self::charge(t);
         }
     }
 

@@ -212,6 +212,7 @@ impl Group {
                 partitions,
             });
         }
+        group.recount_footprint();
         if group.members.values().any(|m| m.owned != m.target) {
             group.reconciling = Some((now, group.generation));
         }

@@ -7,6 +7,8 @@
 mod defects;
 mod detection;
 mod leases;
+mod pages;
+mod quotas;
 mod scenarios;
 mod simulation;
 
@@ -272,6 +274,7 @@ impl TestContext {
             Request::DescribeGroup(rollcall_protocol::DescribeGroupRequest {
                 group: group.to_owned(),
                 detection: true,
+                page: None,
             }),
         ) {
             Response::DescribeGroup(d) => d,
@@ -335,6 +338,7 @@ impl TestContext {
         let request = Request::DescribeGroup(rollcall_protocol::DescribeGroupRequest {
             group: group.to_owned(),
             detection: true,
+            page: None,
         });
         let Response::DescribeGroup(d) = self.request(0, request) else {
             return; // no group, nothing owned

@@ -452,6 +452,7 @@ fn committed_offsets_can_be_fetched_and_admin_commits_need_an_empty_group() {
         Request::FetchOffsets(rollcall_protocol::FetchOffsetsRequest {
             group: "g".into(),
             topics: vec![],
+            page: None,
         }),
     );
     match fetched {
@@ -627,7 +628,7 @@ fn empty_groups_without_offsets_are_forgotten() {
     t.advance(SETTLE);
     t.leave(&a);
     t.advance(SETTLE);
-    match t.request(0, Request::ListGroups) {
+    match t.request(0, Request::ListGroups(Default::default())) {
         Response::ListGroups(l) => assert!(l.groups.is_empty(), "{l:?}"),
         other => panic!("{other:?}"),
     }
@@ -743,6 +744,7 @@ fn fetch_offsets(t: &mut TestContext, group: &str) -> Vec<(String, u32, i64)> {
     let request = Request::FetchOffsets(rollcall_protocol::FetchOffsetsRequest {
         group: group.into(),
         topics: vec![],
+        page: None,
     });
     match t.request(0, request) {
         Response::FetchOffsets(f) => f
@@ -778,7 +780,7 @@ fn retention_deletes_an_empty_group_with_its_offsets() {
     t.advance(SETTLE);
     assert_eq!(t.records, [deleted("g")]);
     assert_eq!(fetch_offsets(&mut t, "g"), []);
-    match t.request(0, Request::ListGroups) {
+    match t.request(0, Request::ListGroups(Default::default())) {
         Response::ListGroups(l) => assert!(l.groups.is_empty(), "{l:?}"),
         other => panic!("{other:?}"),
     }

@@ -67,7 +67,7 @@ impl Connection {
         };
         match &request {
             // Filtered by group when answered.
-            Request::ListGroups => Access::Pass(request),
+            Request::ListGroups(_) => Access::Pass(request),
             Request::Heartbeats(r) => {
                 let denied: Vec<bool> = r
                     .beats

@@ -15,19 +15,20 @@
 //! what to write (see `tls_io.rs`). The handshake deadline covers the TLS handshake
 //! too.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures_util::{SinkExt, StreamExt};
+use parking_lot::Mutex;
 use rollcall_protocol::{
     supported_versions, ApiKey, ApiVersionsResponse, Body, Codec, ErrorCode, ErrorResponse, Frame,
-    FrameError, FrameKind, Header, HeartbeatsRequest, ListGroupsResponse, Push, Request, Response,
-    ShutdownPush, MAX_BEATS,
+    FrameError, FrameKind, Header, HeartbeatsRequest, ListGroupsRequest, ListGroupsResponse, Push,
+    Request, Response, ShutdownPush, MAX_BEATS,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -71,6 +72,10 @@ pub(crate) struct ConnContext {
     pub(crate) limits: Arc<SendLimits>,
     pub(crate) max_connections: usize,
     pub(crate) active: AtomicUsize,
+    /// Connections served per peer address, counted only at accept and close (and only
+    /// when `max_connections_per_address` is not 0).
+    pub(crate) per_address: Mutex<HashMap<IpAddr, usize>>,
+    pub(crate) max_connections_per_address: usize,
     pub(crate) next_id: AtomicU64,
     /// Set when the server stops reading requests (shutdown has begun); see
     /// [`ConnContext::stop_reading`].
@@ -113,6 +118,8 @@ impl ConnContext {
             limits,
             max_connections: config.max_connections,
             active: AtomicUsize::new(0),
+            per_address: Mutex::new(HashMap::new()),
+            max_connections_per_address: config.max_connections_per_address,
             next_id: AtomicU64::new(1),
             stopping: AtomicBool::new(false),
             close: CancellationToken::new(),
@@ -151,21 +158,28 @@ pub(crate) fn accept(
             .protocol_error(ProtocolError::TooManyConnections)
             .increment(1);
         warn!(%peer, max = ctx.max_connections, "connection refused: too many connections");
-        match ctx.rejecting.clone().try_acquire_owned() {
-            Ok(permit) => {
-                let codec = ctx.codec;
-                let timeout = ctx.handshake_timeout;
-                let tls = ctx.tls.as_ref().map(|t| t.current());
-                tracker.spawn(async move {
-                    match tls {
-                        None => reject(stream, codec, timeout).await,
-                        Some(config) => reject_tls(stream, config, codec, timeout, peer).await,
-                    }
-                    drop(permit);
-                });
-            }
-            Err(_) => drop(stream),
-        }
+        refuse(
+            ctx,
+            stream,
+            tracker,
+            "the coordinator has its maximum number of connections; retry later",
+        );
+        return;
+    }
+    let address = AddressSlot::take(ctx, peer.ip());
+    if address.is_none() {
+        ctx.active.fetch_sub(1, Ordering::AcqRel);
+        ctx.metrics
+            .protocol_error(ProtocolError::TooManyConnectionsPerAddress)
+            .increment(1);
+        warn!(%peer, max = ctx.max_connections_per_address,
+            "connection refused: too many connections from this address");
+        refuse(
+            ctx,
+            stream,
+            tracker,
+            "the coordinator has its maximum number of connections from this address; retry later",
+        );
         return;
     }
     ctx.metrics.connections.increment(1.0);
@@ -177,16 +191,83 @@ pub(crate) fn accept(
                 .serve(stream, reading)
                 .await;
         }
+        drop(address);
         ctx.active.fetch_sub(1, Ordering::AcqRel);
         ctx.metrics.connections.decrement(1.0);
     });
 }
 
-/// Answers the first request of a connection over the limit with `TooManyConnections`
+/// A connection's place in its address's count; given back when dropped.
+struct AddressSlot {
+    ctx: Arc<ConnContext>,
+    ip: IpAddr,
+}
+
+impl AddressSlot {
+    /// Counts one more connection from `ip`: `None` if the address has its maximum,
+    /// `Some(None)` if there is no maximum (nothing is counted).
+    fn take(ctx: &Arc<ConnContext>, ip: IpAddr) -> Option<Option<Self>> {
+        let max = ctx.max_connections_per_address;
+        if max == 0 {
+            return Some(None);
+        }
+        // An IPv4 peer on an IPv6 listener is the same address as on an IPv4 one.
+        let ip = ip.to_canonical();
+        let mut counts = ctx.per_address.lock();
+        let count = counts.entry(ip).or_insert(0);
+        if *count >= max {
+            return None;
+        }
+        *count += 1;
+        Some(Some(Self {
+            ctx: ctx.clone(),
+            ip,
+        }))
+    }
+}
+
+impl Drop for AddressSlot {
+    fn drop(&mut self) {
+        let mut counts = self.ctx.per_address.lock();
+        if let Some(count) = counts.get_mut(&self.ip) {
+            *count -= 1;
+            if *count == 0 {
+                counts.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// Answers the first request of a connection refused at accept, then closes it (at
+/// most [`MAX_REJECTING`] at once; past that it is closed without an answer).
+fn refuse(
+    ctx: &Arc<ConnContext>,
+    stream: TcpStream,
+    tracker: &tokio_util::task::TaskTracker,
+    message: &'static str,
+) {
+    match ctx.rejecting.clone().try_acquire_owned() {
+        Ok(permit) => {
+            let codec = ctx.codec;
+            let timeout = ctx.handshake_timeout;
+            let tls = ctx.tls.as_ref().map(|t| t.current());
+            tracker.spawn(async move {
+                match tls {
+                    None => reject(stream, codec, timeout, message).await,
+                    Some(config) => reject_tls(stream, config, codec, timeout, message).await,
+                }
+                drop(permit);
+            });
+        }
+        Err(_) => drop(stream),
+    }
+}
+
+/// Answers the first request of a connection over a limit with `TooManyConnections`
 /// and closes it.
-async fn reject(stream: TcpStream, codec: Codec, timeout: Duration) {
+async fn reject(stream: TcpStream, codec: Codec, timeout: Duration, message: &'static str) {
     let mut frames = Framed::new(stream, codec);
-    answer_rejected(&mut frames, timeout).await;
+    answer_rejected(&mut frames, timeout, message).await;
     linger(frames.into_inner()).await;
 }
 
@@ -198,26 +279,27 @@ async fn reject_tls(
     config: Arc<rustls::ServerConfig>,
     codec: Codec,
     timeout: Duration,
-    peer: SocketAddr,
+    message: &'static str,
 ) {
+    let peer = stream.peer_addr().ok();
     let acceptor = tokio_rustls::TlsAcceptor::from(config);
     let tls = match tokio::time::timeout(timeout, acceptor.accept(stream)).await {
         Ok(Ok(tls)) => tls,
         Ok(Err(e)) => {
-            debug!(%peer, error = %e, "TLS handshake of a refused connection failed");
+            debug!(?peer, error = %e, "TLS handshake of a refused connection failed");
             return;
         }
         Err(_) => return,
     };
     let mut frames = Framed::new(tls, codec);
-    answer_rejected(&mut frames, timeout).await;
+    answer_rejected(&mut frames, timeout, message).await;
     let (stream, _) = frames.into_inner().into_inner();
     linger(stream).await;
 }
 
-/// Reads the first request and answers it `TooManyConnections`, then closes the
+/// Reads the first request and answers it `TooManyConnections` with `message`, then closes the
 /// writing side (over TLS, with a close_notify).
-async fn answer_rejected<S>(frames: &mut Framed<S, Codec>, timeout: Duration)
+async fn answer_rejected<S>(frames: &mut Framed<S, Codec>, timeout: Duration, message: &'static str)
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -236,11 +318,7 @@ where
     };
     let answer = Frame::response(
         correlation_id,
-        Response::error(
-            api_key,
-            ErrorCode::TooManyConnections,
-            "the coordinator has its maximum number of connections; retry later",
-        ),
+        Response::error(api_key, ErrorCode::TooManyConnections, message),
     );
     let _ = tokio::time::timeout(timeout, async {
         let _ = frames.send(answer).await;
@@ -691,11 +769,26 @@ impl Connection {
                 }
                 first
             }
+            Request::ListGroups(_) => {
+                let Request::ListGroups(r) = request else {
+                    return None;
+                };
+                self.list_groups(correlation_id, r, received);
+                return None;
+            }
             request => match request.group() {
                 Some(group) => shard_of(group, self.ctx.shards.len()),
                 None => {
-                    // ListGroups, the only other request without a group.
-                    self.list_groups(correlation_id, received);
+                    self.reply(
+                        correlation_id,
+                        Response::error(
+                            api as u16,
+                            ErrorCode::InvalidRequest,
+                            "this request names no group",
+                        ),
+                        api,
+                        received,
+                    );
                     return None;
                 }
             },
@@ -789,13 +882,28 @@ impl Connection {
         exit
     }
 
-    /// Asks every shard for its groups and answers with all of them.
-    fn list_groups(&mut self, correlation_id: u32, received: Instant) {
+    /// Asks every shard for its groups and answers with all of them, or with a page
+    /// (version 1): each shard gives its own page after the cursor, and the answer is
+    /// their first groups in order, up to the first group some shard may have left out,
+    /// the limit and the frame.
+    fn list_groups(&mut self, correlation_id: u32, request: ListGroupsRequest, received: Instant) {
         let mut groups = Vec::new();
         let mut failure = None;
+        // The last group of each shard that has more after it: a group past the first
+        // of them may come after groups that shard has not listed yet.
+        let mut cut: Option<String> = None;
         for shard in &self.ctx.shards {
-            match shard.list_groups(self.id) {
-                Response::ListGroups(part) => groups.extend(part.groups),
+            match shard.list_groups(self.id, request.clone()) {
+                Response::ListGroups(part) => {
+                    if part.more == Some(true) {
+                        if let Some(last) = part.groups.last() {
+                            if cut.as_ref().map_or(true, |c| last.group < *c) {
+                                cut = Some(last.group.clone());
+                            }
+                        }
+                    }
+                    groups.extend(part.groups);
+                }
                 other => failure = Some(other),
             }
         }
@@ -804,7 +912,44 @@ impl Connection {
             // Groups the principal may not describe are not shown: not even their names.
             groups.retain(|g| auth.allows(Operation::Describe, &g.group));
         }
-        let response = failure.unwrap_or(Response::ListGroups(ListGroupsResponse { groups }));
+        let response = match (failure, request.page) {
+            (Some(failure), _) => failure,
+            (None, None) => Response::ListGroups(ListGroupsResponse { groups, more: None }),
+            (None, Some(page)) => {
+                let mut more = cut.is_some();
+                if let Some(cut) = &cut {
+                    groups.retain(|g| g.group <= *cut);
+                }
+                let limit = if page.limit == 0 {
+                    usize::MAX
+                } else {
+                    page.limit as usize
+                };
+                let mut room = self.ctx.codec.max_frame_size().saturating_sub(
+                    rollcall_protocol::HEADER_SIZE
+                        + ListGroupsResponse {
+                            groups: Vec::new(),
+                            more: Some(false),
+                        }
+                        .encoded_len(),
+                );
+                let mut kept = 0;
+                for g in &groups {
+                    let size = g.encoded_len();
+                    if kept == limit || (kept > 0 && size > room) {
+                        break;
+                    }
+                    room = room.saturating_sub(size);
+                    kept += 1;
+                }
+                more |= kept < groups.len();
+                groups.truncate(kept);
+                Response::ListGroups(ListGroupsResponse {
+                    groups,
+                    more: Some(more),
+                })
+            }
+        };
         self.reply(correlation_id, response, ApiKey::ListGroups, received);
     }
 

@@ -482,6 +482,7 @@ impl World {
             let request = Request::DescribeGroup(DescribeGroupRequest {
                 group: group.clone(),
                 detection: true,
+                page: None,
             });
             let described = match self.core.handle_request(now, 0, request) {
                 Response::DescribeGroup(d) => Some(d),
@@ -860,6 +861,7 @@ impl World {
             let request = Request::DescribeGroup(DescribeGroupRequest {
                 group: name.clone(),
                 detection: true,
+                page: None,
             });
             let described = match self.core.handle_request(now, 0, request) {
                 Response::DescribeGroup(d) => Some(d),
