@@ -563,3 +563,43 @@ async fn run(args: &[&str], stdin: Option<&str>) -> (Option<i32>, String, String
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// One principal can hold at most --max-connections-per-principal connections: one
+/// more is refused when it authenticates, another principal is not, and a slot comes
+/// back when a connection closes.
+#[tokio::test]
+async fn a_principal_past_its_connection_limit_is_refused_when_it_authenticates() {
+    let dir = TempDir::new("auth-per-principal");
+    let server = start(ServerConfig {
+        auth_file: Some(auth_file(&dir)),
+        max_connections_per_principal: 2,
+        ..test_config()
+    })
+    .await;
+    let addr = server.local_addr();
+    let first = as_user(addr, "alice", "alice-pw").await;
+    let _second = as_user(addr, "alice", "alice-pw").await;
+    let mut third = RawClient::connected(addr).await;
+    let refused = third.authenticate("alice", "alice-pw").await;
+    assert!(
+        matches!(&refused, Err(ConnectError::Authentication(m)) if m.contains("too_many_connections")),
+        "{refused:?}"
+    );
+    assert!(third.closed_within(Duration::from_secs(3)).await);
+    let _bob = as_user(addr, "bob", "bob-pw").await;
+
+    drop(first);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut again = RawClient::connected(addr).await;
+        if again.authenticate("alice", "alice-pw").await.is_ok() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the closed connection's slot never came back"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    server.shutdown().await.unwrap();
+}

@@ -205,6 +205,15 @@ pub(super) struct ServeArgs {
         default_value_t = server_default().max_connections_per_address
     )]
     max_connections_per_address: usize,
+    /// Connections authenticated as one principal at once (with --auth-file); one more
+    /// is answered too_many_connections when it authenticates, and closed. 0: no limit.
+    #[arg(
+        long,
+        env = "ROLLCALL_MAX_CONNECTIONS_PER_PRINCIPAL",
+        value_name = "N",
+        default_value_t = server_default().max_connections_per_principal
+    )]
+    max_connections_per_principal: usize,
     /// Time a new connection has to send its ApiVersions handshake.
     #[arg(long, env = "ROLLCALL_HANDSHAKE_TIMEOUT", value_name = "DURATION", default_value_t = Dur(server_default().handshake_timeout))]
     handshake_timeout: Dur,
@@ -466,6 +475,7 @@ impl ServeArgs {
             max_frame_size: self.max_frame_size.0,
             max_connections: self.max_connections,
             max_connections_per_address: self.max_connections_per_address,
+            max_connections_per_principal: self.max_connections_per_principal,
             handshake_timeout: self.handshake_timeout.0,
             frame_timeout: self.frame_timeout.0,
             idle_timeout: self.idle_timeout.0,

@@ -451,6 +451,11 @@ impl ConnAuth {
         allowed & operation.bit() != 0
     }
 
+    /// The connection's principal, if it has authenticated (as of the last check).
+    pub(crate) fn principal(&self) -> Option<&str> {
+        self.principal.as_deref()
+    }
+
     /// Whether the connection has a principal (refreshing first).
     pub(crate) fn is_authenticated(&mut self) -> bool {
         self.refresh();

@@ -55,6 +55,9 @@ pub struct ServerConfig {
     /// Connections served at once from one IP address; more from it are answered
     /// `TooManyConnections` and closed, as over `max_connections`. `0`: no limit.
     pub max_connections_per_address: usize,
+    /// Connections authenticated as one principal at once (with an auth file); one more
+    /// is answered `TooManyConnections` when it authenticates, and closed. `0`: no limit.
+    pub max_connections_per_principal: usize,
     /// Time a new connection has to complete its ApiVersions handshake.
     pub handshake_timeout: Duration,
     /// Time a frame has to arrive whole once its first byte has: a connection that
@@ -103,6 +106,7 @@ impl Default for ServerConfig {
             max_frame_size: rollcall_protocol::DEFAULT_MAX_FRAME_SIZE,
             max_connections: 10_000,
             max_connections_per_address: 1_000,
+            max_connections_per_principal: 1_000,
             handshake_timeout: Duration::from_secs(5),
             frame_timeout: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(60 * 60),

@@ -222,6 +222,8 @@ pub(crate) enum ProtocolError {
     TooManyConnections,
     /// A connection over the maximum from one address.
     TooManyConnectionsPerAddress,
+    /// A connection over the maximum of one principal, refused when it authenticated.
+    TooManyConnectionsPerPrincipal,
     /// A frame begun but not finished within the frame deadline.
     FrameTimeout,
     /// A handshaken connection silent for the idle deadline.
@@ -237,7 +239,7 @@ pub(crate) enum ProtocolError {
 }
 
 impl ProtocolError {
-    const ALL: [Self; 14] = [
+    const ALL: [Self; 15] = [
         Self::MalformedFrame,
         Self::FrameTooLarge,
         Self::UnknownApi,
@@ -247,6 +249,7 @@ impl ProtocolError {
         Self::SlowReader,
         Self::TooManyConnections,
         Self::TooManyConnectionsPerAddress,
+        Self::TooManyConnectionsPerPrincipal,
         Self::FrameTimeout,
         Self::IdleTimeout,
         Self::OutgoingTooLarge,
@@ -265,6 +268,7 @@ impl ProtocolError {
             Self::SlowReader => "slow_reader",
             Self::TooManyConnections => "too_many_connections",
             Self::TooManyConnectionsPerAddress => "too_many_connections_per_address",
+            Self::TooManyConnectionsPerPrincipal => "too_many_connections_per_principal",
             Self::FrameTimeout => "frame_timeout",
             Self::IdleTimeout => "idle_timeout",
             Self::OutgoingTooLarge => "outgoing_too_large",

@@ -28,7 +28,83 @@ pub(super) fn not_authorized(api: ApiKey) -> Response {
     )
 }
 
+/// A connection's place in its principal's count; given back when dropped.
+#[derive(Debug)]
+pub(super) struct PrincipalSlot {
+    ctx: Arc<ConnContext>,
+    principal: Arc<str>,
+}
+
+impl PrincipalSlot {
+    /// Counts one more connection of `principal`: `None` if it has its maximum.
+    fn take(ctx: &Arc<ConnContext>, principal: &str) -> Option<Self> {
+        let principal: Arc<str> = principal.into();
+        let mut counts = ctx.per_principal.lock();
+        let count = counts.entry(principal.clone()).or_insert(0);
+        if ctx.max_connections_per_principal != 0 && *count >= ctx.max_connections_per_principal {
+            return None;
+        }
+        *count += 1;
+        Some(Self {
+            ctx: ctx.clone(),
+            principal,
+        })
+    }
+}
+
+impl Drop for PrincipalSlot {
+    fn drop(&mut self) {
+        let mut counts = self.ctx.per_principal.lock();
+        if let Some(count) = counts.get_mut(&self.principal) {
+            *count -= 1;
+            if *count == 0 {
+                counts.remove(&self.principal);
+            }
+        }
+    }
+}
+
 impl Connection {
+    /// Counts the connection against its principal's limit once it has one; answers
+    /// `too_many_connections` and closes if the principal has its maximum.
+    fn hold_principal(
+        &mut self,
+        correlation_id: u32,
+        api: ApiKey,
+        received: Instant,
+    ) -> Option<Access> {
+        if self.principal_slot.is_some() {
+            return None;
+        }
+        let principal = self.auth.as_ref()?.principal()?.to_owned();
+        match PrincipalSlot::take(&self.ctx, &principal) {
+            Some(slot) => {
+                self.principal_slot = Some(Box::new(slot));
+                None
+            }
+            None => {
+                self.ctx
+                    .metrics
+                    .protocol_error(ProtocolError::TooManyConnectionsPerPrincipal)
+                    .increment(1);
+                warn!(conn = self.id, peer = %self.peer, principal,
+                    max = self.ctx.max_connections_per_principal,
+                    "connection refused: too many connections of this principal");
+                self.reply(
+                    correlation_id,
+                    Response::error(
+                        api as u16,
+                        ErrorCode::TooManyConnections,
+                        "this principal has its maximum number of connections; retry later",
+                    ),
+                    api,
+                    received,
+                );
+                Some(Access::Exit(Exit::Protocol))
+            }
+        }
+    }
+
     pub(super) fn check_access(
         &mut self,
         correlation_id: u32,
@@ -45,7 +121,16 @@ impl Connection {
         let auth = self.auth.get_or_insert_with(|| {
             Box::new(ConnAuth::new(security.clone(), self.tls_identity.clone()))
         });
-        if !auth.is_authenticated() {
+        let authenticated = auth.is_authenticated();
+        if authenticated {
+            if let Some(exit) = self.hold_principal(correlation_id, api, received) {
+                return exit;
+            }
+        }
+        let Some(auth) = self.auth.as_mut() else {
+            return Access::Pass(request);
+        };
+        if !authenticated {
             self.ctx
                 .metrics
                 .denied(api, ErrorCode::AuthenticationRequired)
@@ -142,6 +227,9 @@ impl Connection {
             }
             Step::Done { principal, payload } => {
                 self.ctx.metrics.authentications_ok.increment(1);
+                if let Some(exit) = self.hold_principal(correlation_id, api, received) {
+                    return exit;
+                }
                 debug!(conn = self.id, peer = %self.peer, principal, "authenticated");
                 self.reply(
                     correlation_id,

@@ -76,6 +76,10 @@ pub(crate) struct ConnContext {
     /// when `max_connections_per_address` is not 0).
     pub(crate) per_address: Mutex<HashMap<IpAddr, usize>>,
     pub(crate) max_connections_per_address: usize,
+    /// Connections authenticated per principal, counted when one authenticates and
+    /// when it closes (only with an auth file and `max_connections_per_principal`).
+    pub(crate) per_principal: Mutex<HashMap<Arc<str>, usize>>,
+    pub(crate) max_connections_per_principal: usize,
     pub(crate) next_id: AtomicU64,
     /// Set when the server stops reading requests (shutdown has begun); see
     /// [`ConnContext::stop_reading`].
@@ -120,6 +124,8 @@ impl ConnContext {
             active: AtomicUsize::new(0),
             per_address: Mutex::new(HashMap::new()),
             max_connections_per_address: config.max_connections_per_address,
+            per_principal: Mutex::new(HashMap::new()),
+            max_connections_per_principal: config.max_connections_per_principal,
             next_id: AtomicU64::new(1),
             stopping: AtomicBool::new(false),
             close: CancellationToken::new(),
@@ -387,6 +393,8 @@ struct Connection {
     handshaken: bool,
     /// Authentication and access checks, when the server has an auth file.
     auth: Option<Box<ConnAuth>>,
+    /// This connection's place in its principal's count, once authenticated.
+    principal_slot: Option<Box<access::PrincipalSlot>>,
     /// Shards this connection sent requests to, to tell them when it closes.
     used_shards: Vec<bool>,
     /// What has arrived and is not a whole frame yet (empty, and unallocated, between
@@ -424,6 +432,7 @@ impl Connection {
             state,
             handshaken: false,
             auth: None,
+            principal_slot: None,
             used_shards,
             read: BytesMut::new(),
             writing: VecDeque::new(),
