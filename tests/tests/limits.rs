@@ -260,3 +260,61 @@ async fn an_answer_too_large_for_a_frame_is_refused_frame_too_large() {
     assert_eq!(list_groups(&mut c).await, vec!["wide".to_owned()]);
     server.shutdown().await.unwrap();
 }
+
+/// Every connection's buffers together are bounded: with room for two frames of 1 MiB
+/// being read, a third connection that starts one is told and closed, the two keep
+/// their place, a member elsewhere keeps heartbeating, and the room comes back when
+/// the two go.
+#[tokio::test]
+async fn large_frames_past_the_shared_buffer_budget_are_refused() {
+    let server = start(ServerConfig {
+        max_frame_size: 1 << 20,
+        send_buffer_bytes: 1 << 20,
+        max_buffered_bytes: 2 << 20,
+        handshake_timeout: Duration::from_secs(30),
+        frame_timeout: Duration::from_secs(30),
+        ..test_config()
+    })
+    .await;
+    let addr = server.local_addr();
+    let mut member = Member::join(addr, join("g-steady", "orders", 4, 10_000)).await;
+    let start_large_frame = || async {
+        let mut c = RawClient::connected(addr).await;
+        let mut partial = 1_000_000u32.to_be_bytes().to_vec();
+        partial.extend_from_slice(&[0u8; 100]);
+        c.send_raw(&partial).await;
+        c
+    };
+    let mut first = start_large_frame().await;
+    let mut second = start_large_frame().await;
+    let mut third = start_large_frame().await;
+    match bounded("the refusal", third.next_frame()).await {
+        Some(Ok(Frame {
+            correlation_id: 0,
+            body: Body::Response(Response::Error(e)),
+        })) => {
+            assert_eq!(e.code, ErrorCode::TooManyConnections);
+            assert!(e.message.contains("buffers are at their budget"), "{e:?}");
+        }
+        other => panic!("expected the budget's answer, got {other:?}"),
+    }
+    assert!(third.closed_within(Duration::from_secs(3)).await);
+    let response = member.heartbeat().await;
+    assert!(matches!(response, Response::Heartbeat(_)), "{response:?}");
+    assert!(!first.closed_within(Duration::from_millis(100)).await);
+    assert!(!second.closed_within(Duration::from_millis(100)).await);
+
+    drop(first);
+    drop(second);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut again = start_large_frame().await;
+        if !again.closed_within(Duration::from_millis(200)).await {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the budget was never given back");
+    }
+    let response = member.heartbeat().await;
+    assert!(matches!(response, Response::Heartbeat(_)), "{response:?}");
+    server.shutdown().await.unwrap();
+}

@@ -237,6 +237,11 @@ pub(super) struct ServeArgs {
     /// more pile up is disconnected.
     #[arg(long, env = "ROLLCALL_SEND_BUFFER_BYTES", value_name = "SIZE", default_value_t = Size(server_default().send_buffer_bytes))]
     send_buffer_bytes: Size,
+    /// Bytes of connection buffers over all connections together (beyond 64 KiB each,
+    /// not counted): past it, a large frame is refused and a backlog disconnected.
+    /// At least --max-frame-size + --send-buffer-bytes.
+    #[arg(long, env = "ROLLCALL_MAX_BUFFERED_BYTES", value_name = "SIZE", default_value_t = Size(server_default().max_buffered_bytes))]
+    max_buffered_bytes: Size,
     /// Time a graceful shutdown may take.
     #[arg(long, env = "ROLLCALL_SHUTDOWN_TIMEOUT", value_name = "DURATION", default_value_t = Dur(server_default().shutdown_timeout))]
     shutdown_timeout: Dur,
@@ -481,6 +486,7 @@ impl ServeArgs {
             idle_timeout: self.idle_timeout.0,
             send_buffer: self.send_buffer,
             send_buffer_bytes: self.send_buffer_bytes.0,
+            max_buffered_bytes: self.max_buffered_bytes.0,
             shutdown_timeout: self.shutdown_timeout.0,
             offsets_retention: self.offsets_retention.0,
             retention_interval: self.retention_interval.0,

@@ -76,6 +76,12 @@ pub struct ServerConfig {
     /// before it is deemed too slow and disconnected. At least `max_frame_size`; a frame
     /// is always accepted into an empty queue, so one answer of any size fits.
     pub send_buffer_bytes: usize,
+    /// Bytes of connection buffers (frames being read, frames queued) over all
+    /// connections together, beyond 64 KiB each that is not counted: a large frame
+    /// with no room is refused (`TooManyConnections`, and the connection closed), and a
+    /// connection whose backlog would pass it is disconnected as a slow reader. At
+    /// least `max_frame_size` + `send_buffer_bytes`.
+    pub max_buffered_bytes: usize,
     /// Time graceful shutdown may take before the server gives up waiting.
     pub shutdown_timeout: Duration,
     /// Offsets of groups empty for longer than this are purged.
@@ -112,6 +118,7 @@ impl Default for ServerConfig {
             idle_timeout: Duration::from_secs(60 * 60),
             send_buffer: 4096,
             send_buffer_bytes: 4 << 20,
+            max_buffered_bytes: 1 << 30,
             shutdown_timeout: Duration::from_secs(10),
             offsets_retention: Duration::from_secs(7 * 24 * 60 * 60),
             retention_interval: Duration::from_secs(60 * 60),
@@ -237,6 +244,16 @@ impl ServerConfig {
             return Err(InvalidConfig::new(
                 "auth-reload-interval",
                 "must be more than 0",
+            ));
+        }
+        if self.max_buffered_bytes < self.max_frame_size + self.send_buffer_bytes {
+            return Err(InvalidConfig::new(
+                "max-buffered-bytes",
+                format!(
+                    "({}) must be at least max-frame-size + send-buffer-bytes ({}): one connection must fit",
+                    self.max_buffered_bytes,
+                    self.max_frame_size + self.send_buffer_bytes
+                ),
             ));
         }
         if self.handshake_timeout.is_zero() {
@@ -735,6 +752,16 @@ mod tests {
         let mut c = tls(true, true, false, None);
         c.tls.reload_interval = Duration::ZERO;
         assert_eq!(refused(c).option, "tls-reload-interval");
+    }
+
+    #[test]
+    fn the_buffer_budget_must_hold_one_connection() {
+        let mut c = ServerConfig::default();
+        c.max_buffered_bytes = c.max_frame_size + c.send_buffer_bytes - 1;
+        let e = c.validate().unwrap_err();
+        assert_eq!(e.option, "max-buffered-bytes", "{e}");
+        c.max_buffered_bytes += 1;
+        c.validate().unwrap();
     }
 
     #[test]

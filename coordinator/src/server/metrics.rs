@@ -224,6 +224,9 @@ pub(crate) enum ProtocolError {
     TooManyConnectionsPerAddress,
     /// A connection over the maximum of one principal, refused when it authenticated.
     TooManyConnectionsPerPrincipal,
+    /// A connection closed because every connection's buffers together were at
+    /// `max_buffered_bytes`: its large frame had no room, or its backlog grew.
+    BufferBudget,
     /// A frame begun but not finished within the frame deadline.
     FrameTimeout,
     /// A handshaken connection silent for the idle deadline.
@@ -239,7 +242,7 @@ pub(crate) enum ProtocolError {
 }
 
 impl ProtocolError {
-    const ALL: [Self; 15] = [
+    const ALL: [Self; 16] = [
         Self::MalformedFrame,
         Self::FrameTooLarge,
         Self::UnknownApi,
@@ -250,6 +253,7 @@ impl ProtocolError {
         Self::TooManyConnections,
         Self::TooManyConnectionsPerAddress,
         Self::TooManyConnectionsPerPrincipal,
+        Self::BufferBudget,
         Self::FrameTimeout,
         Self::IdleTimeout,
         Self::OutgoingTooLarge,
@@ -269,6 +273,7 @@ impl ProtocolError {
             Self::TooManyConnections => "too_many_connections",
             Self::TooManyConnectionsPerAddress => "too_many_connections_per_address",
             Self::TooManyConnectionsPerPrincipal => "too_many_connections_per_principal",
+            Self::BufferBudget => "buffer_budget",
             Self::FrameTimeout => "frame_timeout",
             Self::IdleTimeout => "idle_timeout",
             Self::OutgoingTooLarge => "outgoing_too_large",

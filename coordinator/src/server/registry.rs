@@ -8,7 +8,7 @@
 //! letting the server's memory grow.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -36,8 +36,71 @@ pub(crate) struct SendLimits {
     pub(crate) bytes: usize,
     /// The largest frame that may be sent (length prefix excluded).
     pub(crate) max_frame_size: usize,
+    /// Every connection's buffers together.
+    pub(crate) budget: Arc<BufferBudget>,
     /// Counts frames that do not fit `max_frame_size`.
     pub(crate) too_large: Counter,
+}
+
+/// Bytes of connection buffers (frames being read, frames queued) over all
+/// connections, beyond a free allowance each connection has: a ceiling on what
+/// connections can make the coordinator hold, whatever their number. Within its
+/// allowance a connection never touches the shared counter, so heartbeats and their
+/// answers do not contend on it.
+#[derive(Debug)]
+pub(crate) struct BufferBudget {
+    used: AtomicUsize,
+    max: usize,
+}
+
+/// Buffer bytes per connection that are not counted against the [`BufferBudget`].
+pub(crate) const FREE_BUFFER_BYTES: usize = 64 * 1024;
+
+impl BufferBudget {
+    pub(crate) fn new(max: usize) -> Self {
+        Self {
+            used: AtomicUsize::new(0),
+            max,
+        }
+    }
+
+    /// Moves a connection's buffers from `from` to `to` bytes. Growing past the budget
+    /// is refused (`false`, nothing changes); shrinking always succeeds.
+    pub(crate) fn resize(&self, from: usize, to: usize) -> bool {
+        let was = from.saturating_sub(FREE_BUFFER_BYTES);
+        let will = to.saturating_sub(FREE_BUFFER_BYTES);
+        if will <= was {
+            if will < was {
+                self.used.fetch_sub(was - will, Ordering::AcqRel);
+            }
+            return true;
+        }
+        let more = will - was;
+        let before = self.used.fetch_add(more, Ordering::AcqRel);
+        if before + more > self.max {
+            self.used.fetch_sub(more, Ordering::AcqRel);
+            return false;
+        }
+        true
+    }
+
+    /// The budget, bytes.
+    pub(crate) fn max(&self) -> usize {
+        self.max
+    }
+
+    /// Bytes counted now.
+    #[cfg(test)]
+    pub(crate) fn used(&self) -> usize {
+        self.used.load(Ordering::Acquire)
+    }
+}
+
+impl SendLimits {
+    /// The shared buffer budget, bytes.
+    pub(crate) fn budget_max(&self) -> usize {
+        self.budget.max()
+    }
 }
 
 /// What a connection's task and everyone sending to it share: the connection's queue
@@ -48,6 +111,9 @@ pub(crate) struct ConnState {
     pub(crate) kill: CancellationToken,
     /// Set when the connection was killed because its queue was full.
     pub(crate) overflowed: AtomicBool,
+    /// Set when it was killed because every connection's buffers together were at
+    /// the budget (with `overflowed`).
+    pub(crate) over_budget: AtomicBool,
     /// Set once the connection writes nothing more.
     closed: AtomicBool,
     /// Set with `kill`, for the connection's task to check cheaply.
@@ -55,6 +121,16 @@ pub(crate) struct ConnState {
     /// Wakes the connection's task when another task queued frames.
     pub(crate) ready: Notify,
     outbox: Mutex<Outbox>,
+    /// Where the outbox's bytes are counted; `None` in tests that need no budget.
+    budget: Option<Arc<BufferBudget>>,
+}
+
+impl Drop for ConnState {
+    fn drop(&mut self) {
+        if let Some(budget) = &self.budget {
+            budget.resize(self.outbox.get_mut().bytes, 0);
+        }
+    }
 }
 
 /// Frames queued for a connection and not yet handed to its socket.
@@ -107,7 +183,11 @@ impl ConnState {
     pub(crate) fn written(&self, frames: usize, bytes: usize) {
         let mut outbox = self.outbox.lock();
         outbox.count = outbox.count.saturating_sub(frames);
-        outbox.bytes = outbox.bytes.saturating_sub(bytes);
+        let left = outbox.bytes.saturating_sub(bytes);
+        if let Some(budget) = &self.budget {
+            budget.resize(outbox.bytes, left);
+        }
+        outbox.bytes = left;
     }
 
     /// Whether frames wait in the queue.
@@ -119,6 +199,9 @@ impl ConnState {
     pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::Release);
         let mut outbox = self.outbox.lock();
+        if let Some(budget) = &self.budget {
+            budget.resize(outbox.bytes, 0);
+        }
         *outbox = Outbox::default();
     }
 
@@ -152,7 +235,9 @@ pub(crate) enum Sent {
 impl ConnHandle {
     /// A handle to a new connection's queue, bounded by `limits`.
     pub(crate) fn new(limits: Arc<SendLimits>) -> (Self, Arc<ConnState>) {
-        let state = Arc::new(ConnState::default());
+        let mut state = ConnState::default();
+        state.budget = Some(limits.budget.clone());
+        let state = Arc::new(state);
         (
             Self {
                 state: state.clone(),
@@ -204,6 +289,13 @@ impl ConnHandle {
         let bytes_before = outbox.bytes - freed.1;
         if count != 0 && (bytes_before + len > self.limits.bytes || count >= self.limits.frames) {
             drop(outbox);
+            return self.overflow();
+        }
+        if !self.limits.budget.resize(outbox.bytes, bytes_before + len) {
+            // Every connection's buffers together are at the ceiling: this one, which
+            // has a backlog beyond its free allowance, is the one that goes.
+            drop(outbox);
+            self.state.over_budget.store(true, Ordering::Relaxed);
             return self.overflow();
         }
         outbox.count = count + 1;
@@ -449,7 +541,63 @@ mod tests {
             bytes,
             max_frame_size: 1024,
             too_large: Counter::noop(),
+            budget: Arc::new(BufferBudget::new(usize::MAX)),
         })
+    }
+
+    #[test]
+    fn the_budget_counts_only_bytes_beyond_each_connections_allowance() {
+        let budget = BufferBudget::new(100_000);
+        assert!(budget.resize(0, FREE_BUFFER_BYTES));
+        assert_eq!(budget.used(), 0);
+        assert!(budget.resize(FREE_BUFFER_BYTES, FREE_BUFFER_BYTES + 60_000));
+        assert_eq!(budget.used(), 60_000);
+        // A second connection may not take it past the ceiling; nothing is counted.
+        assert!(!budget.resize(0, FREE_BUFFER_BYTES + 50_000));
+        assert_eq!(budget.used(), 60_000);
+        assert!(budget.resize(0, FREE_BUFFER_BYTES + 40_000));
+        assert!(budget.resize(FREE_BUFFER_BYTES + 60_000, 10));
+        assert!(budget.resize(FREE_BUFFER_BYTES + 40_000, 0));
+        assert_eq!(budget.used(), 0);
+    }
+
+    #[test]
+    fn a_backlog_past_the_shared_budget_kills_the_connection_that_grows_it() {
+        let budget = Arc::new(BufferBudget::new(4096));
+        let shared = Arc::new(SendLimits {
+            frames: usize::MAX,
+            bytes: usize::MAX,
+            max_frame_size: 1 << 20,
+            too_large: Counter::noop(),
+            budget: budget.clone(),
+        });
+        let (a, a_state) = ConnHandle::new(shared.clone());
+        let (b, b_state) = ConnHandle::new(shared);
+        let big = || {
+            Frame::push(Push::Shutdown(ShutdownPush {
+                message: "x".repeat(8 * 1024),
+            }))
+        };
+        // Within its free allowance a connection queues without counting.
+        for _ in 0..7 {
+            assert!(matches!(a.send(big(), true), Sent::Queued));
+        }
+        assert_eq!(budget.used(), 0);
+        let mut sent = 0;
+        while matches!(a.send(big(), true), Sent::Queued) {
+            sent += 1;
+            assert!(sent < 100, "the budget never stopped it");
+        }
+        assert!(a_state.over_budget.load(Ordering::Relaxed));
+        assert!(budget.used() <= 4096);
+        // The other connection, within its allowance, is untouched.
+        assert!(matches!(b.send(big(), true), Sent::Queued));
+        assert!(!b_state.is_killed());
+        // Closing the first gives its bytes back.
+        a_state.close();
+        assert_eq!(budget.used(), 0);
+        drop(b);
+        drop(b_state);
     }
 
     fn drain(state: &ConnState) -> Vec<Bytes> {

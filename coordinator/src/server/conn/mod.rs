@@ -40,7 +40,7 @@ use tracing::{debug, warn};
 
 use super::auth::{ConnAuth, Operation, Security};
 use super::metrics::{Metrics, ProtocolError};
-use super::registry::{ConnHandle, ConnState, Registry, SendLimits};
+use super::registry::{BufferBudget, ConnHandle, ConnState, Registry, SendLimits};
 use super::shard::{shard_of, Handled, Joiner, Reply, Shard};
 use super::tls::TlsContext;
 use crate::core::ConnId;
@@ -103,10 +103,12 @@ impl ConnContext {
         security: Option<Arc<Security>>,
         tls: Option<Arc<TlsContext>>,
     ) -> Self {
+        let budget = Arc::new(BufferBudget::new(config.max_buffered_bytes));
         let limits = Arc::new(SendLimits {
             frames: config.send_buffer,
             bytes: config.send_buffer_bytes,
             max_frame_size: config.max_frame_size,
+            budget: budget.clone(),
             too_large: metrics
                 .protocol_error(ProtocolError::OutgoingTooLarge)
                 .clone(),
@@ -400,6 +402,8 @@ struct Connection {
     /// What has arrived and is not a whole frame yet (empty, and unallocated, between
     /// frames).
     read: BytesMut,
+    /// The read buffer's size as counted against the shared buffer budget.
+    read_counted: usize,
     /// Frames taken from the queue, being written; the first from `write_pos` on.
     writing: VecDeque<Bytes>,
     write_pos: usize,
@@ -435,6 +439,7 @@ impl Connection {
             principal_slot: None,
             used_shards,
             read: BytesMut::new(),
+            read_counted: 0,
             writing: VecDeque::new(),
             write_pos: 0,
             accepted: now,
@@ -504,7 +509,14 @@ impl Connection {
             }
             Exit::Eof | Exit::Protocol | Exit::Killed | Exit::ShardGone | Exit::Tls => {}
         }
-        if self.state.overflowed.load(Ordering::Relaxed) {
+        if self.state.over_budget.load(Ordering::Relaxed) {
+            self.ctx
+                .metrics
+                .protocol_error(ProtocolError::BufferBudget)
+                .increment(1);
+            warn!(conn = self.id, peer = %self.peer, max = self.ctx.limits.budget_max(),
+                "client does not read its frames and every connection's buffers are at their budget; disconnected");
+        } else if self.state.overflowed.load(Ordering::Relaxed) {
             self.ctx
                 .metrics
                 .protocol_error(ProtocolError::SlowReader)
@@ -525,6 +537,7 @@ impl Connection {
         if matches!(exit, Exit::Protocol | Exit::FrameTimeout | Exit::Tls) {
             linger(stream).await;
         }
+        self.ctx.limits.budget.resize(self.read_counted, 0);
         debug!(conn = self.id, peer = %self.peer, reason = ?exit, "connection closed");
     }
 
@@ -660,7 +673,36 @@ impl Connection {
         } else if self.frame_started.is_none() {
             self.frame_started = Some(now);
         }
+        let size = self.read.capacity();
+        if size != self.read_counted {
+            if !self.ctx.limits.budget.resize(self.read_counted, size) {
+                return Some(self.read_over_budget());
+            }
+            self.read_counted = size;
+        }
         closed.then_some(Exit::Eof)
+    }
+
+    /// Refuses a frame the shared buffer budget has no room for: the stream is not at a
+    /// frame boundary any more, so the answer concerns the connection (correlation id
+    /// 0) and it closes. The client reconnects with backoff.
+    fn read_over_budget(&mut self) -> Exit {
+        self.read = BytesMut::new();
+        self.ctx
+            .metrics
+            .protocol_error(ProtocolError::BufferBudget)
+            .increment(1);
+        warn!(conn = self.id, peer = %self.peer, max = self.ctx.limits.budget_max(),
+            "no room for a large frame: every connection's buffers are at their budget; closing");
+        self.send(Frame::response(
+            0,
+            Response::error(
+                0,
+                ErrorCode::TooManyConnections,
+                "the coordinator's connection buffers are at their budget; retry later",
+            ),
+        ));
+        Exit::Protocol
     }
 
     /// Answers a frame left unfinished past the frame deadline, before closing.
