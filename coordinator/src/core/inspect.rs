@@ -1,6 +1,5 @@
 //! Inspection: ListGroups, DescribeGroup and the counts behind the gauges.
 
-use std::ops::Bound;
 use std::time::Instant;
 
 use rollcall_protocol::{
@@ -113,15 +112,7 @@ impl Coordinator {
             return Response::DescribeGroup(response);
         };
         let mut fit = self.page_fit(page.limit, response.encoded_len());
-        let from = match page.after.as_deref() {
-            Some(after) => Bound::Excluded(after),
-            None => Bound::Unbounded,
-        };
-        for m in g
-            .members
-            .range::<str, _>((from, Bound::Unbounded))
-            .map(|(_, m)| m)
-        {
+        for m in g.members.after(page.after.as_deref()) {
             let entry = describe(m);
             if !fit.take(entry.encoded_len(true)) {
                 response.more = Some(true);

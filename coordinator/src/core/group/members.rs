@@ -82,7 +82,7 @@ impl Group {
         };
         let next = member.next_deadline();
         ctx.timers.schedule(&mut member.timer_at, next, key);
-        self.members.insert(member.id.clone(), Box::new(member));
+        self.members.insert(member);
         self.snapshot_dirty = true;
     }
 

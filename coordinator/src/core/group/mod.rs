@@ -7,6 +7,7 @@
 mod members;
 mod persist;
 mod rebalance;
+mod roster;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use super::assignor::TopicPartition;
 use super::liveness::{Detector, DetectorKind, Watch};
 use super::timers::Timers;
 use super::{Assignor, ConnId, CoreConfig, Event, Output, Quota, RebalanceCause};
+use roster::Roster;
 
 /// What a group method needs from the coordinator around it.
 pub(crate) struct Ctx<'a> {
@@ -349,7 +351,7 @@ pub(crate) struct Group {
     pub(crate) generation: u32,
     pub(crate) topics: Vec<Topic>,
     pub(crate) topic_index: HashMap<String, u32>,
-    pub(crate) members: BTreeMap<Arc<str>, Box<Member>>,
+    pub(crate) members: Roster,
     /// Its heartbeat arrivals while a client reads them (never in snapshots).
     pub(crate) trace: Option<Box<super::trace::Trace>>,
     /// Every static instance that ever joined, with its latest incarnation.
@@ -400,7 +402,7 @@ impl Group {
             generation: generation_floor,
             topics: Vec::new(),
             topic_index: HashMap::new(),
-            members: BTreeMap::new(),
+            members: Roster::default(),
             trace: None,
             instances: HashMap::new(),
             tokens: HashMap::new(),

@@ -1,0 +1,135 @@
+//! A group's members: in member-id order, found by hash.
+//!
+//! Every heartbeat looks its member up, and a `BTreeMap` keyed by the ids compared up
+//! to a dozen strings per lookup, each behind a pointer of its own: the comparisons
+//! were a third of a renewal's cost in Heartbeats frames. An [`IndexMap`] kept sorted
+//! finds a member with one hash and one comparison, and still iterates in id order
+//! (assignments, snapshots and answers are built in that order). Adding or removing a
+//! member shifts the entries after it, which is linear in the group's size; joins and
+//! leaves are rare next to heartbeats, and a group is at most a few thousand members.
+
+use std::ops::Deref;
+use std::sync::Arc;
+
+use foldhash::fast::RandomState;
+use indexmap::IndexMap;
+
+use super::Member;
+
+/// The members of one group, sorted by id.
+///
+/// Reads go through [`Deref`] to the map; changes go through the methods here, which
+/// keep the order.
+#[derive(Debug, Default)]
+pub(crate) struct Roster(IndexMap<Arc<str>, Box<Member>, RandomState>);
+
+impl Roster {
+    /// Adds `member` in its place by id, replacing one with the same id.
+    pub(crate) fn insert(&mut self, member: Member) {
+        self.0.insert_sorted(member.id.clone(), Box::new(member));
+    }
+
+    /// Removes and returns the member with id `id`, keeping the others in order.
+    pub(crate) fn remove(&mut self, id: &str) -> Option<Box<Member>> {
+        self.0.shift_remove(id)
+    }
+
+    pub(crate) fn get_mut(&mut self, id: &str) -> Option<&mut Box<Member>> {
+        self.0.get_mut(id)
+    }
+
+    /// The members whose ids come after `after` (all of them for `None`), in id order.
+    pub(crate) fn after(&self, after: Option<&str>) -> impl Iterator<Item = &Member> {
+        let start = after.map_or(0, |after| {
+            match self.0.binary_search_by(|id, _| (**id).cmp(after)) {
+                Ok(at) => at + 1,
+                Err(at) => at,
+            }
+        });
+        self.0.as_slice()[start..].values().map(|m| &**m)
+    }
+
+    /// Every member, in id order.
+    pub(crate) fn values_mut(&mut self) -> impl Iterator<Item = &mut Box<Member>> {
+        self.0.values_mut()
+    }
+}
+
+impl Deref for Roster {
+    type Target = IndexMap<Arc<str>, Box<Member>, RandomState>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::super::{Group, Timeouts};
+    use super::*;
+    use crate::core::CoreConfig;
+
+    fn member(group: &Group, id: &str) -> Member {
+        let t = Duration::from_secs(10);
+        let timeouts = Timeouts {
+            session: t,
+            progress: t,
+            rebalance: t,
+            lease: t,
+        };
+        group.new_member(
+            Instant::now(),
+            Arc::from(id),
+            None,
+            String::new(),
+            0,
+            None,
+            timeouts,
+            Vec::new(),
+        )
+    }
+
+    fn ids<'a>(members: impl Iterator<Item = &'a Member>) -> Vec<String> {
+        members.map(|m| m.id.to_string()).collect()
+    }
+
+    /// Inserts and removes in a scrambled order keep the members in id order, as the
+    /// `BTreeMap` before did, and every member stays findable by id.
+    #[test]
+    fn keeps_id_order_through_inserts_and_removes() {
+        let group = Group::new(Arc::from("g"), 0, &CoreConfig::default());
+        let mut roster = Roster::default();
+        let mut model = std::collections::BTreeSet::new();
+        // A fixed scramble of 0..200 (7 is coprime with 200).
+        for i in (0..200u32).map(|i| (i * 7 + 3) % 200) {
+            let id = format!("m{i}-x");
+            roster.insert(member(&group, &id));
+            model.insert(id);
+            if i % 3 == 0 {
+                let gone = format!("m{}-x", i / 2);
+                assert_eq!(roster.remove(&gone).is_some(), model.remove(&gone));
+            }
+        }
+        assert_eq!(
+            ids(roster.values().map(|m| &**m)),
+            Vec::from_iter(model.clone())
+        );
+        for id in &model {
+            assert_eq!(&*roster.get(id.as_str()).expect("present").id, id.as_str());
+            assert!(roster.get_mut(id).is_some());
+        }
+        assert!(roster.get("m1000-x").is_none());
+        // Pages start after a given id, present or not.
+        let after: Vec<String> = model
+            .iter()
+            .filter(|id| id.as_str() > "m150")
+            .cloned()
+            .collect();
+        assert_eq!(ids(roster.after(Some("m150"))), after);
+        let first = model.iter().next().cloned().expect("members");
+        assert_eq!(ids(roster.after(Some(&first))).len(), model.len() - 1);
+        assert_eq!(ids(roster.after(None)).len(), model.len());
+    }
+}
