@@ -86,8 +86,8 @@ fn heartbeat_with(c: &mut Criterion, detector: DetectorKind) {
                 let (group, member_id) = &members[i];
                 let conn = i as u64 + 1; // the connection it joined on
                 let req = Request::Heartbeat(HeartbeatRequest {
-                    group: group.clone(),
-                    member_id: member_id.clone(),
+                    group: group.clone().into(),
+                    member_id: member_id.clone().into(),
                     generation: 1,
                     sequence: seq,
                     progress: seq,

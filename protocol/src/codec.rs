@@ -69,9 +69,11 @@ impl Decoder for Codec {
             }
             return Ok(None);
         }
-        let frame = Frame::decode(&src[LENGTH_PREFIX_SIZE..total]);
-        src.advance(total);
-        frame.map(Some)
+        // The frame's bytes are split off rather than copied, so a heartbeat's ids can
+        // point into them; the buffer reclaims the space once they are dropped.
+        let mut frame = src.split_to(total);
+        frame.advance(LENGTH_PREFIX_SIZE);
+        Frame::decode_shared(&frame.freeze()).map(Some)
     }
 }
 

@@ -20,6 +20,9 @@ mod messages;
 pub mod scram;
 mod wire;
 
+/// The string type of the ids in a Heartbeat request: it can point into the frame it
+/// was read from.
+pub use bytestring::ByteString;
 pub use codec::{Codec, DEFAULT_MAX_FRAME_SIZE};
 pub use error::{ClientAction, DecodeError, EncodeError, ErrorCode, FrameError};
 pub use messages::*;
@@ -313,7 +316,16 @@ impl Frame {
 
     /// Decodes one frame's header and body (`bytes` excludes the length prefix).
     pub fn decode(bytes: &[u8]) -> Result<Self, FrameError> {
-        let mut r = wire::Reader::new(bytes);
+        Self::decode_from(wire::Reader::new(bytes))
+    }
+
+    /// As [`Frame::decode`], but the ids of heartbeats point into `bytes` instead of
+    /// being copied (what [`Codec`] does).
+    pub fn decode_shared(bytes: &bytes::Bytes) -> Result<Self, FrameError> {
+        Self::decode_from(wire::Reader::shared(bytes))
+    }
+
+    fn decode_from(mut r: wire::Reader<'_>) -> Result<Self, FrameError> {
         let malformed = |header, source| FrameError::Malformed { header, source };
         let header = (|| {
             let kind = r.u8("frame kind")?;

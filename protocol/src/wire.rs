@@ -4,7 +4,8 @@
 //! fail but never panics, and array lengths are checked against the bytes that
 //! remain before anything is allocated.
 
-use bytes::{BufMut, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
+use bytestring::ByteString;
 
 use crate::{DecodeError, EncodeError};
 
@@ -12,11 +13,22 @@ use crate::{DecodeError, EncodeError};
 #[derive(Debug)]
 pub(crate) struct Reader<'a> {
     buf: &'a [u8],
+    /// What `buf` is a part of, when the frame is held in shared memory: strings read
+    /// with [`Reader::shared_string`] then point into it instead of being copied.
+    shared: Option<&'a Bytes>,
 }
 
 impl<'a> Reader<'a> {
     pub(crate) fn new(buf: &'a [u8]) -> Self {
-        Self { buf }
+        Self { buf, shared: None }
+    }
+
+    /// A reader over `frame`, whose strings can be shared with it.
+    pub(crate) fn shared(frame: &'a Bytes) -> Self {
+        Self {
+            buf: frame,
+            shared: Some(frame),
+        }
     }
 
     pub(crate) fn remaining(&self) -> usize {
@@ -77,6 +89,24 @@ impl<'a> Reader<'a> {
                 what,
                 reason: "string is not valid UTF-8",
             }),
+        }
+    }
+
+    /// A string that points into the frame when the frame is shared (no allocation:
+    /// the ids of every beat of a Heartbeats frame are read this way), else a copy.
+    pub(crate) fn shared_string(&mut self, what: &'static str) -> Result<ByteString, DecodeError> {
+        let invalid = DecodeError::Invalid {
+            what,
+            reason: "string is not valid UTF-8",
+        };
+        let len = self.u16(what)? as usize;
+        let bytes = self.take(len, what)?;
+        match self.shared {
+            Some(frame) => ByteString::try_from(frame.slice_ref(bytes)).map_err(|_| invalid),
+            None => match std::str::from_utf8(bytes) {
+                Ok(s) => Ok(ByteString::from(s)),
+                Err(_) => Err(invalid),
+            },
         }
     }
 

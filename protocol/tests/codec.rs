@@ -225,6 +225,42 @@ fn invalid_utf8_is_an_error() {
     assert_eq!(result.expect("decodes"), Some(valid));
 }
 
+/// A heartbeat's ids are read in place: they point into the bytes the codec was given
+/// (no copy per beat), and are still checked as UTF-8, in the member id as in the group.
+#[test]
+fn heartbeat_ids_point_into_the_frame_and_are_checked() {
+    let mut codec = Codec::default();
+    let mut buf = encoded(&heartbeat());
+    let start = buf.as_ptr() as usize;
+    let end = start + buf.len();
+    let frame = codec.decode(&mut buf).expect("decodes").expect("a frame");
+    assert_eq!(frame, heartbeat());
+    let Body::Request(Request::Heartbeat(beat)) = &frame.body else {
+        panic!("not a heartbeat: {frame:?}");
+    };
+    for id in [&beat.group, &beat.member_id] {
+        let at = id.as_ptr() as usize;
+        assert!((start..end).contains(&at), "{id} was copied");
+    }
+    // Frame::decode (a borrowed slice) copies, and agrees.
+    let bytes = encoded(&heartbeat());
+    assert_eq!(
+        Frame::decode(&bytes[LENGTH_PREFIX_SIZE..]).expect("decodes"),
+        heartbeat()
+    );
+
+    let mut body = Vec::new();
+    body.put_u16(6);
+    body.put_slice(b"orders");
+    body.put_u16(2);
+    body.put_slice(&[0xc3, 0x28]);
+    body.put_slice(&[0; 4 + 8 + 8 + 4]);
+    let (result, _) = decode_one(&raw(0, ApiKey::Heartbeat as u16, 0, 9, &body));
+    let (header, source) = malformed(result);
+    assert_eq!(header.map(|h| h.correlation_id), Some(9));
+    assert!(matches!(source, DecodeError::Invalid { what: "member id", .. }));
+}
+
 #[test]
 fn invalid_enum_values_are_errors() {
     // Frame kind 3 does not exist: the header itself is unreadable.

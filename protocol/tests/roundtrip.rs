@@ -232,8 +232,8 @@ fn heartbeat_request() -> impl Strategy<Value = HeartbeatRequest> {
         .prop_map(
             |(group, member_id, generation, sequence, progress, acked_revocations)| {
                 HeartbeatRequest {
-                    group,
-                    member_id,
+                    group: group.into(),
+                    member_id: member_id.into(),
                     generation,
                     sequence,
                     progress,

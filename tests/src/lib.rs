@@ -360,8 +360,8 @@ impl Member {
         let response = self
             .client
             .request(Request::Heartbeat(HeartbeatRequest {
-                group: self.group.clone(),
-                member_id: self.id.clone(),
+                group: self.group.clone().into(),
+                member_id: self.id.clone().into(),
                 generation: self.generation,
                 sequence: self.sequence,
                 progress: self.sequence,

@@ -999,7 +999,7 @@ async fn one_client_renews_members_of_two_groups_with_heartbeats_frames() {
                 batches += 1;
                 assert!(r.beats.len() >= 2, "a round of one goes alone: {r:?}");
                 for b in &r.beats {
-                    *beats.entry(b.member_id.as_str()).or_default() += 1;
+                    *beats.entry(&*b.member_id).or_default() += 1;
                 }
             }
             Body::Request(Request::Heartbeat(_)) => lone += 1,

@@ -429,8 +429,8 @@ impl Worker {
                 }]
             };
             let request = Request::Heartbeat(HeartbeatRequest {
-                group: slot.group.clone(),
-                member_id: id,
+                group: slot.group.clone().into(),
+                member_id: id.into(),
                 generation,
                 sequence: slot.sequence,
                 progress: slot.sequence,

@@ -263,8 +263,8 @@ impl ConnTask {
         }
         m.last_sent = Some(now);
         let beat = HeartbeatRequest {
-            group: m.spec.group.clone(),
-            member_id,
+            group: m.spec.group.clone().into(),
+            member_id: member_id.into(),
             generation: m.generation,
             sequence: m.sequence,
             progress: m.progress,
@@ -294,8 +294,8 @@ impl ConnTask {
         }
         m.last_sent = Some(now);
         let request = Request::Heartbeat(HeartbeatRequest {
-            group: m.spec.group.clone(),
-            member_id,
+            group: m.spec.group.clone().into(),
+            member_id: member_id.into(),
             generation: m.generation,
             sequence: m.sequence,
             progress: m.progress,

@@ -746,7 +746,7 @@ fn a_lost_connection_suspends_at_once_and_the_first_acknowledgement_resumes() {
     assert!(h.m.is_suspended());
     // The probe carries the same member id and generation.
     let (id, probe, _) = h.pop_heartbeat();
-    assert_eq!((probe.member_id.as_str(), probe.generation), ("m", 1));
+    assert_eq!((&*probe.member_id, probe.generation), ("m", 1));
     h.ack_heartbeat(id);
     assert_eq!(
         h.events(),

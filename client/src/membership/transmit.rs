@@ -153,8 +153,8 @@ impl Membership {
                 let acks = mem::take(&mut self.acks_unsent);
                 self.sequence += 1;
                 let request = Request::Heartbeat(HeartbeatRequest {
-                    group: self.settings.group.clone(),
-                    member_id,
+                    group: self.settings.group.as_str().into(),
+                    member_id: member_id.into(),
                     generation: self.generation,
                     sequence: self.sequence,
                     progress: self.progress,

@@ -448,11 +448,11 @@ impl Coordinator {
         r: HeartbeatRequest,
     ) -> Response {
         let (groups, mut ctx) = self.parts(now);
-        let Some(group) = groups.get_mut(r.group.as_str()) else {
+        let Some(group) = groups.get_mut(&*r.group) else {
             return Self::member_gone(None, ApiKey::Heartbeat, &r.member_id);
         };
         let group_generation = group.generation;
-        let Some(m) = group.members.get_mut(r.member_id.as_str()) else {
+        let Some(m) = group.members.get_mut(&r.member_id) else {
             return Self::member_gone(Some(group), ApiKey::Heartbeat, &r.member_id);
         };
         if r.generation > group_generation {

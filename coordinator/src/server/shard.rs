@@ -717,7 +717,7 @@ fn request_groups(request: &Request) -> impl Iterator<Item = &str> {
     request
         .group()
         .into_iter()
-        .chain(beats.iter().map(|b| b.group.as_str()))
+        .chain(beats.iter().map(|b| &*b.group))
 }
 
 /// The gauges are sums over shards: each shard adds what changed since its last

@@ -180,8 +180,8 @@ impl TestContext {
         self.request(
             m.conn,
             Request::Heartbeat(HeartbeatRequest {
-                group: m.group.clone(),
-                member_id: m.id.clone(),
+                group: m.group.clone().into(),
+                member_id: m.id.clone().into(),
                 generation,
                 sequence: m.seq,
                 progress: m.progress,
@@ -201,8 +201,8 @@ impl TestContext {
         self.request(
             m.conn,
             Request::Heartbeat(HeartbeatRequest {
-                group: m.group.clone(),
-                member_id: m.id.clone(),
+                group: m.group.clone().into(),
+                member_id: m.id.clone().into(),
                 generation,
                 sequence: m.seq,
                 progress: m.progress,

@@ -549,7 +549,7 @@ fn stale_generation_in_a_heartbeat_gets_the_assignment_pushed_again() {
         1,
         Request::Heartbeat(rollcall_protocol::HeartbeatRequest {
             group: "g".into(),
-            member_id: a.id.clone(),
+            member_id: a.id.clone().into(),
             generation: 0,
             sequence: a.seq,
             progress: a.progress,
@@ -565,7 +565,7 @@ fn stale_generation_in_a_heartbeat_gets_the_assignment_pushed_again() {
         1,
         Request::Heartbeat(rollcall_protocol::HeartbeatRequest {
             group: "g".into(),
-            member_id: a.id.clone(),
+            member_id: a.id.clone().into(),
             generation: 99,
             sequence: a.seq + 1,
             progress: a.progress,
@@ -943,8 +943,8 @@ fn next_beat(t: &TestContext, m: &mut M) -> rollcall_protocol::HeartbeatRequest 
     m.seq += 1;
     m.progress += 1;
     rollcall_protocol::HeartbeatRequest {
-        group: m.group.clone(),
-        member_id: m.id.clone(),
+        group: m.group.clone().into(),
+        member_id: m.id.clone().into(),
         generation: t.generation_of(m),
         sequence: m.seq,
         progress: m.progress,

@@ -402,8 +402,8 @@ impl Membership {
                 let acks = mem::take(&mut self.acks_unsent);
                 self.sequence += 1;
                 let request = Request::Heartbeat(HeartbeatRequest {
-                    group: self.settings.group.clone(),
-                    member_id,
+                    group: self.settings.group.clone().into(),
+                    member_id: member_id.into(),
                     generation: self.generation,
                     sequence: self.sequence,
                     progress: self.progress,

@@ -374,7 +374,7 @@ impl Oracle {
 
     fn named_member(&self, request: &Request) -> Option<String> {
         match request {
-            Request::Heartbeat(h) => Some(h.member_id.clone()),
+            Request::Heartbeat(h) => Some(h.member_id.to_string()),
             Request::Leave(l) => Some(l.member_id.clone()),
             Request::CommitOffsets(c) => c.member_id.clone(),
             Request::Join(j) => j
@@ -434,7 +434,7 @@ impl Oracle {
         }
         // Check 3: a replaced member is told it was fenced, whatever it sends.
         let named = match request {
-            Request::Heartbeat(h) => Some(("heartbeat", h.member_id.as_str())),
+            Request::Heartbeat(h) => Some(("heartbeat", &*h.member_id)),
             Request::Leave(l) => Some(("leave", l.member_id.as_str())),
             Request::CommitOffsets(c) => c.member_id.as_deref().map(|m| ("commit", m)),
             Request::Join(j) => j.member_id.as_deref().map(|m| ("join", m)),
@@ -551,10 +551,10 @@ impl Oracle {
             }
             (Request::Heartbeat(h), Response::Heartbeat(_)) => {
                 // Acknowledged revocations: the application released them.
-                if let Some(holders) = self.holders.get_mut(&h.group) {
+                if let Some(holders) = self.holders.get_mut(&*h.group) {
                     for tp in from_wire(&h.acked_revocations) {
                         if let Some(holder) = holders.get_mut(&tp) {
-                            if holder.member == h.member_id {
+                            if holder.member == *h.member_id {
                                 holder.released = true;
                             }
                         }
