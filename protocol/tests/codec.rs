@@ -258,7 +258,13 @@ fn heartbeat_ids_point_into_the_frame_and_are_checked() {
     let (result, _) = decode_one(&raw(0, ApiKey::Heartbeat as u16, 0, 9, &body));
     let (header, source) = malformed(result);
     assert_eq!(header.map(|h| h.correlation_id), Some(9));
-    assert!(matches!(source, DecodeError::Invalid { what: "member id", .. }));
+    assert!(matches!(
+        source,
+        DecodeError::Invalid {
+            what: "member id",
+            ..
+        }
+    ));
 }
 
 #[test]

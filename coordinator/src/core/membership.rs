@@ -221,7 +221,7 @@ impl Coordinator {
                 .tokens
                 .get(&r.join_token)
                 .filter(|id| {
-                    group.members.get(*id).is_some_and(|m| {
+                    group.members.get(id).is_some_and(|m| {
                         m.instance_id == r.instance_id
                             && m.client_id == r.client_id
                             && group.subscription_is(m, &subscription)
@@ -257,9 +257,7 @@ impl Coordinator {
             .instance_id
             .as_ref()
             .and_then(|i| group.instance_member(i));
-        let replaced = replacing
-            .as_ref()
-            .and_then(|id| group.members.get(id).map(|m| &**m));
+        let replaced = replacing.as_ref().and_then(|id| group.members.get(id));
         if let Err(refusal) =
             group.check_subscription(&subscription, ctx.config, replaced, partition_room)
         {
@@ -358,7 +356,7 @@ impl Coordinator {
             if let Err(refusal) = group.check_subscription(
                 subscription,
                 ctx.config,
-                group.members.get(id).map(|m| &**m),
+                group.members.get(id),
                 partition_room,
             ) {
                 let name = group.name.clone();

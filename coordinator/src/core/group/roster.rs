@@ -7,10 +7,15 @@
 //! (assignments, snapshots and answers are built in that order). Adding or removing a
 //! member shifts the entries after it, which is linear in the group's size; joins and
 //! leaves are rare next to heartbeats, and a group is at most a few thousand members.
+//!
+//! The keys are [`CompactString`]s, which hold an id of up to 24 bytes (a generated id
+//! is about 20) inside the entry: the comparison that confirms a hash match reads the
+//! entry it already loaded instead of following a pointer to another cache line.
 
-use std::ops::Deref;
+use std::ops::{Deref, Index};
 use std::sync::Arc;
 
+use compact_str::CompactString;
 use foldhash::fast::RandomState;
 use indexmap::IndexMap;
 
@@ -21,12 +26,13 @@ use super::Member;
 /// Reads go through [`Deref`] to the map; changes go through the methods here, which
 /// keep the order.
 #[derive(Debug, Default)]
-pub(crate) struct Roster(IndexMap<Arc<str>, Box<Member>, RandomState>);
+pub(crate) struct Roster(IndexMap<CompactString, Box<Member>, RandomState>);
 
 impl Roster {
     /// Adds `member` in its place by id, replacing one with the same id.
     pub(crate) fn insert(&mut self, member: Member) {
-        self.0.insert_sorted(member.id.clone(), Box::new(member));
+        self.0
+            .insert_sorted(CompactString::from(&*member.id), Box::new(member));
     }
 
     /// Removes and returns the member with id `id`, keeping the others in order.
@@ -34,14 +40,32 @@ impl Roster {
         self.0.shift_remove(id)
     }
 
+    pub(crate) fn get(&self, id: &str) -> Option<&Member> {
+        self.0.get(id).map(|m| &**m)
+    }
+
     pub(crate) fn get_mut(&mut self, id: &str) -> Option<&mut Box<Member>> {
         self.0.get_mut(id)
+    }
+
+    pub(crate) fn contains_key(&self, id: &str) -> bool {
+        self.0.contains_key(id)
+    }
+
+    /// The member with id `id`, and the id as the core shares it.
+    pub(crate) fn get_key_value(&self, id: &str) -> Option<(&Arc<str>, &Member)> {
+        self.get(id).map(|m| (&m.id, m))
+    }
+
+    /// Every member's id, in order.
+    pub(crate) fn keys(&self) -> impl Iterator<Item = &Arc<str>> {
+        self.0.values().map(|m| &m.id)
     }
 
     /// The members whose ids come after `after` (all of them for `None`), in id order.
     pub(crate) fn after(&self, after: Option<&str>) -> impl Iterator<Item = &Member> {
         let start = after.map_or(0, |after| {
-            match self.0.binary_search_by(|id, _| (**id).cmp(after)) {
+            match self.0.binary_search_by(|id, _| id.as_str().cmp(after)) {
                 Ok(at) => at + 1,
                 Err(at) => at,
             }
@@ -55,8 +79,20 @@ impl Roster {
     }
 }
 
+/// `roster[id]`: the member with id `id`, which must be there.
+impl<Q: AsRef<str> + ?Sized> Index<&Q> for Roster {
+    type Output = Member;
+
+    fn index(&self, id: &Q) -> &Member {
+        match self.0.get(id.as_ref()) {
+            Some(m) => m,
+            None => panic!("no member {:?} in the roster", id.as_ref()),
+        }
+    }
+}
+
 impl Deref for Roster {
-    type Target = IndexMap<Arc<str>, Box<Member>, RandomState>;
+    type Target = IndexMap<CompactString, Box<Member>, RandomState>;
 
     fn deref(&self) -> &Self::Target {
         &self.0
