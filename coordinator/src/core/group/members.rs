@@ -1,7 +1,6 @@
 //! A group's members: adding, removing (with the hold of their partitions) and
 //! replacing them, and their timers (session, progress and revocation deadlines).
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -11,7 +10,7 @@ use super::super::guards::Hold;
 use super::super::liveness::{Beat, Transition, Watch};
 use super::super::timers::TimerKey;
 use super::super::{ConnId, Event, RebalanceCause, ShadowVerdict, TopicPartition};
-use super::{Ctx, Group, Held, Member, Timeouts};
+use super::{Ctx, Group, Held, Member, PartitionSet, Timeouts};
 
 impl Group {
     #[allow(clippy::too_many_arguments)]
@@ -55,11 +54,11 @@ impl Group {
             restricted: false,
             expel_slot: None,
             generation: self.generation,
-            owned: BTreeSet::new(),
-            target: BTreeSet::new(),
+            owned: PartitionSet::new(),
+            target: PartitionSet::new(),
             revoke_deadline: None,
             revoke_pushed: Vec::new(),
-            released: BTreeSet::new(),
+            released: PartitionSet::new(),
             assignment_dirty: true,
             lease_until: now + lease_timeout,
             heard_at: now,

@@ -5,10 +5,11 @@
 //! reconciles ownership toward them, `persist.rs` describes and snapshots the group.
 
 mod members;
+mod partition_set;
 mod persist;
 mod rebalance;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,6 +19,8 @@ use super::assignor::TopicPartition;
 use super::liveness::{Detector, DetectorKind, Watch};
 use super::timers::Timers;
 use super::{Assignor, ConnId, CoreConfig, Event, Output, Quota, RebalanceCause};
+
+pub(crate) use self::partition_set::PartitionSet;
 
 /// What a group method needs from the coordinator around it.
 pub(crate) struct Ctx<'a> {
@@ -84,15 +87,15 @@ pub(crate) struct Member {
     /// Generation of the member's current assignment.
     pub(crate) generation: u32,
     /// Partitions granted to the member and not yet released.
-    pub(crate) owned: BTreeSet<TopicPartition>,
+    pub(crate) owned: PartitionSet,
     /// What the last rebalance wants the member to own.
-    pub(crate) target: BTreeSet<TopicPartition>,
+    pub(crate) target: PartitionSet,
     /// Set while the member has partitions to release.
     pub(crate) revoke_deadline: Option<Instant>,
     /// The revoke set last pushed, to push again only when it changes.
     pub(crate) revoke_pushed: Vec<TopicPartition>,
     /// Partitions the member released, to tell a late commit "revoked" from "not owner".
-    pub(crate) released: BTreeSet<TopicPartition>,
+    pub(crate) released: PartitionSet,
     /// The assignment changed since it was last pushed.
     pub(crate) assignment_dirty: bool,
     /// The latest instant the member's own lease can run to: every answer the
