@@ -52,34 +52,50 @@ pub(crate) struct Topic {
     pub(crate) subscribers: u32,
 }
 
-/// The timeouts a member asked for at join (and may change by rejoining).
+/// The timeouts a member asked for at join (and may change by rejoining), in whole
+/// milliseconds as the join gives them: 16 bytes where four `Duration`s take 64.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Timeouts {
     /// Silence longer than this expels the member.
-    pub(crate) session: Duration,
+    pub(crate) session_ms: u32,
     /// A progress counter stuck this long expels the member.
-    pub(crate) progress: Duration,
+    pub(crate) progress_ms: u32,
     /// A revocation unacknowledged this long expels the member.
-    pub(crate) rebalance: Duration,
+    pub(crate) rebalance_ms: u32,
     /// How long after a frame from the member it may still be acting on its partitions
     /// (at most `session`): the partitions of a member expelled, or whose connection
     /// closed, are granted that long after its last frame.
-    pub(crate) lease: Duration,
+    pub(crate) lease_ms: u32,
+}
+
+impl Timeouts {
+    pub(crate) fn session(self) -> Duration {
+        Duration::from_millis(u64::from(self.session_ms))
+    }
+
+    pub(crate) fn progress(self) -> Duration {
+        Duration::from_millis(u64::from(self.progress_ms))
+    }
+
+    pub(crate) fn rebalance(self) -> Duration {
+        Duration::from_millis(u64::from(self.rebalance_ms))
+    }
+
+    pub(crate) fn lease(self) -> Duration {
+        Duration::from_millis(u64::from(self.lease_ms))
+    }
 }
 
 #[derive(Debug)]
 pub(crate) struct Member {
     pub(crate) id: Arc<str>,
-    pub(crate) instance_id: Option<String>,
-    pub(crate) client_id: String,
+    pub(crate) instance_id: Option<Box<str>>,
+    pub(crate) client_id: Box<str>,
     pub(crate) join_token: u64,
     pub(crate) conn: Option<ConnId>,
-    pub(crate) session_timeout: Duration,
-    pub(crate) progress_timeout: Duration,
-    pub(crate) rebalance_timeout: Duration,
-    pub(crate) lease_timeout: Duration,
+    pub(crate) timeouts: Timeouts,
     /// Topic indexes, ascending.
-    pub(crate) subscription: Vec<u32>,
+    pub(crate) subscription: Box<[u32]>,
     pub(crate) liveness: Watch,
     pub(crate) progress: u64,
     pub(crate) progress_deadline: Instant,
@@ -93,7 +109,7 @@ pub(crate) struct Member {
     /// Set while the member has partitions to release.
     pub(crate) revoke_deadline: Option<Instant>,
     /// The revoke set last pushed, to push again only when it changes.
-    pub(crate) revoke_pushed: Vec<TopicPartition>,
+    pub(crate) revoke_pushed: Box<[TopicPartition]>,
     /// Partitions the member released, to tell a late commit "revoked" from "not owner".
     pub(crate) released: PartitionSet,
     /// The assignment changed since it was last pushed.
@@ -125,6 +141,22 @@ pub(crate) struct Member {
 }
 
 impl Member {
+    pub(crate) fn session_timeout(&self) -> Duration {
+        self.timeouts.session()
+    }
+
+    pub(crate) fn progress_timeout(&self) -> Duration {
+        self.timeouts.progress()
+    }
+
+    pub(crate) fn rebalance_timeout(&self) -> Duration {
+        self.timeouts.rebalance()
+    }
+
+    pub(crate) fn lease_timeout(&self) -> Duration {
+        self.timeouts.lease()
+    }
+
     pub(crate) fn session_deadline(&self) -> Instant {
         self.liveness.deadline()
     }
@@ -148,7 +180,7 @@ impl Member {
     #[must_use]
     pub(crate) fn heard(&mut self, now: Instant) -> bool {
         self.renew_session(now);
-        self.lease_until = self.lease_until.max(now + self.lease_timeout);
+        self.lease_until = self.lease_until.max(now + self.lease_timeout());
         std::mem::take(&mut self.stood_down)
     }
 
@@ -190,28 +222,15 @@ impl Member {
         detector: &dyn Detector,
         shadow: Option<&dyn Detector>,
     ) -> bool {
-        let Timeouts {
-            session,
-            progress,
-            rebalance,
-            lease,
-        } = timeouts;
-        let changed = (
-            self.session_timeout,
-            self.progress_timeout,
-            self.rebalance_timeout,
-            self.lease_timeout,
-        ) != (session, progress, rebalance, lease);
-        if (session, lease) != (self.session_timeout, self.lease_timeout) {
-            self.liveness.reset(session, detector, shadow);
+        let old = self.timeouts;
+        let changed = timeouts != old;
+        self.timeouts = timeouts;
+        if (timeouts.session_ms, timeouts.lease_ms) != (old.session_ms, old.lease_ms) {
+            self.liveness.reset(timeouts.session(), detector, shadow);
         }
-        self.session_timeout = session;
-        self.lease_timeout = lease;
-        if progress != self.progress_timeout {
-            self.progress_timeout = progress;
-            self.progress_deadline = self.last_progress_at + progress;
+        if timeouts.progress_ms != old.progress_ms {
+            self.progress_deadline = self.last_progress_at + timeouts.progress();
         }
-        self.rebalance_timeout = rebalance;
         changed
     }
 
@@ -219,7 +238,7 @@ impl Member {
     pub(crate) fn report_progress(&mut self, now: Instant, progress: u64) {
         if progress > self.progress {
             self.progress = progress;
-            self.progress_deadline = now + self.progress_timeout;
+            self.progress_deadline = now + self.progress_timeout();
             self.last_progress_at = now;
         }
     }
@@ -232,7 +251,7 @@ impl Member {
     /// but never past two session timeouts of real silence: a member that died as the
     /// silence began is still expelled within that bound.
     pub(crate) fn give_back(&mut self, silent_for: Duration) {
-        let cap = self.heard_at + 2 * self.session_timeout;
+        let cap = self.heard_at + 2 * self.session_timeout();
         let room = cap.saturating_duration_since(self.session_deadline());
         self.extend(silent_for.min(room));
     }
@@ -696,7 +715,7 @@ impl Group {
         };
         let subscription = std::mem::take(&mut m.subscription);
         self.unsubscribe(&subscription);
-        subscription
+        subscription.into_vec()
     }
 
     pub(crate) fn unsubscribe(&mut self, subscription: &[u32]) {

@@ -127,11 +127,7 @@ impl Group {
             .filter(|(i, m)| !suspect[*i] && m.takes_grants(now))
             .map(|(i, _)| i)
             .collect();
-        let subscriptions: Vec<&[u32]> = self
-            .members
-            .values()
-            .map(|m| m.subscription.as_slice())
-            .collect();
+        let subscriptions: Vec<&[u32]> = self.members.values().map(|m| &*m.subscription).collect();
         let mut cut = vec![false; targets.len()];
         for (i, m) in self.members.values().enumerate() {
             if !suspect[i] {
@@ -219,7 +215,7 @@ impl Group {
             if revoking.is_empty() {
                 m.revoke_deadline = None;
             } else if m.revoke_deadline.is_none() {
-                let deadline = now + m.rebalance_timeout;
+                let deadline = now + m.rebalance_timeout();
                 m.revoke_deadline = Some(deadline);
                 let key = TimerKey::Member {
                     group: self.name.clone(),
@@ -240,7 +236,7 @@ impl Group {
             // A revoke set that changed is pushed again, including when it became empty
             // because a newer target gave the partitions back: the member must hear that
             // it keeps them.
-            if revoking != m.revoke_pushed {
+            if *revoking != *m.revoke_pushed {
                 let push = Push::Revoke(RevokePush {
                     group: self.name.to_string(),
                     member_id: id.to_string(),
@@ -251,7 +247,7 @@ impl Group {
             }
             let m = self.members.get_mut(id).expect("member exists");
             m.assignment_dirty = false;
-            m.revoke_pushed = revoking;
+            m.revoke_pushed = revoking.into_boxed_slice();
         }
         if all_settled {
             if let Some((since, generation)) = self.reconciling.take() {
@@ -320,7 +316,7 @@ impl Group {
             };
             if m.owned.is_subset(&m.target) {
                 m.revoke_deadline = None;
-                m.revoke_pushed.clear();
+                m.revoke_pushed = Box::default();
             }
             m.assignment_dirty = false;
             let push = Push::Assignment(AssignmentPush {
