@@ -15,7 +15,7 @@ use rollcall_protocol::{
 
 /// The per-unit costs the budget states, bytes (ARCHITECTURE.md, Resource limits).
 const GROUP: u64 = 3 << 10;
-const MEMBER: u64 = 4 << 10;
+const MEMBER: u64 = 3584;
 const PARTITION: u64 = 200;
 const TOPIC: u64 = 1536;
 const OFFSET: u64 = 640;

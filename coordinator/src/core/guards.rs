@@ -335,7 +335,7 @@ impl Coordinator {
         for group in self.groups.values_mut() {
             for m in group.members.values_mut() {
                 // A member whose connection closed was not cut off by the coordinator.
-                if m.conn.is_some() && !silent_before(since, m.heard_at, m.session_timeout) {
+                if m.conn.is_some() && !silent_before(since, m.heard_at, m.session_timeout()) {
                     m.give_back(silent_for);
                 }
                 if m.session_deadline() <= judge_at {
@@ -363,7 +363,7 @@ impl Coordinator {
             .groups
             .values()
             .flat_map(|g| g.members.values())
-            .map(|m| m.session_timeout)
+            .map(|m| m.session_timeout())
             .min()
             .unwrap_or(self.config.pause_guard);
         self.quarter_of(shortest)
@@ -381,7 +381,7 @@ impl Coordinator {
     pub(super) fn expiry_hold(&mut self, now: Instant, group: &str, member: &str) -> Option<Hold> {
         let m = self.groups.get(group)?.members.get(member)?;
         let deadline = m.session_deadline();
-        let session = m.session_timeout;
+        let session = m.session_timeout();
         // After a pause, queued frames may carry heartbeats and progress alike, from any
         // member: one whose connection closed (or that the coordinator has not seen
         // since a restart) may have frames queued on a new connection.
@@ -427,7 +427,7 @@ impl Coordinator {
                 let mut census = Census::default();
                 for g in self.groups.values() {
                     for m in g.members.values() {
-                        census.count(now, m.conn.is_some(), m.heard_at, m.session_timeout);
+                        census.count(now, m.conn.is_some(), m.heard_at, m.session_timeout());
                     }
                 }
                 self.guards.census = Some((now, census));

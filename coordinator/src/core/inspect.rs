@@ -176,7 +176,7 @@ impl Coordinator {
                     .filter_map(|m| advise(&GapSummary::of(m.liveness.arrivals()), n, per_year))
                     .map(|a| a.timeout_ms)
                     .max();
-                let shortest = g.members.values().map(|m| m.session_timeout).min();
+                let shortest = g.members.values().map(|m| m.session_timeout()).min();
                 match (advised, shortest) {
                     (Some(advised), Some(shortest)) => (shortest.as_millis() as u64) < advised,
                     _ => false,

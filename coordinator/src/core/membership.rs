@@ -11,7 +11,7 @@ use rollcall_protocol::{
     RelinquishRequest, Response, MAX_BEATS,
 };
 
-use super::group::{duration_ms, Ctx, Group, Refusal, Timeouts};
+use super::group::{Ctx, Group, Refusal, Timeouts};
 use super::liveness::Beat;
 use super::{refuse, ConnId, Coordinator, Event, Output, Quota, RebalanceCause, TopicPartition};
 use super::{DetectorKind, MAX_MEMBER_ID_BYTES, MAX_NAME_BYTES};
@@ -131,11 +131,15 @@ impl Coordinator {
                 ),
             );
         }
+        // Each was checked above as the Duration of these milliseconds.
         Ok(Timeouts {
-            session,
-            progress,
-            rebalance,
-            lease,
+            session_ms: r.session_timeout_ms,
+            progress_ms: r.progress_timeout_ms,
+            rebalance_ms: r.rebalance_timeout_ms,
+            lease_ms: match r.lease_timeout_ms {
+                0 => r.session_timeout_ms,
+                ms => ms,
+            },
         })
     }
 
@@ -215,15 +219,17 @@ impl Coordinator {
             Some(id) => group
                 .members
                 .get_key_value(id.as_str())
-                .filter(|(_, m)| r.instance_id.is_none() || m.instance_id == r.instance_id)
+                .filter(|(_, m)| {
+                    r.instance_id.is_none() || m.instance_id.as_deref() == r.instance_id.as_deref()
+                })
                 .map(|(k, _)| k.clone()),
             None => group
                 .tokens
                 .get(&r.join_token)
                 .filter(|id| {
                     group.members.get(id).is_some_and(|m| {
-                        m.instance_id == r.instance_id
-                            && m.client_id == r.client_id
+                        m.instance_id.as_deref() == r.instance_id.as_deref()
+                            && *m.client_id == *r.client_id
                             && group.subscription_is(m, &subscription)
                     })
                 })
@@ -335,7 +341,7 @@ impl Coordinator {
         Response::Join(JoinResponse {
             member_id: member_id.to_string(),
             generation: group.generation,
-            heartbeat_interval_ms: heartbeat_interval_ms(timeouts.lease),
+            heartbeat_interval_ms: heartbeat_interval_ms(timeouts.lease()),
         })
     }
 
@@ -365,7 +371,7 @@ impl Coordinator {
             group.unsubscribe_for_replacement(id);
             let topics = group.subscribe(subscription);
             if let Some(m) = group.members.get_mut(id) {
-                m.subscription = topics;
+                m.subscription = topics.into_boxed_slice();
             }
             group.snapshot_dirty = true;
             group.trigger_rebalance(ctx, RebalanceCause::Subscription);
@@ -391,7 +397,7 @@ impl Coordinator {
         Response::Join(JoinResponse {
             member_id: id.to_string(),
             generation,
-            heartbeat_interval_ms: heartbeat_interval_ms(timeouts.lease),
+            heartbeat_interval_ms: heartbeat_interval_ms(timeouts.lease()),
         })
     }
 
@@ -484,7 +490,7 @@ impl Coordinator {
         let rebound = m.conn != Some(conn);
         let resumed = m.bind(conn);
         let stale = r.generation != m.generation;
-        let session_timeout_ms = duration_ms(m.session_timeout) as u32;
+        let session_timeout_ms = m.timeouts.session_ms;
         let changed = changes != Beat::default();
         if returned {
             // It had stood down: a restart must not take that back as the last word.
@@ -665,7 +671,7 @@ impl Coordinator {
             // its progress timeout from then too.
             if m.progress == 0 && at > m.last_progress_at {
                 m.last_progress_at = at;
-                m.progress_deadline = m.progress_deadline.max(at + m.progress_timeout);
+                m.progress_deadline = m.progress_deadline.max(at + m.progress_timeout());
             }
         }
     }

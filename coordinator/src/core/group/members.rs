@@ -1,7 +1,6 @@
 //! A group's members: adding, removing (with the hold of their partitions) and
 //! replacing them, and their timers (session, progress and revocation deadlines).
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -11,7 +10,7 @@ use super::super::guards::Hold;
 use super::super::liveness::{Beat, Transition, Watch};
 use super::super::timers::TimerKey;
 use super::super::{ConnId, Event, RebalanceCause, ShadowVerdict, TopicPartition};
-use super::{Ctx, Group, Held, Member, Timeouts};
+use super::{Ctx, Group, Held, Member, PartitionSet, Timeouts};
 
 impl Group {
     #[allow(clippy::too_many_arguments)]
@@ -26,42 +25,33 @@ impl Group {
         timeouts: Timeouts,
         subscription: Vec<u32>,
     ) -> Member {
-        let Timeouts {
-            session: session_timeout,
-            progress: progress_timeout,
-            rebalance: rebalance_timeout,
-            lease: lease_timeout,
-        } = timeouts;
         Member {
             id,
-            instance_id,
-            client_id,
+            instance_id: instance_id.map(String::into_boxed_str),
+            client_id: client_id.into_boxed_str(),
             join_token,
             conn,
-            session_timeout,
-            progress_timeout,
-            rebalance_timeout,
-            lease_timeout,
-            subscription,
+            timeouts,
+            subscription: subscription.into_boxed_slice(),
             liveness: Watch::new(
                 now,
-                session_timeout,
+                timeouts.session(),
                 &*self.detector,
                 self.shadow.as_deref(),
             ),
             progress: 0,
-            progress_deadline: now + progress_timeout,
+            progress_deadline: now + timeouts.progress(),
             last_progress_at: now,
             restricted: false,
             expel_slot: None,
             generation: self.generation,
-            owned: BTreeSet::new(),
-            target: BTreeSet::new(),
+            owned: PartitionSet::new(),
+            target: PartitionSet::new(),
             revoke_deadline: None,
-            revoke_pushed: Vec::new(),
-            released: BTreeSet::new(),
+            revoke_pushed: Box::default(),
+            released: PartitionSet::new(),
             assignment_dirty: true,
-            lease_until: now + lease_timeout,
+            lease_until: now + timeouts.lease(),
             heard_at: now,
             stood_down: false,
             conn_closed: false,
@@ -210,7 +200,7 @@ impl Group {
             group: self.name.to_string(),
             old_member_id: old_id.to_string(),
             new_member_id: new.id.to_string(),
-            instance_id: new.instance_id.clone().unwrap_or_default(),
+            instance_id: new.instance_id.as_deref().unwrap_or_default().to_owned(),
         });
         self.insert_member(ctx, new);
         if subscription_changed {
@@ -324,7 +314,7 @@ impl Group {
                 ExpelReason::SessionExpired,
                 format!(
                     "connection closed and not resumed within the lease timeout of {:?}",
-                    m.lease_timeout
+                    m.lease_timeout()
                 ),
             ))
         } else if session_expired {
@@ -334,7 +324,7 @@ impl Group {
                     "no heartbeat within {:?} ({} detector, session timeout {:?})",
                     m.liveness.thresholds().expel_after,
                     self.detector.kind(),
-                    m.session_timeout
+                    m.session_timeout()
                 ),
             ))
         } else if m.progress_deadline <= now {
@@ -342,7 +332,8 @@ impl Group {
                 ExpelReason::ProgressExpired,
                 format!(
                     "progress counter stuck at {} for the progress timeout of {:?}",
-                    m.progress, m.progress_timeout
+                    m.progress,
+                    m.progress_timeout()
                 ),
             ))
         } else if m.revoke_deadline.is_some_and(|r| r <= now) {
@@ -350,7 +341,7 @@ impl Group {
                 ExpelReason::RebalanceTimeout,
                 format!(
                     "revocation not acknowledged within the rebalance timeout of {:?}",
-                    m.rebalance_timeout
+                    m.rebalance_timeout()
                 ),
             ))
         } else {

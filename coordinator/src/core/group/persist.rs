@@ -23,8 +23,8 @@ impl Group {
         let pending_grant: Vec<TopicPartition> = m.target.difference(&m.owned).copied().collect();
         MemberDescription {
             member_id: m.id.to_string(),
-            instance_id: m.instance_id.clone(),
-            client_id: m.client_id.clone(),
+            instance_id: m.instance_id.as_deref().map(str::to_owned),
+            client_id: m.client_id.to_string(),
             liveness: m.liveness.liveness(now),
             since_heartbeat_ms: duration_ms(now.saturating_duration_since(m.liveness.last_heard())),
             since_progress_ms: duration_ms(now.saturating_duration_since(m.last_progress_at)),
@@ -66,14 +66,14 @@ impl Group {
                 .values()
                 .map(|m| MemberSnapshot {
                     member_id: m.id.to_string(),
-                    instance_id: m.instance_id.clone(),
-                    client_id: m.client_id.clone(),
+                    instance_id: m.instance_id.as_deref().map(str::to_owned),
+                    client_id: m.client_id.to_string(),
                     join_token: m.join_token,
-                    session_timeout_ms: duration_ms(m.session_timeout) as u32,
-                    progress_timeout_ms: duration_ms(m.progress_timeout) as u32,
-                    rebalance_timeout_ms: duration_ms(m.rebalance_timeout) as u32,
-                    lease_timeout_ms: duration_ms(m.lease_timeout) as u32,
-                    subscription: m.subscription.clone(),
+                    session_timeout_ms: m.timeouts.session_ms,
+                    progress_timeout_ms: m.timeouts.progress_ms,
+                    rebalance_timeout_ms: m.timeouts.rebalance_ms,
+                    lease_timeout_ms: m.timeouts.lease_ms,
+                    subscription: m.subscription.to_vec(),
                     generation: m.generation,
                     owned: pairs(&mut m.owned.iter()),
                     target: pairs(&mut m.target.iter()),
@@ -142,7 +142,6 @@ impl Group {
             for &t in &subscription {
                 group.topics[t as usize].subscribers += 1;
             }
-            let session = Duration::from_millis(u64::from(ms.session_timeout_ms));
             let mut member = group.new_member(
                 now,
                 Arc::from(ms.member_id.as_str()),
@@ -151,13 +150,13 @@ impl Group {
                 ms.join_token,
                 None,
                 Timeouts {
-                    session,
-                    progress: Duration::from_millis(u64::from(ms.progress_timeout_ms)),
-                    rebalance: Duration::from_millis(u64::from(ms.rebalance_timeout_ms)),
+                    session_ms: ms.session_timeout_ms,
+                    progress_ms: ms.progress_timeout_ms,
+                    rebalance_ms: ms.rebalance_timeout_ms,
                     // Snapshots from before lease timeouts: the lease was the session.
-                    lease: match ms.lease_timeout_ms {
-                        0 => session,
-                        ms => Duration::from_millis(u64::from(ms)).min(session),
+                    lease_ms: match ms.lease_timeout_ms {
+                        0 => ms.session_timeout_ms,
+                        lease => lease.min(ms.session_timeout_ms),
                     },
                 },
                 subscription,
@@ -177,9 +176,9 @@ impl Group {
             // A snapshot written before instances were recorded: the member is its
             // instance's latest incarnation.
             if let Some(instance) = &member.instance_id {
-                if !group.instances.contains_key(instance) {
+                if !group.instances.contains_key(&**instance) {
                     group.instances.insert(
-                        instance.clone(),
+                        instance.to_string(),
                         Instance {
                             epoch: 1,
                             member_id: member.id.clone(),

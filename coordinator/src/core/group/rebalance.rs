@@ -11,7 +11,7 @@ use super::super::assignor::{AssignmentInput, AssignorMember};
 use super::super::liveness::Transition;
 use super::super::timers::TimerKey;
 use super::super::{Event, RebalanceCause, TopicPartition};
-use super::{Ctx, Group, PendingRebalance};
+use super::{Ctx, Group, PartitionSet, PendingRebalance};
 
 impl Group {
     /// Asks for a rebalance. Triggers within the coalescing window share one generation.
@@ -45,19 +45,13 @@ impl Group {
             .iter()
             .map(|t| if t.subscribers > 0 { t.partitions } else { 0 })
             .collect();
-        let owned: Vec<Vec<TopicPartition>> = self
-            .members
-            .values()
-            .map(|m| m.owned.iter().copied().collect())
-            .collect();
         let inputs: Vec<AssignorMember<'_>> = self
             .members
             .values()
-            .zip(&owned)
-            .map(|(m, owned)| AssignorMember {
+            .map(|m| AssignorMember {
                 id: &m.id,
                 subscription: &m.subscription,
-                owned,
+                owned: m.owned.as_slice(),
             })
             .collect();
         let targets = ctx.assignor.assign(&AssignmentInput {
@@ -72,7 +66,7 @@ impl Group {
             for tp in &target {
                 self.target_owner.insert(*tp, m.id.clone());
             }
-            let target: BTreeSet<TopicPartition> = target.into_iter().collect();
+            let target = PartitionSet::from(target);
             moved += target.difference(&m.owned).count();
             m.target = target;
             m.generation = generation;
@@ -133,11 +127,7 @@ impl Group {
             .filter(|(i, m)| !suspect[*i] && m.takes_grants(now))
             .map(|(i, _)| i)
             .collect();
-        let subscriptions: Vec<&[u32]> = self
-            .members
-            .values()
-            .map(|m| m.subscription.as_slice())
-            .collect();
+        let subscriptions: Vec<&[u32]> = self.members.values().map(|m| &*m.subscription).collect();
         let mut cut = vec![false; targets.len()];
         for (i, m) in self.members.values().enumerate() {
             if !suspect[i] {
@@ -225,7 +215,7 @@ impl Group {
             if revoking.is_empty() {
                 m.revoke_deadline = None;
             } else if m.revoke_deadline.is_none() {
-                let deadline = now + m.rebalance_timeout;
+                let deadline = now + m.rebalance_timeout();
                 m.revoke_deadline = Some(deadline);
                 let key = TimerKey::Member {
                     group: self.name.clone(),
@@ -246,7 +236,7 @@ impl Group {
             // A revoke set that changed is pushed again, including when it became empty
             // because a newer target gave the partitions back: the member must hear that
             // it keeps them.
-            if revoking != m.revoke_pushed {
+            if *revoking != *m.revoke_pushed {
                 let push = Push::Revoke(RevokePush {
                     group: self.name.to_string(),
                     member_id: id.to_string(),
@@ -257,7 +247,7 @@ impl Group {
             }
             let m = self.members.get_mut(id).expect("member exists");
             m.assignment_dirty = false;
-            m.revoke_pushed = revoking;
+            m.revoke_pushed = revoking.into_boxed_slice();
         }
         if all_settled {
             if let Some((since, generation)) = self.reconciling.take() {
@@ -286,8 +276,10 @@ impl Group {
         if !self.acknowledge(id, acked) {
             return;
         }
-        let mut changed: Vec<Arc<str>> = vec![id.clone()];
         let held_any = !self.held.is_empty();
+        // Each grant is recorded in `owners` at once (a partition acknowledged twice is
+        // granted once) and added to its member's set with the member's other grants.
+        let mut grants: Vec<(Arc<str>, TopicPartition)> = Vec::new();
         for tp in acked {
             if self.owners.contains_key(tp) {
                 continue;
@@ -298,15 +290,24 @@ impl Group {
             let Some(to) = self.target_owner.get(tp) else {
                 continue;
             };
-            let Some(m) = self.members.get_mut(to) else {
+            let Some(m) = self.members.get(to) else {
                 continue;
             };
-            if m.takes_grants(ctx.now) && m.target.contains(tp) && m.owned.insert(*tp) {
+            if m.takes_grants(ctx.now) && m.target.contains(tp) && !m.owned.contains(tp) {
                 self.owners.insert(*tp, to.clone());
-                m.assignment_dirty = true;
-                changed.push(to.clone());
+                grants.push((to.clone(), *tp));
             }
         }
+        grants.sort_unstable();
+        for one_member in grants.chunk_by(|a, b| a.0 == b.0) {
+            let Some(m) = self.members.get_mut(&one_member[0].0) else {
+                continue;
+            };
+            m.owned.extend(one_member.iter().map(|(_, tp)| *tp));
+            m.assignment_dirty = true;
+        }
+        let mut changed: Vec<Arc<str>> = vec![id.clone()];
+        changed.extend(grants.into_iter().map(|(to, _)| to));
         changed.sort();
         changed.dedup();
         for member in &changed {
@@ -315,7 +316,7 @@ impl Group {
             };
             if m.owned.is_subset(&m.target) {
                 m.revoke_deadline = None;
-                m.revoke_pushed.clear();
+                m.revoke_pushed = Box::default();
             }
             m.assignment_dirty = false;
             let push = Push::Assignment(AssignmentPush {
@@ -357,18 +358,24 @@ impl Group {
         let Some(m) = self.members.get_mut(id) else {
             return false;
         };
-        let mut changed = false;
-        for tp in acked {
-            if !m.target.contains(tp) && m.owned.remove(tp) {
-                m.released.insert(*tp);
-                self.owners.remove(tp);
-                changed = true;
-            }
+        let mut gone: Vec<TopicPartition> = acked
+            .iter()
+            .filter(|tp| !m.target.contains(tp) && m.owned.contains(tp))
+            .copied()
+            .collect();
+        if gone.is_empty() {
+            return false;
         }
-        if changed {
-            m.assignment_dirty = true;
-            self.snapshot_dirty = true;
+        // In one pass over the member's sets, however many were acknowledged.
+        gone.sort_unstable();
+        gone.dedup();
+        m.owned.remove_sorted(&gone);
+        for tp in &gone {
+            self.owners.remove(tp);
         }
-        changed
+        m.released.extend(gone);
+        m.assignment_dirty = true;
+        self.snapshot_dirty = true;
+        true
     }
 }

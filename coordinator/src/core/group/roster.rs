@@ -101,22 +101,19 @@ impl Deref for Roster {
 
 #[cfg(test)]
 mod tests {
-    use std::time::{Duration, Instant};
-
     use super::super::{Group, Timeouts};
     use super::*;
     use crate::core::CoreConfig;
 
     fn member(group: &Group, id: &str) -> Member {
-        let t = Duration::from_secs(10);
         let timeouts = Timeouts {
-            session: t,
-            progress: t,
-            rebalance: t,
-            lease: t,
+            session_ms: 10_000,
+            progress_ms: 10_000,
+            rebalance_ms: 10_000,
+            lease_ms: 10_000,
         };
         group.new_member(
-            Instant::now(),
+            crate::core::tests::start_instant(),
             Arc::from(id),
             None,
             String::new(),

@@ -2,10 +2,13 @@
 //! gaps between arrivals (a fast-moving mean and spread, a slowly forgetting histogram
 //! and the longest recent gap), and the beats that were lost or late.
 //!
-//! Fixed size (about 200 bytes) whatever the member's age: the histogram halves its
-//! counts every [`WINDOW`] gaps instead of keeping the gaps themselves.
+//! Bounded whatever the member's age: the histogram halves its counts every [`WINDOW`]
+//! gaps instead of keeping the gaps themselves. About 90 bytes while the gaps fall in a
+//! few of its buckets, as a steady member's do, and 160 more once they spread wider.
 
 use std::time::{Duration, Instant};
+
+use super::histogram::Counts;
 
 /// Gaps per histogram window: every `WINDOW` gaps the counts are halved and the longest
 /// gap of the window before is forgotten, so the histogram and the tail memory cover
@@ -37,7 +40,7 @@ pub struct Arrivals {
     /// Moving variance of the gaps, seconds squared.
     variance: f32,
     /// Gap histogram, in milliseconds on a log scale.
-    counts: [u16; BUCKETS],
+    counts: Counts<BUCKETS>,
     /// Gaps counted in this window.
     window_gaps: u32,
     /// The longest gap of this window and of the one before, milliseconds.
@@ -57,7 +60,7 @@ impl Default for Arrivals {
             learned: 0,
             mean: 0.0,
             variance: 0.0,
-            counts: [0; BUCKETS],
+            counts: Counts::default(),
             window_gaps: 0,
             longest: [0; 2],
             lost: 0,
@@ -98,14 +101,11 @@ impl Arrivals {
         let ms = u32::try_from(gap.as_millis())
             .unwrap_or(MAX_GAP_MS)
             .min(MAX_GAP_MS);
-        let bucket = bucket_of(ms);
-        self.counts[bucket] = self.counts[bucket].saturating_add(1);
+        self.counts.add(bucket_of(ms));
         self.longest[0] = self.longest[0].max(ms);
         self.window_gaps += 1;
         if self.window_gaps >= WINDOW {
-            for c in &mut self.counts {
-                *c >>= 1;
-            }
+            self.counts.halve();
             self.window_gaps = 0;
             self.longest = [0, self.longest[0]];
         }
@@ -155,13 +155,13 @@ impl Arrivals {
     /// The gap at quantile `q` (0..=1) of the histogram: the upper edge of the bucket it
     /// falls in, never above the longest gap remembered. Zero before any gap.
     pub fn quantile(&self, q: f64) -> Duration {
-        let total: u64 = self.counts.iter().map(|&c| u64::from(c)).sum();
+        let total: u64 = self.counts.iter().map(|(_, c)| u64::from(c)).sum();
         if total == 0 {
             return self.longest();
         }
         let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
         let mut seen = 0;
-        for (i, &c) in self.counts.iter().enumerate() {
+        for (i, c) in self.counts.iter() {
             seen += u64::from(c);
             if seen >= rank {
                 let upper = upper_edge(i);

@@ -15,6 +15,7 @@
 mod adaptive;
 pub mod advice;
 mod arrivals;
+mod histogram;
 mod replay;
 mod watch;
 

@@ -45,8 +45,9 @@ pub struct Watch {
     session: Duration,
     arrivals: Arrivals,
     thresholds: Thresholds,
-    /// The shadow detector's thresholds, when the group runs one.
-    shadow: Option<Thresholds>,
+    /// The shadow detector's thresholds, when the group runs one (boxed: most groups
+    /// run none, and it would take 32 bytes in every member).
+    shadow: Option<Box<Thresholds>>,
     suspect: bool,
     /// When the state last changed (or the member was first heard).
     since: Instant,
@@ -68,7 +69,7 @@ impl Watch {
             last_silence: Duration::ZERO,
             session,
             thresholds: detector.thresholds(&arrivals, session),
-            shadow: shadow.map(|s| s.thresholds(&arrivals, session)),
+            shadow: shadow.map(|s| Box::new(s.thresholds(&arrivals, session))),
             arrivals,
             suspect: false,
             since: now,
@@ -120,7 +121,7 @@ impl Watch {
                 self.streak = 0;
             }
         }
-        if let Some(s) = self.shadow {
+        if let Some(s) = self.shadow.as_deref() {
             if silence > s.expel_after {
                 out.shadow = Some((ShadowVerdict::Expel, silence));
             } else if silence > s.suspect_after {
@@ -129,7 +130,7 @@ impl Watch {
         }
         self.arrivals.beat(now, sequence);
         self.thresholds = detector.thresholds(&self.arrivals, self.session);
-        self.shadow = shadow.map(|s| s.thresholds(&self.arrivals, self.session));
+        self.set_shadow(shadow.map(|s| s.thresholds(&self.arrivals, self.session)));
         out
     }
 
@@ -204,7 +205,15 @@ impl Watch {
         self.session = session;
         self.arrivals = Arrivals::default();
         self.thresholds = detector.thresholds(&self.arrivals, session);
-        self.shadow = shadow.map(|s| s.thresholds(&self.arrivals, session));
+        self.set_shadow(shadow.map(|s| s.thresholds(&self.arrivals, session)));
+    }
+
+    /// Sets the shadow thresholds, in the box the member already has if any.
+    fn set_shadow(&mut self, thresholds: Option<Thresholds>) {
+        match (self.shadow.as_deref_mut(), thresholds) {
+            (Some(old), Some(new)) => *old = new,
+            (_, new) => self.shadow = new.map(Box::new),
+        }
     }
 
     /// The thresholds in force.
@@ -214,7 +223,7 @@ impl Watch {
 
     /// The shadow detector's thresholds, if the group runs one.
     pub fn shadow_thresholds(&self) -> Option<Thresholds> {
-        self.shadow
+        self.shadow.as_deref().copied()
     }
 
     /// The member's heartbeat arrivals.
