@@ -890,15 +890,32 @@ impl Connection {
     ) -> Option<Exit> {
         let shards = self.ctx.shards.len();
         let beats = request.beats.len();
-        let mut parts: Vec<(Vec<usize>, Vec<_>)> =
-            (0..shards).map(|_| Default::default()).collect();
-        let mut refused = Vec::new();
-        for (i, beat) in request.beats.into_iter().enumerate() {
-            if denied.get(i).copied().unwrap_or(false) {
+        // Each beat's shard (`shards` for a denied beat), then parts of exactly their
+        // size: grown by pushes, they moved every beat already in them on each doubling.
+        let to: Vec<usize> = request
+            .beats
+            .iter()
+            .enumerate()
+            .map(|(i, beat)| match denied.get(i) {
+                Some(true) => shards,
+                _ => shard_of(&beat.group, shards),
+            })
+            .collect();
+        let mut sizes = vec![0usize; shards + 1];
+        for &shard in &to {
+            sizes[shard] += 1;
+        }
+        let mut parts: Vec<(Vec<usize>, Vec<_>)> = sizes[..shards]
+            .iter()
+            .map(|&n| (Vec::with_capacity(n), Vec::with_capacity(n)))
+            .collect();
+        let mut refused = Vec::with_capacity(sizes[shards]);
+        for ((i, beat), shard) in request.beats.into_iter().enumerate().zip(to) {
+            if shard == shards {
                 refused.push(i);
                 continue;
             }
-            let part = &mut parts[shard_of(&beat.group, shards)];
+            let part = &mut parts[shard];
             part.0.push(i);
             part.1.push(beat);
         }
