@@ -28,42 +28,6 @@ pub(super) fn not_authorized(api: ApiKey) -> Response {
     )
 }
 
-/// A connection's place in its principal's count; given back when dropped.
-#[derive(Debug)]
-pub(super) struct PrincipalSlot {
-    ctx: Arc<ConnContext>,
-    principal: Arc<str>,
-}
-
-impl PrincipalSlot {
-    /// Counts one more connection of `principal`: `None` if it has its maximum.
-    fn take(ctx: &Arc<ConnContext>, principal: &str) -> Option<Self> {
-        let principal: Arc<str> = principal.into();
-        let mut counts = ctx.per_principal.lock();
-        let count = counts.entry(principal.clone()).or_insert(0);
-        if ctx.max_connections_per_principal != 0 && *count >= ctx.max_connections_per_principal {
-            return None;
-        }
-        *count += 1;
-        Some(Self {
-            ctx: ctx.clone(),
-            principal,
-        })
-    }
-}
-
-impl Drop for PrincipalSlot {
-    fn drop(&mut self) {
-        let mut counts = self.ctx.per_principal.lock();
-        if let Some(count) = counts.get_mut(&self.principal) {
-            *count -= 1;
-            if *count == 0 {
-                counts.remove(&self.principal);
-            }
-        }
-    }
-}
-
 impl Connection {
     /// Counts the connection against its principal's limit once it has one; answers
     /// `too_many_connections` and closes if the principal has its maximum.
@@ -77,7 +41,7 @@ impl Connection {
             return None;
         }
         let principal = self.auth.as_ref()?.principal()?.to_owned();
-        match PrincipalSlot::take(&self.ctx, &principal) {
+        match self.ctx.per_principal.take(Arc::from(principal.as_str())) {
             Some(slot) => {
                 self.principal_slot = Some(Box::new(slot));
                 None
@@ -88,7 +52,7 @@ impl Connection {
                     .protocol_error(ProtocolError::TooManyConnectionsPerPrincipal)
                     .increment(1);
                 warn!(conn = self.id, peer = %self.peer, principal,
-                    max = self.ctx.max_connections_per_principal,
+                    max = self.ctx.per_principal.max(),
                     "connection refused: too many connections of this principal");
                 self.reply(
                     correlation_id,

@@ -15,7 +15,7 @@
 //! what to write (see `tls_io.rs`). The handshake deadline covers the TLS handshake
 //! too.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -24,7 +24,6 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures_util::{SinkExt, StreamExt};
-use parking_lot::Mutex;
 use rollcall_protocol::{
     supported_versions, ApiKey, ApiVersionsResponse, Body, Codec, ErrorCode, ErrorResponse, Frame,
     FrameError, FrameKind, Header, HeartbeatsRequest, ListGroupsRequest, ListGroupsResponse, Push,
@@ -38,6 +37,7 @@ use tokio_util::codec::{Decoder, Framed};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+use self::counted::{Counted, Slot};
 use super::auth::{ConnAuth, Operation, Security};
 use super::metrics::{Metrics, ProtocolError};
 use super::registry::{BufferBudget, ConnHandle, ConnState, Registry, SendLimits};
@@ -46,6 +46,7 @@ use super::tls::TlsContext;
 use crate::core::ConnId;
 
 mod access;
+mod counted;
 mod io;
 mod tls_io;
 
@@ -72,14 +73,11 @@ pub(crate) struct ConnContext {
     pub(crate) limits: Arc<SendLimits>,
     pub(crate) max_connections: usize,
     pub(crate) active: AtomicUsize,
-    /// Connections served per peer address, counted only at accept and close (and only
-    /// when `max_connections_per_address` is not 0).
-    pub(crate) per_address: Mutex<HashMap<IpAddr, usize>>,
-    pub(crate) max_connections_per_address: usize,
+    /// Connections served per peer address, counted at accept and close.
+    pub(crate) per_address: Arc<Counted<IpAddr>>,
     /// Connections authenticated per principal, counted when one authenticates and
-    /// when it closes (only with an auth file and `max_connections_per_principal`).
-    pub(crate) per_principal: Mutex<HashMap<Arc<str>, usize>>,
-    pub(crate) max_connections_per_principal: usize,
+    /// when it closes (only with an auth file).
+    pub(crate) per_principal: Arc<Counted<Arc<str>>>,
     pub(crate) next_id: AtomicU64,
     /// Set when the server stops reading requests (shutdown has begun); see
     /// [`ConnContext::stop_reading`].
@@ -124,10 +122,8 @@ impl ConnContext {
             limits,
             max_connections: config.max_connections,
             active: AtomicUsize::new(0),
-            per_address: Mutex::new(HashMap::new()),
-            max_connections_per_address: config.max_connections_per_address,
-            per_principal: Mutex::new(HashMap::new()),
-            max_connections_per_principal: config.max_connections_per_principal,
+            per_address: Counted::new(config.max_connections_per_address),
+            per_principal: Counted::new(config.max_connections_per_principal),
             next_id: AtomicU64::new(1),
             stopping: AtomicBool::new(false),
             close: CancellationToken::new(),
@@ -174,13 +170,13 @@ pub(crate) fn accept(
         );
         return;
     }
-    let address = AddressSlot::take(ctx, peer.ip());
-    if address.is_none() {
+    // An IPv4 peer on an IPv6 listener is the same address as on an IPv4 one.
+    let Some(address) = ctx.per_address.take(peer.ip().to_canonical()) else {
         ctx.active.fetch_sub(1, Ordering::AcqRel);
         ctx.metrics
             .protocol_error(ProtocolError::TooManyConnectionsPerAddress)
             .increment(1);
-        warn!(%peer, max = ctx.max_connections_per_address,
+        warn!(%peer, max = ctx.per_address.max(),
             "connection refused: too many connections from this address");
         refuse(
             ctx,
@@ -189,7 +185,7 @@ pub(crate) fn accept(
             "the coordinator has its maximum number of connections from this address; retry later",
         );
         return;
-    }
+    };
     ctx.metrics.connections.increment(1.0);
     let id = ctx.next_id.fetch_add(1, Ordering::Relaxed);
     let ctx = ctx.clone();
@@ -203,47 +199,6 @@ pub(crate) fn accept(
         ctx.active.fetch_sub(1, Ordering::AcqRel);
         ctx.metrics.connections.decrement(1.0);
     });
-}
-
-/// A connection's place in its address's count; given back when dropped.
-struct AddressSlot {
-    ctx: Arc<ConnContext>,
-    ip: IpAddr,
-}
-
-impl AddressSlot {
-    /// Counts one more connection from `ip`: `None` if the address has its maximum,
-    /// `Some(None)` if there is no maximum (nothing is counted).
-    fn take(ctx: &Arc<ConnContext>, ip: IpAddr) -> Option<Option<Self>> {
-        let max = ctx.max_connections_per_address;
-        if max == 0 {
-            return Some(None);
-        }
-        // An IPv4 peer on an IPv6 listener is the same address as on an IPv4 one.
-        let ip = ip.to_canonical();
-        let mut counts = ctx.per_address.lock();
-        let count = counts.entry(ip).or_insert(0);
-        if *count >= max {
-            return None;
-        }
-        *count += 1;
-        Some(Some(Self {
-            ctx: ctx.clone(),
-            ip,
-        }))
-    }
-}
-
-impl Drop for AddressSlot {
-    fn drop(&mut self) {
-        let mut counts = self.ctx.per_address.lock();
-        if let Some(count) = counts.get_mut(&self.ip) {
-            *count -= 1;
-            if *count == 0 {
-                counts.remove(&self.ip);
-            }
-        }
-    }
 }
 
 /// Answers the first request of a connection refused at accept, then closes it (at
@@ -396,7 +351,7 @@ struct Connection {
     /// Authentication and access checks, when the server has an auth file.
     auth: Option<Box<ConnAuth>>,
     /// This connection's place in its principal's count, once authenticated.
-    principal_slot: Option<Box<access::PrincipalSlot>>,
+    principal_slot: Option<Box<Slot<Arc<str>>>>,
     /// Shards this connection sent requests to, to tell them when it closes.
     used_shards: Vec<bool>,
     /// What has arrived and is not a whole frame yet (empty, and unallocated, between
