@@ -41,6 +41,48 @@ fn tps(partitions: &[u32]) -> Vec<TopicPartitions> {
     }]
 }
 
+/// The worked examples' DescribeGroup answer: one member, with the detector's view when
+/// `detection` (versions 1 and 2), and `more` as a page gives it (version 2).
+fn described(detection: bool, more: Option<bool>) -> Response {
+    Response::DescribeGroup(DescribeGroupResponse {
+        group: GROUP.into(),
+        state: GroupState::Stable,
+        generation: 5,
+        assignor: "sticky".into(),
+        members: vec![MemberDescription {
+            member_id: MEMBER.into(),
+            instance_id: None,
+            client_id: "invoicer".into(),
+            liveness: Liveness::Alive,
+            since_heartbeat_ms: 1_200,
+            since_progress_ms: 1_200,
+            owned: tps(&[0, 1, 2]),
+            pending_revoke: Vec::new(),
+            pending_grant: Vec::new(),
+            detection: detection.then_some(MemberDetection {
+                in_state_ms: 600_000,
+                phi_centi: 12,
+                suspect_after_ms: 2_310,
+                expel_after_ms: 3_620,
+                gaps: 240,
+                beats_lost: 1,
+                beats_late: 0,
+                gap_p50_ms: 2_047,
+                gap_p99_ms: 2_559,
+                gap_p999_ms: 3_071,
+                gap_max_ms: 3_100,
+            }),
+        }],
+        detection: detection.then(|| {
+            Box::new(GroupDetection {
+                detector: "adaptive".into(),
+                shadow: Some("fixed".into()),
+            })
+        }),
+        more,
+    })
+}
+
 /// The example's join: a first join of a dynamic member, with lease timeout `lease_ms`
 /// (0: the session timeout, sent at version 0).
 fn join(lease_ms: u32) -> JoinRequest {
@@ -362,29 +404,7 @@ fn examples() -> Vec<(&'static str, Frame)> {
         ),
         (
             "describe-group-response",
-            Frame::response(
-                7,
-                Response::DescribeGroup(DescribeGroupResponse {
-                    group: GROUP.into(),
-                    state: GroupState::Stable,
-                    generation: 5,
-                    assignor: "sticky".into(),
-                    members: vec![MemberDescription {
-                        member_id: MEMBER.into(),
-                        instance_id: None,
-                        client_id: "invoicer".into(),
-                        liveness: Liveness::Alive,
-                        since_heartbeat_ms: 1_200,
-                        since_progress_ms: 1_200,
-                        owned: tps(&[0, 1, 2]),
-                        pending_revoke: Vec::new(),
-                        pending_grant: Vec::new(),
-                        detection: None,
-                    }],
-                    detection: None,
-                    more: None,
-                }),
-            ),
+            Frame::response(7, described(false, None)),
         ),
         (
             "describe-group-request-v1",
@@ -399,44 +419,7 @@ fn examples() -> Vec<(&'static str, Frame)> {
         ),
         (
             "describe-group-response-v1",
-            Frame::response(
-                7,
-                Response::DescribeGroup(DescribeGroupResponse {
-                    group: GROUP.into(),
-                    state: GroupState::Stable,
-                    generation: 5,
-                    assignor: "sticky".into(),
-                    members: vec![MemberDescription {
-                        member_id: MEMBER.into(),
-                        instance_id: None,
-                        client_id: "invoicer".into(),
-                        liveness: Liveness::Alive,
-                        since_heartbeat_ms: 1_200,
-                        since_progress_ms: 1_200,
-                        owned: tps(&[0, 1, 2]),
-                        pending_revoke: Vec::new(),
-                        pending_grant: Vec::new(),
-                        detection: Some(MemberDetection {
-                            in_state_ms: 600_000,
-                            phi_centi: 12,
-                            suspect_after_ms: 2_310,
-                            expel_after_ms: 3_620,
-                            gaps: 240,
-                            beats_lost: 1,
-                            beats_late: 0,
-                            gap_p50_ms: 2_047,
-                            gap_p99_ms: 2_559,
-                            gap_p999_ms: 3_071,
-                            gap_max_ms: 3_100,
-                        }),
-                    }],
-                    detection: Some(Box::new(GroupDetection {
-                        detector: "adaptive".into(),
-                        shadow: Some("fixed".into()),
-                    })),
-                    more: None,
-                }),
-            ),
+            Frame::response(7, described(true, None)),
         ),
         (
             "describe-group-request-v2",
@@ -454,44 +437,7 @@ fn examples() -> Vec<(&'static str, Frame)> {
         ),
         (
             "describe-group-response-v2",
-            Frame::response(
-                7,
-                Response::DescribeGroup(DescribeGroupResponse {
-                    group: GROUP.into(),
-                    state: GroupState::Stable,
-                    generation: 5,
-                    assignor: "sticky".into(),
-                    members: vec![MemberDescription {
-                        member_id: MEMBER.into(),
-                        instance_id: None,
-                        client_id: "invoicer".into(),
-                        liveness: Liveness::Alive,
-                        since_heartbeat_ms: 1_200,
-                        since_progress_ms: 1_200,
-                        owned: tps(&[0, 1, 2]),
-                        pending_revoke: Vec::new(),
-                        pending_grant: Vec::new(),
-                        detection: Some(MemberDetection {
-                            in_state_ms: 600_000,
-                            phi_centi: 12,
-                            suspect_after_ms: 2_310,
-                            expel_after_ms: 3_620,
-                            gaps: 240,
-                            beats_lost: 1,
-                            beats_late: 0,
-                            gap_p50_ms: 2_047,
-                            gap_p99_ms: 2_559,
-                            gap_p999_ms: 3_071,
-                            gap_max_ms: 3_100,
-                        }),
-                    }],
-                    detection: Some(Box::new(GroupDetection {
-                        detector: "adaptive".into(),
-                        shadow: Some("fixed".into()),
-                    })),
-                    more: Some(false),
-                }),
-            ),
+            Frame::response(7, described(true, Some(false))),
         ),
         (
             "revoke-push",
