@@ -495,36 +495,22 @@ async fn the_admin_commands_authenticate_and_hash_password_makes_a_working_crede
     }
     let password = dir.path().join("password");
     std::fs::write(&password, "pa55 word\n").unwrap();
-    let listed = run(
-        &[
-            "groups",
-            "--addr",
-            &addr,
-            "--user",
-            "auditor",
-            "--password-file",
-            password.to_str().unwrap(),
-        ],
-        None,
-    )
-    .await;
+    let password_file = password.to_str().unwrap();
+    let as_auditor = [
+        "groups",
+        "--addr",
+        &addr,
+        "--user",
+        "auditor",
+        "--password-file",
+        password_file,
+    ];
+    let listed = run(&as_auditor, None).await;
     assert_eq!(listed.0, Some(0), "{}", listed.2);
     assert!(listed.1.contains("orders"), "{}", listed.1);
     assert!(!listed.1.contains("billing"), "{}", listed.1);
     std::fs::write(&password, "wrong\n").unwrap();
-    let refused = run(
-        &[
-            "groups",
-            "--addr",
-            &addr,
-            "--user",
-            "auditor",
-            "--password-file",
-            password.to_str().unwrap(),
-        ],
-        None,
-    )
-    .await;
+    let refused = run(&as_auditor, None).await;
     assert_eq!(refused.0, Some(1));
     assert!(refused.2.contains("authentication failed"), "{}", refused.2);
     let anonymous = run(&["groups", "--addr", &addr], None).await;
