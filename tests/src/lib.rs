@@ -34,6 +34,46 @@ pub async fn bounded<F: Future>(what: &str, fut: F) -> F::Output {
     }
 }
 
+/// What a run of the `rollcall` command gave.
+#[derive(Debug)]
+pub struct CliOutput {
+    /// Its exit code (`None`: killed by a signal).
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs the `rollcall` binary `bin` with `args`, `stdin` written to it (none: it reads
+/// end of file at once) and no `RUST_LOG`, within the test step's bound.
+pub async fn run_cli(bin: &str, args: &[&str], stdin: Option<&str>) -> CliOutput {
+    use tokio::io::AsyncWriteExt;
+    let mut child = tokio::process::Command::new(bin)
+        .args(args)
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("runs");
+    let mut input = child.stdin.take().expect("stdin");
+    if let Some(text) = stdin {
+        input
+            .write_all(text.as_bytes())
+            .await
+            .expect("writes stdin");
+    }
+    drop(input);
+    let out = bounded("rollcall command", child.wait_with_output())
+        .await
+        .expect("finishes");
+    CliOutput {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
 /// A server configuration for tests: ephemeral port, in-memory store, two shards (so
 /// routing across shards is exercised).
 pub fn test_config() -> ServerConfig {

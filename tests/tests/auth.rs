@@ -14,7 +14,9 @@ use rollcall_protocol::{
     HeartbeatsRequest, LeaveMode, LeaveRequest, OffsetCommit, RelinquishRequest, Request, Response,
     TraceGroupRequest,
 };
-use rollcall_tests::{bounded, join, start, test_config, Member, RawClient, TempDir};
+use rollcall_tests::{
+    bounded, join, run_cli, start, test_config, CliOutput, Member, RawClient, TempDir,
+};
 
 /// Low iterations keep the tests quick; the protocol's floor is 4096.
 const ITERATIONS: u32 = 4096;
@@ -462,13 +464,16 @@ async fn the_admin_commands_authenticate_and_hash_password_makes_a_working_crede
         Some("pa55 word\n"),
     )
     .await;
-    assert_eq!(hashed.0, Some(0), "{}", hashed.2);
-    let credential = hashed.1.trim().to_owned();
+    assert_eq!(hashed.code, Some(0), "{}", hashed.stderr);
+    let credential = hashed.stdout.trim().to_owned();
     assert!(
         credential.starts_with("SCRAM-SHA-256$4096:"),
         "{credential}"
     );
-    assert!(!hashed.1.contains("pa55"), "the password is not printed");
+    assert!(
+        !hashed.stdout.contains("pa55"),
+        "the password is not printed"
+    );
     let path = dir.path().join("auth.toml");
     std::fs::write(
         &path,
@@ -506,48 +511,30 @@ async fn the_admin_commands_authenticate_and_hash_password_makes_a_working_crede
         password_file,
     ];
     let listed = run(&as_auditor, None).await;
-    assert_eq!(listed.0, Some(0), "{}", listed.2);
-    assert!(listed.1.contains("orders"), "{}", listed.1);
-    assert!(!listed.1.contains("billing"), "{}", listed.1);
+    assert_eq!(listed.code, Some(0), "{}", listed.stderr);
+    assert!(listed.stdout.contains("orders"), "{}", listed.stdout);
+    assert!(!listed.stdout.contains("billing"), "{}", listed.stdout);
     std::fs::write(&password, "wrong\n").unwrap();
     let refused = run(&as_auditor, None).await;
-    assert_eq!(refused.0, Some(1));
-    assert!(refused.2.contains("authentication failed"), "{}", refused.2);
-    let anonymous = run(&["groups", "--addr", &addr], None).await;
-    assert_eq!(anonymous.0, Some(1));
+    assert_eq!(refused.code, Some(1));
     assert!(
-        anonymous.2.contains("authentication_required"),
+        refused.stderr.contains("authentication failed"),
         "{}",
-        anonymous.2
+        refused.stderr
+    );
+    let anonymous = run(&["groups", "--addr", &addr], None).await;
+    assert_eq!(anonymous.code, Some(1));
+    assert!(
+        anonymous.stderr.contains("authentication_required"),
+        "{}",
+        anonymous.stderr
     );
     server.shutdown().await.unwrap();
 }
 
-/// Runs the `rollcall` binary with `args` and `stdin`: exit code, stdout, stderr.
-async fn run(args: &[&str], stdin: Option<&str>) -> (Option<i32>, String, String) {
-    use tokio::io::AsyncWriteExt;
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_rollcall-e2e"))
-        .args(args)
-        .env_remove("RUST_LOG")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("runs");
-    let mut input = child.stdin.take().expect("stdin");
-    if let Some(text) = stdin {
-        input.write_all(text.as_bytes()).await.unwrap();
-    }
-    drop(input);
-    let out = bounded("rollcall command", child.wait_with_output())
-        .await
-        .expect("finishes");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+/// Runs the `rollcall` binary with `args` and `stdin`.
+async fn run(args: &[&str], stdin: Option<&str>) -> CliOutput {
+    run_cli(env!("CARGO_BIN_EXE_rollcall-e2e"), args, stdin).await
 }
 
 /// One principal can hold at most --max-connections-per-principal connections: one

@@ -1,7 +1,6 @@
 //! The server over real TCP: handshake, protocol errors, limits, routing to the core,
 //! pushes, metrics, the admin commands and the `rollcall serve` process.
 
-use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -15,7 +14,8 @@ use rollcall_protocol::{
     OffsetCommit, Push, Request, Response, DEFAULT_MAX_FRAME_SIZE,
 };
 use rollcall_tests::{
-    bounded, http_get, join, sample, serve_process, start, test_config, Member, RawClient, TempDir,
+    bounded, http_get, join, run_cli, sample, serve_process, start, test_config, CliOutput, Member,
+    RawClient, TempDir,
 };
 use tokio::io::AsyncWriteExt;
 
@@ -573,29 +573,8 @@ async fn shutdown_pushes_goodbye_to_every_connection() {
 
 const BIN: &str = env!("CARGO_BIN_EXE_rollcall-e2e");
 
-struct Output {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-async fn rollcall(args: &[&str]) -> Output {
-    let out = bounded(
-        "rollcall command",
-        tokio::process::Command::new(BIN)
-            .args(args)
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .expect("runs");
-    Output {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+async fn rollcall(args: &[&str]) -> CliOutput {
+    run_cli(BIN, args, None).await
 }
 
 #[tokio::test]

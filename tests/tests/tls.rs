@@ -15,7 +15,6 @@
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
@@ -32,7 +31,8 @@ use rollcall_protocol::{
 };
 use rollcall_tests::proxy::Proxy;
 use rollcall_tests::{
-    bounded, http_get, sample, start, test_config, RawClient, ServeProcess, TempDir, STEP,
+    bounded, http_get, run_cli, sample, start, test_config, CliOutput, RawClient, ServeProcess,
+    TempDir, STEP,
 };
 use tokio::time::Instant;
 
@@ -843,29 +843,8 @@ async fn connections_still_in_their_tls_handshake_do_not_hold_up_shutdown() {
 // The command line
 // ---------------------------------------------------------------------------------------------
 
-struct Output {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-async fn rollcall(args: &[&str]) -> Output {
-    let out = bounded(
-        "rollcall command",
-        tokio::process::Command::new(BIN)
-            .args(args)
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .expect("runs");
-    Output {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+async fn rollcall(args: &[&str]) -> CliOutput {
+    run_cli(BIN, args, None).await
 }
 
 fn text(path: &Path) -> &str {
