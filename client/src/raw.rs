@@ -220,31 +220,7 @@ where
         client_software: client_software.to_owned(),
         versions: supported_versions(),
     });
-    transport
-        .send(Frame::request(correlation_id, hello))
-        .await
-        .map_err(frame_error)?;
-    let answer = loop {
-        match transport.next().await {
-            None => return Err(ConnectError::Protocol("connection closed".into())),
-            Some(Err(FrameError::TooLarge { declared, .. })) if looks_like_tls(declared) => {
-                return Err(ConnectError::Protocol(
-                    "the coordinator answered in TLS: connect with TLS".into(),
-                ))
-            }
-            Some(Err(e)) => return Err(frame_error(e)),
-            Some(Ok(frame)) => match frame.body {
-                Body::Push(_) => continue,
-                Body::Response(r) if frame.correlation_id == correlation_id => break r,
-                other => {
-                    return Err(ConnectError::Protocol(format!(
-                        "unexpected frame during the handshake: {other:?}"
-                    )))
-                }
-            },
-        }
-    };
-    match answer {
+    match round_trip(transport, correlation_id, hello, "the handshake").await? {
         Response::ApiVersions(v) => Ok(v),
         Response::Error(e) => Err(ConnectError::Refused {
             code: e.code,
@@ -306,6 +282,30 @@ where
         mechanism: scram::MECHANISM.to_owned(),
         payload,
     });
+    match round_trip(transport, correlation_id, request, "authentication").await? {
+        Response::Authenticate(a) => Ok(a),
+        Response::Error(e) => Err(ConnectError::Authentication(format!(
+            "{}: {}",
+            e.code, e.message
+        ))),
+        other => Err(ConnectError::Protocol(format!(
+            "unexpected answer to Authenticate: {other:?}"
+        ))),
+    }
+}
+
+/// Sends `request` under `correlation_id` and waits for the answer to it, skipping any
+/// push that arrives first; `during` names the step in errors. A frame length that is
+/// really the start of a TLS record says the coordinator speaks TLS.
+async fn round_trip<T>(
+    transport: &mut Framed<T, Codec>,
+    correlation_id: u32,
+    request: Request,
+    during: &str,
+) -> Result<Response, ConnectError>
+where
+    T: AsyncRead + AsyncWrite + Unpin,
+{
     transport
         .send(Frame::request(correlation_id, request))
         .await
@@ -313,24 +313,18 @@ where
     loop {
         match transport.next().await {
             None => return Err(ConnectError::Protocol("connection closed".into())),
+            Some(Err(FrameError::TooLarge { declared, .. })) if looks_like_tls(declared) => {
+                return Err(ConnectError::Protocol(
+                    "the coordinator answered in TLS: connect with TLS".into(),
+                ))
+            }
             Some(Err(e)) => return Err(frame_error(e)),
             Some(Ok(frame)) => match frame.body {
                 Body::Push(_) => continue,
-                Body::Response(r) if frame.correlation_id == correlation_id => {
-                    return match r {
-                        Response::Authenticate(a) => Ok(a),
-                        Response::Error(e) => Err(ConnectError::Authentication(format!(
-                            "{}: {}",
-                            e.code, e.message
-                        ))),
-                        other => Err(ConnectError::Protocol(format!(
-                            "unexpected answer to Authenticate: {other:?}"
-                        ))),
-                    }
-                }
+                Body::Response(r) if frame.correlation_id == correlation_id => return Ok(r),
                 other => {
                     return Err(ConnectError::Protocol(format!(
-                        "unexpected frame during authentication: {other:?}"
+                        "unexpected frame during {during}: {other:?}"
                     )))
                 }
             },
