@@ -7,14 +7,32 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, Criterion};
 use rollcall_coordinator::core::{Coordinator, CoreConfig, DetectorKind};
-use rollcall_protocol::{HeartbeatRequest, JoinRequest, Request, Response, TopicSubscription};
+use rollcall_protocol::{
+    HeartbeatRequest, HeartbeatsRequest, JoinRequest, Request, Response, TopicSubscription,
+};
 
 /// A core with `groups` groups of `per_group` members, judged by `detector`, settled.
+/// Member `k` of each group joins on connection `conn(k)`.
 fn populated(
     groups: usize,
     per_group: usize,
     start: Instant,
     detector: DetectorKind,
+) -> (Coordinator, Vec<(String, String)>) {
+    let mut token = 0;
+    populated_on(groups, per_group, start, detector, |_| {
+        token += 1;
+        token
+    })
+}
+
+/// [`populated`], with member `k` of each group joining on connection `conn(k)`.
+fn populated_on(
+    groups: usize,
+    per_group: usize,
+    start: Instant,
+    detector: DetectorKind,
+    mut conn: impl FnMut(usize) -> u64,
 ) -> (Coordinator, Vec<(String, String)>) {
     let mut core = Coordinator::new(CoreConfig {
         detector,
@@ -24,11 +42,11 @@ fn populated(
     let mut token = 0;
     for g in 0..groups {
         let group = format!("group-{g}");
-        for _ in 0..per_group {
+        for k in 0..per_group {
             token += 1;
             let resp = core.handle_request(
                 start,
-                token,
+                conn(k),
                 Request::Join(JoinRequest {
                     group: group.clone(),
                     member_id: None,
@@ -133,7 +151,59 @@ fn memory_per_member() {
     drop(core);
 }
 
-criterion_group!(benches, heartbeat);
+/// Heartbeats frames as the load harness sends them with `--members-per-conn 100
+/// --batch-heartbeats`: 10,000 members, member `i` in group `i % 100`, so each frame of
+/// 100 beats renews one member of every group. Unlike [`heartbeat_with`], consecutive
+/// renewals touch different groups, as they do on the wire: what this measures is
+/// mostly the cache misses of finding and renewing a member whose state was evicted
+/// since its last beat.
+fn heartbeats_interleaved(c: &mut Criterion) {
+    const GROUPS: usize = 100;
+    const PER_GROUP: usize = 100;
+    let start = Instant::now();
+    // Connection `k + 1` carries member `k` of every group.
+    let (mut core, members) =
+        populated_on(GROUPS, PER_GROUP, start, DetectorKind::Fixed, |k| k as u64 + 1);
+    let mut now = start + Duration::from_secs(1);
+    let mut seq = 1u64;
+    let mut k = 0usize;
+    let mut group = c.benchmark_group("core_heartbeats_10000_members");
+    group.throughput(criterion::Throughput::Elements(GROUPS as u64));
+    group.bench_function("interleaved_100_per_frame", |b| {
+        b.iter_batched(
+            || {
+                k = (k + 1) % PER_GROUP;
+                seq += 1;
+                now += Duration::from_micros(10);
+                let beats = (0..GROUPS)
+                    .map(|g| {
+                        let (group, member_id) = &members[g * PER_GROUP + k];
+                        HeartbeatRequest {
+                            group: group.clone().into(),
+                            member_id: member_id.clone().into(),
+                            generation: 1,
+                            sequence: seq,
+                            progress: seq,
+                            acked_revocations: Vec::new(),
+                        }
+                    })
+                    .collect();
+                (now, k as u64 + 1, Request::Heartbeats(HeartbeatsRequest { beats }))
+            },
+            |(now, conn, req)| {
+                let resp = core.handle_request(now, conn, req);
+                black_box(resp);
+                while let Some(out) = core.poll_output() {
+                    black_box(out);
+                }
+            },
+            criterion::BatchSize::SmallInput,
+        )
+    });
+    group.finish();
+}
+
+criterion_group!(benches, heartbeat, heartbeats_interleaved);
 
 fn main() {
     memory_per_member();
