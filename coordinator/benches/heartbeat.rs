@@ -162,8 +162,9 @@ fn heartbeats_interleaved(c: &mut Criterion) {
     const PER_GROUP: usize = 100;
     let start = Instant::now();
     // Connection `k + 1` carries member `k` of every group.
-    let (mut core, members) =
-        populated_on(GROUPS, PER_GROUP, start, DetectorKind::Fixed, |k| k as u64 + 1);
+    let (mut core, members) = populated_on(GROUPS, PER_GROUP, start, DetectorKind::Fixed, |k| {
+        k as u64 + 1
+    });
     let mut now = start + Duration::from_secs(1);
     let mut seq = 1u64;
     let mut k = 0usize;
@@ -188,7 +189,11 @@ fn heartbeats_interleaved(c: &mut Criterion) {
                         }
                     })
                     .collect();
-                (now, k as u64 + 1, Request::Heartbeats(HeartbeatsRequest { beats }))
+                (
+                    now,
+                    k as u64 + 1,
+                    Request::Heartbeats(HeartbeatsRequest { beats }),
+                )
             },
             |(now, conn, req)| {
                 let resp = core.handle_request(now, conn, req);
