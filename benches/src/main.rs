@@ -7,6 +7,11 @@
 //! bounded in time and stops by itself; it prints a table on stdout, progress lines on
 //! stderr, and with `--json FILE` writes its figures as JSON. The exit code is 0 when
 //! every target checked was met, 1 when one was missed, 2 when the run failed.
+//!
+//! Two subcommands start no coordinator: `detector` replays heartbeat traces through
+//! the coordinator's failure detectors, and `floor` drives a bare echo server of the
+//! same heartbeat frames (this binary re-executed as the hidden `floor-server`), whose
+//! heartbeats per second of server CPU are the ceiling of `steady`'s on this machine.
 
 #![forbid(unsafe_code)]
 
@@ -70,6 +75,16 @@ enum Command {
     /// their settings: false suspicions and expulsions, detection time, mistake
     /// duration, query accuracy; a table, JSON and SVG charts. Starts no coordinator.
     Detector(scenarios::detector::DetectorArgs),
+    /// The floor of the network path on this machine: a bare echo server in a process
+    /// of its own, no coordinator logic, answering each Heartbeat frame with a canned
+    /// Heartbeat response, driven like `steady` with one member per connection. Gives
+    /// heartbeats per second of server CPU, the ceiling of steady's figure. Starts no
+    /// coordinator.
+    Floor(scenarios::floor::FloorArgs),
+    /// The echo server of `floor`, run by it in a process of its own: prints its
+    /// address on stdout and serves until its stdin closes.
+    #[command(hide = true)]
+    FloorServer(scenarios::floor::FloorServerArgs),
 }
 
 impl Command {
@@ -86,6 +101,8 @@ impl Command {
             Self::Scale(a) => a.hard_cap(),
             Self::Connections(a) => a.hard_cap(),
             Self::Detector(a) => a.hard_cap(),
+            Self::Floor(a) => a.hard_cap(),
+            Self::FloorServer(a) => a.hard_cap(),
         }
     }
 
@@ -101,12 +118,22 @@ impl Command {
             Self::Scale(a) => harness::run(a).await,
             Self::Connections(a) => harness::run(a).await,
             Self::Detector(a) => scenarios::detector::run(a).await,
+            Self::Floor(a) => scenarios::floor::run(a).await,
+            // Served on a runtime of its own, before this one is built (see `main`).
+            Self::FloorServer(_) => {
+                Err("floor-server does not run on the generator's runtime".into())
+            }
         }
     }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::FloorServer(args) = &cli.scenario {
+        // Its CPU time is what `floor` measures: its own runtime, sized as asked, not
+        // the generator's.
+        return scenarios::floor::serve(args);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(procfs::cpus())
         .thread_name(target::GENERATOR_THREADS)

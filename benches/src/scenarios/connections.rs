@@ -120,7 +120,7 @@ impl ConnectionsArgs {
 }
 
 /// The most connections that fit the open-file limit of process `pid`, if it has one.
-fn connection_cap(pid: u32) -> Option<usize> {
+pub(crate) fn connection_cap(pid: u32) -> Option<usize> {
     let limit = usize::try_from(procfs::open_files_limit(pid)?).ok()?;
     Some(limit.saturating_sub(FILE_HEADROOM))
 }
