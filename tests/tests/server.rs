@@ -1270,3 +1270,49 @@ async fn retention_keeps_a_group_that_regained_a_member() {
     assert_eq!(fetched.offsets[0].offset, 9);
     server.shutdown().await.unwrap();
 }
+
+/// Connections served on the main runtime (`io_threads: 0`) and spread over three
+/// connection threads behave alike: members on different connections (so, with
+/// threads, on different threads) are balanced by pushes, answered, and said goodbye
+/// to at shutdown.
+#[tokio::test]
+async fn connections_are_served_alike_on_the_runtime_and_on_connection_threads() {
+    for io_threads in [0, 3] {
+        let server = start(ServerConfig {
+            io_threads,
+            ..test_config()
+        })
+        .await;
+        let addr = server.local_addr();
+        let group = format!("g-io-{io_threads}");
+        let mut members = Vec::new();
+        for _ in 0..3 {
+            members.push(Member::join(addr, join(&group, "orders", 6, 10_000)).await);
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while members
+            .iter()
+            .any(|m| m.owned_count() != 2 || !m.revoking.is_empty())
+        {
+            assert!(
+                Instant::now() < deadline,
+                "never balanced with {io_threads} threads: {members:?}"
+            );
+            for m in &mut members {
+                m.tick(Duration::from_millis(20)).await;
+            }
+        }
+        for m in &mut members {
+            assert!(matches!(m.heartbeat().await, Response::Heartbeat(_)));
+        }
+        bounded("shutdown", server.shutdown()).await.unwrap();
+        for m in &mut members {
+            let last = bounded("close", m.client.expect_closed()).await;
+            assert!(
+                last.iter()
+                    .any(|f| matches!(&f.body, Body::Push(Push::Shutdown(_)))),
+                "no shutdown push with {io_threads} threads: {last:?}"
+            );
+        }
+    }
+}

@@ -4,7 +4,7 @@
 //! Defaults come from [`ServerConfig::default`] (its `core` for the core's limits, which
 //! lowers the partition limit to fit the frame size) and [`CoreConfig::default`] except the
 //! four where a test server and a deployed one differ (listen and metrics addresses,
-//! store, shards), which are the `DEFAULT_*` constants here. The file's keys are the
+//! store, shards, connection threads), which are the `DEFAULT_*` constants here. The file's keys are the
 //! flags' long names, read from clap's own argument list.
 
 use super::*;
@@ -137,7 +137,7 @@ impl FromStr for MetricsAddr {
     }
 }
 
-fn default_shards() -> usize {
+fn cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
@@ -182,8 +182,12 @@ pub(super) struct ServeArgs {
     #[arg(long, env = "ROLLCALL_IN_MEMORY", value_name = "BOOL", default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     in_memory: bool,
     /// Number of shards (tasks owning a share of the groups); default: number of CPUs.
-    #[arg(long, env = "ROLLCALL_SHARDS", value_name = "N", default_value_t = default_shards())]
+    #[arg(long, env = "ROLLCALL_SHARDS", value_name = "N", default_value_t = cpus())]
     shards: usize,
+    /// Threads serving connections, each a single-threaded runtime of its own; 0 serves
+    /// them on the main runtime's workers. Default: number of CPUs.
+    #[arg(long, env = "ROLLCALL_IO_THREADS", value_name = "N", default_value_t = cpus())]
+    io_threads: usize,
     /// Largest frame accepted or sent (e.g. 1MiB, 65536).
     #[arg(long, env = "ROLLCALL_MAX_FRAME_SIZE", value_name = "SIZE", default_value_t = Size(server_default().max_frame_size))]
     max_frame_size: Size,
@@ -477,6 +481,7 @@ impl ServeArgs {
                 StoreConfig::Dir(self.data_dir)
             },
             shards: self.shards,
+            io_threads: self.io_threads,
             max_frame_size: self.max_frame_size.0,
             max_connections: self.max_connections,
             max_connections_per_address: self.max_connections_per_address,

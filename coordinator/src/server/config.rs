@@ -48,6 +48,9 @@ pub struct ServerConfig {
     pub store: StoreConfig,
     /// Number of shards (tasks that each own the groups hashed to them).
     pub shards: usize,
+    /// Threads serving connections, each with a single-threaded runtime of its own;
+    /// `0` serves them on the runtime the server runs on.
+    pub io_threads: usize,
     /// Largest frame accepted or sent, length prefix excluded.
     pub max_frame_size: usize,
     /// Connections served at once; more are answered `TooManyConnections` and closed.
@@ -109,6 +112,7 @@ impl Default for ServerConfig {
             metrics_addr: None,
             store: StoreConfig::Memory,
             shards: 1,
+            io_threads: 1,
             max_frame_size: rollcall_protocol::DEFAULT_MAX_FRAME_SIZE,
             max_connections: 10_000,
             max_connections_per_address: 1_000,
@@ -198,6 +202,12 @@ impl ServerConfig {
             return Err(InvalidConfig::new(
                 "member-id-prefix",
                 "must not contain '#'",
+            ));
+        }
+        if self.io_threads > 1024 {
+            return Err(InvalidConfig::new(
+                "io_threads",
+                format!("is {}, at most 1024 allowed", self.io_threads),
             ));
         }
         if self.shards > 1024 {

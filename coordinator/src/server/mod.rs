@@ -42,6 +42,7 @@ mod auth;
 mod config;
 mod conn;
 mod events;
+mod io_threads;
 mod metrics;
 mod registry;
 mod shard;
@@ -232,7 +233,15 @@ impl Server {
             tls,
         } = self;
         let metrics = Arc::new(Metrics::new());
-        let registry = Arc::new(Registry::default());
+        let registry = Arc::new(Registry::new(config.io_threads));
+        // Connections run on threads of their own (see `io_threads`), or with `0` on
+        // this runtime.
+        let io = match config.io_threads {
+            0 => None,
+            n => Some(io_threads::IoThreads::start(n, &registry).map_err(|e| {
+                ServerError::Runtime(format!("cannot start the connection threads: {e}"))
+            })?),
+        };
         let background = CancellationToken::new();
         // Cancelled if a shard dies: its groups are unreachable, so the server stops
         // (and a restart restores them from the store).
@@ -279,10 +288,14 @@ impl Server {
                 background.clone(),
             )));
         }
-        helpers.push(tokio::spawn(registry::probe_lag(
-            registry.clone(),
-            background.clone(),
-        )));
+        if io.is_none() {
+            // The connections run here: this runtime's lateness is theirs.
+            helpers.push(tokio::spawn(registry::probe_lag(
+                registry.clone(),
+                0,
+                background.clone(),
+            )));
+        }
         helpers.push(tokio::spawn(retention(
             committer.clone(),
             shards.clone(),
@@ -320,6 +333,7 @@ impl Server {
             &config,
             security,
             tls,
+            io,
         ));
         let connections = TaskTracker::new();
         let (reading, mut readers_done) = mpsc::channel::<()>(1);
@@ -400,6 +414,10 @@ impl Server {
             }
         };
         background.cancel();
+        if let Some(io) = &ctx.io {
+            // Connections still open past the shutdown timeout are dropped (closed).
+            io.stop();
+        }
         for helper in helpers {
             let _ = helper.await;
         }

@@ -385,11 +385,7 @@ const PARTS: usize = 16;
 
 impl Default for Registry {
     fn default() -> Self {
-        Self {
-            parts: (0..PARTS).map(|_| RwLock::default()).collect(),
-            traffic: Traffic::default(),
-            lag: Lag::default(),
-        }
+        Self::new(1)
     }
 }
 
@@ -398,32 +394,53 @@ impl Default for Registry {
 /// not its members, is behind. The probe's lateness, in microseconds, as a maximum
 /// that decays by a quarter per wake (so a stall is remembered for a few hundred
 /// milliseconds after it ends).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Lag {
-    recent_us: AtomicU64,
+    /// One per probe (one per runtime that serves connections), each the latest
+    /// lateness its probe saw, decayed; a held reader's wait goes in the first.
+    slots: Box<[AtomicU64]>,
+}
+
+impl Default for Lag {
+    fn default() -> Self {
+        Self::new(1)
+    }
 }
 
 impl Lag {
-    /// The runtime's recent lateness.
+    /// For `probes` probes (at least one).
+    pub(crate) fn new(probes: usize) -> Self {
+        Self {
+            slots: (0..probes.max(1)).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    /// The runtimes' recent lateness: the worst of them.
     pub(crate) fn recent(&self) -> std::time::Duration {
-        std::time::Duration::from_micros(self.recent_us.load(Ordering::Relaxed))
+        let us = self
+            .slots
+            .iter()
+            .map(|s| s.load(Ordering::Relaxed))
+            .max()
+            .unwrap_or(0);
+        std::time::Duration::from_micros(us)
     }
 
     /// Something ready to run waited `late` (a reader held by a full shard queue).
     pub(crate) fn saw(&self, late: std::time::Duration) {
         let us = u64::try_from(late.as_micros()).unwrap_or(u64::MAX);
-        self.recent_us.fetch_max(us, Ordering::Relaxed);
+        self.slots[0].fetch_max(us, Ordering::Relaxed);
     }
 
-    /// The probe woke `late`: forgets a quarter of what it remembers, and keeps the
-    /// larger of that and `late`.
-    fn probe_woke(&self, late: std::time::Duration) {
+    /// Probe `probe` woke `late`: its slot forgets a quarter of what it remembers, and
+    /// keeps the larger of that and `late`.
+    fn probe_woke(&self, probe: usize, late: std::time::Duration) {
         let us = u64::try_from(late.as_micros()).unwrap_or(u64::MAX);
-        let before = self.recent_us.load(Ordering::Relaxed);
+        let slot = &self.slots[probe % self.slots.len()];
+        let before = slot.load(Ordering::Relaxed);
         // A reader's report between the load and the store may be lost; the next one
         // (it is still waiting, or will wait again) brings it back.
-        self.recent_us
-            .store(us.max(before - before / 4), Ordering::Relaxed);
+        slot.store(us.max(before - before / 4), Ordering::Relaxed);
     }
 }
 
@@ -434,11 +451,12 @@ impl Lag {
 /// 10 ms probe was most of an idle coordinator's 10 ms of CPU per second.
 const PROBE_EVERY: std::time::Duration = std::time::Duration::from_millis(25);
 
-/// Wakes every [`PROBE_EVERY`] and records how much later than asked it ran: a task
-/// ready to run (a connection with frames to read) waits about as long. Runs until
-/// `stop`.
+/// Wakes every [`PROBE_EVERY`] and records, as probe `probe`, how much later than
+/// asked it ran: a task ready to run on the same runtime (a connection with frames to
+/// read) waits about as long. Runs until `stop`.
 pub(crate) async fn probe_lag(
     registry: std::sync::Arc<Registry>,
+    probe: usize,
     stop: tokio_util::sync::CancellationToken,
 ) {
     let mut next = tokio::time::Instant::now() + PROBE_EVERY;
@@ -448,7 +466,9 @@ pub(crate) async fn probe_lag(
             () = tokio::time::sleep_until(next) => {}
         }
         let now = tokio::time::Instant::now();
-        registry.lag.probe_woke(now.saturating_duration_since(next));
+        registry
+            .lag
+            .probe_woke(probe, now.saturating_duration_since(next));
         next = now + PROBE_EVERY;
     }
 }
@@ -491,6 +511,15 @@ impl Traffic {
 }
 
 impl Registry {
+    /// For connections served by `runtimes` runtimes, each probed for its lateness.
+    pub(crate) fn new(runtimes: usize) -> Self {
+        Self {
+            parts: (0..PARTS).map(|_| RwLock::default()).collect(),
+            traffic: Traffic::default(),
+            lag: Lag::new(runtimes),
+        }
+    }
+
     fn part(&self, conn: ConnId) -> &RwLock<HashMap<ConnId, ConnHandle>> {
         // Connection ids are sequential, so the low bits spread them evenly.
         &self.parts[(conn % PARTS as u64) as usize]
@@ -750,14 +779,33 @@ mod tests {
         let lag = Lag::default();
         lag.saw(BACKLOG_FLOOR);
         assert_eq!(lag.recent(), BACKLOG_FLOOR);
-        lag.probe_woke(BACKLOG_FLOOR - PROBE_EVERY);
+        lag.probe_woke(0, BACKLOG_FLOOR - PROBE_EVERY);
         assert!(lag.recent() >= BACKLOG_FLOOR - PROBE_EVERY);
         let mut on_time_wakes = 0u32;
         while lag.recent() >= Duration::from_millis(1) {
-            lag.probe_woke(Duration::ZERO);
+            lag.probe_woke(0, Duration::ZERO);
             on_time_wakes += 1;
             assert!(on_time_wakes < 100, "the lag is never forgotten");
         }
         assert!(PROBE_EVERY * on_time_wakes < BACKLOG_MEMORY);
+    }
+
+    /// With a probe per connection thread, the worst thread counts, and each thread's
+    /// lateness fades with its own probe's wakes only.
+    #[test]
+    fn lag_is_the_worst_probe_and_each_fades_on_its_own() {
+        let lag = Lag::new(2);
+        lag.probe_woke(1, Duration::from_millis(200));
+        lag.probe_woke(0, Duration::from_millis(5));
+        assert_eq!(lag.recent(), Duration::from_millis(200));
+        for _ in 0..10 {
+            lag.probe_woke(0, Duration::ZERO);
+        }
+        assert_eq!(lag.recent(), Duration::from_millis(200));
+        lag.probe_woke(1, Duration::ZERO);
+        assert_eq!(lag.recent(), Duration::from_millis(150));
+        // A held reader's wait is seen whatever the probes say.
+        lag.saw(Duration::from_millis(300));
+        assert_eq!(lag.recent(), Duration::from_millis(300));
     }
 }

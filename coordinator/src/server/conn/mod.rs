@@ -90,6 +90,8 @@ pub(crate) struct ConnContext {
     pub(crate) security: Option<Arc<Security>>,
     /// The TLS configuration new connections use, if the listener speaks TLS.
     pub(crate) tls: Option<Arc<TlsContext>>,
+    /// The threads connections run on; `None`: the runtime that accepted them.
+    pub(crate) io: Option<super::io_threads::IoThreads>,
 }
 
 impl ConnContext {
@@ -100,6 +102,7 @@ impl ConnContext {
         config: &super::ServerConfig,
         security: Option<Arc<Security>>,
         tls: Option<Arc<TlsContext>>,
+        io: Option<super::io_threads::IoThreads>,
     ) -> Self {
         let budget = Arc::new(BufferBudget::new(config.max_buffered_bytes));
         let limits = Arc::new(SendLimits {
@@ -130,6 +133,7 @@ impl ConnContext {
             rejecting: Arc::new(Semaphore::new(MAX_REJECTING)),
             security,
             tls,
+            io,
         }
     }
 }
@@ -188,17 +192,49 @@ pub(crate) fn accept(
     };
     ctx.metrics.connections.increment(1.0);
     let id = ctx.next_id.fetch_add(1, Ordering::Relaxed);
-    let ctx = ctx.clone();
-    tracker.spawn(async move {
-        if let Some(transport) = Transport::new(&ctx, peer) {
-            Connection::new(ctx.clone(), id, peer, transport)
-                .serve(stream, reading)
-                .await;
+    let context = ctx.clone();
+    // On a connection thread the socket moves to that thread's reactor, to be polled
+    // by it alone.
+    let stream = match ctx.io {
+        Some(_) => Accepted::Moved(stream.into_std()),
+        None => Accepted::Here(stream),
+    };
+    let connection = async move {
+        match stream.register() {
+            Ok(stream) => {
+                if let Some(transport) = Transport::new(&context, peer) {
+                    Connection::new(context.clone(), id, peer, transport)
+                        .serve(stream, reading)
+                        .await;
+                }
+            }
+            Err(e) => warn!(%peer, error = %e, "cannot serve the connection on its thread"),
         }
         drop(address);
-        ctx.active.fetch_sub(1, Ordering::AcqRel);
-        ctx.metrics.connections.decrement(1.0);
-    });
+        context.active.fetch_sub(1, Ordering::AcqRel);
+        context.metrics.connections.decrement(1.0);
+    };
+    match &ctx.io {
+        Some(io) => io.spawn(tracker.track_future(connection)),
+        None => drop(tracker.spawn(connection)),
+    }
+}
+
+/// An accepted socket, on the reactor of the runtime that accepted it or on its way to
+/// a connection thread's.
+enum Accepted {
+    Here(TcpStream),
+    Moved(std::io::Result<std::net::TcpStream>),
+}
+
+impl Accepted {
+    /// The socket, registered with the reactor of the runtime this runs on.
+    fn register(self) -> std::io::Result<TcpStream> {
+        match self {
+            Self::Here(stream) => Ok(stream),
+            Self::Moved(stream) => stream.and_then(TcpStream::from_std),
+        }
+    }
 }
 
 /// Answers the first request of a connection refused at accept, then closes it (at
@@ -1108,6 +1144,7 @@ mod tests {
             Arc::new(Registry::default()),
             Arc::new(Metrics::new()),
             &super::super::ServerConfig::default(),
+            None,
             None,
             None,
         ));
