@@ -157,8 +157,8 @@ impl Target {
                 None => StoreConfig::Memory,
             },
             shards: opts.shards,
-            // As `rollcall serve` runs by default: a connection thread per CPU.
-            io_threads: procfs::cpus(),
+            // As `rollcall serve` runs by default: a connection thread per two CPUs.
+            io_threads: (procfs::cpus() / 2).max(1),
             max_connections: opts.max_connections,
             // The load generator opens every connection from one address.
             max_connections_per_address: 0,

@@ -141,6 +141,14 @@ fn cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
+/// Connection threads by default: half the CPUs, at least one, the rest left to the
+/// store's writer and the machine's other work. On two CPUs shared with a load
+/// generator, one thread gave more heartbeats per CPU-second than two at 1,000/s,
+/// 10,000/s and in Heartbeats frames (BENCHMARKS.md, "Connection threads").
+fn io_threads() -> usize {
+    (cpus() / 2).max(1)
+}
+
 fn server_default() -> ServerConfig {
     ServerConfig::default()
 }
@@ -184,9 +192,10 @@ pub(super) struct ServeArgs {
     /// Number of shards (tasks owning a share of the groups); default: number of CPUs.
     #[arg(long, env = "ROLLCALL_SHARDS", value_name = "N", default_value_t = cpus())]
     shards: usize,
-    /// Threads serving connections, each a single-threaded runtime of its own; 0 serves
-    /// them on the main runtime's workers. Default: number of CPUs.
-    #[arg(long, env = "ROLLCALL_IO_THREADS", value_name = "N", default_value_t = cpus())]
+    /// Threads serving connections and shards, each a single-threaded runtime of its
+    /// own; 0 serves them on the main runtime's workers. Default: half the CPUs, at
+    /// least one.
+    #[arg(long, env = "ROLLCALL_IO_THREADS", value_name = "N", default_value_t = io_threads())]
     io_threads: usize,
     /// Largest frame accepted or sent (e.g. 1MiB, 65536).
     #[arg(long, env = "ROLLCALL_MAX_FRAME_SIZE", value_name = "SIZE", default_value_t = Size(server_default().max_frame_size))]

@@ -7,8 +7,11 @@
 //! that found nothing to do (1.8 context switches per heartbeat, where one thread
 //! needs one). Here a connection's socket, timer and task belong to one thread, which
 //! wakes for its own frames only; the threads share nothing but the shards' locks and
-//! the registry. Shard timers, the sender stages and the store stay on the main
-//! runtime: they make records durable, which connections only wait for.
+//! the registry. Each shard's timer and sender stage run on one of these threads too
+//! (shard `i` on thread `i` modulo their number), so that a request which stages a
+//! batch wakes the stage on its own thread: it runs after the connection's turn and
+//! takes everything the turn staged, as it did on the main runtime. The store's writer
+//! is a thread of its own.
 //!
 //! A new connection goes to the thread serving the fewest. Each thread also runs the
 //! lag probe for its own runtime (see [`probe_lag`]): a connection with frames ready
@@ -85,6 +88,15 @@ impl IoThreads {
             let _served = Served(serving);
             connection.await;
         });
+    }
+
+    /// Runs `task` on thread `index` (modulo their number), for its whole life.
+    pub(crate) fn spawn_on<T: Send + 'static>(
+        &self,
+        index: usize,
+        task: impl Future<Output = T> + Send + 'static,
+    ) -> tokio::task::JoinHandle<T> {
+        self.threads[index % self.threads.len()].runtime.spawn(task)
     }
 
     /// Stops every thread; connections still on them are dropped (closed).

@@ -263,21 +263,35 @@ impl Server {
         let stop_timers = CancellationToken::new();
         let mut stages = Vec::with_capacity(shards.len());
         let mut timers = Vec::with_capacity(shards.len());
-        for shard in &shards {
+        // With connection threads, each shard's sender stage and timer run on one of
+        // them: a request that stages a batch wakes the stage on the thread it runs on,
+        // after the connection's turn, as on the main runtime, instead of waking another
+        // thread to take the batch one request at a time.
+        let spawn = |index: usize, task: BoxFuture| match &io {
+            Some(io) => io.spawn_on(index, task),
+            None => tokio::spawn(task),
+        };
+        for (index, shard) in shards.iter().enumerate() {
             let failed = FailGuard(Some(fatal.clone()));
             let stage = shard.clone();
-            stages.push(tokio::spawn(async move {
-                // A panic unwinds through the guard, which raises the alarm.
-                if stage.run_stage().await {
-                    failed.disarm();
-                }
-            }));
+            stages.push(spawn(
+                index,
+                Box::pin(async move {
+                    // A panic unwinds through the guard, which raises the alarm.
+                    if stage.run_stage().await {
+                        failed.disarm();
+                    }
+                }),
+            ));
             let failed = FailGuard(Some(fatal.clone()));
             let timer = shard.clone().run_timers(stop_timers.clone());
-            timers.push(tokio::spawn(async move {
-                timer.await;
-                failed.disarm();
-            }));
+            timers.push(spawn(
+                index,
+                Box::pin(async move {
+                    timer.await;
+                    failed.disarm();
+                }),
+            ));
         }
 
         let mut helpers = Vec::new();
@@ -435,6 +449,9 @@ impl Server {
         }
     }
 }
+
+/// A shard's stage or timer task.
+type BoxFuture = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 /// Cancels its token when dropped armed, e.g. by a panic unwinding through a shard.
 #[derive(Debug)]
