@@ -5,67 +5,39 @@
 //! (2,000/s rather than fewer: that CPU time moves in clock ticks of 10 ms, and a
 //! slower second can spend less than one). Closed loop, it must report no offered rate.
 
-use std::process::{Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// Runs `rollcall-bench floor <args> --quiet --json <tmp>` for at most 30 s; returns its
-/// exit status, its output and its JSON report.
-fn run_floor(name: &str, args: &[&str]) -> (ExitStatus, String, serde_json::Value) {
-    let json = std::env::temp_dir().join(format!(
-        "rollcall-bench-floor-smoke-{name}-{}.json",
-        std::process::id()
-    ));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rollcall-bench"))
-        .arg("floor")
-        .args(args)
-        .args(["--setup-timeout", "10s", "--quiet", "--json"])
-        .arg(&json)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("rollcall-bench starts");
-    let limit = Duration::from_secs(30);
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the floor smoke run took over {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let output = child.wait_with_output().expect("output");
-    let report = format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let text = std::fs::read_to_string(&json).unwrap_or_else(|e| {
-        panic!("the JSON report was not written ({e}), exit {status}:\n{report}")
-    });
-    let _ = std::fs::remove_file(&json);
-    let v = serde_json::from_str(&text).expect("valid JSON");
-    (status, report, v)
+// The floor starts no coordinator: `run_bench`, which spawns one, is not used here.
+#[allow(dead_code)]
+mod support;
+
+use support::{run_scenario, Run};
+
+/// Runs `rollcall-bench floor <args>` for at most 30 s.
+fn run_floor(args: &[&str]) -> Run {
+    run_scenario(
+        "floor",
+        &[&["--setup-timeout", "10s"][..], args].concat(),
+        Duration::from_secs(30),
+    )
 }
 
 #[test]
 fn floor_smoke_open_loop() {
-    let (status, report, v) = run_floor(
-        "open",
-        &[
-            "--conns",
-            "20",
-            "--rate",
-            "2000",
-            "--duration",
-            "1s",
-            "--warmup",
-            "200ms",
-        ],
-    );
+    let Run {
+        status,
+        report,
+        json: v,
+    } = run_floor(&[
+        "--conns",
+        "20",
+        "--rate",
+        "2000",
+        "--duration",
+        "1s",
+        "--warmup",
+        "200ms",
+    ]);
     assert!(status.success(), "exit {status}:\n{report}");
     assert!(report.contains("hb per server CPU-s"), "{report}");
     assert_eq!(v["scenario"], "floor", "{report}");
@@ -91,20 +63,21 @@ fn floor_smoke_open_loop() {
 
 #[test]
 fn floor_smoke_closed_loop() {
-    let (status, report, v) = run_floor(
-        "closed",
-        &[
-            "--conns",
-            "10",
-            "--closed-loop",
-            "--server-threads",
-            "1",
-            "--duration",
-            "500ms",
-            "--warmup",
-            "100ms",
-        ],
-    );
+    let Run {
+        status,
+        report,
+        json: v,
+    } = run_floor(&[
+        "--conns",
+        "10",
+        "--closed-loop",
+        "--server-threads",
+        "1",
+        "--duration",
+        "500ms",
+        "--warmup",
+        "100ms",
+    ]);
     assert!(status.success(), "exit {status}:\n{report}");
     let f = &v["figures"];
     assert!(f["offered_hb_per_s"].is_null(), "{report}");

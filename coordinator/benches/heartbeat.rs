@@ -113,16 +113,18 @@ fn heartbeat_with(c: &mut Criterion, detector: DetectorKind) {
                 });
                 (now, conn, req)
             },
-            |(now, conn, req)| {
-                let resp = core.handle_request(now, conn, req);
-                black_box(resp);
-                while let Some(out) = core.poll_output() {
-                    black_box(out);
-                }
-            },
+            |(now, conn, req)| handle(&mut core, now, conn, req),
             criterion::BatchSize::SmallInput,
         )
     });
+}
+
+/// Hands `req` to the core and drains what it produced, as a shard does.
+fn handle(core: &mut Coordinator, now: Instant, conn: u64, req: Request) {
+    black_box(core.handle_request(now, conn, req));
+    while let Some(out) = core.poll_output() {
+        black_box(out);
+    }
 }
 
 /// Resident set size of this process, bytes (Linux).
@@ -195,13 +197,7 @@ fn heartbeats_interleaved(c: &mut Criterion) {
                     Request::Heartbeats(HeartbeatsRequest { beats }),
                 )
             },
-            |(now, conn, req)| {
-                let resp = core.handle_request(now, conn, req);
-                black_box(resp);
-                while let Some(out) = core.poll_output() {
-                    black_box(out);
-                }
-            },
+            |(now, conn, req)| handle(&mut core, now, conn, req),
             criterion::BatchSize::SmallInput,
         )
     });

@@ -16,17 +16,23 @@ pub(crate) struct Run {
 /// --quiet --json <tmp>` for at most `limit` (killed and failed past it) and reads its
 /// JSON report.
 pub(crate) fn run_bench(scenario: &str, args: &[&str], limit: Duration) -> Run {
+    let spawn = [
+        "--spawn",
+        "--rollcall-bin",
+        env!("CARGO_BIN_EXE_rollcall-bench-serve"),
+    ];
+    run_scenario(scenario, &[&spawn[..], args].concat(), limit)
+}
+
+/// Runs `rollcall-bench <scenario> <args> --quiet --json <tmp>`, as [`run_bench`] does,
+/// for a scenario that starts no coordinator.
+pub(crate) fn run_scenario(scenario: &str, args: &[&str], limit: Duration) -> Run {
     let json = std::env::temp_dir().join(format!(
         "rollcall-bench-{scenario}-smoke-{}.json",
         std::process::id()
     ));
     let mut child = Command::new(env!("CARGO_BIN_EXE_rollcall-bench"))
-        .args([
-            scenario,
-            "--spawn",
-            "--rollcall-bin",
-            env!("CARGO_BIN_EXE_rollcall-bench-serve"),
-        ])
+        .arg(scenario)
         .args(args)
         .args(["--quiet", "--json"])
         .arg(&json)
