@@ -103,20 +103,25 @@ fn heartbeat_with(c: &mut Criterion, detector: DetectorKind) {
                 now += Duration::from_nanos(100);
                 let (group, member_id) = &members[i];
                 let conn = i as u64 + 1; // the connection it joined on
-                let req = Request::Heartbeat(HeartbeatRequest {
-                    group: group.clone().into(),
-                    member_id: member_id.clone().into(),
-                    generation: 1,
-                    sequence: seq,
-                    progress: seq,
-                    acked_revocations: Vec::new(),
-                });
+                let req = Request::Heartbeat(beat(group, member_id, seq));
                 (now, conn, req)
             },
             |(now, conn, req)| handle(&mut core, now, conn, req),
             criterion::BatchSize::SmallInput,
         )
     });
+}
+
+/// A settled member's heartbeat: generation 1, progress moving with the sequence.
+fn beat(group: &str, member_id: &str, seq: u64) -> HeartbeatRequest {
+    HeartbeatRequest {
+        group: group.to_owned().into(),
+        member_id: member_id.to_owned().into(),
+        generation: 1,
+        sequence: seq,
+        progress: seq,
+        acked_revocations: Vec::new(),
+    }
 }
 
 /// Hands `req` to the core and drains what it produced, as a shard does.
@@ -181,14 +186,7 @@ fn heartbeats_interleaved(c: &mut Criterion) {
                 let beats = (0..GROUPS)
                     .map(|g| {
                         let (group, member_id) = &members[g * PER_GROUP + k];
-                        HeartbeatRequest {
-                            group: group.clone().into(),
-                            member_id: member_id.clone().into(),
-                            generation: 1,
-                            sequence: seq,
-                            progress: seq,
-                            acked_revocations: Vec::new(),
-                        }
+                        beat(group, member_id, seq)
                     })
                     .collect();
                 (

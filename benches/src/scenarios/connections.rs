@@ -127,29 +127,33 @@ pub(crate) fn connection_cap(pid: u32) -> Option<usize> {
 
 /// Connections opened, and what went wrong with the others.
 #[derive(Debug, Default)]
-struct Opened {
-    streams: Vec<TcpStream>,
-    failed: usize,
-    first_error: Option<String>,
-    timed_out: bool,
+pub(crate) struct Opened {
+    pub(crate) streams: Vec<TcpStream>,
+    pub(crate) failed: usize,
+    pub(crate) first_error: Option<String>,
+    pub(crate) timed_out: bool,
 }
 
-/// Connects and handshakes `n` connections to `addr`, [`CONNECT_CONCURRENCY`] at once,
-/// until `deadline`; then keeps only their sockets. `progress` is called once a second
-/// with the number opened and failed so far.
-async fn open(
-    addr: SocketAddr,
+/// Opens `n` connections with `connect`, `concurrency` at once, until `deadline`.
+/// `progress` is called once a second with the number opened and failed so far.
+pub(crate) async fn open_each<F, Fut>(
     n: usize,
+    concurrency: usize,
     deadline: Instant,
+    connect: F,
     mut progress: impl FnMut(usize, usize),
-) -> Opened {
+) -> Opened
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<TcpStream, String>>,
+{
     let mut opened = Opened {
         streams: Vec::with_capacity(n),
         ..Opened::default()
     };
     let mut attempts = futures_util::stream::iter(0..n)
-        .map(|_| raw::connect(addr, CLIENT_SOFTWARE, CONNECT_TIMEOUT))
-        .buffer_unordered(CONNECT_CONCURRENCY);
+        .map(|_| connect())
+        .buffer_unordered(concurrency);
     let give_up = tokio::time::sleep_until(tokio::time::Instant::from_std(deadline));
     tokio::pin!(give_up);
     let mut ticks = tokio::time::interval(Duration::from_secs(1));
@@ -159,12 +163,10 @@ async fn open(
         tokio::select! {
             next = attempts.next() => match next {
                 None => break,
-                // Only the socket is kept: the framing's buffers are the generator's
-                // memory, not the coordinator's, and nothing more is read or sent.
-                Some(Ok((transport, _versions))) => opened.streams.extend(transport.into_inner().into_plain()),
+                Some(Ok(stream)) => opened.streams.push(stream),
                 Some(Err(e)) => {
                     opened.failed += 1;
-                    opened.first_error.get_or_insert_with(|| e.to_string());
+                    opened.first_error.get_or_insert(e);
                 }
             },
             _ = ticks.tick() => progress(opened.streams.len(), opened.failed),
@@ -175,6 +177,28 @@ async fn open(
         }
     }
     opened
+}
+
+/// Connects and handshakes `n` connections to `addr`, [`CONNECT_CONCURRENCY`] at once,
+/// until `deadline`; then keeps only their sockets (the framing's buffers are the
+/// generator's memory, not the coordinator's, and nothing more is read or sent).
+/// `progress` is called once a second with the number opened and failed so far.
+async fn open(
+    addr: SocketAddr,
+    n: usize,
+    deadline: Instant,
+    progress: impl FnMut(usize, usize),
+) -> Opened {
+    let connect = || async move {
+        let (transport, _versions) = raw::connect(addr, CLIENT_SOFTWARE, CONNECT_TIMEOUT)
+            .await
+            .map_err(|e| e.to_string())?;
+        transport
+            .into_inner()
+            .into_plain()
+            .ok_or_else(|| "not a plain TCP connection".to_owned())
+    };
+    open_each(n, CONNECT_CONCURRENCY, deadline, connect, progress).await
 }
 
 /// Drops the connections the coordinator closed (or reset); returns the bytes it sent

@@ -37,7 +37,6 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use clap::Args;
-use futures_util::StreamExt;
 use rollcall_protocol::{
     Body, Codec, Frame, HeartbeatRequest, HeartbeatResponse, Request, Response,
     DEFAULT_MAX_FRAME_SIZE, LENGTH_PREFIX_SIZE,
@@ -50,7 +49,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::common::{command_line, group_name, Check, GeneratorInfo, Machine, Report};
 use crate::procfs;
-use crate::scenarios::connections::connection_cap;
+use crate::scenarios::connections::{connection_cap, open_each, Opened};
 use crate::stats::{fmt_bytes, fmt_count, kv, table, Percentiles, SharedHistogram, LATENCY_HEADER};
 
 /// Connections being opened at once.
@@ -627,51 +626,18 @@ async fn drive(
     shared.rtt_intended.record_micros(key, &from_intended);
 }
 
-/// Connections opened, and the first failure if any.
-#[derive(Debug, Default)]
-struct Opened {
-    streams: Vec<TcpStream>,
-    failed: usize,
-    first_error: Option<String>,
-    timed_out: bool,
-}
-
-/// Opens `n` connections to `addr`, [`CONNECT_CONCURRENCY`] at once, until `deadline`.
+/// Opens `n` plain connections to `addr`, [`CONNECT_CONCURRENCY`] at once, until
+/// `deadline`.
 async fn open(addr: SocketAddr, n: usize, deadline: Instant) -> Opened {
-    let mut opened = Opened {
-        streams: Vec::with_capacity(n),
-        ..Opened::default()
+    let connect = || async move {
+        let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
+            .await
+            .map_err(|_| "connect timed out".to_owned())?
+            .map_err(|e| e.to_string())?;
+        stream.set_nodelay(true).map_err(|e| e.to_string())?;
+        Ok(stream)
     };
-    let mut attempts = futures_util::stream::iter(0..n)
-        .map(|_| async move {
-            let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
-                .await
-                .map_err(|_| "connect timed out".to_owned())?
-                .map_err(|e| e.to_string())?;
-            stream.set_nodelay(true).map_err(|e| e.to_string())?;
-            Ok::<_, String>(stream)
-        })
-        .buffer_unordered(CONNECT_CONCURRENCY);
-    let give_up = tokio::time::sleep_until(tokio::time::Instant::from_std(deadline));
-    tokio::pin!(give_up);
-    // Bounded: one turn per attempt, or the deadline.
-    loop {
-        tokio::select! {
-            next = attempts.next() => match next {
-                None => break,
-                Some(Ok(stream)) => opened.streams.push(stream),
-                Some(Err(e)) => {
-                    opened.failed += 1;
-                    opened.first_error.get_or_insert(e);
-                }
-            },
-            () = &mut give_up => {
-                opened.timed_out = true;
-                break;
-            }
-        }
-    }
-    opened
+    open_each(n, CONNECT_CONCURRENCY, deadline, connect, |_, _| {}).await
 }
 
 /// A line per second on stderr until `stop`.
