@@ -527,7 +527,7 @@ impl Coordinator {
         if rebound || stale {
             group.push_state(&mut ctx, &id);
         }
-        group.acknowledge_and_grant(&mut ctx, &id, &acked);
+        group.acknowledge_and_grant(&mut ctx, &id, &acked, r.generation);
         if resumed {
             group.reconcile(&mut ctx);
         }

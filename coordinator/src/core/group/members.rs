@@ -63,8 +63,11 @@ impl Group {
     /// Adds a member and schedules its deadlines.
     pub(crate) fn insert_member(&mut self, ctx: &mut Ctx<'_>, mut member: Member) {
         self.tokens.insert(member.join_token, member.id.clone());
+        // Owned before the member's first frame here: a restored member's connections
+        // ended with the old process, and a replacement's predecessor answers to
+        // another member id, so nothing about an earlier ownership can arrive.
         for tp in &member.owned {
-            self.owners.insert(*tp, member.id.clone());
+            self.owners.insert(*tp, 0);
         }
         let key = TimerKey::Member {
             group: self.name.clone(),

@@ -379,8 +379,13 @@ pub(crate) struct Group {
     /// Every static instance that ever joined, with its latest incarnation.
     pub(crate) instances: HashMap<String, Instance>,
     pub(crate) tokens: HashMap<u64, Arc<str>>,
-    /// Current owner of every granted partition.
-    pub(crate) owners: HashMap<TopicPartition, Arc<str>>,
+    /// Every granted partition, with the member generation in which its owner was
+    /// granted it (0: owned since before a restart or a takeover, when no frame about
+    /// an earlier ownership can still arrive). A member can own a partition, release
+    /// it and get it back; an acknowledgement or a commit that carries an earlier
+    /// generation than the grant was sent during the earlier ownership (delayed on a
+    /// connection the member has since left) and must not act on this one.
+    pub(crate) owners: HashMap<TopicPartition, u32>,
     /// Which member the current target assigns each partition to, so a released
     /// partition is granted onward without scanning every member.
     target_owner: HashMap<TopicPartition, Arc<str>>,

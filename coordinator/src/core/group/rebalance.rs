@@ -196,8 +196,9 @@ impl Group {
                     .copied()
                     .collect()
             };
+            let generation = m.generation;
             for tp in &grants {
-                self.owners.insert(*tp, id.clone());
+                self.owners.insert(*tp, generation);
             }
             let Some(m) = self.members.get_mut(id) else {
                 continue;
@@ -272,8 +273,9 @@ impl Group {
         ctx: &mut Ctx<'_>,
         id: &Arc<str>,
         acked: &[TopicPartition],
+        generation: u32,
     ) {
-        if !self.acknowledge(id, acked) {
+        if !self.acknowledge(id, acked, generation) {
             return;
         }
         let held_any = !self.held.is_empty();
@@ -294,7 +296,7 @@ impl Group {
                 continue;
             };
             if m.takes_grants(ctx.now) && m.target.contains(tp) && !m.owned.contains(tp) {
-                self.owners.insert(*tp, to.clone());
+                self.owners.insert(*tp, m.generation);
                 grants.push((to.clone(), *tp));
             }
         }
@@ -352,15 +354,27 @@ impl Group {
         }
     }
 
-    /// Releases partitions a member acknowledged. Only partitions it owns and no longer
-    /// targets are released; anything else in the list is ignored.
-    pub(crate) fn acknowledge(&mut self, id: &Arc<str>, acked: &[TopicPartition]) -> bool {
+    /// Releases partitions a member acknowledged in a frame of member generation
+    /// `generation`. Only partitions it owns, no longer targets and was granted no
+    /// later than `generation` are released; anything else in the list is ignored (an
+    /// acknowledgement from before a grant is about an earlier ownership).
+    pub(crate) fn acknowledge(
+        &mut self,
+        id: &Arc<str>,
+        acked: &[TopicPartition],
+        generation: u32,
+    ) -> bool {
         let Some(m) = self.members.get_mut(id) else {
             return false;
         };
+        let owners = &self.owners;
         let mut gone: Vec<TopicPartition> = acked
             .iter()
-            .filter(|tp| !m.target.contains(tp) && m.owned.contains(tp))
+            .filter(|tp| {
+                !m.target.contains(tp)
+                    && m.owned.contains(tp)
+                    && owners.get(tp).is_some_and(|&since| since <= generation)
+            })
             .copied()
             .collect();
         if gone.is_empty() {

@@ -675,3 +675,85 @@ fn a_join_retried_by_a_superseded_static_process_is_fenced() {
     assert_eq!(error_code(&resp), Some(ErrorCode::FencedInstance));
     t.expect_beat_ok(&mut newer);
 }
+
+/// A member releases a partition, gets it back, and is asked to release it again. A
+/// frame it sent during its first ownership (an acknowledgement requeued and sent
+/// again on a new connection, with the first copy still unread on the old one) is
+/// read only now. Its acknowledgement must not release the partition the member is
+/// working on again, and its commit must not move that partition's offset.
+#[test]
+fn an_acknowledgement_or_commit_from_an_earlier_ownership_does_not_act_on_the_next() {
+    let mut t = TestContext::new();
+    let mut a = t.join(1, "g", &[("orders", 2)]);
+    t.advance(SETTLE);
+    t.expect_beat_ok(&mut a);
+    assert_eq!(count(&t.owned(&a)), 2);
+    // `b` joins: `a` releases one partition to it.
+    let b = t.join(2, "g", &[("orders", 2)]);
+    t.advance(SETTLE);
+    let first = t.revoking(&a);
+    assert_eq!(count(&first), 1, "a releases one partition to b");
+    let earlier_generation = t.generation_of(&a);
+    // The frame of the first ownership, kept to be read late.
+    a.seq += 1;
+    let late_ack = Request::Heartbeat(HeartbeatRequest {
+        group: "g".into(),
+        member_id: a.id.clone().into(),
+        generation: earlier_generation,
+        sequence: a.seq,
+        progress: a.progress,
+        acked_revocations: first.clone(),
+    });
+    let late_commit = Request::CommitOffsets(CommitOffsetsRequest {
+        group: "g".to_owned(),
+        member_id: Some(a.id.clone()),
+        generation: earlier_generation,
+        offsets: vec![OffsetCommit {
+            topic: first[0].topic.clone(),
+            partition: first[0].partitions[0],
+            offset: 10,
+            metadata: String::new(),
+        }],
+    });
+    // Its copy sent again on the new connection is read first.
+    t.beat_acking(&mut a, first.clone());
+    t.advance(SETTLE);
+    assert!(flatten(&t.owned(&b)).contains(&flatten(&first)[0]));
+    // `b` leaves: the partition comes back to `a`.
+    assert!(matches!(t.leave(&b), Response::Leave));
+    t.advance(SETTLE);
+    t.expect_beat_ok(&mut a);
+    assert_eq!(count(&t.owned(&a)), 2, "a owns both partitions again");
+    // `c` joins and `a` is asked to release the same partition again.
+    let c = t.join(3, "g", &[("orders", 2)]);
+    t.advance(SETTLE);
+    let second = t.revoking(&a);
+    assert_eq!(
+        second, first,
+        "the sticky assignor moves the same partition"
+    );
+    assert!(t.generation_of(&a) > earlier_generation);
+
+    // The late frames arrive: neither acts on the current ownership.
+    t.request(a.conn, late_ack);
+    t.advance(SETTLE);
+    assert_eq!(
+        t.revoking(&a),
+        second,
+        "a still owns the partition it works on"
+    );
+    assert!(!flatten(&t.owned(&c)).contains(&flatten(&first)[0]));
+    match t.request(a.conn, late_commit) {
+        Response::CommitOffsets(r) => assert_eq!(r.results[0].error, ErrorCode::PartitionRevoked),
+        other => panic!("unexpected {other:?}"),
+    }
+    // The member's own frames of this ownership still do.
+    assert_eq!(
+        t.commit_result(&a, &first[0].topic, first[0].partitions[0], 20),
+        ErrorCode::None
+    );
+    t.ack_all(&mut a);
+    t.advance(SETTLE);
+    assert!(flatten(&t.owned(&c)).contains(&flatten(&first)[0]));
+    t.assert_exclusive("g");
+}
