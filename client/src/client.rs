@@ -94,6 +94,7 @@ impl Client {
             shared,
             events: tokio::sync::Mutex::new(events_rx),
             unconfirmed: parking_lot::Mutex::new(None),
+            announced: parking_lot::Mutex::new(BTreeMap::new()),
         };
         match result.await {
             Ok(Ok(())) => Ok(member),
@@ -161,6 +162,11 @@ pub struct Member {
     /// sent a Relinquish) when it asks for the next event, which it does only once it
     /// stopped acting on those partitions.
     unconfirmed: parking_lot::Mutex<Option<Ticket>>,
+    /// For each partition a `RevokeRequested` given to the application named and that
+    /// it has not acknowledged since, that event's generation: an acknowledgement
+    /// answers the requests the application was given, not one still on its way to
+    /// it.
+    announced: parking_lot::Mutex<BTreeMap<TopicPartition, u32>>,
 }
 
 impl fmt::Debug for Member {
@@ -255,6 +261,24 @@ impl Member {
         }
         let (event, ticket) = self.events.lock().await.recv().await?;
         *self.unconfirmed.lock() = ticket;
+        match &event {
+            Event::RevokeRequested {
+                partitions,
+                generation,
+            } => {
+                let mut announced = self.announced.lock();
+                for tp in partitions {
+                    announced.insert(tp.clone(), *generation);
+                }
+            }
+            Event::Lost { partitions, .. } => {
+                let mut announced = self.announced.lock();
+                for tp in partitions {
+                    announced.remove(tp);
+                }
+            }
+            _ => {}
+        }
         Some(event)
     }
 
@@ -314,14 +338,28 @@ impl Member {
     /// acknowledgement then never reaches the coordinator, which expels the member once
     /// its session times out and only then hands the partitions over. Partitions that
     /// are not being revoked (or no longer, after an [`Event::Lost`]) are ignored.
+    ///
+    /// The acknowledgement answers the `RevokeRequested` events this member handle has
+    /// given out: a partition no event given out asked back is ignored, and so is one
+    /// that was lost, assigned again and asked back again by events the application has
+    /// not taken yet. It answers those once it has taken them, so an acknowledgement
+    /// made late, for an earlier request, never releases a partition the application is
+    /// about to be told it owns again.
     pub fn ack_revocation(
         &self,
         partitions: impl IntoIterator<Item = TopicPartition>,
     ) -> Result<(), RequestError> {
+        let partitions: Vec<(TopicPartition, u32)> = {
+            let mut announced = self.announced.lock();
+            partitions
+                .into_iter()
+                .filter_map(|tp| announced.remove(&tp).map(|generation| (tp, generation)))
+                .collect()
+        };
         self.commands
             .send(Command::Ack {
                 key: self.key,
-                partitions: partitions.into_iter().collect(),
+                partitions,
             })
             .map_err(|_| RequestError::Closed)
     }

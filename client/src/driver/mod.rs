@@ -102,9 +102,11 @@ pub(crate) enum Command {
         offsets: Vec<Offset>,
         reply: oneshot::Sender<Result<(), CommitError>>,
     },
+    /// The application released these partitions, each answering the
+    /// `RevokeRequested` of the generation given with it.
     Ack {
         key: u64,
-        partitions: Vec<TopicPartition>,
+        partitions: Vec<(TopicPartition, u32)>,
     },
     Leave {
         key: u64,

@@ -278,7 +278,8 @@ mod tests {
         ] {
             a.handle_push(push, now);
         }
-        a.ack([TopicPartition::new("t", 1)], now);
+        // The application was given the Revoke of generation 2.
+        a.ack([(TopicPartition::new("t", 1), 2)], now);
         let pass = gather([(1, &mut a), (2, &mut b), (3, &mut c)], now, true);
         assert!(pass.requests.is_empty());
         // A's beat goes out now, carrying the acknowledgement, and B's (due 200 to 240

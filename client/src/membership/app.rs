@@ -61,23 +61,31 @@ impl Membership {
         }
     }
 
-    /// The application releases `partitions` (answering revocation requests); a heartbeat
-    /// carrying the acknowledgement goes out at once. Partitions not being revoked are
-    /// ignored. A partition whose revocation the coordinator has withdrawn since (its
-    /// latest revoke set no longer lists it) stays the member's and is announced again.
+    /// The application releases `partitions` (answering revocation requests), each with
+    /// the generation of the latest [`Event::RevokeRequested`] naming it that the
+    /// application was given; a heartbeat carrying the acknowledgement goes out at once.
+    ///
+    /// Partitions not being revoked are ignored, and so are partitions whose current
+    /// revocation was announced after that event: the application is answering an
+    /// earlier request (the partition was lost and assigned again since, and the
+    /// events saying so are still on their way to it), and it will act on the
+    /// `Assigned` before it sees the new request. A partition whose revocation the
+    /// coordinator has withdrawn since (its latest revoke set no longer lists it) stays
+    /// the member's and is announced again.
     pub(crate) fn ack(
         &mut self,
-        partitions: impl IntoIterator<Item = TopicPartition>,
+        partitions: impl IntoIterator<Item = (TopicPartition, u32)>,
         now: Instant,
     ) {
         let mut send = false;
         let mut kept = PartitionSet::new();
-        for tp in partitions {
+        for (tp, seen) in partitions {
             let Some(h) = self.holdings.get_mut(&tp) else {
                 continue;
             };
-            if *h != Hold::Revoking {
-                continue;
+            match *h {
+                Hold::Revoking { announced } if announced <= seen => {}
+                _ => continue,
             }
             if self.revoke_requested.contains(&tp) {
                 *h = Hold::Released;
@@ -112,7 +120,9 @@ impl Membership {
                 let mut newly = PartitionSet::new();
                 for (tp, h) in &mut self.holdings {
                     if *h == Hold::Owned {
-                        *h = Hold::Revoking;
+                        *h = Hold::Revoking {
+                            announced: self.generation,
+                        };
                         newly.insert(tp.clone());
                     }
                 }
@@ -159,7 +169,7 @@ impl Membership {
         let mut released = Vec::new();
         for o in &offsets {
             match self.holdings.get(&o.partition) {
-                Some(Hold::Owned | Hold::Revoking) => {}
+                Some(Hold::Owned | Hold::Revoking { .. }) => {}
                 Some(Hold::Released) => released.push(o.partition.clone()),
                 None => not_owned.push(o.partition.clone()),
             }

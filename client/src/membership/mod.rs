@@ -126,7 +126,12 @@ enum RelinquishState {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Hold {
     Owned,
-    Revoking,
+    /// Asked back by the [`Event::RevokeRequested`] of generation `announced`: only an
+    /// acknowledgement from an application that was given that event (or a later one
+    /// naming the partition) releases it.
+    Revoking {
+        announced: u32,
+    },
     Released,
 }
 
@@ -307,7 +312,7 @@ impl Membership {
                 Hold::Owned => {
                     a.partitions.insert(tp.clone());
                 }
-                Hold::Revoking => {
+                Hold::Revoking { .. } => {
                     a.partitions.insert(tp.clone());
                     a.revoking.insert(tp.clone());
                 }

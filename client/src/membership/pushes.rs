@@ -87,7 +87,9 @@ impl Membership {
         for tp in full {
             if let Some(h) = self.holdings.get_mut(&tp) {
                 if *h == Hold::Owned {
-                    *h = Hold::Revoking;
+                    *h = Hold::Revoking {
+                        announced: generation,
+                    };
                     newly.insert(tp.clone());
                 }
                 self.revoke_requested.insert(tp);

@@ -1,6 +1,6 @@
 //! The membership state machine under simulated time: no sockets, no sleeps.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use rand::rngs::SmallRng;
@@ -49,6 +49,9 @@ struct Harness {
     beats: Vec<(rollcall_protocol::HeartbeatRequest, Instant)>,
     /// Tickets of the events drained by [`Harness::events`], in order.
     tickets: Vec<Ticket>,
+    /// The generation of the latest `RevokeRequested` drained for each partition, as the
+    /// member handle keeps it for [`Harness::ack`].
+    announced: BTreeMap<TopicPartition, u32>,
 }
 
 impl Harness {
@@ -69,6 +72,7 @@ impl Harness {
             auto_ack: false,
             beats: Vec::new(),
             tickets: Vec::new(),
+            announced: BTreeMap::new(),
         }
     }
 
@@ -204,9 +208,35 @@ impl Harness {
         let mut out = Vec::new();
         while let Some((event, ticket)) = self.m.poll_event() {
             self.tickets.extend(ticket);
+            match &event {
+                Event::RevokeRequested {
+                    partitions,
+                    generation,
+                } => {
+                    for tp in partitions {
+                        self.announced.insert(tp.clone(), *generation);
+                    }
+                }
+                Event::Lost { partitions, .. } => {
+                    for tp in partitions {
+                        self.announced.remove(tp);
+                    }
+                }
+                _ => {}
+            }
             out.push(event);
         }
         out
+    }
+
+    /// The application acknowledges `partitions`, as the member handle does: each
+    /// answers the latest `RevokeRequested` drained that named it; others are left out.
+    fn ack(&mut self, partitions: impl IntoIterator<Item = TopicPartition>) {
+        let acked: Vec<(TopicPartition, u32)> = partitions
+            .into_iter()
+            .filter_map(|tp| self.announced.remove(&tp).map(|g| (tp, g)))
+            .collect();
+        self.m.ack(acked, self.now);
     }
 
     /// The application takes every event drained so far that carried a ticket.
@@ -459,7 +489,7 @@ fn revocation_is_held_until_acknowledged_and_commits_before_the_ack_are_sent() {
     assert_eq!(h.m.handle_commit_response(cid, ok, h.now), Ok(()));
 
     // The ack goes out at once, in a heartbeat.
-    h.m.ack([tp(1)], h.now);
+    h.ack([tp(1)]);
     h.flush();
     let (hb, beat, _) = h.pop_heartbeat();
     assert_eq!(beat.acked_revocations, to_wire(&set(&[1])));
@@ -488,7 +518,7 @@ fn an_unanswered_ack_is_sent_again_after_a_reconnect() {
     let mut h = Harness::joined("m", &[0, 1]);
     h.revoke("m", 2, &[1]);
     h.events();
-    h.m.ack([tp(1)], h.now);
+    h.ack([tp(1)]);
     h.flush();
     let (_, beat, _) = h.pop_heartbeat();
     assert_eq!(beat.acked_revocations, to_wire(&set(&[1])));
@@ -1095,7 +1125,7 @@ fn graceful_leave_revokes_locally_waits_for_the_ack_then_leaves() {
     assert!(!h.heartbeats().is_empty());
     // Commit before acknowledging is still possible.
     assert!(h.m.commit(vec![Offset::new(tp(0), 9)], h.now).is_ok());
-    h.m.ack([tp(0), tp(1)], h.now);
+    h.ack([tp(0), tp(1)]);
     h.flush();
     // The coordinator-requested revocation is acknowledged; the leave follows.
     let requests: Vec<Request> = h.outbox.drain(..).map(|x| x.1).collect();
@@ -1158,7 +1188,7 @@ fn a_static_member_stands_down_on_a_graceful_leave() {
     h.events();
     h.m.leave(Duration::from_secs(1), h.now);
     h.events();
-    h.m.ack([tp(0)], h.now);
+    h.ack([tp(0)]);
     h.flush();
     let leave = h
         .outbox
@@ -1266,7 +1296,7 @@ fn random_inputs_never_report_a_partition_both_owned_and_lost() {
                         app_revoking.remove(tp);
                         app.remove(tp);
                     }
-                    h.m.ack(acked, h.now);
+                    h.ack(acked);
                     h.flush();
                 }
                 10 => {
@@ -1362,7 +1392,7 @@ fn an_ack_for_a_withdrawn_revocation_keeps_the_partition() {
     h.assign("m", 3, &[0, 1, 2]);
     h.revoke("m", 3, &[1]);
     assert!(h.events().is_empty());
-    h.m.ack([tp(1), tp(2)], h.now);
+    h.ack([tp(1), tp(2)]);
     h.flush();
     assert_eq!(
         h.events(),
@@ -1557,4 +1587,55 @@ fn the_detector_asked_for_is_sent_to_a_coordinator_that_knows_join_version_2() {
     });
     let (_, j) = h.pop_join();
     assert_eq!(j.detector, "");
+}
+
+/// The application answers a revocation late: by the time its acknowledgement reaches
+/// the machine, the member was expelled, joined again, was given the partition again
+/// and asked to release it again, and the events saying so have not reached the
+/// application. The late acknowledgement answers the first request: it must not
+/// release the partition the application is about to be told it owns.
+#[test]
+fn a_late_acknowledgement_does_not_answer_a_later_revocation() {
+    let mut h = Harness::joined("m", &[0, 1]);
+    h.revoke("m", 2, &[1]);
+    assert_eq!(
+        h.events(),
+        vec![Event::RevokeRequested {
+            partitions: set(&[1]),
+            generation: 2
+        }]
+    );
+    // Expelled before the application answers; the events from here on stay queued.
+    h.expel("m", ExpelReason::RebalanceTimeout);
+    let (id, _) = h.pop_join();
+    h.respond(id, join_ok("m2"));
+    assert_eq!(h.m.take_join_result(), None);
+    h.assign("m2", 5, &[1]);
+    h.revoke("m2", 6, &[1]);
+    h.outbox.clear();
+    h.ack([tp(1)]);
+    h.flush();
+    assert!(
+        h.outbox.iter().all(|(_, req, _)| match req {
+            Request::Heartbeat(b) => b.acked_revocations.is_empty(),
+            _ => true,
+        }),
+        "the late acknowledgement released the partition: {:?}",
+        h.outbox
+    );
+    assert_eq!(h.m.assignment().revoking, set(&[1]));
+    // The application takes the events, then answers the request it was given.
+    let events = h.events();
+    assert!(matches!(
+        events.as_slice(),
+        [
+            Event::Lost { .. },
+            Event::Assigned { .. },
+            Event::RevokeRequested { generation: 6, .. }
+        ]
+    ));
+    h.ack([tp(1)]);
+    h.flush();
+    let (_, beat, _) = h.pop_heartbeat();
+    assert_eq!(beat.acked_revocations, to_wire(&set(&[1])));
 }

@@ -116,7 +116,10 @@ impl Membership {
                     if leaving.sent.is_some() {
                         return None;
                     }
-                    let all_acked = !self.holdings.values().any(|h| *h == Hold::Revoking);
+                    let all_acked = !self
+                        .holdings
+                        .values()
+                        .any(|h| matches!(h, Hold::Revoking { .. }));
                     if all_acked || now >= leaving.deadline {
                         leaving.sent = Some(now);
                         let mode = if !all_acked {
