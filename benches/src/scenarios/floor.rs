@@ -15,8 +15,8 @@
 //! process ends or lets go of it), it is killed, or its `--lifetime` is over. It is a
 //! tokio multi-thread runtime with tokio's default worker count, as `rollcall serve`
 //! (or `--server-threads`), with one task per connection. That task reads what has
-//! arrived (one read, with room for the largest frame it has seen), decodes every
-//! complete frame with the protocol's `Codec` (every beat of a Heartbeats frame
+//! arrived (one read, with room to spare for the largest frame it has seen), decodes
+//! every complete frame with the protocol's `Codec` (every beat of a Heartbeats frame
 //! included), answers each Heartbeat request with a Heartbeat response encoded once at
 //! start-up, and each Heartbeats request of n beats with a Heartbeats response of n
 //! results (each the OK result rollcall gives, a generation and a session timeout)
@@ -92,8 +92,8 @@ const LATE: Duration = Duration::from_millis(2);
 const LOCAL_SAMPLES: usize = 128;
 
 /// Room made in a read buffer before each read: far more than a heartbeat frame (a
-/// connection that has seen larger frames, Heartbeats of many beats, makes room for the
-/// largest).
+/// connection that has seen larger frames, Heartbeats of many beats, makes this much
+/// more than the largest).
 const READ_ROOM: usize = 4096;
 
 /// Where an encoded frame's correlation id starts: after the length prefix, the kind
@@ -407,8 +407,10 @@ async fn echo(mut stream: TcpStream, answer: Bytes) {
                     if let Some((_, canned)) = &batch_answer {
                         put_answer(&mut write, canned, correlation_id);
                     }
-                    // The next frame of this size is read whole in one read.
-                    room = room.max(before - read.len());
+                    // The next frame of this size is read whole in one read, with room to
+                    // spare: a read that fills the buffer leaves the socket marked readable,
+                    // and the next read would be one more system call, failing.
+                    room = room.max(before - read.len() + READ_ROOM);
                 }
                 Ok(None) => break,
                 // The floor speaks nothing but heartbeats.
