@@ -77,9 +77,10 @@ enum Command {
     Detector(scenarios::detector::DetectorArgs),
     /// The floor of the network path on this machine: a bare echo server in a process
     /// of its own, no coordinator logic, answering each Heartbeat frame with a canned
-    /// Heartbeat response, driven like `steady` with one member per connection. Gives
-    /// heartbeats per second of server CPU, the ceiling of steady's figure. Starts no
-    /// coordinator.
+    /// Heartbeat response, driven like `steady` with one member per connection (or,
+    /// with `--beats-per-frame N`, Heartbeats frames of N beats answered with N
+    /// results, like `steady --batch-heartbeats`). Gives heartbeats per second of
+    /// server CPU, the ceiling of steady's figure. Starts no coordinator.
     Floor(scenarios::floor::FloorArgs),
     /// The echo server of `floor`, run by it in a process of its own: prints its
     /// address on stdout and serves until its stdin closes.

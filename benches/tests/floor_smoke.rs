@@ -4,7 +4,11 @@
 //! run must finish by itself, handle the offered rate and read the server's CPU time
 //! (2,000/s rather than fewer: that CPU time moves in clock ticks of 10 ms, and a
 //! slower second can spend less than one). Closed loop, it must report no offered rate.
+//! Batched (`--beats-per-frame 50`), 50,000 beats per second over 20 connections are
+//! 1,000 Heartbeats frames per second: the figures must count the beats, and a beat
+//! count the protocol does not take must be refused before anything starts.
 
+use std::process::Command;
 use std::time::Duration;
 
 // The floor starts no coordinator: `run_bench`, which spawns one, is not used here.
@@ -88,4 +92,75 @@ fn floor_smoke_closed_loop() {
         f["handled_hb_per_s"].as_f64().unwrap_or_default() > 100.0,
         "{report}"
     );
+}
+
+#[test]
+fn floor_smoke_batched() {
+    let Run {
+        status,
+        report,
+        json: v,
+    } = run_floor(&[
+        "--conns",
+        "20",
+        "--beats-per-frame",
+        "50",
+        "--rate",
+        "50000",
+        "--duration",
+        "1s",
+        "--warmup",
+        "200ms",
+    ]);
+    assert!(status.success(), "exit {status}:\n{report}");
+    assert!(report.contains("50 beats per frame"), "{report}");
+    let f = &v["figures"];
+    assert_eq!(f["beats_per_frame"], 50, "{report}");
+    assert_eq!(f["groups"], 10, "{report}");
+    assert_eq!(f["offered_hb_per_s"], 50000.0, "{report}");
+    assert_eq!(f["heartbeat_errors"], 0, "{report}");
+    assert_eq!(f["connections_lost"], 0, "{report}");
+    // A Heartbeats answer: length, header, error code, count, and 12 bytes per result.
+    assert_eq!(
+        f["response_frame_bytes"],
+        4 + 9 + 2 + 4 + 50 * 12,
+        "{report}"
+    );
+    assert_eq!(v["generator"]["members_per_conn"], 50, "{report}");
+    assert_eq!(v["generator"]["batch_heartbeats"], true, "{report}");
+    let num = |name: &str| {
+        f[name]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{name} missing:\n{report}"))
+    };
+    // 50 beats of at least 28 bytes each.
+    assert!(num("request_frame_bytes") > 50.0 * 28.0, "{report}");
+    assert!(num("hb_per_cpu_s") > 0.0, "{report}");
+    let handled = num("handled_hb_per_s");
+    assert!(
+        (35_000.0..=65_000.0).contains(&handled),
+        "handled {handled} hb/s of 50,000 offered:\n{report}"
+    );
+    // Renewals, not frames: 50 per frame answered.
+    let frames = num("handled_frames_per_s");
+    assert!(
+        (handled / frames - 50.0).abs() < 0.5,
+        "{handled} hb/s in {frames} frames/s:\n{report}"
+    );
+}
+
+#[test]
+fn floor_refuses_beat_counts_the_protocol_does_not_take() {
+    for beats in ["0", "10001"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_rollcall-bench"))
+            .args(["floor", "--quiet", "--beats-per-frame", beats])
+            .output()
+            .expect("rollcall-bench runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{beats}: {stderr}");
+        assert!(
+            stderr.contains("--beats-per-frame") && stderr.contains("10000"),
+            "{beats}: {stderr}"
+        );
+    }
 }

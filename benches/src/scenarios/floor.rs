@@ -3,7 +3,11 @@
 //! `steady` drives rollcall with one member per connection. Its figure is steady's
 //! headline figure, heartbeats per second of server CPU (user + system, every thread of
 //! the server), so that rollcall's `steady` figures can be held against the ceiling
-//! measured the same day on the same machine.
+//! measured the same day on the same machine. With `--beats-per-frame N` (N > 1) it is
+//! the floor of the batched case instead, as `steady --members-per-conn N
+//! --batch-heartbeats` drives rollcall: each connection sends one Heartbeats frame of N
+//! beats per round and is answered with one Heartbeats response of N results, and the
+//! figures count beats (renewals), as steady's do with batching.
 //!
 //! The server runs in a process of its own, this binary re-executed as the hidden
 //! `floor-server` subcommand, so that its CPU time (`/proc/<pid>/stat`) is its alone.
@@ -11,12 +15,16 @@
 //! process ends or lets go of it), it is killed, or its `--lifetime` is over. It is a
 //! tokio multi-thread runtime with tokio's default worker count, as `rollcall serve`
 //! (or `--server-threads`), with one task per connection. That task reads what has
-//! arrived (one read), decodes every complete frame with the protocol's `Codec`,
-//! answers each Heartbeat request with a Heartbeat response encoded once at start-up,
-//! copied and given the request's correlation id (the cheapest way to send the same
-//! bytes as rollcall), and writes every answer of that read in one write: one read and
-//! one write per heartbeat with one heartbeat outstanding. Any other frame closes the
-//! connection.
+//! arrived (one read, with room to spare for the largest frame it has seen), decodes
+//! every complete frame with the protocol's `Codec` (every beat of a Heartbeats frame
+//! included), answers each Heartbeat request with a Heartbeat response encoded once at
+//! start-up, and each Heartbeats request of n beats with a Heartbeats response of n
+//! results (each the OK result rollcall gives, a generation and a session timeout)
+//! encoded the first time the connection sees n beats and kept for the next frames of
+//! n; either answer is copied and given the request's correlation id (the cheapest way
+//! to send the same bytes as rollcall), and every answer of that read goes out in one
+//! write: one read and one write per frame with one frame outstanding. Any other frame
+//! closes the connection.
 //!
 //! The generator opens `--conns` connections from this process, 256 at once, then
 //! sends real Heartbeat frames (the protocol crate's encoding, ids of the lengths
@@ -24,8 +32,12 @@
 //! `--rate` heartbeats per second over all of them, connection `i` of `n` on the fixed
 //! timeline `start + (i / n) * period + k * period` (a beat due while the last is
 //! unanswered goes as soon as it is answered, and counts as late), or closed loop, the
-//! next sent as soon as the last is answered. After `--warmup`, the `--duration` window
-//! is measured: heartbeats answered in it, the server's CPU time and this process's.
+//! next sent as soon as the last is answered. With `--beats-per-frame N`, connection
+//! `i` speaks for members `i * N .. (i + 1) * N` (member `m` in group `g{m % groups}`,
+//! `conns * N / 100` groups, as steady lays them out) and each frame is a Heartbeats
+//! request renewing all N of them, so `--rate` beats per second are `--rate / N` frames
+//! per second. After `--warmup`, the `--duration` window is measured: heartbeats
+//! (beats) answered in it, the server's CPU time and this process's.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
@@ -38,8 +50,9 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use clap::Args;
 use rollcall_protocol::{
-    Body, Codec, Frame, HeartbeatRequest, HeartbeatResponse, Request, Response,
-    DEFAULT_MAX_FRAME_SIZE, LENGTH_PREFIX_SIZE,
+    Body, Codec, ErrorCode, Frame, HeartbeatRequest, HeartbeatResponse, HeartbeatResult,
+    HeartbeatsRequest, HeartbeatsResponse, Request, Response, DEFAULT_MAX_FRAME_SIZE,
+    LENGTH_PREFIX_SIZE, MAX_BEATS,
 };
 use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -78,22 +91,26 @@ const LATE: Duration = Duration::from_millis(2);
 /// Latency samples a connection buffers before adding them to the shared histograms.
 const LOCAL_SAMPLES: usize = 128;
 
-/// Room made in a read buffer before each read: far more than a heartbeat frame.
+/// Room made in a read buffer before each read: far more than a heartbeat frame (a
+/// connection that has seen larger frames, Heartbeats of many beats, makes this much
+/// more than the largest).
 const READ_ROOM: usize = 4096;
 
 /// Where an encoded frame's correlation id starts: after the length prefix, the kind
 /// (1 byte), the API key (2) and the API version (2).
 const CORRELATION_AT: usize = LENGTH_PREFIX_SIZE + 5;
 
-/// The generation and session timeout the canned answer carries (any values do: they
-/// only give it the size of rollcall's).
+/// The generation and session timeout the canned answers carry (any values do: they
+/// only give them the size of rollcall's), in a Heartbeat response or in each result of
+/// a Heartbeats response.
 const CANNED: HeartbeatResponse = HeartbeatResponse {
     generation: 1,
     session_timeout_ms: 10_000,
 };
 
 /// Members per group, as `steady` lays them out by default (member `i` in group
-/// `g{i % groups}`, `members / 100` groups): group names of the same length.
+/// `g{i % groups}`, `members / 100` groups): group names of the same length. The
+/// members are the connections times `--beats-per-frame`.
 const MEMBERS_PER_GROUP: usize = 100;
 
 /// Window phases, as the connections' tasks see them.
@@ -103,15 +120,22 @@ const OVER: u8 = 2;
 
 #[derive(Debug, Clone, Args)]
 pub(crate) struct FloorArgs {
-    /// Connections, one member on each (one heartbeat outstanding at most). Each one is
-    /// an open file in this process and in the server's, so at most the open-file limit
-    /// (`ulimit -n`) less 1,000: 19,000 under a limit of 20,000.
+    /// Connections, `--beats-per-frame` members on each (one frame outstanding at
+    /// most). Each one is an open file in this process and in the server's, so at most
+    /// the open-file limit (`ulimit -n`) less 1,000: 19,000 under a limit of 20,000.
     #[arg(long, default_value_t = 1_000)]
     pub(crate) conns: usize,
-    /// Offered heartbeats per second over all connections, spread evenly over them.
+    /// Members per connection, all renewed by each frame: 1 sends Heartbeat frames; N
+    /// above 1 sends Heartbeats frames of N beats (as `steady --members-per-conn N
+    /// --batch-heartbeats`), answered with N results. At most the protocol's maximum
+    /// beats per frame (10,000).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) beats_per_frame: usize,
+    /// Offered heartbeats (beats, renewals) per second over all connections, spread
+    /// evenly over them: `--rate / --beats-per-frame` frames per second.
     #[arg(long, default_value_t = 10_000.0, conflicts_with = "closed_loop")]
     pub(crate) rate: f64,
-    /// Each connection sends its next heartbeat as soon as the last is answered
+    /// Each connection sends its next frame as soon as the last is answered
     /// (saturation).
     #[arg(long)]
     pub(crate) closed_loop: bool,
@@ -173,33 +197,42 @@ impl FloorServerArgs {
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct FloorFigures {
     pub(crate) conns: usize,
+    /// Beats in each frame (members per connection): 1, Heartbeat frames; more,
+    /// Heartbeats frames of that many beats.
+    pub(crate) beats_per_frame: usize,
     /// Groups the heartbeats name (as `steady` lays its members out).
     pub(crate) groups: usize,
-    /// Bytes of the longest Heartbeat request frame sent (the member ids grow with the
-    /// connection's number) and of the answer, length prefixes included.
+    /// Bytes of the longest request frame sent (the member ids grow with the member's
+    /// number), a Heartbeat or a Heartbeats of `beats_per_frame` beats, and of its
+    /// answer, length prefixes included.
     pub(crate) request_frame_bytes: usize,
     pub(crate) response_frame_bytes: usize,
     /// `--server-threads`; `None`: tokio's default.
     pub(crate) server_threads: Option<usize>,
     pub(crate) closed_loop: bool,
-    /// `None` in closed loop.
+    /// Beats (renewals) per second; `None` in closed loop.
     pub(crate) offered_hb_per_s: Option<f64>,
+    /// Between two frames of a connection; `None` in closed loop.
     pub(crate) heartbeat_interval_ms: Option<f64>,
     /// From the server's start to the last connection opened.
     pub(crate) setup_s: f64,
     pub(crate) warmup_s: f64,
     pub(crate) window_s: f64,
+    /// Beats sent in the window, per second.
     pub(crate) sent_hb_per_s: f64,
-    /// Heartbeats answered in the window, per second.
+    /// Beats (renewals) answered in the window, per second: frames answered times
+    /// `beats_per_frame`.
     pub(crate) handled_hb_per_s: f64,
-    /// Heartbeats sent in the window more than 2 ms after their intended time.
+    /// Frames answered in the window, per second.
+    pub(crate) handled_frames_per_s: f64,
+    /// Beats sent in the window more than 2 ms after their intended time.
     pub(crate) late_sends_pct: f64,
     pub(crate) rtt_from_intended: Percentiles,
     pub(crate) rtt_from_sent: Percentiles,
     /// The server's user + system CPU seconds over the window, every thread.
     pub(crate) server_cpu_s: f64,
     pub(crate) server_cores: f64,
-    /// Heartbeats answered in the window per server CPU-second; `None` when the
+    /// Beats (renewals) answered in the window per server CPU-second; `None` when the
     /// server's CPU time did not move (a window too short for the clock ticks).
     pub(crate) hb_per_cpu_s: Option<f64>,
     pub(crate) cpu_us_per_hb: Option<f64>,
@@ -207,7 +240,8 @@ pub(crate) struct FloorFigures {
     pub(crate) client_cpu_s: f64,
     pub(crate) client_cores: f64,
     pub(crate) server_peak_rss_bytes: Option<u64>,
-    /// Answers that were not the Heartbeat response expected.
+    /// Answers that were not the one expected (a Heartbeat response; a Heartbeats
+    /// response of one OK result per beat).
     pub(crate) heartbeat_errors: u64,
     pub(crate) connections_lost: u64,
 }
@@ -217,8 +251,22 @@ pub(crate) struct FloorFigures {
 
 /// The answer to every heartbeat, length prefix included, correlation id 0.
 fn canned_answer() -> Result<Bytes, String> {
+    encode_answer(Response::Heartbeat(CANNED))
+}
+
+/// The answer to every Heartbeats request of `beats` beats: as many results, each the
+/// OK result rollcall gives (the Heartbeat answer's generation and session timeout);
+/// length prefix included, correlation id 0.
+fn canned_batch_answer(beats: usize) -> Result<Bytes, String> {
+    let ok = HeartbeatResult::from_response(Response::Heartbeat(CANNED));
+    encode_answer(Response::Heartbeats(HeartbeatsResponse {
+        results: vec![ok; beats],
+    }))
+}
+
+fn encode_answer(response: Response) -> Result<Bytes, String> {
     let mut buf = BytesMut::new();
-    Frame::response(0, Response::Heartbeat(CANNED))
+    Frame::response(0, response)
         .encode(&mut buf, DEFAULT_MAX_FRAME_SIZE)
         .map_err(|e| format!("cannot encode the answer: {e}"))?;
     Ok(buf.freeze())
@@ -318,28 +366,52 @@ fn serve_until_told(args: &FloorServerArgs) -> Result<(), String> {
     result
 }
 
-/// One connection: every Heartbeat request answered with `answer`, given the request's
+/// One connection: every Heartbeat request answered with `answer`, every Heartbeats
+/// request with the canned answer of its beat count (encoded when the connection first
+/// sees that count, kept while the count stays the same), each given the request's
 /// correlation id; whatever one read brought is answered in one write.
 async fn echo(mut stream: TcpStream, answer: Bytes) {
     let _ = stream.set_nodelay(true);
     let mut codec = Codec::default();
     let mut read = BytesMut::new();
     let mut write = BytesMut::new();
+    let mut batch_answer: Option<(usize, Bytes)> = None;
+    let mut room = READ_ROOM;
     // Bounded by the peer: ends when it closes, fails or sends anything else.
     loop {
         // Reclaims the room of the frames already decoded (they are dropped by now).
-        read.reserve(READ_ROOM);
+        read.reserve(room);
         match stream.read_buf(&mut read).await {
             Ok(0) | Err(_) => return,
             Ok(_) => {}
         }
         // Bounded: each turn takes a frame out of what was read.
         loop {
+            let before = read.len();
             match codec.decode(&mut read) {
                 Ok(Some(Frame {
                     correlation_id,
                     body: Body::Request(Request::Heartbeat(_)),
                 })) => put_answer(&mut write, &answer, correlation_id),
+                Ok(Some(Frame {
+                    correlation_id,
+                    body: Body::Request(Request::Heartbeats(HeartbeatsRequest { beats })),
+                })) => {
+                    let n = beats.len();
+                    if batch_answer.as_ref().map_or(true, |(count, _)| *count != n) {
+                        match canned_batch_answer(n) {
+                            Ok(canned) => batch_answer = Some((n, canned)),
+                            Err(_) => return,
+                        }
+                    }
+                    if let Some((_, canned)) = &batch_answer {
+                        put_answer(&mut write, canned, correlation_id);
+                    }
+                    // The next frame of this size is read whole in one read, with room to
+                    // spare: a read that fills the buffer leaves the socket marked readable,
+                    // and the next read would be one more system call, failing.
+                    room = room.max(before - read.len() + READ_ROOM);
+                }
                 Ok(None) => break,
                 // The floor speaks nothing but heartbeats.
                 Ok(Some(_)) | Err(_) => return,
@@ -461,9 +533,12 @@ struct Shared {
     stop: CancellationToken,
     sent: AtomicU64,
     answered: AtomicU64,
+    /// Beats, as `sent` and `answered`.
     window_sent: AtomicU64,
     window_answered: AtomicU64,
     window_late: AtomicU64,
+    /// Frames answered in the window.
+    window_frames: AtomicU64,
     errors: AtomicU64,
     lost: AtomicU64,
     rtt_intended: SharedHistogram,
@@ -478,6 +553,10 @@ impl Shared {
 
 fn inc(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
+}
+
+fn add(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
 }
 
 fn get(c: &AtomicU64) -> u64 {
@@ -495,7 +574,7 @@ enum Pace {
     ClosedLoop,
 }
 
-/// The Heartbeat connection `i` sends: its group and member id as long as rollcall's
+/// The Heartbeat of member `i`: its group and member id as long as rollcall's
 /// (`g{i % groups}`, as `steady` names them, and the coordinator's
 /// `m<n>-<start ms, hex><nonce, hex>-<shard>`).
 fn heartbeat(i: usize, groups: usize, start_ms: u128) -> HeartbeatRequest {
@@ -506,6 +585,65 @@ fn heartbeat(i: usize, groups: usize, start_ms: u128) -> HeartbeatRequest {
         sequence: 0,
         progress: 0,
         acked_revocations: Vec::new(),
+    }
+}
+
+/// What connection `conn` sends each round: with one beat per frame the Heartbeat of
+/// member `conn`, as steady with one member per connection; with more, a Heartbeats
+/// request of the beats of members `conn * beats .. (conn + 1) * beats`, as steady's
+/// connections hold their members.
+fn request(conn: usize, beats: usize, groups: usize, start_ms: u128) -> Request {
+    if beats == 1 {
+        return Request::Heartbeat(heartbeat(conn, groups, start_ms));
+    }
+    Request::Heartbeats(HeartbeatsRequest {
+        beats: (conn * beats..(conn + 1) * beats)
+            .map(|i| heartbeat(i, groups, start_ms))
+            .collect(),
+    })
+}
+
+/// Bytes of `request`'s frame, length prefix included.
+fn frame_bytes(request: &Request) -> usize {
+    let body = match request {
+        Request::Heartbeat(beat) => beat.encoded_len(),
+        Request::Heartbeats(r) => {
+            4 + r
+                .beats
+                .iter()
+                .map(HeartbeatRequest::encoded_len)
+                .sum::<usize>()
+        }
+        _ => 0,
+    };
+    LENGTH_PREFIX_SIZE + rollcall_protocol::HEADER_SIZE + body
+}
+
+/// The next beat of each member `request` renews: sequence and progress advance.
+fn advance(request: &mut Request) {
+    let next = |beat: &mut HeartbeatRequest| {
+        beat.sequence += 1;
+        beat.progress += 1;
+    };
+    match request {
+        Request::Heartbeat(beat) => next(beat),
+        Request::Heartbeats(r) => r.beats.iter_mut().for_each(next),
+        _ => {}
+    }
+}
+
+/// Whether `response` is the answer expected to a request of `beats` beats: a
+/// Heartbeat response to a Heartbeat, a Heartbeats response of as many OK results to a
+/// Heartbeats request.
+fn expected(response: &Response, beats: usize, batched: bool) -> bool {
+    match response {
+        Response::Heartbeat(_) => !batched,
+        Response::Heartbeats(r) => {
+            batched
+                && r.results.len() == beats
+                && r.results.iter().all(|r| r.code == ErrorCode::None)
+        }
+        _ => false,
     }
 }
 
@@ -533,14 +671,19 @@ async fn next_frame(
 async fn drive(
     mut stream: TcpStream,
     key: usize,
-    request: HeartbeatRequest,
+    request: Request,
     pace: Pace,
     shared: Arc<Shared>,
 ) {
     let mut codec = Codec::default();
     let mut read = BytesMut::new();
     let mut write = BytesMut::new();
-    let mut frame = Frame::request(0, Request::Heartbeat(request));
+    let (beats, batched) = match &request {
+        Request::Heartbeats(r) => (r.beats.len(), true),
+        _ => (1, false),
+    };
+    let n = beats as u64;
+    let mut frame = Frame::request(0, request);
     let mut from_intended = Vec::with_capacity(LOCAL_SAMPLES);
     let mut from_sent = Vec::with_capacity(LOCAL_SAMPLES);
     let mut next = match pace {
@@ -559,9 +702,8 @@ async fn drive(
             break;
         }
         frame.correlation_id = frame.correlation_id.wrapping_add(1);
-        if let Body::Request(Request::Heartbeat(beat)) = &mut frame.body {
-            beat.sequence += 1;
-            beat.progress += 1;
+        if let Body::Request(request) = &mut frame.body {
+            advance(request);
         }
         write.clear();
         if frame.encode(&mut write, DEFAULT_MAX_FRAME_SIZE).is_err() {
@@ -573,11 +715,11 @@ async fn drive(
             Pace::Periodic { .. } => next,
             Pace::ClosedLoop => sent,
         };
-        inc(&shared.sent);
+        add(&shared.sent, n);
         if shared.measuring() {
-            inc(&shared.window_sent);
+            add(&shared.window_sent, n);
             if sent.saturating_duration_since(intended) > LATE {
-                inc(&shared.window_late);
+                add(&shared.window_late, n);
             }
         }
         if stream.write_all(&write).await.is_err() {
@@ -589,14 +731,16 @@ async fn drive(
             answer = next_frame(&mut stream, &mut codec, &mut read) => answer,
         };
         match answer {
+            // Latency is recorded once per frame: every beat of it has the same.
             Ok(Frame {
                 correlation_id,
-                body: Body::Response(Response::Heartbeat(_)),
-            }) if correlation_id == frame.correlation_id => {
+                body: Body::Response(response),
+            }) if correlation_id == frame.correlation_id && expected(&response, beats, batched) => {
                 let now = Instant::now();
-                inc(&shared.answered);
+                add(&shared.answered, n);
                 if shared.measuring() {
-                    inc(&shared.window_answered);
+                    add(&shared.window_answered, n);
+                    inc(&shared.window_frames);
                     from_sent.push(micros(now - sent));
                     if let Pace::Periodic { .. } = pace {
                         from_intended.push(micros(now.saturating_duration_since(intended)));
@@ -719,6 +863,12 @@ pub(crate) async fn run(args: &FloorArgs) -> Result<bool, String> {
     if args.conns == 0 {
         return Err("--conns must be at least 1".to_owned());
     }
+    if !(1..=MAX_BEATS).contains(&args.beats_per_frame) {
+        return Err(format!(
+            "--beats-per-frame {} is out of range: from 1 to {MAX_BEATS}, the most beats the protocol takes in one Heartbeats frame",
+            args.beats_per_frame
+        ));
+    }
     let rate_ok = args.rate.is_finite() && args.rate > 0.0;
     if !args.closed_loop && !rate_ok {
         return Err("--rate must be above 0".to_owned());
@@ -737,19 +887,30 @@ pub(crate) async fn run(args: &FloorArgs) -> Result<bool, String> {
             ));
         }
     }
+    let beats = args.beats_per_frame;
+    let members = args.conns.saturating_mul(beats);
     let mut machine = Machine::now();
-    let groups = (args.conns / MEMBERS_PER_GROUP).max(1);
+    let groups = (members / MEMBERS_PER_GROUP).max(1);
     let start_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis())
         .unwrap_or_default();
-    let requests: Vec<HeartbeatRequest> = (0..args.conns)
-        .map(|i| heartbeat(i, groups, start_ms))
+    let requests: Vec<Request> = (0..args.conns)
+        .map(|i| request(i, beats, groups, start_ms))
         .collect();
-    let request_frame_bytes = LENGTH_PREFIX_SIZE
-        + rollcall_protocol::HEADER_SIZE
-        + requests.last().map_or(0, HeartbeatRequest::encoded_len);
-    let response_frame_bytes = canned_answer()?.len();
+    let request_frame_bytes = requests.iter().map(frame_bytes).max().unwrap_or_default();
+    let response_frame_bytes = if beats == 1 {
+        canned_answer()?.len()
+    } else {
+        canned_batch_answer(beats)?.len()
+    };
+    let largest = request_frame_bytes.max(response_frame_bytes);
+    if largest > LENGTH_PREFIX_SIZE + DEFAULT_MAX_FRAME_SIZE {
+        return Err(format!(
+            "--beats-per-frame {beats} makes frames of {largest} bytes, above the protocol's default maximum of {} (length prefix excluded): fewer beats per frame",
+            DEFAULT_MAX_FRAME_SIZE
+        ));
+    }
 
     let begin = Instant::now();
     args.say(begin, "starting the server");
@@ -762,6 +923,7 @@ pub(crate) async fn run(args: &FloorArgs) -> Result<bool, String> {
         window_sent: AtomicU64::new(0),
         window_answered: AtomicU64::new(0),
         window_late: AtomicU64::new(0),
+        window_frames: AtomicU64::new(0),
         errors: AtomicU64::new(0),
         lost: AtomicU64::new(0),
         rtt_intended: SharedHistogram::new(procfs::cpus() * 4),
@@ -779,10 +941,10 @@ pub(crate) async fn run(args: &FloorArgs) -> Result<bool, String> {
     let answered = get(&shared.window_answered);
     let sent = get(&shared.window_sent);
     let hb_per_cpu = (server_cpu > 0.0).then(|| answered as f64 / server_cpu);
-    let period =
-        (!args.closed_loop).then(|| Duration::from_secs_f64(args.conns as f64 / args.rate));
+    let period = (!args.closed_loop).then(|| frame_period(args));
     let f = FloorFigures {
         conns: args.conns,
+        beats_per_frame: beats,
         groups,
         request_frame_bytes,
         response_frame_bytes,
@@ -795,6 +957,7 @@ pub(crate) async fn run(args: &FloorArgs) -> Result<bool, String> {
         window_s: wall,
         sent_hb_per_s: sent as f64 / wall,
         handled_hb_per_s: answered as f64 / wall,
+        handled_frames_per_s: get(&shared.window_frames) as f64 / wall,
         late_sends_pct: if sent > 0 {
             100.0 * get(&shared.window_late) as f64 / sent as f64
         } else {
@@ -831,7 +994,7 @@ async fn measure(
     args: &FloorArgs,
     server: &ServerProcess,
     shared: &Arc<Shared>,
-    requests: Vec<HeartbeatRequest>,
+    requests: Vec<Request>,
     begin: Instant,
 ) -> Result<Window, String> {
     let pid = server.pid();
@@ -879,7 +1042,7 @@ async fn measure(
         let pace = if args.closed_loop {
             Pace::ClosedLoop
         } else {
-            let period = Duration::from_secs_f64(n / args.rate);
+            let period = frame_period(args);
             Pace::Periodic {
                 first: start + period.mul_f64(i as f64 / n),
                 period,
@@ -910,12 +1073,23 @@ async fn measure(
     })
 }
 
+/// Between two frames of a connection in open loop: `--rate` beats per second over
+/// every connection, `--beats-per-frame` in each frame.
+fn frame_period(args: &FloorArgs) -> Duration {
+    Duration::from_secs_f64(args.conns as f64 * args.beats_per_frame as f64 / args.rate)
+}
+
 fn load_label(f: &FloorFigures) -> String {
+    let what = if f.beats_per_frame == 1 {
+        "heartbeat".to_owned()
+    } else {
+        format!("Heartbeats frame of {} beats", f.beats_per_frame)
+    };
     if f.closed_loop {
-        "closed loop: one heartbeat outstanding per connection".to_owned()
+        format!("closed loop: one {what} outstanding per connection")
     } else {
         format!(
-            "open loop: {} hb/s offered, each connection every {:.1} ms on a fixed timeline, one heartbeat outstanding at most (latency from the intended send time)",
+            "open loop: {} hb/s offered, each connection every {:.1} ms on a fixed timeline, one {what} outstanding at most (latency from the intended send time)",
             fmt_count(f.offered_hb_per_s.unwrap_or_default()),
             f.heartbeat_interval_ms.unwrap_or_default()
         )
@@ -925,11 +1099,11 @@ fn load_label(f: &FloorFigures) -> String {
 fn generator(f: &FloorFigures) -> GeneratorInfo {
     GeneratorInfo {
         driver: "raw TCP with the protocol's Codec, one task per connection",
-        members: f.conns,
+        members: f.conns * f.beats_per_frame,
         connections: f.conns,
-        members_per_conn: 1,
-        multiplexed: false,
-        batch_heartbeats: false,
+        members_per_conn: f.beats_per_frame,
+        multiplexed: f.beats_per_frame > 1,
+        batch_heartbeats: f.beats_per_frame > 1,
         load: load_label(f),
     }
 }
@@ -943,12 +1117,24 @@ fn render(f: &FloorFigures) -> String {
         || format!("tokio's default ({})", procfs::cpus()),
         |n| n.to_string(),
     );
+    let answers = if f.beats_per_frame == 1 {
+        format!(
+            "a canned Heartbeat answer ({} B) per Heartbeat frame ({} B)",
+            f.response_frame_bytes, f.request_frame_bytes
+        )
+    } else {
+        format!(
+            "a canned Heartbeats answer of {n} results ({} B) per Heartbeats frame of {n} beats ({} B)",
+            f.response_frame_bytes,
+            f.request_frame_bytes,
+            n = f.beats_per_frame
+        )
+    };
     let mut out = kv(&[
         (
             "server",
             format!(
-                "bare echo in a process of its own, {threads} worker threads, one task per connection; a canned Heartbeat answer ({} B) per Heartbeat frame ({} B)",
-                f.response_frame_bytes, f.request_frame_bytes
+                "bare echo in a process of its own, {threads} worker threads, one task per connection; {answers}"
             ),
         ),
         (
@@ -963,10 +1149,12 @@ fn render(f: &FloorFigures) -> String {
         (
             "window",
             format!(
-                "{:.1} s: sent {} hb/s, handled {} hb/s, {:.2} % sent over 2 ms late",
+                "{:.1} s: sent {} hb/s, handled {} hb/s ({} beats per frame, {} frames/s), {:.2} % sent over 2 ms late",
                 f.window_s,
                 fmt_count(f.sent_hb_per_s),
                 fmt_count(f.handled_hb_per_s),
+                f.beats_per_frame,
+                fmt_count(f.handled_frames_per_s),
                 f.late_sends_pct
             ),
         ),
@@ -1045,6 +1233,12 @@ fn notes(f: &FloorFigures) -> Vec<String> {
     let mut notes = vec![
         "no coordinator: the server only decodes heartbeats and writes a canned answer; its hb per CPU-second is the ceiling of rollcall's steady figure on this machine".to_owned(),
     ];
+    if f.beats_per_frame > 1 {
+        notes.push(format!(
+            "{n} beats per Heartbeats frame: hb figures count beats (renewals), as steady's do with --batch-heartbeats; compare with steady --members-per-conn {n} --batch-heartbeats",
+            n = f.beats_per_frame
+        ));
+    }
     if f.hb_per_cpu_s.is_none() {
         notes.push(
             "the server's CPU time did not move over the window (clock ticks of 10 ms): run longer or faster"
@@ -1070,6 +1264,56 @@ mod tests {
             assert_eq!(frame, Frame::response(id, Response::Heartbeat(CANNED)));
         }
         assert!(out.is_empty());
+    }
+
+    #[test]
+    fn the_batch_answer_has_an_ok_result_per_beat_and_the_request_id() {
+        let answer = canned_batch_answer(100).unwrap();
+        let mut out = BytesMut::new();
+        put_answer(&mut out, &answer, 9);
+        let frame = Codec::default().decode(&mut out).unwrap().unwrap();
+        assert_eq!(frame.correlation_id, 9);
+        let Body::Response(response) = &frame.body else {
+            panic!("not a response: {frame:?}");
+        };
+        assert!(expected(response, 100, true), "{response:?}");
+        assert!(!expected(response, 99, true));
+        assert!(!expected(response, 100, false));
+        let Response::Heartbeats(r) = response else {
+            unreachable!()
+        };
+        assert_eq!(
+            r.results[0],
+            HeartbeatResult::from_response(Response::Heartbeat(CANNED))
+        );
+        // Header, error code, count, and per result a code, a generation, a timeout
+        // and an empty message.
+        assert_eq!(answer.len(), LENGTH_PREFIX_SIZE + 9 + 2 + 4 + 100 * 12);
+    }
+
+    #[test]
+    fn a_batched_request_renews_a_connections_members_as_steady_lays_them_out() {
+        let single = request(3, 1, 10, 0);
+        assert!(matches!(single, Request::Heartbeat(_)));
+        let mut batch = request(3, 100, 100, 0x19a_0000_0000);
+        let Request::Heartbeats(r) = &batch else {
+            panic!("not a Heartbeats request: {batch:?}");
+        };
+        assert_eq!(r.beats.len(), 100);
+        assert_eq!(&*r.beats[0].member_id, "m300-19a000000005eed-0");
+        assert_eq!(&*r.beats[0].group, "g0");
+        assert_eq!(&*r.beats[99].group, "g99");
+        let bytes = frame_bytes(&batch);
+        let mut encoded = BytesMut::new();
+        Frame::request(1, batch.clone())
+            .encode(&mut encoded, DEFAULT_MAX_FRAME_SIZE)
+            .unwrap();
+        assert_eq!(bytes, encoded.len());
+        advance(&mut batch);
+        let Request::Heartbeats(r) = &batch else {
+            unreachable!()
+        };
+        assert!(r.beats.iter().all(|b| b.sequence == 1 && b.progress == 1));
     }
 
     #[test]
