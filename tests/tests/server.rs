@@ -10,8 +10,8 @@ use rollcall_coordinator::server::{ServerConfig, ServerError, StoreConfig};
 use rollcall_coordinator::store::{Clock, MemoryStore, Store, StoreError};
 use rollcall_protocol::{
     supported_versions, ApiKey, Body, CommitOffsetsRequest, DescribeGroupRequest, ErrorCode,
-    ExpelReason, FetchOffsetsRequest, Frame, FrameKind, GroupState, Header, LeaveRequest,
-    OffsetCommit, Push, Request, Response, DEFAULT_MAX_FRAME_SIZE,
+    ExpelReason, FetchOffsetsRequest, Frame, FrameKind, GroupState, Header, HeartbeatRequest,
+    HeartbeatsRequest, LeaveRequest, OffsetCommit, Push, Request, Response, DEFAULT_MAX_FRAME_SIZE,
 };
 use rollcall_tests::{
     bounded, http_get, join, run_cli, sample, serve_process, start, test_config, CliOutput, Member,
@@ -306,6 +306,68 @@ async fn a_client_that_does_not_read_is_disconnected() {
 
     // Everyone else is fine.
     assert_eq!(list_groups(&mut admin).await, vec!["big".to_owned()]);
+    server.shutdown().await.unwrap();
+}
+
+/// A Heartbeats request of `beats` beats for members no group has.
+fn many_beats(beats: usize) -> Request {
+    Request::Heartbeats(HeartbeatsRequest {
+        beats: (0..beats)
+            .map(|i| HeartbeatRequest {
+                group: "nowhere".into(),
+                member_id: format!("nobody-{i:06}").into(),
+                generation: 0,
+                sequence: 1,
+                progress: 0,
+                acked_revocations: Vec::new(),
+            })
+            .collect(),
+    })
+}
+
+/// Frames far larger than a first read (one larger than a wake reads at most) are
+/// answered in order whether they arrive whole, back to back with small ones, or a
+/// few hundred bytes at a time: the reads grow with what arrives and shrink again.
+#[tokio::test]
+async fn large_frames_are_served_whole_back_to_back_or_dribbled() {
+    let server = start(test_config()).await;
+    let mut c = RawClient::connected(server.local_addr()).await;
+    for dribble in [false, true] {
+        let mut expected = Vec::new();
+        let mut bytes = Vec::new();
+        for beats in [2_000, 0, 300, 0, 1, 0] {
+            let id = c.next_id();
+            let request = if beats == 0 {
+                Request::ListGroups(Default::default())
+            } else {
+                many_beats(beats)
+            };
+            bytes.extend_from_slice(&RawClient::encode(&Frame::request(id, request)));
+            expected.push((id, beats));
+        }
+        assert!(bytes.len() > 64 * 1024, "{} bytes", bytes.len());
+        if dribble {
+            for piece in bytes.chunks(700) {
+                c.send_raw(piece).await;
+                tokio::task::yield_now().await;
+            }
+        } else {
+            c.send_raw(&bytes).await;
+        }
+        for (id, beats) in expected {
+            match c.response_to(id).await {
+                Response::Heartbeats(h) => {
+                    assert_eq!(h.results.len(), beats, "dribbled: {dribble}");
+                    assert!(h.results.iter().all(|r| r.code == ErrorCode::UnknownMember));
+                }
+                Response::ListGroups(l) => {
+                    assert_eq!(beats, 0);
+                    assert!(l.groups.is_empty());
+                }
+                other => panic!("request {id} ({beats} beats) answered {other:?}"),
+            }
+        }
+    }
     server.shutdown().await.unwrap();
 }
 

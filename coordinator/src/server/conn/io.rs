@@ -10,7 +10,7 @@ use tokio::io::Interest;
 
 use super::*;
 
-/// Bytes read per system call into a buffer on the stack: most frames are far smaller.
+/// Bytes a first read asks for, into a buffer on the stack: most frames are far smaller.
 const READ_CHUNK: usize = 1024;
 
 /// Bytes read per wake, at most; the rest waits for the connection's next turn.
@@ -27,28 +27,47 @@ impl Connection {
     /// clears readiness only if no new event arrived since it was observed, and never
     /// clears a hang-up) instead of by one more system call that would fail with
     /// `WouldBlock`: one system call per request instead of two.
+    ///
+    /// A small read goes through a buffer on the stack and leaves the connection's
+    /// buffer exactly as large as what arrived. A read that fills what it asked for is
+    /// followed by one asking for twice as much, straight into the connection's
+    /// buffer; and the next wake starts by asking for what this one took, with a
+    /// chunk to spare so that the read comes back short. A peer that sends large
+    /// frames (Heartbeats of many beats) is read with one system call per frame, not
+    /// one per kilobyte.
     pub(super) fn read_some(&mut self, stream: &TcpStream) -> io::Result<usize> {
-        if self.read.capacity() - self.read.len() >= READ_CHUNK {
-            // A large frame under way: the codec reserved room for all of it.
-            return stream.try_read_buf(&mut self.read);
-        }
         let socket = socket2::SockRef::from(stream);
         let buffer = &mut self.read;
+        let mut want = self.read_hint.max(READ_CHUNK);
         let mut total = 0;
-        let read = stream.try_io(Interest::READABLE, || {
-            let mut scratch = [0u8; READ_CHUNK];
-            loop {
-                let n = io::Read::read(&mut &*socket, &mut scratch)?;
+        let read = stream.try_io(Interest::READABLE, || loop {
+            let ask = want.min(READ_LIMIT - total);
+            let n = if ask <= READ_CHUNK {
+                let mut scratch = [0u8; READ_CHUNK];
+                let n = io::Read::read(&mut &*socket, &mut scratch[..ask])?;
                 buffer.extend_from_slice(&scratch[..n]);
-                total += n;
-                if n == 0 || total >= READ_LIMIT {
-                    return Ok(());
-                }
-                if n < scratch.len() {
-                    return Err(io::ErrorKind::WouldBlock.into());
-                }
+                n
+            } else {
+                let start = buffer.len();
+                buffer.resize(start + ask, 0);
+                let read = io::Read::read(&mut &*socket, &mut buffer[start..]);
+                buffer.truncate(start + read.as_ref().map_or(0, |n| *n));
+                read?
+            };
+            total += n;
+            if n == 0 || total >= READ_LIMIT {
+                return Ok(());
             }
+            if n < ask {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            want = ask * 2;
         });
+        self.read_hint = if total > READ_CHUNK {
+            (total + READ_CHUNK).min(READ_LIMIT)
+        } else {
+            0
+        };
         match read {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock && total > 0 => Ok(total),
             Err(e) => Err(e),

@@ -393,6 +393,9 @@ struct Connection {
     /// What has arrived and is not a whole frame yet (empty, and unallocated, between
     /// frames).
     read: BytesMut,
+    /// Bytes the first read of the next wake asks for: what the last wake took, when
+    /// that was more than one small read (see `io.rs`).
+    read_hint: usize,
     /// The read buffer's size as counted against the shared buffer budget.
     read_counted: usize,
     /// Frames taken from the queue, being written; the first from `write_pos` on.
@@ -430,6 +433,7 @@ impl Connection {
             principal_slot: None,
             used_shards,
             read: BytesMut::new(),
+            read_hint: 0,
             read_counted: 0,
             writing: VecDeque::new(),
             write_pos: 0,
