@@ -415,9 +415,10 @@ impl Oracle {
     }
 
     /// The coordinator answered `request` from process `proc`.
+    /// The core answered `request`, which the client sent at `sent`, at `now`.
     pub(super) fn on_response(
         &mut self,
-        now: Instant,
+        (now, sent): (Instant, Instant),
         (proc, conn): (usize, ConnId),
         request: &Request,
         response: &Response,
@@ -550,11 +551,14 @@ impl Oracle {
                 }
             }
             (Request::Heartbeat(h), Response::Heartbeat(_)) => {
-                // Acknowledged revocations: the application released them.
+                // Acknowledged revocations: the application released them, if it sent
+                // the acknowledgement during this holding. One sent before it (read
+                // late, from a connection the member left) released an earlier
+                // holding of the same partition, not this one.
                 if let Some(holders) = self.holders.get_mut(&*h.group) {
                     for tp in from_wire(&h.acked_revocations) {
                         if let Some(holder) = holders.get_mut(&tp) {
-                            if holder.member == *h.member_id {
+                            if holder.member == *h.member_id && sent >= holder.since {
                                 holder.released = true;
                             }
                         }

@@ -61,6 +61,8 @@ pub(super) enum ToCore {
         proc: usize,
         id: ReqId,
         request: Request,
+        /// When the client sent it.
+        sent: Instant,
     },
     /// The client closed the connection.
     Closed,
@@ -401,7 +403,12 @@ impl World {
 
     fn core_in(&mut self, conn: ConnId, msg: ToCore) {
         match msg {
-            ToCore::Request { proc, id, request } => {
+            ToCore::Request {
+                proc,
+                id,
+                request,
+                sent,
+            } => {
                 let now = self.now;
                 let response = self.core.handle_request(now, conn, request.clone());
                 self.vlog(|_| format!("process {proc} conn {conn}: {request:?} -> {response:?}"));
@@ -410,7 +417,7 @@ impl World {
                     .remove(&id)
                     .unwrap_or(false);
                 self.oracle.on_response(
-                    now,
+                    (now, sent),
                     (proc, conn),
                     &request,
                     &response,
@@ -716,6 +723,7 @@ impl World {
                     proc: p,
                     id,
                     request,
+                    sent,
                 },
             },
         );
