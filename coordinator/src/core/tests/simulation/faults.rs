@@ -22,6 +22,7 @@ const FAULT_GAP: f64 = 0.6;
 #[derive(Debug, Clone, Copy)]
 enum Fault {
     Cut,
+    Stuck,
     Crash,
     CrashGroup,
     CrashAll,
@@ -36,8 +37,9 @@ enum Fault {
     Drain,
 }
 
-const FAULTS: [(Fault, f64); 13] = [
+const FAULTS: [(Fault, f64); 14] = [
     (Fault::Cut, 10.0),
+    (Fault::Stuck, 3.0),
     (Fault::Crash, 4.0),
     (Fault::CrashGroup, 0.5),
     (Fault::CrashAll, 0.25),
@@ -327,6 +329,29 @@ impl World {
                 if hold && session >= ms(3000) && self.rng.gen_bool(0.35) {
                     self.pause_at_deadline(p);
                 }
+            }
+            Fault::Stuck => {
+                // One connection's flow stalls in the network and is delivered late,
+                // both ways, while new connections get through: the client gives up
+                // on it and reconnects, sending again what went unanswered, and the
+                // coordinator reads the old connection's frames (and its close) only
+                // when the flow moves again, after the newer ones.
+                let Some(p) = self.pick(|w, p| w.procs[p].conn.is_some()) else {
+                    return;
+                };
+                let Some(conn) = self.procs[p].conn else {
+                    return;
+                };
+                let session = self.procs[p].m.settings.session_timeout;
+                let len = session
+                    .mul_f64(self.rng.gen_range(0.5..4.0))
+                    .min(Duration::from_secs(40));
+                let until = now + len;
+                let held = self.stuck.entry(conn).or_insert(until);
+                *held = (*held).max(until);
+                self.log(format!(
+                    "process {p}: connection {conn} stuck for {len:?}, new connections get through"
+                ));
             }
             Fault::Crash => {
                 let Some(p) = self.pick(|_, _| true) else {

@@ -25,8 +25,13 @@
 //!   connection in order. A cut either kills a connection's stream silently both ways
 //!   (neither end is told; the client finds out through its stall detection, or when the
 //!   kernel gives up retransmitting, scaled down here to 5 to 15 s) or holds its traffic
-//!   until it heals, as TCP retransmission does. New connections fail during a cut.
-//! - **Faults** ([`faults`]): cuts; crashes of one process with its connection closed or
+//!   until it heals, as TCP retransmission does. New connections fail during a cut. A
+//!   stuck flow holds one connection's traffic both ways for up to four session
+//!   timeouts while new connections get through (a stalled middlebox, a lost route for
+//!   one flow): the client gives up on it and reconnects, sending again what went
+//!   unanswered, and the coordinator reads the old connection's frames, and its close,
+//!   only after the newer ones.
+//! - **Faults** ([`faults`]): cuts; stuck flows; crashes of one process with its connection closed or
 //!   left open (power loss); every process of a group, or of the whole core, crashing at
 //!   once; joins; graceful leaves, including leaves sent at the leave deadline with
 //!   revocations unacknowledged; rejoins with changed session, progress and rebalance
@@ -42,8 +47,9 @@
 //!   as the server's stores do); every connection is
 //!   lost and the clients reconnect and carry on.
 //! - After 20 to 40 s the faults stop (delay spikes included) and a **quiet tail** runs
-//!   until membership has been stable, and the partitions of the last expelled member
-//!   free, for the longest session plus the longest rebalance timeout plus a second.
+//!   until membership has been stable, the partitions of the last expelled member free
+//!   and the coordinator back from its last pause or restart, for the longest session
+//!   plus the longest rebalance timeout plus a second.
 //!
 //! # The checks ([`oracle`])
 //!
@@ -52,7 +58,8 @@
 //! 1. No partition is owned by two members (`DescribeGroup` after every input that
 //!    changed a group).
 //! 2. Leases: a partition is granted to member B only when the member A that was last
-//!    granted it released it (an acknowledged revocation, or a leave sent after the
+//!    granted it released it (an acknowledged revocation sent during that holding, not
+//!    an earlier one read late, or a leave sent after the
 //!    application released everything), or A's lease has run out, or B is the process
 //!    that took over A's static instance. A crashed process keeps its lease: the
 //!    coordinator cannot tell a crash from a partition.

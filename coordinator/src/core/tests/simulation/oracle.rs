@@ -1230,6 +1230,17 @@ impl Oracle {
     /// removal plus the longest session timeout it was ever promised. Fenced members
     /// (replaced static instances) and leavers that did not confirm their release are
     /// held too.
+    /// When the coordinator last came back from a pause or a restart (the start if
+    /// never): its members reconnect, resume or rejoin, and their group settles only
+    /// after that.
+    pub(super) fn last_downtime_end(&self) -> Instant {
+        self.downtime
+            .iter()
+            .map(|d| d.to)
+            .max()
+            .unwrap_or(self.start)
+    }
+
     pub(super) fn last_hold_end(&self) -> Instant {
         self.members
             .values()

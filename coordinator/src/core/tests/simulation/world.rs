@@ -180,6 +180,9 @@ pub(super) struct World {
     /// Connections whose stream a cut killed: nothing gets through any more, and neither
     /// end is told.
     pub(super) broken: HashSet<ConnId>,
+    /// Connections whose traffic is held, both ways, until the instant given, while the
+    /// process's new connections get through (one flow stuck in the network).
+    pub(super) stuck: HashMap<ConnId, Instant>,
     fifo: HashMap<(ConnId, bool), Instant>,
     pub(super) next_conn: ConnId,
     next_epoch: u64,
@@ -231,6 +234,7 @@ impl World {
             store: MemoryStore::new(),
             open_conns: HashMap::new(),
             broken: HashSet::new(),
+            stuck: HashMap::new(),
             fifo: HashMap::new(),
             next_conn: 1,
             next_epoch: 0,
@@ -701,6 +705,7 @@ impl World {
         } else {
             now
         };
+        let sent = self.stuck.get(&conn).map_or(sent, |&until| until.max(sent));
         self.vlog(|_| {
             format!(
                 "process {p} sends request {id} on conn {conn}{}",
@@ -738,6 +743,7 @@ impl World {
             return;
         }
         let sent = proc.cut_until.max(self.now);
+        let sent = self.stuck.get(&conn).map_or(sent, |&until| until.max(sent));
         let at = self.arrival(conn, false, sent);
         self.push(at, Ev::Deliver { proc: p, conn, msg });
     }
@@ -748,6 +754,7 @@ impl World {
             return None;
         }
         let sent = self.procs[p].cut_until.max(self.now);
+        let sent = self.stuck.get(&conn).map_or(sent, |&until| until.max(sent));
         let at = self.arrival(conn, true, sent);
         self.push(
             at,
@@ -826,6 +833,7 @@ impl World {
             && self.pending_spawns == 0
             && now >= self.oracle.last_change + self.settle_time()
             && now >= self.oracle.last_hold_end() + self.settle_time()
+            && now >= self.oracle.last_downtime_end() + self.settle_time()
             && now >= self.oracle.lingering_end(&self.procs) + self.settle_time()
             && self.oracle.crashed_resolved(now, &self.crashes)
             && self
@@ -844,6 +852,7 @@ impl World {
             .last_change
             .max(self.oracle.last_hold_end())
             .max(self.oracle.lingering_end(&self.procs))
+            .max(self.oracle.last_downtime_end())
             + self.settle_time();
         let settled = if settled_at <= now {
             format!(
