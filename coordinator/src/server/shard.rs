@@ -103,22 +103,48 @@ impl Reply {
             Self::Part { joiner, indices } => joiner.fill(&indices, response, metrics, quiet),
         }
     }
+
+    /// The joiner of a part of a split Heartbeats request.
+    fn joiner(&self) -> Option<Arc<Joiner>> {
+        match self {
+            Self::Frame { .. } => None,
+            Self::Part { joiner, .. } => Some(joiner.clone()),
+        }
+    }
 }
 
 /// Gathers the answers of the shards a Heartbeats request's beats went to, and sends
 /// the one response once every shard has answered.
+///
+/// The pushes the request caused on its own connection follow that response, as every
+/// other request's follow its own: a shard that answered its part early holds them
+/// here until the last part is in. A client that sees, say, an Assignment listing a
+/// partition it has just acknowledged can then tell that the assignment is newer than
+/// the acknowledgement.
 #[derive(Debug)]
 pub(crate) struct Joiner {
     to: ConnHandle,
+    /// The requesting connection, which `to` writes to.
+    conn: ConnId,
     correlation_id: u32,
     received: Instant,
-    /// One slot per beat, and the number of shards still to answer.
-    parts: Mutex<(Vec<Option<HeartbeatResult>>, usize)>,
+    parts: Mutex<Parts>,
+}
+
+#[derive(Debug)]
+struct Parts {
+    /// One slot per beat.
+    results: Vec<Option<HeartbeatResult>>,
+    /// Shards still to answer.
+    waiting: usize,
+    /// Pushes to the requesting connection, held until the response is sent.
+    held: Vec<Frame>,
 }
 
 impl Joiner {
     pub(crate) fn new(
         to: ConnHandle,
+        conn: ConnId,
         correlation_id: u32,
         received: Instant,
         beats: usize,
@@ -126,10 +152,29 @@ impl Joiner {
     ) -> Arc<Self> {
         Arc::new(Self {
             to,
+            conn,
             correlation_id,
             received,
-            parts: Mutex::new((vec![None; beats], shards)),
+            parts: Mutex::new(Parts {
+                results: vec![None; beats],
+                waiting: shards,
+                held: Vec::new(),
+            }),
         })
+    }
+
+    /// Sends `frame`, a push that handling a part of the request caused, to `conn`:
+    /// held until the response is sent if it goes to the requesting connection and
+    /// another shard has not answered yet, at once otherwise.
+    fn push_after(&self, conn: ConnId, frame: Frame, registry: &Registry) {
+        if conn == self.conn {
+            let mut parts = self.parts.lock();
+            if parts.waiting > 0 {
+                parts.held.push(frame);
+                return;
+            }
+        }
+        registry.send(conn, frame);
     }
 
     fn fill(&self, indices: &[usize], response: Response, metrics: &Metrics, quiet: bool) {
@@ -141,14 +186,19 @@ impl Joiner {
         let done = {
             let mut parts = self.parts.lock();
             for (i, result) in indices.iter().zip(results) {
-                if let Some(slot) = parts.0.get_mut(*i) {
+                if let Some(slot) = parts.results.get_mut(*i) {
                     *slot = Some(result);
                 }
             }
-            parts.1 -= 1;
-            (parts.1 == 0).then(|| std::mem::take(&mut parts.0))
+            parts.waiting -= 1;
+            (parts.waiting == 0).then(|| {
+                (
+                    std::mem::take(&mut parts.results),
+                    std::mem::take(&mut parts.held),
+                )
+            })
         };
-        let Some(slots) = done else { return };
+        let Some((slots, held)) = done else { return };
         let results = slots
             .into_iter()
             .map(|r| {
@@ -160,6 +210,9 @@ impl Joiner {
         let response = Response::Heartbeats(HeartbeatsResponse { results });
         self.to
             .send(Frame::response(self.correlation_id, response), quiet);
+        for push in held {
+            self.to.send(push, quiet);
+        }
         metrics
             .duration(ApiKey::Heartbeats)
             .record(self.received.elapsed().as_secs_f64());
@@ -190,6 +243,8 @@ enum Outgoing {
     Push {
         conn: ConnId,
         frame: Frame,
+        /// Caused by a part of a split Heartbeats request: sent through its joiner.
+        after: Option<Arc<Joiner>>,
     },
 }
 
@@ -251,14 +306,28 @@ impl ShardState {
 
     /// Takes what the core produced besides responses: pushes to send at once (or
     /// stage, if their group is pending or `stage_all`) and events to log.
-    fn drain_outputs(&mut self, index: usize, ctx: &ShardContext, stage_all: bool) {
+    /// `after`: the outputs were caused by a part of a split Heartbeats request, whose
+    /// response they must follow on its connection.
+    fn drain_outputs(
+        &mut self,
+        index: usize,
+        ctx: &ShardContext,
+        stage_all: bool,
+        after: Option<&Arc<Joiner>>,
+    ) {
         while let Some(output) = self.core.poll_output() {
             match output {
                 Output::Push { conn, push } => {
                     let stage = stage_all || push.group().is_some_and(|g| self.pending(g));
                     let frame = Frame::push(push);
                     if stage {
-                        self.open.outgoing.push(Outgoing::Push { conn, frame });
+                        self.open.outgoing.push(Outgoing::Push {
+                            conn,
+                            frame,
+                            after: after.cloned(),
+                        });
+                    } else if let Some(joiner) = after {
+                        joiner.push_after(conn, frame, &ctx.registry);
                     } else {
                         ctx.registry.send(conn, frame);
                     }
@@ -399,13 +468,14 @@ impl Shard {
         };
         let staged = pending || wrote;
         // The answer first, then the pushes it caused.
+        let after = reply.joiner();
         let handled = if staged {
             st.open.outgoing.push(Outgoing::Response {
                 reply,
                 response,
                 wrote,
             });
-            st.drain_outputs(self.index, &self.ctx, true);
+            st.drain_outputs(self.index, &self.ctx, true, after.as_ref());
             st.open.groups.extend(hold);
             st.open.joined.extend(joined);
             self.open_len
@@ -414,7 +484,7 @@ impl Shard {
             Handled::Staged
         } else {
             reply.deliver(response, &self.ctx.metrics, true);
-            st.drain_outputs(self.index, &self.ctx, false);
+            st.drain_outputs(self.index, &self.ctx, false, after.as_ref());
             if let Some(joined) = joined {
                 st.core.answers_released(now.into_std(), &[joined]);
             }
@@ -459,7 +529,7 @@ impl Shard {
     }
 
     fn after_input(&self, st: &mut ShardState) {
-        st.drain_outputs(self.index, &self.ctx, false);
+        st.drain_outputs(self.index, &self.ctx, false, None);
         if st.core.records_pending() > 0 || !st.open.outgoing.is_empty() {
             self.open_len
                 .store(st.open.outgoing.len(), Ordering::Release);
@@ -698,9 +768,14 @@ impl Shard {
                     // A full queue closes the connection; the connection logs it.
                     reply.deliver(response, &self.ctx.metrics, false);
                 }
-                Outgoing::Push { conn, frame } => {
+                Outgoing::Push { conn, frame, after } => {
                     if durable.is_ok() {
-                        self.ctx.registry.send(conn, frame);
+                        match after {
+                            Some(joiner) => joiner.push_after(conn, frame, &self.ctx.registry),
+                            None => {
+                                self.ctx.registry.send(conn, frame);
+                            }
+                        }
                     }
                 }
             }
@@ -737,7 +812,100 @@ fn refresh_gauges(m: &Metrics, stats: CoreStats, before: CoreStats) {
 
 #[cfg(test)]
 mod tests {
-    use super::shard_of;
+    use std::collections::VecDeque;
+    use std::sync::Arc;
+
+    use bytes::BytesMut;
+    use metrics::Counter;
+    use rollcall_protocol::{
+        Body, Codec, ErrorCode, Frame, HeartbeatResponse, HeartbeatResult, HeartbeatsResponse,
+        Push, Response, ShutdownPush,
+    };
+    use tokio::time::Instant;
+    use tokio_util::codec::Decoder;
+
+    use super::{shard_of, Joiner};
+    use crate::server::metrics::Metrics;
+    use crate::server::registry::{BufferBudget, ConnHandle, ConnState, Registry, SendLimits};
+
+    fn push(message: &str) -> Frame {
+        Frame::push(Push::Shutdown(ShutdownPush {
+            message: message.into(),
+        }))
+    }
+
+    /// The frames queued on `state`, decoded, in order.
+    fn queued(state: &ConnState) -> Vec<Frame> {
+        let mut out = VecDeque::new();
+        state.take(&mut out);
+        out.into_iter()
+            .map(|bytes| {
+                Codec::default()
+                    .decode(&mut BytesMut::from(&bytes[..]))
+                    .expect("decodes")
+                    .expect("whole")
+            })
+            .collect()
+    }
+
+    /// A shard that answers its part of a split Heartbeats request early holds the
+    /// pushes it caused on the requesting connection until the last part is in and the
+    /// response is sent; pushes to other connections go at once.
+    #[test]
+    fn pushes_a_split_heartbeats_request_caused_follow_its_response() {
+        let limits = Arc::new(SendLimits {
+            frames: 100,
+            bytes: 1 << 20,
+            max_frame_size: 1 << 20,
+            too_large: Counter::noop(),
+            budget: Arc::new(BufferBudget::new(usize::MAX)),
+        });
+        let registry = Registry::default();
+        let (mine, my_state) = ConnHandle::new(limits.clone());
+        let (other, other_state) = ConnHandle::new(limits);
+        registry.insert(1, mine.clone());
+        registry.insert(2, other);
+        let metrics = Metrics::new();
+        let ok = |generation| {
+            Response::Heartbeats(HeartbeatsResponse {
+                results: vec![HeartbeatResult::from_response(Response::Heartbeat(
+                    HeartbeatResponse {
+                        generation,
+                        session_timeout_ms: 1000,
+                    },
+                ))],
+            })
+        };
+        let joiner = Joiner::new(mine, 1, 77, Instant::now(), 2, 2);
+        // The first shard answers beat 1 and pushes to both connections.
+        joiner.fill(&[1], ok(5), &metrics, false);
+        joiner.push_after(1, push("mine"), &registry);
+        joiner.push_after(2, push("other"), &registry);
+        assert!(
+            queued(&my_state).is_empty(),
+            "a push went before the response"
+        );
+        assert_eq!(queued(&other_state).len(), 1);
+        // The second shard answers beat 0: the response, then the push held for it.
+        joiner.fill(&[0], ok(6), &metrics, false);
+        joiner.push_after(1, push("later"), &registry);
+        let frames = queued(&my_state);
+        let kinds: Vec<String> = frames
+            .iter()
+            .map(|f| match &f.body {
+                Body::Response(Response::Heartbeats(h)) => {
+                    assert_eq!(f.correlation_id, 77);
+                    let generations: Vec<u32> = h.results.iter().map(|r| r.generation).collect();
+                    assert_eq!(generations, [6, 5]);
+                    assert!(h.results.iter().all(|r| r.code == ErrorCode::None));
+                    "response".to_owned()
+                }
+                Body::Push(Push::Shutdown(s)) => s.message.clone(),
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect();
+        assert_eq!(kinds, ["response", "mine", "later"]);
+    }
 
     #[test]
     fn shard_of_is_stable_and_in_range() {

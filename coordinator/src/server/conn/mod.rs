@@ -916,7 +916,14 @@ impl Connection {
         }
         let used =
             parts.iter().filter(|p| !p.0.is_empty()).count() + usize::from(!refused.is_empty());
-        let joiner = Joiner::new(self.handle.clone(), correlation_id, received, beats, used);
+        let joiner = Joiner::new(
+            self.handle.clone(),
+            self.id,
+            correlation_id,
+            received,
+            beats,
+            used,
+        );
         if !refused.is_empty() {
             Reply::Part {
                 joiner: joiner.clone(),
