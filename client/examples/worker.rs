@@ -201,7 +201,7 @@ async fn commit(
 ) {
     let offsets: Vec<Offset> = positions
         .iter()
-        .filter(|(p, _)| only.map_or(true, |only| only.contains(*p)))
+        .filter(|(p, _)| only.is_none_or(|only| only.contains(*p)))
         .map(|(p, o)| Offset::new(p.clone(), *o))
         .collect();
     if offsets.is_empty() {

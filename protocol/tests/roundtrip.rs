@@ -551,7 +551,7 @@ fn unsupported_header() -> impl Strategy<Value = Header> {
                 FrameKind::Push => PushKey::from_u16(api_key).map(|_| CURRENT_VERSION),
             };
             max_version
-                .map_or(true, |max| api_version > max)
+                .is_none_or(|max| api_version > max)
                 .then_some(Header {
                     kind,
                     api_key,

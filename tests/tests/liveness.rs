@@ -490,10 +490,7 @@ impl Worker {
             }
             Response::Error(e) => {
                 // A run of the same answer is journaled once.
-                if s.errors
-                    .last()
-                    .map_or(true, |(_, last)| last.code != e.code)
-                {
+                if s.errors.last().is_none_or(|(_, last)| last.code != e.code) {
                     s.note(
                         self.clock,
                         format!(
@@ -562,7 +559,7 @@ fn apply(
             let owned: BTreeSet<u32> = listed
                 .iter()
                 .copied()
-                .filter(|p| s.released.get(p).map_or(true, |&g| g < a.generation))
+                .filter(|p| s.released.get(p).is_none_or(|&g| g < a.generation))
                 .collect();
             s.note(
                 clock,
@@ -1005,7 +1002,7 @@ async fn frozen_rounds(layout: Layout, clock: Clock) -> Result<String, String> {
                         ));
                     }
                     let answered = m.seen.lock().last_answered;
-                    if answered.map_or(true, |a| a < resumed) {
+                    if answered.is_none_or(|a| a < resumed) {
                         problems.push(format!(
                             "{} had no heartbeat answered in the {AFTER_RESUME:?} after the thaw",
                             m.name

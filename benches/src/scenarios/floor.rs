@@ -398,7 +398,7 @@ async fn echo(mut stream: TcpStream, answer: Bytes) {
                     body: Body::Request(Request::Heartbeats(HeartbeatsRequest { beats })),
                 })) => {
                     let n = beats.len();
-                    if batch_answer.as_ref().map_or(true, |(count, _)| *count != n) {
+                    if batch_answer.as_ref().is_none_or(|(count, _)| *count != n) {
                         match canned_batch_answer(n) {
                             Ok(canned) => batch_answer = Some((n, canned)),
                             Err(_) => return,

@@ -153,9 +153,7 @@ impl Membership {
         _now: Instant,
     ) -> Result<(RequestId, Request), CommitError> {
         let member_id = match (&self.phase, &self.member_id) {
-            (Phase::Active, Some(id))
-                if !self.leaving.as_ref().is_some_and(|l| l.sent.is_some()) =>
-            {
+            (Phase::Active, Some(id)) if self.leaving.as_ref().is_none_or(|l| l.sent.is_none()) => {
                 id.clone()
             }
             _ => return Err(self.inactive_error()),

@@ -400,7 +400,7 @@ pub(super) fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
             }
             line.push_str(cell);
             if i + 1 < row.len() {
-                line.extend(std::iter::repeat(' ').take(width - cell.chars().count()));
+                line.extend(std::iter::repeat_n(' ', width - cell.chars().count()));
             }
         }
         out.push_str(line.trim_end());

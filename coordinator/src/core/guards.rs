@@ -191,7 +191,7 @@ impl Guards {
 
     /// A frame was read at `at` somewhere on the server.
     pub(crate) fn heard(&mut self, at: Instant) {
-        if self.last_frame_at.map_or(true, |t| at > t) {
+        if self.last_frame_at.is_none_or(|t| at > t) {
             self.last_frame_at = Some(at);
         }
     }

@@ -41,7 +41,7 @@ impl Coordinator {
         let mut groups: Vec<&Group> = self
             .groups
             .values()
-            .filter(|g| after.map_or(true, |a| &*g.name > a))
+            .filter(|g| after.is_none_or(|a| &*g.name > a))
             .collect();
         groups.sort_unstable_by(|a, b| a.name.cmp(&b.name));
         let listing = |g: &Group| GroupListing {

@@ -162,7 +162,7 @@ impl Coordinator {
     /// Notes the latest `now` an input carried.
     /// Time moves to `now`; returns whether it moved.
     fn tick(&mut self, now: Instant) -> bool {
-        if self.now.map_or(true, |n| now > n) {
+        if self.now.is_none_or(|n| now > n) {
             self.ran_before = self.now;
             self.now = Some(now);
             return true;

@@ -130,7 +130,7 @@ impl Rule {
     fn covers(&self, principal: &str, group: &str) -> bool {
         self.principals
             .as_ref()
-            .map_or(true, |p| p.contains(principal))
+            .is_none_or(|p| p.contains(principal))
             && (self.groups.contains(group) || self.prefixes.iter().any(|p| group.starts_with(p)))
     }
 }

@@ -358,7 +358,7 @@ fn replay_run(
             }
         }
         count += 1;
-        if count % CLOCK_EVERY == 0 {
+        if count.is_multiple_of(CLOCK_EVERY) {
             clock.tick(what, count)?;
         }
     }

@@ -214,7 +214,7 @@ fn seed_002_trace(seed: u64) -> (Vec<f64>, f64) {
         if (40.0..43.5).contains(&at) {
             at = 43.5 + rng.unit() * 0.05;
         }
-        if arrivals.last().map_or(true, |&last| at > last) {
+        if arrivals.last().is_none_or(|&last| at > last) {
             arrivals.push(at);
         }
         t += 1.0;

@@ -967,7 +967,7 @@ impl Connection {
                 Response::ListGroups(part) => {
                     if part.more == Some(true) {
                         if let Some(last) = part.groups.last() {
-                            if cut.as_ref().map_or(true, |c| last.group < *c) {
+                            if cut.as_ref().is_none_or(|c| last.group < *c) {
                                 cut = Some(last.group.clone());
                             }
                         }

@@ -819,9 +819,7 @@ impl Membership {
     /// A commit of one offset for a partition the application holds.
     pub(super) fn commit(&mut self, tp: &Tp, offset: i64) -> Option<(ReqId, Request)> {
         let member_id = match (&self.phase, &self.member_id) {
-            (Phase::Active, Some(id))
-                if !self.leaving.as_ref().is_some_and(|l| l.sent.is_some()) =>
-            {
+            (Phase::Active, Some(id)) if self.leaving.as_ref().is_none_or(|l| l.sent.is_none()) => {
                 id.clone()
             }
             _ => return None,

@@ -1203,7 +1203,7 @@ impl Oracle {
         }
         let members = &self.members;
         self.fenced_procs
-            .retain(|_, (old, _, _)| members.get(old).map_or(true, |i| i.group != group));
+            .retain(|_, (old, _, _)| members.get(old).is_none_or(|i| i.group != group));
     }
 
     /// When the coordinator may last expel a member whose process is gone (crashed or

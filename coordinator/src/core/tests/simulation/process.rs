@@ -154,7 +154,7 @@ impl World {
         }
         // The application: progress, and releasing what it is asked to.
         let proc = &mut self.procs[p];
-        if !proc.stalled_until.is_some_and(|t| now < t) {
+        if proc.stalled_until.is_none_or(|t| now >= t) {
             proc.progress += 1;
             proc.m.set_progress(proc.progress, now);
         }
@@ -189,7 +189,7 @@ impl World {
         let proc = &self.procs[p];
         if proc.conn.is_none()
             && proc.connecting.is_none()
-            && proc.reconnect_at.map_or(true, |t| t <= now)
+            && proc.reconnect_at.is_none_or(|t| t <= now)
         {
             self.start_connect(p);
         }
@@ -268,7 +268,7 @@ impl World {
         };
         // Nothing is due twice at the same instant.
         let next = next.max(now + Duration::from_micros(100));
-        if proc.wake_at.map_or(true, |w| next < w) {
+        if proc.wake_at.is_none_or(|w| next < w) {
             self.procs[p].wake_at = Some(next);
             self.push(next, Ev::Wake(p));
         }

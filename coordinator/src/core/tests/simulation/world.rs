@@ -514,7 +514,7 @@ impl World {
         }
         if let Some(t) = self.core.poll_timeout() {
             let t = t.max(self.now);
-            if self.core_wake.map_or(true, |w| t < w) {
+            if self.core_wake.is_none_or(|w| t < w) {
                 self.core_wake = Some(t);
                 self.push(t, Ev::CoreWake);
             }
