@@ -167,14 +167,18 @@ impl Joiner {
     /// held until the response is sent if it goes to the requesting connection and
     /// another shard has not answered yet, at once otherwise.
     fn push_after(&self, conn: ConnId, frame: Frame, registry: &Registry) {
-        if conn == self.conn {
-            let mut parts = self.parts.lock();
-            if parts.waiting > 0 {
-                parts.held.push(frame);
-                return;
-            }
+        if conn != self.conn {
+            registry.send(conn, frame);
+            return;
         }
-        registry.send(conn, frame);
+        // Queued under the lock the response is sent under: a push seen after the
+        // last part is in follows the response that part sent.
+        let mut parts = self.parts.lock();
+        if parts.waiting > 0 {
+            parts.held.push(frame);
+        } else {
+            self.to.send(frame, false);
+        }
     }
 
     fn fill(&self, indices: &[usize], response: Response, metrics: &Metrics, quiet: bool) {
@@ -183,23 +187,17 @@ impl Joiner {
             // An answer for the whole part (an error) is each of its beats'.
             other => vec![HeartbeatResult::from_response(other); indices.len()],
         };
-        let done = {
-            let mut parts = self.parts.lock();
-            for (i, result) in indices.iter().zip(results) {
-                if let Some(slot) = parts.results.get_mut(*i) {
-                    *slot = Some(result);
-                }
+        let mut parts = self.parts.lock();
+        for (i, result) in indices.iter().zip(results) {
+            if let Some(slot) = parts.results.get_mut(*i) {
+                *slot = Some(result);
             }
-            parts.waiting -= 1;
-            (parts.waiting == 0).then(|| {
-                (
-                    std::mem::take(&mut parts.results),
-                    std::mem::take(&mut parts.held),
-                )
-            })
-        };
-        let Some((slots, held)) = done else { return };
-        let results = slots
+        }
+        parts.waiting -= 1;
+        if parts.waiting > 0 {
+            return;
+        }
+        let results = std::mem::take(&mut parts.results)
             .into_iter()
             .map(|r| {
                 r.unwrap_or_else(|| {
@@ -208,11 +206,14 @@ impl Joiner {
             })
             .collect();
         let response = Response::Heartbeats(HeartbeatsResponse { results });
+        // The response and the pushes held for it are queued under the lock, so that a
+        // push another shard queues next comes after them.
         self.to
             .send(Frame::response(self.correlation_id, response), quiet);
-        for push in held {
+        for push in std::mem::take(&mut parts.held) {
             self.to.send(push, quiet);
         }
+        drop(parts);
         metrics
             .duration(ApiKey::Heartbeats)
             .record(self.received.elapsed().as_secs_f64());
