@@ -145,12 +145,12 @@ impl Coordinator {
             } else if let Some(id) = &member {
                 let m = &group.members[id];
                 match group.resolve(&o.topic, o.partition) {
+                    Some(tp) if m.owned.contains(&tp) && group.granted_by(&tp, r.generation) => {
+                        ErrorCode::None
+                    }
                     // Granted after the frame's generation: the commit is from an
                     // earlier ownership of the partition, which was revoked.
-                    Some(tp) if m.owned.contains(&tp) => match group.owners.get(&tp) {
-                        Some(&since) if since > r.generation => ErrorCode::PartitionRevoked,
-                        _ => ErrorCode::None,
-                    },
+                    Some(tp) if m.owned.contains(&tp) => ErrorCode::PartitionRevoked,
                     Some(tp) if m.released.contains(&tp) => ErrorCode::PartitionRevoked,
                     _ => ErrorCode::NotOwner,
                 }

@@ -327,10 +327,8 @@ impl ShardState {
                             frame,
                             after: after.cloned(),
                         });
-                    } else if let Some(joiner) = after {
-                        joiner.push_after(conn, frame, &ctx.registry);
                     } else {
-                        ctx.registry.send(conn, frame);
+                        send_push(&ctx.registry, conn, frame, after.map(|j| &**j));
                     }
                 }
                 Output::Event(event) => log_event(index, &ctx.metrics, event),
@@ -771,15 +769,21 @@ impl Shard {
                 }
                 Outgoing::Push { conn, frame, after } => {
                     if durable.is_ok() {
-                        match after {
-                            Some(joiner) => joiner.push_after(conn, frame, &self.ctx.registry),
-                            None => {
-                                self.ctx.registry.send(conn, frame);
-                            }
-                        }
+                        send_push(&self.ctx.registry, conn, frame, after.as_deref());
                     }
                 }
             }
+        }
+    }
+}
+
+/// Sends a push to `conn`; through `after`, the joiner of the split Heartbeats request
+/// whose part caused it, so that it follows that request's response.
+fn send_push(registry: &Registry, conn: ConnId, frame: Frame, after: Option<&Joiner>) {
+    match after {
+        Some(joiner) => joiner.push_after(conn, frame, registry),
+        None => {
+            registry.send(conn, frame);
         }
     }
 }

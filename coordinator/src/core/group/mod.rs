@@ -752,6 +752,15 @@ impl Group {
         have == wanted
     }
 
+    /// Whether a frame carrying member generation `generation` is about the current
+    /// ownership of `tp`: the partition is owned, and was granted no later than that
+    /// generation (see `owners`). Acknowledgements and commits both ask.
+    pub(crate) fn granted_by(&self, tp: &TopicPartition, generation: u32) -> bool {
+        self.owners
+            .get(tp)
+            .is_some_and(|&since| since <= generation)
+    }
+
     pub(crate) fn resolve(&self, topic: &str, partition: u32) -> Option<TopicPartition> {
         let idx = *self.topic_index.get(topic)?;
         Some(TopicPartition {

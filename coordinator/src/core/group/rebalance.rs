@@ -364,22 +364,22 @@ impl Group {
         acked: &[TopicPartition],
         generation: u32,
     ) -> bool {
-        let Some(m) = self.members.get_mut(id) else {
+        let Some(m) = self.members.get(id) else {
             return false;
         };
-        let owners = &self.owners;
         let mut gone: Vec<TopicPartition> = acked
             .iter()
             .filter(|tp| {
-                !m.target.contains(tp)
-                    && m.owned.contains(tp)
-                    && owners.get(tp).is_some_and(|&since| since <= generation)
+                !m.target.contains(tp) && m.owned.contains(tp) && self.granted_by(tp, generation)
             })
             .copied()
             .collect();
         if gone.is_empty() {
             return false;
         }
+        let Some(m) = self.members.get_mut(id) else {
+            return false;
+        };
         // In one pass over the member's sets, however many were acknowledged.
         gone.sort_unstable();
         gone.dedup();
