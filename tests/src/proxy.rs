@@ -121,6 +121,11 @@ impl Proxy {
         self.addr
     }
 
+    /// How many connections the proxy has accepted.
+    pub fn accepted(&self) -> u64 {
+        self.shared.accepted.load(Ordering::SeqCst)
+    }
+
     /// Closes every current connection, both sockets; new connections are accepted.
     pub fn cut(&self) {
         let accepted = self.shared.accepted.load(Ordering::SeqCst);

@@ -863,6 +863,44 @@ async fn trace_records_heartbeat_arrivals_as_csv() {
     server.shutdown().await.unwrap();
 }
 
+/// `rollcall trace` polls five times a second over one connection, and opens another
+/// when that one is cut: a connection per poll would handshake (with TLS or SCRAM, the
+/// costly part of both) at every poll.
+#[tokio::test]
+async fn trace_polls_over_one_connection_and_reconnects_when_cut() {
+    let server = start(test_config()).await;
+    let proxy = rollcall_tests::proxy::Proxy::start(server.local_addr()).await;
+    let mut m = Member::join(server.local_addr(), join("g-poll", "t", 2, 10_000)).await;
+    m.tick(Duration::from_millis(100)).await;
+    let tracing = {
+        let addr = proxy.addr().to_string();
+        tokio::spawn(async move {
+            rollcall(&["trace", "g-poll", "--addr", &addr, "--duration", "3s"]).await
+        })
+    };
+    // About seven polls before the cut, seven after it.
+    let started = Instant::now();
+    let mut cut = false;
+    while started.elapsed() < Duration::from_millis(3_300) {
+        m.tick(Duration::from_millis(100)).await;
+        if !cut && started.elapsed() > Duration::from_millis(1_500) {
+            proxy.cut();
+            cut = true;
+        }
+    }
+    let out = bounded("rollcall trace", tracing).await.unwrap();
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let member = format!(",{}", m.id);
+    let arrivals = out.stdout.lines().filter(|l| l.ends_with(&member)).count();
+    assert!(arrivals >= 20, "{arrivals} arrivals:\n{}", out.stdout);
+    assert_eq!(
+        proxy.accepted(),
+        2,
+        "one connection, then one after the cut"
+    );
+    server.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn admin_commands_fail_cleanly_when_the_coordinator_is_unreachable() {
     // Bind and release a port so nothing listens there.

@@ -368,16 +368,39 @@ async fn connect(args: &AdminArgs) -> Result<Connection, ConnectError> {
     Connection::connect_with(&args.addr, &args.options(software)?).await
 }
 
-/// Connects, handshakes, sends `request` and returns its answer, all within `--timeout`.
-pub(super) async fn admin_request(
-    args: &AdminArgs,
-    request: Request,
-) -> Result<Response, AdminError> {
-    within_timeout(args, async {
-        let mut conn = connect(args).await?;
-        conn.request(request).await
-    })
-    .await
+/// One connection kept across the requests of a command that polls (`rollcall
+/// trace`): a connection per poll would handshake (and, with TLS or SCRAM, do the
+/// costly part of both) five times a second for as long as the command runs.
+pub(super) struct AdminSession<'a> {
+    args: &'a AdminArgs,
+    conn: Option<Connection>,
+}
+
+impl<'a> AdminSession<'a> {
+    /// A session that connects on its first request.
+    pub(super) fn new(args: &'a AdminArgs) -> Self {
+        Self { args, conn: None }
+    }
+
+    /// Sends `request` and returns its answer, each attempt within `--timeout`. When the
+    /// connection fails (the coordinator restarted or closed it since the last
+    /// request), one new connection is tried before the failure is reported.
+    pub(super) async fn request(&mut self, request: Request) -> Result<Response, AdminError> {
+        if let Some(conn) = self.conn.as_mut() {
+            if let Ok(response) = within_timeout(self.args, conn.request(request.clone())).await {
+                return Ok(response);
+            }
+            self.conn = None;
+        }
+        let (conn, response) = within_timeout(self.args, async {
+            let mut conn = connect(self.args).await?;
+            let response = conn.request(request).await?;
+            Ok((conn, response))
+        })
+        .await?;
+        self.conn = Some(conn);
+        Ok(response)
+    }
 }
 
 /// Runs an exchange with the coordinator within `--timeout`.

@@ -3,7 +3,8 @@
 //!
 //! It polls TraceGroup with a cursor for `--duration`: every arrival once, oldest
 //! first, as `time_s,member_id` lines (seconds since the trace began), or, with
-//! `--member`, that member's arrival times alone, one per line.
+//! `--member`, that member's arrival times alone, one per line. The polls share one
+//! connection, opened again if the coordinator restarts.
 
 use super::*;
 
@@ -52,13 +53,14 @@ async fn record(args: &TraceArgs, out: &mut impl std::io::Write) -> Result<u64, 
     let until = tokio::time::Instant::now() + args.duration;
     let mut next_progress = tokio::time::Instant::now() + Duration::from_secs(1);
     let (mut epoch, mut cursor, mut written) = (0, 0, 0u64);
+    let mut session = AdminSession::new(&args.admin);
     loop {
         let request = Request::TraceGroup(TraceGroupRequest {
             group: args.group.clone(),
             epoch,
             cursor,
         });
-        let page = match admin_request(&args.admin, request).await? {
+        let page = match session.request(request).await? {
             Response::TraceGroup(page) => page,
             Response::Error(e) if e.code == ErrorCode::UnknownGroup => {
                 return Err(AdminError::UnknownGroup(args.group.clone()))
