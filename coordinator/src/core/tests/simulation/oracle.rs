@@ -145,6 +145,16 @@ pub(super) struct MemberInfo {
 }
 
 impl MemberInfo {
+    /// The longest session timeout the member has had: the one in force, or one before
+    /// a rejoin shortened it. Leases are never longer than the session they were
+    /// promised under.
+    fn longest_session(&self) -> Duration {
+        self.history
+            .iter()
+            .map(|(_, [session, ..])| *session)
+            .fold(self.session, Duration::max)
+    }
+
     /// "; its timeouts were session 1s, progress 5s, rebalance 2s until a rejoin at t=5s".
     fn history(&self, oracle: &Oracle) -> String {
         self.history
@@ -1013,8 +1023,10 @@ impl Oracle {
             if let Some(info) = self.members.get_mut(id) {
                 info.last_arrival = now;
                 // A restore counts what was left of a lease again from now, and at least a
-                // lease: at most a session from now, whatever was promised before.
-                info.promised = info.promised.max(now + info.session);
+                // lease: at most the longest session the member has had from now (a lease
+                // promised before a rejoin shortened the timeout may outlast the session
+                // now in force, and the snapshot carries what was left of it).
+                info.promised = info.promised.max(now + info.longest_session());
                 info.max_progress = 0;
                 info.progress_since = now;
                 info.progress_min = info.progress;
@@ -1079,12 +1091,14 @@ impl Oracle {
         let loose = info.session * 2 + CRASH_SLACK;
         if let (true, Some(close)) = (tight, close) {
             // Expelled when the promised lease has run out (or the close arrives, if
-            // later), and never after the session deadline.
+            // later), and never after the session deadline: the session now in force,
+            // or a longer one the member had before a rejoin if a restore carried a
+            // lease promised under it over.
             let wait = info
                 .promised
                 .max(close)
                 .saturating_duration_since(info.last_arrival)
-                .min(info.session);
+                .min(info.longest_session());
             // After a pause the core reads its backlog before judging anyone: a grace of
             // a quarter of the session (50 ms to 2 s).
             let paused = self
