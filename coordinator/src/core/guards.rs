@@ -2,41 +2,48 @@
 //! coordinator's fault than the members'.
 //!
 //! Both act only on evidence about the coordinator, and both are bounded, so that no
-//! guard can keep a dead member forever:
+//! guard can keep a dead member forever.
+//!
+//! Every figure below that scales with a member is measured against its *expel
+//! threshold* (`Member::expel_after`): the silence that expels it, which is its session
+//! timeout under the fixed detector and what the adaptive detector learned (at most the
+//! session timeout) under the other. Measured against session timeouts, a pause or an
+//! isolation a member's detector does not forgive (a 1.5 s stall with members expelled
+//! after 1 s) went unrecognised, and those members were expelled.
 //!
 //! - **Pause guard.** Evidence: the core was woken later than the deadline it asked for
-//!   by more than a quarter of the shortest session timeout in the shard (at least
+//!   by more than a quarter of the shortest expel threshold in the shard (at least
 //!   [`PAUSE_FLOOR`], at most
 //!   [`CoreConfig::pause_guard`](super::CoreConfig::pause_guard)), so the coordinator
 //!   itself was not running (a stopped process, a stalled runtime). Each member's
 //!   deadlines are shifted by the part of its silence the pause overlaps (a member heard
 //!   in the frames read on waking gains nothing), and no member is expelled for silence,
 //!   progress or a closed connection until a grace has passed since waking (a quarter
-//!   of its session timeout, at least `PAUSE_FLOOR`, at most `pause_guard`), so frames
+//!   of its expel threshold, at least `PAUSE_FLOOR`, at most `pause_guard`), so frames
 //!   queued during the pause (on any connection, old or new) are read before anyone is
 //!   judged. Leases are never
 //!   shifted: they bound the members' own clocks. Bound: the grace opens only on a
 //!   measured pause; silence while the coordinator runs counts as usual.
 //! - **Isolation guard.** Evidence: the whole server (every connection of every shard,
 //!   as the shell reports it) has heard nothing for at least half the expiring member's
-//!   session timeout, the shard has at least
+//!   expel threshold, the shard has at least
 //!   [`CoreConfig::isolation_min_members`](super::CoreConfig::isolation_min_members)
 //!   members whose connections are open, and at least [`ISOLATION_SHARE_PERCENT`]
-//!   percent of those are overdue (silent for more than half their session timeout). A
+//!   percent of those are overdue (silent for more than half their expel threshold). A
 //!   member whose connection closed is not evidence: a crashed process closes its
-//!   sockets. Bound: a member is held at most one more session timeout past its
-//!   deadline, and never past two session timeouts of real silence unless a pause moved
+//!   sockets. Bound: a member is held at most one more expel threshold past its
+//!   deadline, and never past two expel thresholds of real silence unless a pause moved
 //!   its deadline. When frames arrive again, members with open connections that were
 //!   not already overdue when the silence began get the silent time back, within the
-//!   same two-session bound; the others get nothing and are judged at once.
+//!   same bound; the others get nothing and are judged at once.
 //!
 //! - **Backlog guard.** Evidence: the shell reports that the coordinator is behind (its
 //!   runtime ran a ready task, or a shard a queued request, at least [`BACKLOG_FLOOR`]
 //!   late) within the last [`BACKLOG_MEMORY`]: frames members sent may be waiting
 //!   unread. An expiry for silence of a member whose connection is open is held while
 //!   that lasts, and rechecked once the backlog has had time to drain. Bound: as the
-//!   isolation guard's, one more session timeout past the deadline and never past two
-//!   session timeouts of real silence.
+//!   isolation guard's, one more expel threshold past the deadline and never past two
+//!   of real silence.
 //!
 //! - **Rate limit.** At most
 //!   [`CoreConfig::max_expulsion_rate`](super::CoreConfig::max_expulsion_rate)
@@ -128,7 +135,7 @@ pub(crate) struct Guards {
     pub(crate) isolated_since: Option<Instant>,
     /// After a measured pause: when the core woke. A member whose connection is open
     /// is not expelled for silence before a grace has passed since then (a quarter of
-    /// its session timeout, at least `PAUSE_FLOOR`, at most `pause_guard`).
+    /// its expel threshold, at least `PAUSE_FLOOR`, at most `pause_guard`).
     pub(crate) pause_woken_at: Option<Instant>,
     /// The shard's connected and overdue member counts, computed at most once per
     /// instant (only when an expiry needs them).
@@ -154,7 +161,7 @@ pub(crate) struct Behind {
 pub(crate) struct Census {
     /// Members whose connection is open.
     pub(crate) connected: usize,
-    /// Of those, members silent for more than half their session timeout.
+    /// Of those, members silent for more than half their expel threshold.
     pub(crate) overdue: usize,
 }
 
@@ -164,11 +171,11 @@ impl Census {
         now: Instant,
         connected: bool,
         last_heard: Instant,
-        session: Duration,
+        expel_after: Duration,
     ) {
         if connected {
             self.connected += 1;
-            if now.saturating_duration_since(last_heard) > session / 2 {
+            if now.saturating_duration_since(last_heard) > expel_after / 2 {
                 self.overdue += 1;
             }
         }
@@ -199,8 +206,8 @@ impl Guards {
 
 /// Whether a member that stopped being heard at `last_heard` was already overdue when
 /// the server's silence began at `since`: such a member gets no time back.
-pub(crate) fn silent_before(since: Instant, last_heard: Instant, session: Duration) -> bool {
-    since.saturating_duration_since(last_heard) > session / 2
+pub(crate) fn silent_before(since: Instant, last_heard: Instant, expel_after: Duration) -> bool {
+    since.saturating_duration_since(last_heard) > expel_after / 2
 }
 
 // The guards' side of the coordinator: traffic in, decisions out.
@@ -335,7 +342,7 @@ impl Coordinator {
         for group in self.groups.values_mut() {
             for m in group.members.values_mut() {
                 // A member whose connection closed was not cut off by the coordinator.
-                if m.conn.is_some() && !silent_before(since, m.heard_at, m.session_timeout()) {
+                if m.conn.is_some() && !silent_before(since, m.heard_at, m.expel_after()) {
                     m.give_back(silent_for);
                 }
                 if m.session_deadline() <= judge_at {
@@ -354,8 +361,8 @@ impl Coordinator {
     }
 
     /// How late a wake-up must be to count as a pause of the coordinator: a quarter of
-    /// the shortest session timeout in the shard (a stall that ate that much of a
-    /// member's session is the coordinator's, not the member's), at least
+    /// the shortest expel threshold in the shard (a stall that ate that much of a
+    /// member's allowed silence is the coordinator's, not the member's), at least
     /// [`PAUSE_FLOOR`] and at most [`CoreConfig::pause_guard`]. Scans the
     /// members; asked only when a wake-up is later than the floor.
     pub(super) fn pause_threshold(&self) -> Duration {
@@ -363,17 +370,17 @@ impl Coordinator {
             .groups
             .values()
             .flat_map(|g| g.members.values())
-            .map(|m| m.session_timeout())
+            .map(|m| m.expel_after())
             .min()
             .unwrap_or(self.config.pause_guard);
         self.quarter_of(shortest)
     }
 
-    /// A quarter of `session`, at least [`PAUSE_FLOOR`] and at most
+    /// A quarter of `expel_after`, at least [`PAUSE_FLOOR`] and at most
     /// [`CoreConfig::pause_guard`]: both how late a wake-up must be to be a pause and
     /// how long the grace after one lasts.
-    fn quarter_of(&self, session: Duration) -> Duration {
-        (session / 4).clamp(PAUSE_FLOOR, self.config.pause_guard.max(PAUSE_FLOOR))
+    fn quarter_of(&self, expel_after: Duration) -> Duration {
+        (expel_after / 4).clamp(PAUSE_FLOOR, self.config.pause_guard.max(PAUSE_FLOOR))
     }
 
     /// Whether a guard holds an expiry of `member` at `now`: the pause guard holds
@@ -381,14 +388,16 @@ impl Coordinator {
     pub(super) fn expiry_hold(&mut self, now: Instant, group: &str, member: &str) -> Option<Hold> {
         let m = self.groups.get(group)?.members.get(member)?;
         let deadline = m.session_deadline();
-        let session = m.session_timeout();
+        // What expels the member, not its session timeout: under the adaptive detector
+        // a member may be expelled after far less silence.
+        let expel_after = m.expel_after();
         // After a pause, queued frames may carry heartbeats and progress alike, from any
         // member: one whose connection closed (or that the coordinator has not seen
         // since a restart) may have frames queued on a new connection.
         let disconnected = m.conn_closed && m.lease_until <= now;
         let due = deadline <= now || m.progress_deadline <= now || disconnected;
         if let (true, Some(woken)) = (due, self.guards.pause_woken_at) {
-            let grace = self.quarter_of(session);
+            let grace = self.quarter_of(expel_after);
             let until = woken + grace;
             if now < until {
                 return Some(Hold::Pause { until });
@@ -397,9 +406,9 @@ impl Coordinator {
         if deadline > now {
             return None;
         }
-        // One more session timeout past the deadline, and never past two session
-        // timeouts of real silence unless a pause moved the deadline itself.
-        let bound = (deadline + session).min((m.heard_at + 2 * session).max(deadline));
+        // One more expel threshold past the deadline, and never past two of real
+        // silence unless a pause moved the deadline itself.
+        let bound = (deadline + expel_after).min((m.heard_at + 2 * expel_after).max(deadline));
         if let (Some(b), true) = (self.guards.behind, m.conn.is_some()) {
             if now.saturating_duration_since(b.last) <= BACKLOG_MEMORY {
                 if now < bound {
@@ -418,7 +427,7 @@ impl Coordinator {
             }
         }
         let min = self.config.isolation_min_members;
-        if min == 0 || m.conn.is_none() || self.guards.server_silence(now) < session / 2 {
+        if min == 0 || m.conn.is_none() || self.guards.server_silence(now) < expel_after / 2 {
             return self.rate_limit(now, bound, group, member);
         }
         let census = match self.guards.census {
@@ -427,7 +436,7 @@ impl Coordinator {
                 let mut census = Census::default();
                 for g in self.groups.values() {
                     for m in g.members.values() {
-                        census.count(now, m.conn.is_some(), m.heard_at, m.session_timeout());
+                        census.count(now, m.conn.is_some(), m.heard_at, m.expel_after());
                     }
                 }
                 self.guards.census = Some((now, census));
@@ -456,7 +465,7 @@ impl Coordinator {
                 }));
         }
         Some(Hold::Isolation {
-            recheck: bound.min(now + session / 4),
+            recheck: bound.min(now + expel_after / 4),
         })
     }
 }

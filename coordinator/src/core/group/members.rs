@@ -47,7 +47,7 @@ impl Group {
             generation: self.generation,
             owned: PartitionSet::new(),
             target: PartitionSet::new(),
-            revoke_deadline: None,
+            revoking_since: Box::default(),
             revoke_pushed: Box::default(),
             released: PartitionSet::new(),
             assignment_dirty: true,
@@ -187,7 +187,7 @@ impl Group {
         new.target = old.target;
         new.generation = old.generation;
         // The replacement gets its own rebalance timeout for anything it must release.
-        new.revoke_deadline = None;
+        new.revoking_since = Box::default();
         new.assignment_dirty = true;
         self.forget(old_id, ExpelReason::Fenced, ctx.config.expelled_memory);
         ctx.push(
@@ -339,7 +339,7 @@ impl Group {
                     m.progress_timeout()
                 ),
             ))
-        } else if m.revoke_deadline.is_some_and(|r| r <= now) {
+        } else if m.revoke_deadline().is_some_and(|r| r <= now) {
             Some((
                 ExpelReason::RebalanceTimeout,
                 format!(

@@ -108,8 +108,11 @@ pub(crate) struct Member {
     pub(crate) owned: PartitionSet,
     /// What the last rebalance wants the member to own.
     pub(crate) target: PartitionSet,
-    /// Set while the member has partitions to release.
-    pub(crate) revoke_deadline: Option<Instant>,
+    /// The partitions the member is asked to release, in order, each with when it was
+    /// first asked (shifted by the coordinator's own pauses); empty when it releases
+    /// nothing. Each revocation has its own rebalance timeout: the oldest one still
+    /// unanswered decides when the member is expelled ([`Self::revoke_deadline`]).
+    pub(crate) revoking_since: Box<[(TopicPartition, Instant)]>,
     /// The revoke set last pushed, to push again only when it changes.
     pub(crate) revoke_pushed: Box<[TopicPartition]>,
     /// Partitions the member released, to tell a late commit "revoked" from "not owner".
@@ -159,6 +162,15 @@ impl Member {
         self.timeouts.lease()
     }
 
+    /// The silence that expels the member: its session timeout under the fixed rule,
+    /// what the adaptive detector learned (at most the session timeout) under the
+    /// other. The guards scale by it: a pause, an isolation and how long they hold a
+    /// member are measured against what would expel it, not against a session timeout
+    /// its detector may never let it reach.
+    pub(crate) fn expel_after(&self) -> Duration {
+        self.liveness.thresholds().expel_after
+    }
+
     pub(crate) fn session_deadline(&self) -> Instant {
         self.liveness.deadline()
     }
@@ -168,7 +180,7 @@ impl Member {
         if let Some(s) = self.liveness.suspect_at() {
             next = next.min(s);
         }
-        if let Some(r) = self.revoke_deadline {
+        if let Some(r) = self.revoke_deadline() {
             next = next.min(r);
         }
         if self.conn_closed {
@@ -249,11 +261,35 @@ impl Member {
         self.owned.difference(&self.target).copied().collect()
     }
 
+    /// When the member is expelled for not releasing a partition: a rebalance timeout
+    /// (the one it asked for last) after the oldest revocation it has not answered.
+    pub(crate) fn revoke_deadline(&self) -> Option<Instant> {
+        let oldest = self.revoking_since.iter().map(|&(_, since)| since).min()?;
+        Some(oldest + self.rebalance_timeout())
+    }
+
+    /// Brings [`Self::revoking_since`] up to what the member is asked to release now: a
+    /// partition newly asked is waited for from `now`, one still asked keeps its start,
+    /// one released or no longer asked is dropped.
+    pub(crate) fn note_revocations(&mut self, now: Instant) {
+        let old = &self.revoking_since;
+        let since = |tp: &TopicPartition| match old.binary_search_by(|(p, _)| p.cmp(tp)) {
+            Ok(i) => old[i].1,
+            Err(_) => now,
+        };
+        let revoking: Box<[(TopicPartition, Instant)]> = self
+            .owned
+            .difference(&self.target)
+            .map(|tp| (*tp, since(tp)))
+            .collect();
+        self.revoking_since = revoking;
+    }
+
     /// Gives back up to `silent_for` that the isolation guard blamed on the coordinator,
-    /// but never past two session timeouts of real silence: a member that died as the
+    /// but never past two expel thresholds of real silence: a member that died as the
     /// silence began is still expelled within that bound.
     pub(crate) fn give_back(&mut self, silent_for: Duration) {
-        let cap = self.heard_at + 2 * self.session_timeout();
+        let cap = self.heard_at + 2 * self.expel_after();
         let room = cap.saturating_duration_since(self.session_deadline());
         self.extend(silent_for.min(room));
     }
@@ -266,8 +302,8 @@ impl Member {
         self.liveness.pause_passed(paused.min(silent));
         let stuck = now.saturating_duration_since(self.last_progress_at);
         self.progress_deadline += paused.min(stuck);
-        if let Some(r) = &mut self.revoke_deadline {
-            *r += paused;
+        for (_, since) in &mut self.revoking_since {
+            *since += paused;
         }
     }
 
@@ -275,8 +311,8 @@ impl Member {
     pub(crate) fn extend(&mut self, by: Duration) {
         self.liveness.extend(by);
         self.progress_deadline += by;
-        if let Some(r) = &mut self.revoke_deadline {
-            *r += by;
+        for (_, since) in &mut self.revoking_since {
+            *since += by;
         }
     }
 }

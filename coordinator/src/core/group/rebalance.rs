@@ -28,6 +28,9 @@ impl Group {
                     due: now + window,
                     cause,
                 });
+                // The snapshot says a rebalance is pending: a restart inside the
+                // coalescing window must not lose it, whatever asked for it.
+                self.snapshot_dirty = true;
             }
         }
         self.schedule_group_timer(ctx);
@@ -211,13 +214,11 @@ impl Group {
             if m.owned != m.target {
                 all_settled = false;
             }
-            // Revocations: owned partitions that are no longer in the target.
+            // Revocations: owned partitions that are no longer in the target, each
+            // waited for from when it was first asked.
             let revoking = m.revoking();
-            if revoking.is_empty() {
-                m.revoke_deadline = None;
-            } else if m.revoke_deadline.is_none() {
-                let deadline = now + m.rebalance_timeout();
-                m.revoke_deadline = Some(deadline);
+            m.note_revocations(now);
+            if let Some(deadline) = m.revoke_deadline() {
                 let key = TimerKey::Member {
                     group: self.name.clone(),
                     member: id.clone(),
@@ -316,8 +317,9 @@ impl Group {
             let Some(m) = self.members.get_mut(member) else {
                 continue;
             };
-            if m.owned.is_subset(&m.target) {
-                m.revoke_deadline = None;
+            // What it released no longer waits (a later revocation keeps its own start).
+            m.note_revocations(ctx.now);
+            if m.revoking_since.is_empty() {
                 m.revoke_pushed = Box::default();
             }
             m.assignment_dirty = false;

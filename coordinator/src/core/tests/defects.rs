@@ -6,7 +6,7 @@ use std::time::Duration;
 use rollcall_protocol::{ErrorCode, ExpelReason, LeaveMode, LeaveRequest, Request, Response};
 
 use super::*;
-use crate::core::{Coordinator, Event, RestoredState};
+use crate::core::{Coordinator, DetectorKind, Event, RebalanceCause, RestoredState};
 use crate::store::{MemoryStore, Store};
 
 const MS: Duration = Duration::from_millis(1);
@@ -756,4 +756,282 @@ fn an_acknowledgement_or_commit_from_an_earlier_ownership_does_not_act_on_the_ne
     t.advance(SETTLE);
     assert!(flatten(&t.owned(&c)).contains(&flatten(&first)[0]));
     t.assert_exclusive("g");
+}
+
+// ------------------------------------------------------------------------------------
+// 4, again. A recovery rebalance is not made durable.
+// ------------------------------------------------------------------------------------
+
+/// `b` is suspect when `a` leaves, so `c` takes all of `a`'s partitions and `b`'s
+/// target is cut (it is marked for a rebalance when it recovers). `b` recovers after
+/// three on-time beats, which asks for a `Recovery` rebalance; the coordinator restarts
+/// inside the coalescing window. The snapshot written for that batch does not say a
+/// rebalance is pending (`trigger_rebalance` does not mark the group dirty, and the
+/// recovery path marks nothing else), and the restored members are not suspect, so the
+/// rebalance never comes: `b` stays at 3 partitions and `c` at 6, for good.
+///
+/// Promise broken: a snapshot carries a pending rebalance, so restore makes the
+/// decisions the running coordinator would have made (cf. `defect_4` for joins and
+/// leaves). Cause: `Group::after_beat` (members.rs) calls `trigger_rebalance` for
+/// `Recovery` without setting `snapshot_dirty`; `trigger_rebalance` (rebalance.rs)
+/// never sets it itself.
+#[test]
+fn defect_4_a_restart_inside_the_coalescing_window_after_a_recovery_still_rebalances() {
+    const BEAT: Duration = Duration::from_secs(1);
+    let mut t = TestContext::new();
+    let mut a = t.join(1, "g", &[("orders", 9)]);
+    let mut b = t.join(2, "g", &[("orders", 9)]);
+    let mut c = t.join(3, "g", &[("orders", 9)]);
+    for _ in 0..4 {
+        t.advance(BEAT);
+        t.ack_all(&mut a);
+        t.ack_all(&mut b);
+        t.ack_all(&mut c);
+    }
+    assert_eq!([&a, &b, &c].map(|m| count(&t.owned(m))), [3, 3, 3]);
+    // `b` falls silent past half its session: suspect.
+    for _ in 0..6 {
+        t.advance(BEAT);
+        t.expect_beat_ok(&mut a);
+        t.expect_beat_ok(&mut c);
+    }
+    t.leave(&a);
+    t.advance(Duration::from_millis(500));
+    t.expect_beat_ok(&mut c);
+    t.ack_all(&mut c);
+    assert_eq!(count(&t.owned(&b)), 3);
+    assert_eq!(count(&t.owned(&c)), 6);
+    // Three on-time beats: `b` recovers and a rebalance is asked for.
+    t.expect_beat_ok(&mut b);
+    for _ in 0..3 {
+        t.advance(BEAT);
+        t.expect_beat_ok(&mut b);
+        t.expect_beat_ok(&mut c);
+    }
+    assert!(t
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::MemberRecovered { .. })));
+    // The coordinator restarts inside the coalescing window.
+    restart(&mut t);
+    b.conn = 12;
+    c.conn = 13;
+    for _ in 0..5 {
+        t.advance(BEAT);
+        t.ack_all(&mut b);
+        t.ack_all(&mut c);
+    }
+    assert!(
+        t.events.iter().any(|e| matches!(
+            e,
+            Event::RebalanceStarted {
+                cause: RebalanceCause::Recovery,
+                ..
+            }
+        )),
+        "the recovery rebalance was lost in the restart"
+    );
+    let shares = [&b, &c].map(|m| count(&t.owned(m)));
+    assert!(shares.iter().all(|&s| s >= 4), "not rebalanced: {shares:?}");
+    t.assert_exclusive("g");
+}
+
+// ------------------------------------------------------------------------------------
+// 9. The guards measure members by session timeouts their detector never lets them reach.
+// ------------------------------------------------------------------------------------
+
+/// A member of an adaptive group beats every 100 ms, so the adaptive detector expels it
+/// after 1 s of silence (its floor). The coordinator then stops for 1.5 s, less than
+/// `pause_guard` (2 s): the member's heartbeat is queued meanwhile and is read just
+/// after the wake-up, as in `defect_2`. The pause is measured against the earliest
+/// timer (the member's suspicion at +0.5 s), so it counts as 1 s late, below the pause
+/// threshold (a quarter of the *session* timeout, capped at 2 s), and no pause is
+/// detected: the live member is expelled at the wake for a silence that was the
+/// coordinator's.
+///
+/// Promise broken: the pause guard keeps a coordinator pause from expelling a live
+/// member. The threshold (`Coordinator::pause_threshold`, `quarter_of`) is derived
+/// from session timeouts, while a detector may expel after far less (`expel_after`
+/// down to `DetectorSettings::floor`).
+#[test]
+fn defect_9_a_short_pause_does_not_expel_a_member_judged_by_the_adaptive_detector() {
+    let mut t = TestContext::with_config(CoreConfig {
+        detector: DetectorKind::Adaptive,
+        ..CoreConfig::default()
+    });
+    let mut m = t.join(1, "g", &[("orders", 4)]);
+    for _ in 0..100 {
+        t.advance(Duration::from_millis(100));
+        t.expect_beat_ok(&mut m);
+    }
+    // The coordinator is stopped for 1.5 s; the member's beats queue up.
+    t.freeze_for(Duration::from_millis(1500));
+    assert_eq!(
+        t.expelled(&m),
+        None,
+        "expelled at the wake-up of a 1.5 s coordinator pause, before its queued beat \
+         was read (pause detected: {})",
+        t.events
+            .iter()
+            .any(|e| matches!(e, Event::PauseDetected { .. }))
+    );
+    t.expect_beat_ok(&mut m);
+}
+
+/// The coordinator loses its network while its members are judged by the adaptive
+/// detector, which expels them after about a second of silence (they beat every
+/// 100 ms). Everyone goes silent at once for 1.5 s: nobody is expelled, the isolation
+/// guard holds them, and when the network returns the member that really died still
+/// expires.
+#[test]
+fn defect_9_an_isolated_coordinator_does_not_mass_expel_members_of_an_adaptive_group() {
+    let mut t = TestContext::with_config(CoreConfig {
+        detector: DetectorKind::Adaptive,
+        ..CoreConfig::default()
+    });
+    let mut ms: Vec<M> = (0..4).map(|i| t.join(i, "g", &[("orders", 8)])).collect();
+    for _ in 0..100 {
+        t.advance(Duration::from_millis(100));
+        for m in &mut ms {
+            t.expect_beat_ok(m);
+        }
+    }
+    t.advance(Duration::from_millis(1_500));
+    assert!(
+        ms.iter().all(|m| t.expelled(m).is_none()),
+        "expelled during the coordinator's isolation: {:?}",
+        ms.iter().map(|m| t.expelled(m)).collect::<Vec<_>>()
+    );
+    assert!(t
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::IsolationSuspected { members: 4, .. })));
+    for _ in 0..50 {
+        t.advance(Duration::from_millis(100));
+        for m in ms.iter_mut().take(3) {
+            t.expect_beat_ok(m);
+        }
+    }
+    assert_eq!(t.expelled(&ms[3]), Some(ExpelReason::SessionExpired));
+    assert!(ms.iter().take(3).all(|m| t.expelled(m).is_none()));
+}
+
+// ------------------------------------------------------------------------------------
+// 10. A revocation inherits the deadline of an earlier one, or of an old timeout.
+// ------------------------------------------------------------------------------------
+
+/// `a` owns 6 partitions. `b` joins and `a` is asked to release 3 (its revocation
+/// deadline is set: now + 30 s). `a` takes its time, within the rebalance timeout. At
+/// about 27 s `c` joins and `a` is asked to release one more partition. At about 28 s
+/// `a` acknowledges the first revocation. At 30 s `a` is expelled for
+/// `RebalanceTimeout`, although the partition it still holds was asked of it less than
+/// 3 s earlier and it keeps heartbeating and progressing.
+///
+/// Promise broken: the rebalance timeout bounds how long one revocation may go
+/// unacknowledged; it must not expel a live member that answers each revocation within
+/// its timeout. Cause: `Group::reconcile` (rebalance.rs) sets `revoke_deadline` only
+/// when it is `None`, so a revocation added while another is pending inherits the older
+/// deadline, and `acknowledge_and_grant` keeps that deadline while anything is still
+/// revoking.
+#[test]
+fn defect_10_a_later_revocation_gets_its_own_rebalance_timeout() {
+    let mut t = TestContext::new();
+    let mut a = t.join(1, "g", &[("orders", 6)]);
+    t.advance(SETTLE);
+    t.expect_beat_ok(&mut a);
+    assert_eq!(count(&t.owned(&a)), 6);
+    let mut b = t.join(2, "g", &[("orders", 6)]);
+    t.advance(SETTLE);
+    let first = flatten(&t.revoking(&a));
+    assert_eq!(first.len(), 3);
+    for _ in 0..27 {
+        t.advance(Duration::from_secs(1));
+        t.expect_beat_ok(&mut a);
+        t.expect_beat_ok(&mut b);
+    }
+    // ~27 s after the first revocation: `c` joins and `a` must release one more.
+    let mut c = t.join(3, "g", &[("orders", 6)]);
+    t.advance(SETTLE);
+    let now_revoking = flatten(&t.revoking(&a));
+    let later = minus(&now_revoking, &first);
+    assert!(
+        !later.is_empty(),
+        "a is asked to release a further partition"
+    );
+    // `a` answers the first revocation, inside its 30 s.
+    let old = both(&now_revoking, &first);
+    t.advance(Duration::from_millis(400));
+    t.beat_acking(&mut a, unflatten(&old));
+    t.expect_beat_ok(&mut b);
+    t.expect_beat_ok(&mut c);
+    // `a` keeps working and beating for five more seconds without answering the
+    // revocation made about 3 s ago.
+    for _ in 0..5 {
+        t.advance(Duration::from_secs(1));
+        if t.expelled(&a).is_some() {
+            break;
+        }
+        t.expect_beat_ok(&mut a);
+        t.expect_beat_ok(&mut b);
+        t.expect_beat_ok(&mut c);
+    }
+    assert_eq!(
+        t.expelled(&a),
+        None,
+        "expelled {:?} after {:?}, {:?} after the revocation of {later:?}",
+        t.expelled(&a),
+        t.elapsed(),
+        REBALANCE
+    );
+}
+
+/// `a` joined with a 5 s rebalance timeout and is asked to release partitions to `b`.
+/// It rejoins (same member id, same subscription) asking for 60 s, then keeps beating
+/// while its application drains for 8 s. It is expelled for `RebalanceTimeout` at 5 s:
+/// the deadline computed from the old timeout stands.
+///
+/// Promise broken: changed timeouts apply to the member (as `defect_6` establishes for
+/// session and progress timeouts); a live member within the rebalance timeout it asked
+/// for is not expelled. Cause: `Member::set_timeouts` (group/mod.rs) recomputes the
+/// session and progress deadlines but leaves `revoke_deadline` as it was.
+#[test]
+fn defect_10_a_rejoin_with_a_longer_rebalance_timeout_applies_it_to_a_pending_revocation() {
+    let mut t = TestContext::new();
+    let mut req = t.join_request("g", &[("orders", 4)]);
+    req.rebalance_timeout_ms = 5_000;
+    let mut a = t.join_with(1, req.clone()).unwrap();
+    t.advance(SETTLE);
+    t.expect_beat_ok(&mut a);
+    let mut b = t.join(2, "g", &[("orders", 4)]);
+    t.advance(SETTLE);
+    assert_eq!(count(&t.revoking(&a)), 2);
+    let mut rejoin = req.clone();
+    rejoin.member_id = Some(a.id.clone());
+    rejoin.rebalance_timeout_ms = 60_000;
+    assert!(matches!(
+        t.request(a.conn, Request::Join(rejoin)),
+        Response::Join(_)
+    ));
+    for _ in 0..8 {
+        t.advance(Duration::from_secs(1));
+        if t.expelled(&a).is_some() {
+            break;
+        }
+        t.expect_beat_ok(&mut a);
+        t.expect_beat_ok(&mut b);
+    }
+    assert_eq!(
+        t.expelled(&a),
+        None,
+        "expelled after {:?} with a 60 s rebalance timeout",
+        t.elapsed()
+    );
+}
+
+fn minus(a: &[(String, u32)], b: &[(String, u32)]) -> Vec<(String, u32)> {
+    a.iter().filter(|tp| !b.contains(tp)).cloned().collect()
+}
+
+fn both(a: &[(String, u32)], b: &[(String, u32)]) -> Vec<(String, u32)> {
+    a.iter().filter(|tp| b.contains(tp)).cloned().collect()
 }
