@@ -214,14 +214,29 @@ impl Coordinator {
 
         // A rejoin naming a live member, or a retried join (same token, and the same
         // instance, client and subscription: a token that merely collides with another
-        // member's is not that member): same member.
+        // member's is not that member): same member. A rejoin naming a live member
+        // with another instance id is refused: joined anew, it would leave the named
+        // member in the group, holding its partitions until its session ran out.
+        if let (Some(id), Some(instance)) = (&r.member_id, &r.instance_id) {
+            if let Some(m) = group.members.get(id.as_str()) {
+                if m.instance_id.as_deref() != Some(instance.as_str()) {
+                    return refuse(
+                        ApiKey::Join,
+                        ErrorCode::InconsistentMember,
+                        match &m.instance_id {
+                            Some(own) => {
+                                format!("member {id:?} is instance {own:?}, not {instance:?}")
+                            }
+                            None => format!("member {id:?} has no instance id, not {instance:?}"),
+                        },
+                    );
+                }
+            }
+        }
         let existing = match &r.member_id {
             Some(id) => group
                 .members
                 .get_key_value(id.as_str())
-                .filter(|(_, m)| {
-                    r.instance_id.is_none() || m.instance_id.as_deref() == r.instance_id.as_deref()
-                })
                 .map(|(k, _)| k.clone()),
             None => group
                 .tokens

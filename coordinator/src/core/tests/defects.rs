@@ -1035,3 +1035,56 @@ fn minus(a: &[(String, u32)], b: &[(String, u32)]) -> Vec<(String, u32)> {
 fn both(a: &[(String, u32)], b: &[(String, u32)]) -> Vec<(String, u32)> {
     a.iter().filter(|tp| b.contains(tp)).cloned().collect()
 }
+
+// ------------------------------------------------------------------------------------
+// 11. A rejoin naming a live member with another instance id joined anew.
+// ------------------------------------------------------------------------------------
+
+/// A join that names a live member's id but another instance id than that member's
+/// (none, for a dynamic member) is refused `inconsistent_member`. It once created
+/// another member (or replaced that instance's member) and left the named one in the
+/// group, holding its partitions until its session ran out, while the process that
+/// sent the join went on as the new member.
+#[test]
+fn defect_11_a_rejoin_naming_a_live_member_with_another_instance_is_refused() {
+    let mut t = TestContext::new();
+    let mut a = t.join(1, "g", &[("orders", 4)]);
+    let mut req = t.join_request("g", &[("orders", 4)]);
+    req.instance_id = Some("worker-1".into());
+    let mut s = t.join_with(2, req.clone()).unwrap();
+    t.advance(SETTLE);
+    t.ack_all(&mut a);
+    t.ack_all(&mut s);
+    let members = |t: &mut TestContext| t.describe("g").members.len();
+    assert_eq!(members(&mut t), 2);
+    // The dynamic member's id with an instance id; the static member's id with
+    // another instance id.
+    for (named, conn) in [(&a, a.conn), (&s, s.conn)] {
+        let mut rejoin = req.clone();
+        rejoin.member_id = Some(named.id.clone());
+        rejoin.instance_id = Some("worker-2".into());
+        let resp = t.request(conn, Request::Join(rejoin));
+        assert_eq!(
+            error_code(&resp),
+            Some(ErrorCode::InconsistentMember),
+            "{resp:?}"
+        );
+        assert_eq!(members(&mut t), 2);
+    }
+    // Its own instance id, or none, is a rejoin of the same member.
+    let mut rejoin = req.clone();
+    rejoin.member_id = Some(s.id.clone());
+    match t.request(s.conn, Request::Join(rejoin.clone())) {
+        Response::Join(j) => assert_eq!(j.member_id, s.id),
+        other => panic!("{other:?}"),
+    }
+    rejoin.instance_id = None;
+    match t.request(s.conn, Request::Join(rejoin)) {
+        Response::Join(j) => assert_eq!(j.member_id, s.id),
+        other => panic!("{other:?}"),
+    }
+    t.advance(SETTLE);
+    t.expect_beat_ok(&mut a);
+    t.expect_beat_ok(&mut s);
+    assert_eq!(members(&mut t), 2);
+}
