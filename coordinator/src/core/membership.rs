@@ -539,7 +539,16 @@ impl Coordinator {
                     .filter_map(|&p| group.resolve(&tps.topic, p))
             })
             .collect();
-        if rebound || stale {
+        // An acknowledgement of a partition the member is no longer asked to release (a
+        // newer rebalance withdrew the revocation before it was read): the member has
+        // stopped working on it and drops it once this is answered, so its assignment is
+        // pushed again, after the answer, and it takes the partition back.
+        let withdrawn = group.members.get(&id).is_some_and(|m| {
+            acked
+                .iter()
+                .any(|tp| m.owned.contains(tp) && m.target.contains(tp))
+        });
+        if rebound || stale || withdrawn {
             group.push_state(&mut ctx, &id);
         }
         group.acknowledge_and_grant(&mut ctx, &id, &acked, r.generation);

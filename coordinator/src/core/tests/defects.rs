@@ -1088,3 +1088,49 @@ fn defect_11_a_rejoin_naming_a_live_member_with_another_instance_is_refused() {
     t.expect_beat_ok(&mut s);
     assert_eq!(members(&mut t), 2);
 }
+
+// ------------------------------------------------------------------------------------
+// 12. An acknowledgement of a withdrawn revocation strands the partition.
+// ------------------------------------------------------------------------------------
+
+/// A member is asked to release partitions; before its acknowledgement is read, the
+/// member that was to take them leaves and a new rebalance gives them back. The
+/// acknowledgement then arrives at the member's current generation (as when it is sent
+/// again after an error answer). The coordinator rightly keeps the partitions the
+/// member's, but the client, which stopped working on them, drops them once the
+/// acknowledgement is answered. The coordinator now pushes the member's assignment
+/// again after the answer, so the client takes them back; nothing was pushed before,
+/// and they were the member's by the coordinator's account and worked by nobody.
+#[test]
+fn defect_12_an_acknowledgement_of_a_withdrawn_revocation_is_answered_with_the_assignment() {
+    let mut t = TestContext::new();
+    let mut a = t.join(1, "g", &[("orders", 4)]);
+    t.advance(SETTLE);
+    t.expect_beat_ok(&mut a);
+    let b = t.join(2, "g", &[("orders", 4)]);
+    t.advance(SETTLE);
+    let asked = t.revoking(&a);
+    assert_eq!(count(&asked), 2);
+    t.leave(&b);
+    t.advance(SETTLE);
+    assert_eq!(count(&t.revoking(&a)), 0, "the revocation is withdrawn");
+    assert_eq!(count(&t.owned(&a)), 4);
+    let before = t.pushes.len();
+    assert!(matches!(
+        t.beat_acking(&mut a, asked.clone()),
+        Response::Heartbeat(_)
+    ));
+    let pushed = t.pushes[before..]
+        .iter()
+        .rev()
+        .find_map(|(_, _, p)| match p {
+            Push::Assignment(x) if x.member_id == a.id => Some(flatten(&x.partitions)),
+            _ => None,
+        });
+    let pushed = pushed.expect("the assignment is pushed again");
+    assert!(
+        flatten(&asked).iter().all(|tp| pushed.contains(tp)),
+        "{pushed:?} lists {asked:?}"
+    );
+    assert_eq!(count(&t.owned(&a)), 4);
+}
