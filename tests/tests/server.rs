@@ -1202,23 +1202,29 @@ async fn a_failing_store_answers_storage_failure_and_stops_the_server() {
     );
 }
 
+/// Offsets retention deletes a group that stayed empty past the retention, and only
+/// once the last commit the coordinator accepted for it is as old: the store judges
+/// by its wall clock, the core by its own.
 #[tokio::test]
 async fn retention_purges_offsets_of_long_empty_groups() {
     // The store's wall clock is ours to move.
-    let offset_secs = Arc::new(AtomicU64::new(0));
-    let clock_offset = offset_secs.clone();
+    let offset_ms = Arc::new(AtomicU64::new(0));
+    let clock_offset = offset_ms.clone();
     let clock: Clock = Arc::new(move || {
-        SystemTime::now() + Duration::from_secs(clock_offset.load(Ordering::Relaxed))
+        SystemTime::now() + Duration::from_millis(clock_offset.load(Ordering::Relaxed))
     });
     let store = Arc::new(MemoryStore::with_clock(clock));
+    const RETENTION: Duration = Duration::from_millis(500);
     let server = start(ServerConfig {
         store: StoreConfig::Custom(store.clone()),
-        offsets_retention: Duration::from_secs(3600),
+        offsets_retention: RETENTION,
         retention_interval: Duration::from_millis(50),
         ..test_config()
     })
     .await;
     let mut c = RawClient::connected(server.local_addr()).await;
+    // No later than the core accepts the commit.
+    let committed = Instant::now();
     let r = c.request(admin_commit("stale", 9)).await;
     assert!(matches!(r, Response::CommitOffsets(_)), "{r:?}");
     let fetch = || {
@@ -1233,13 +1239,19 @@ async fn retention_purges_offsets_of_long_empty_groups() {
     };
     assert_eq!(before.offsets.len(), 1);
 
-    offset_secs.store(7200, Ordering::Relaxed);
-    let deadline = Instant::now() + Duration::from_secs(5);
+    // The store finds the group expired at once; the core keeps it until the commit it
+    // accepted is older than the retention by its own clock.
+    offset_ms.store(3_600_000, Ordering::Relaxed);
+    let deadline = committed + Duration::from_secs(5);
     loop {
         let Response::FetchOffsets(now) = c.request(fetch()).await else {
             panic!("fetch failed");
         };
         if now.offsets.is_empty() {
+            assert!(
+                committed.elapsed() >= RETENTION,
+                "purged before the retention"
+            );
             break;
         }
         assert!(Instant::now() < deadline, "offsets never purged");

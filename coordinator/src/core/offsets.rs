@@ -3,7 +3,7 @@
 
 use std::ops::Bound;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rollcall_protocol::{
     ApiKey, CommitOffsetsRequest, CommitOffsetsResponse, CommittedOffset, ErrorCode,
@@ -183,6 +183,7 @@ impl Coordinator {
             });
         }
         if accepted > 0 {
+            group.committed_at = Some(now);
             ctx.outputs.push_back(Output::Event(Event::CommitsAccepted {
                 group: r.group.clone(),
                 count: accepted,
@@ -253,20 +254,26 @@ impl Coordinator {
         Response::FetchOffsets(response)
     }
 
-    /// The store found `group` empty for longer than the offsets retention; the core,
-    /// which is ahead of the store, decides. Returns whether the group was deleted.
+    /// The store found `group` empty for longer than the offsets `retention`; the core,
+    /// which is ahead of the store, decides at `now`. Returns whether the group was
+    /// deleted.
     ///
     /// A group with members (one may have joined while its snapshot was still on its way
-    /// to the store), or with partitions held for an expelled member, is kept and
-    /// nothing is recorded; the store still finds it expired on a later pass if it stays
+    /// to the store), with partitions held for an expelled member, or with a commit this
+    /// core accepted less than `retention` ago (an admin commit to the empty group, read
+    /// or made durable after the store looked: deleting would lose an offset already
+    /// acknowledged) is kept and nothing is recorded; the store still finds it expired on a later pass if it stays
     /// empty. Otherwise the group is forgotten, offsets and all, and a
     /// [`Record::GroupDeleted`] asks the store to do the same, in order with every other
     /// record. A group the core does not know is deleted too: the store may hold
     /// something the core does not.
     #[must_use = "false means the group was not removed (a member joined since)"]
-    pub fn remove_offsets(&mut self, group: &str) -> bool {
+    pub fn remove_offsets(&mut self, now: Instant, group: &str, retention: Duration) -> bool {
         if let Some(g) = self.groups.get(group) {
-            if !g.members.is_empty() || !g.held.is_empty() {
+            let committed = g
+                .committed_at
+                .is_some_and(|at| now.saturating_duration_since(at) < retention);
+            if !g.members.is_empty() || !g.held.is_empty() || committed {
                 return false;
             }
             self.generation_floor = self.generation_floor.max(g.generation);

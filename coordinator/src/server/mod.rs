@@ -595,7 +595,7 @@ async fn retention(
                     debug!(groups = groups.len(), retention = %format_duration(retention), "groups past offsets retention");
                 }
                 for group in groups {
-                    shards[shard_of(&group, shards.len())].remove_offsets(&group);
+                    shards[shard_of(&group, shards.len())].remove_offsets(&group, retention);
                 }
             }
             Ok(Err(e)) => warn!(error = %e, "offsets retention: reading expired groups failed"),

@@ -501,10 +501,10 @@ impl Shard {
         self.input(|core, now| core.handle_disconnect(now, conn));
     }
 
-    /// The store found `group` empty for longer than the offsets retention; the core
+    /// The store found `group` empty for longer than the offsets `retention`; the core
     /// decides whether to delete it.
-    pub(crate) fn remove_offsets(&self, group: &str) {
-        let deleted = self.input(|core, _| core.remove_offsets(group));
+    pub(crate) fn remove_offsets(&self, group: &str, retention: Duration) {
+        let deleted = self.input(|core, now| core.remove_offsets(now, group, retention));
         let shard = self.index;
         if deleted {
             info!(shard, group, "offsets retention expired; group deleted");

@@ -446,6 +446,10 @@ pub(crate) struct Group {
     pub(crate) timer_at: Option<Instant>,
     /// State changed since the last snapshot record.
     pub(crate) snapshot_dirty: bool,
+    /// When this coordinator last accepted a commit for the group (none since a
+    /// restore): offsets retention, judged by the store from what is durable, may have
+    /// decided the group expired just before it.
+    pub(crate) committed_at: Option<Instant>,
     /// The group is on the coordinator's list of groups to snapshot.
     pub(crate) listed: bool,
 }
@@ -482,6 +486,7 @@ impl Group {
             reconciling: None,
             timer_at: None,
             snapshot_dirty: false,
+            committed_at: None,
             listed: false,
         }
     }

@@ -475,7 +475,10 @@ fn defect_7_a_forgotten_group_joined_again_never_repeats_a_generation() {
     let last = t.generation_of(&b);
     t.leave(&b);
     t.advance(SETTLE);
-    assert!(t.core.remove_offsets("g"), "an empty group is removed");
+    assert!(
+        t.core.remove_offsets(t.now, "g", Duration::ZERO),
+        "an empty group is removed"
+    );
     t.drain();
     restart(&mut t);
     let c = t.join(3, "g", &[("orders", 4)]);
@@ -1133,4 +1136,50 @@ fn defect_12_an_acknowledgement_of_a_withdrawn_revocation_is_answered_with_the_a
         "{pushed:?} lists {asked:?}"
     );
     assert_eq!(count(&t.owned(&a)), 4);
+}
+
+// ------------------------------------------------------------------------------------
+// 13. Offsets retention deletes an offset it has just acknowledged.
+// ------------------------------------------------------------------------------------
+
+/// The store finds a group empty past the offsets retention (it reads what is
+/// durable), and before the core is asked to delete the group an admin commit to it
+/// is accepted. The group is kept, with the offset the commit was told was accepted;
+/// once the retention has passed since that commit, it can go. It was deleted with the
+/// offset just acknowledged.
+#[test]
+fn defect_13_offsets_retention_keeps_an_offset_committed_since_the_store_looked() {
+    const RETENTION: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+    let mut t = TestContext::new();
+    let commit = Request::CommitOffsets(rollcall_protocol::CommitOffsetsRequest {
+        group: "g".into(),
+        member_id: None,
+        generation: 0,
+        offsets: vec![rollcall_protocol::OffsetCommit {
+            topic: "orders".into(),
+            partition: 0,
+            offset: 42,
+            metadata: String::new(),
+        }],
+    });
+    match t.request(9, commit) {
+        Response::CommitOffsets(c) => assert_eq!(c.results[0].error, ErrorCode::None),
+        other => panic!("{other:?}"),
+    }
+    t.advance(SETTLE);
+    assert!(
+        !t.core.remove_offsets(t.now, "g", RETENTION),
+        "deleted with an offset committed {SETTLE:?} ago"
+    );
+    let fetch = Request::FetchOffsets(rollcall_protocol::FetchOffsetsRequest {
+        group: "g".into(),
+        topics: vec![],
+        page: None,
+    });
+    match t.request(9, fetch) {
+        Response::FetchOffsets(f) => assert_eq!(f.offsets[0].offset, 42),
+        other => panic!("{other:?}"),
+    }
+    t.advance(RETENTION);
+    assert!(t.core.remove_offsets(t.now, "g", RETENTION));
 }

@@ -341,7 +341,7 @@ fn commits_past_the_coordinators_offset_or_metadata_quota_are_refused() {
     assert_eq!(refusals(&t, Quota::OffsetMetadata), 1);
     assert_eq!(refusals(&t, Quota::Offsets), 1);
     // A group deleted by retention gives its offsets back.
-    assert!(t.core.remove_offsets("a"));
+    assert!(t.core.remove_offsets(t.now, "a", Duration::ZERO));
     let r = admin_commit(&mut t, "b", vec![offset("t", 3, 20)]);
     assert_eq!(results(&r), [ErrorCode::None]);
 }

@@ -776,7 +776,7 @@ fn retention_deletes_an_empty_group_with_its_offsets() {
     t.records.clear();
 
     let before = t.describe("g").generation;
-    assert!(t.core.remove_offsets("g"));
+    assert!(t.core.remove_offsets(t.now, "g", Duration::ZERO));
     t.advance(SETTLE);
     assert_eq!(t.records, [deleted("g")]);
     assert_eq!(fetch_offsets(&mut t, "g"), []);
@@ -802,7 +802,7 @@ fn retention_keeps_a_group_that_has_a_member() {
     assert_eq!(t.commit_result(&a, "orders", 1, 7), ErrorCode::None);
     t.records.clear();
 
-    assert!(!t.core.remove_offsets("g"));
+    assert!(!t.core.remove_offsets(t.now, "g", Duration::ZERO));
     t.advance(SETTLE);
     assert_eq!(t.records, []);
     assert_eq!(fetch_offsets(&mut t, "g"), [("orders".to_owned(), 1, 7)]);
@@ -830,7 +830,7 @@ fn retention_deletion_is_the_last_record_of_its_batch() {
         t.core.handle_request(t.now, 1, leave),
         Response::Leave
     ));
-    assert!(t.core.remove_offsets("g"));
+    assert!(t.core.remove_offsets(t.now, "g", Duration::ZERO));
     t.core.handle_timeout(t.now);
     let records = t.core.take_records();
     assert_eq!(records.last(), Some(&deleted("g")), "{records:?}");
@@ -847,7 +847,7 @@ fn retention_deletion_is_the_last_record_of_its_batch() {
 #[test]
 fn retention_deletes_a_group_unknown_to_the_core_from_the_store() {
     let mut t = TestContext::new();
-    assert!(t.core.remove_offsets("ghost"));
+    assert!(t.core.remove_offsets(t.now, "ghost", Duration::ZERO));
     t.advance(SETTLE);
     assert_eq!(t.records, [deleted("ghost")]);
 }
@@ -871,12 +871,12 @@ fn retention_waits_for_partitions_held_for_an_expelled_member() {
     assert_eq!(t.expelled(&a), Some(ExpelReason::ProgressExpired));
     t.records.clear();
 
-    assert!(!t.core.remove_offsets("g"));
+    assert!(!t.core.remove_offsets(t.now, "g", Duration::ZERO));
     assert_eq!(t.core.take_records(), []);
     assert_eq!(fetch_offsets(&mut t, "g"), [("orders".to_owned(), 0, 3)]);
 
     t.advance(SESSION);
-    assert!(t.core.remove_offsets("g"));
+    assert!(t.core.remove_offsets(t.now, "g", Duration::ZERO));
     t.advance(SETTLE);
     assert_eq!(t.records.last(), Some(&deleted("g")));
     assert_eq!(fetch_offsets(&mut t, "g"), []);

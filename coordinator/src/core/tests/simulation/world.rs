@@ -385,7 +385,7 @@ impl World {
             Action::Pause(len) => self.pause_begin(len),
             Action::Retention(group) => {
                 if !self.quiet && self.running() {
-                    let deleted = self.core.remove_offsets(&group);
+                    let deleted = self.core.remove_offsets(self.now, &group, Duration::ZERO);
                     self.log(format!("retention: remove_offsets({group}) = {deleted}"));
                     if deleted {
                         self.oracle.group_deleted(&group);
