@@ -105,7 +105,11 @@ impl World {
         let choices: Vec<(u64, u32)> = SESSIONS
             .iter()
             .copied()
-            .filter(|(s, _)| (self.long_sessions || *s < 60_000) && Some(ms(*s)) != not)
+            .filter(|(s, _)| {
+                (self.long_sessions || self.fast_beats || *s < 60_000)
+                    && (!self.fast_beats || *s >= 10_000)
+                    && Some(ms(*s)) != not
+            })
             .collect();
         let total: u32 = choices.iter().map(|(_, w)| w).sum();
         let mut x = self.rng.gen_range(0..total);
@@ -118,14 +122,17 @@ impl World {
         unreachable!("weights cover the range")
     }
 
-    /// Timeouts for a session timeout: heartbeats every third (or fifth) of it; half the
+    /// Timeouts for a session timeout: heartbeats every third (or fifth) of it, or in a
+    /// fast-beating world a tenth to a fortieth (at least 50 ms); half the
     /// members without a lease timeout (a version 0 join: the lease is the session), the
     /// others with one between two heartbeat intervals and the session; the client's
     /// default margin (5 % of the lease); progress and rebalance timeouts of a few
     /// seconds.
     fn with_session(&mut self, settings: &mut Settings, session: Duration) {
         settings.session_timeout = session;
-        settings.heartbeat_interval = if self.rng.gen_bool(0.7) {
+        settings.heartbeat_interval = if self.fast_beats {
+            (session / self.rng.gen_range(10..=40)).max(ms(50))
+        } else if self.rng.gen_bool(0.7) {
             session / 3
         } else {
             session / 5
