@@ -217,9 +217,11 @@ impl Coordinator {
         // member's is not that member): same member. A rejoin naming a live member
         // with another instance id is refused: joined anew, it would leave the named
         // member in the group, holding its partitions until its session ran out.
-        if let (Some(id), Some(instance)) = (&r.member_id, &r.instance_id) {
-            if let Some(m) = group.members.get(id.as_str()) {
-                if m.instance_id.as_deref() != Some(instance.as_str()) {
+        let existing = match &r.member_id {
+            Some(id) => match (group.members.get_key_value(id.as_str()), &r.instance_id) {
+                (Some((_, m)), Some(instance))
+                    if m.instance_id.as_deref() != Some(instance.as_str()) =>
+                {
                     return refuse(
                         ApiKey::Join,
                         ErrorCode::InconsistentMember,
@@ -231,13 +233,8 @@ impl Coordinator {
                         },
                     );
                 }
-            }
-        }
-        let existing = match &r.member_id {
-            Some(id) => group
-                .members
-                .get_key_value(id.as_str())
-                .map(|(k, _)| k.clone()),
+                (found, _) => found.map(|(k, _)| k.clone()),
+            },
             None => group
                 .tokens
                 .get(&r.join_token)

@@ -262,8 +262,8 @@ impl Coordinator {
     /// to the store), with partitions held for an expelled member, or with a commit this
     /// core accepted less than `retention` ago (an admin commit to the empty group, read
     /// or made durable after the store looked: deleting would lose an offset already
-    /// acknowledged) is kept and nothing is recorded; the store still finds it expired on a later pass if it stays
-    /// empty. Otherwise the group is forgotten, offsets and all, and a
+    /// acknowledged) is kept and nothing is recorded; the store still finds it expired
+    /// on a later pass if it stays empty. Otherwise the group is forgotten, offsets and all, and a
     /// [`Record::GroupDeleted`] asks the store to do the same, in order with every other
     /// record. A group the core does not know is deleted too: the store may hold
     /// something the core does not.

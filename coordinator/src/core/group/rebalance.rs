@@ -216,8 +216,9 @@ impl Group {
             }
             // Revocations: owned partitions that are no longer in the target, each
             // waited for from when it was first asked.
-            let revoking = m.revoking();
             m.note_revocations(now);
+            let revoking: Vec<TopicPartition> =
+                m.revoking_since.iter().map(|&(tp, _)| tp).collect();
             if let Some(deadline) = m.revoke_deadline() {
                 let key = TimerKey::Member {
                     group: self.name.clone(),

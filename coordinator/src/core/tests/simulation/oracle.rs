@@ -424,8 +424,8 @@ impl Oracle {
         }
     }
 
-    /// The coordinator answered `request` from process `proc`.
-    /// The core answered `request`, which the client sent at `sent`, at `now`.
+    /// The core answered `request` from process `proc`, which the client sent at
+    /// `sent`, at `now`.
     pub(super) fn on_response(
         &mut self,
         (now, sent): (Instant, Instant),
@@ -1228,11 +1228,7 @@ impl Oracle {
             .values()
             .filter(|i| i.removed.is_none() && !procs[i.proc].is_live())
             .map(|i| {
-                let longest = i
-                    .history
-                    .iter()
-                    .map(|(_, [session, _, _])| *session)
-                    .fold(i.session, Duration::max);
+                let longest = i.longest_session();
                 // Coordinator downtime is not counted: a pause shifts deadlines.
                 self.deadline_after(i.last_arrival, 2 * longest).0
             })
@@ -1240,10 +1236,6 @@ impl Oracle {
             .unwrap_or(self.start)
     }
 
-    /// When the last hold the coordinator may keep for a removed member ends: its
-    /// removal plus the longest session timeout it was ever promised. Fenced members
-    /// (replaced static instances) and leavers that did not confirm their release are
-    /// held too.
     /// When the coordinator last came back from a pause or a restart (the start if
     /// never): its members reconnect, resume or rejoin, and their group settles only
     /// after that.
@@ -1255,6 +1247,10 @@ impl Oracle {
             .unwrap_or(self.start)
     }
 
+    /// When the last hold the coordinator may keep for a removed member ends: its
+    /// removal plus the longest session timeout it was ever promised. Fenced members
+    /// (replaced static instances) and leavers that did not confirm their release are
+    /// held too.
     pub(super) fn last_hold_end(&self) -> Instant {
         self.members
             .values()
@@ -1263,11 +1259,7 @@ impl Oracle {
                 if reason == ExpelReason::Left && !i.left_holding {
                     return None;
                 }
-                let longest = i
-                    .history
-                    .iter()
-                    .map(|(_, [session, _, _])| *session)
-                    .fold(i.session, Duration::max);
+                let longest = i.longest_session();
                 Some(at + longest)
             })
             .max()
