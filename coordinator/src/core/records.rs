@@ -142,6 +142,12 @@ pub struct MemberSnapshot {
     /// The member's process stood down (a static member's `stand_down` leave): its
     /// lease is over and a replacement takes over at once.
     pub stood_down: bool,
+    /// Partitions the member released, as (topic index, partition): a late commit for
+    /// one is told `partition_revoked`, not `not_owner`, after a restart too.
+    pub released: Vec<(u32, u32)>,
+    /// The member was suspect and the last target cut its share: it is restored suspect,
+    /// and its recovery brings the rebalance that gives it its share back.
+    pub restricted: bool,
 }
 
 /// Everything the core is restored from at start.

@@ -73,6 +73,16 @@ struct Member {
     lease_remaining_ms: Option<u64>,
     #[serde(default)]
     stood_down: bool,
+    /// Absent when empty, and in snapshots written before it was kept.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    released: Vec<(u32, u32)>,
+    /// Absent when false, and in snapshots written before it was kept.
+    #[serde(default, skip_serializing_if = "is_false")]
+    restricted: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !b
 }
 
 impl From<&GroupSnapshot> for Group {
@@ -158,6 +168,8 @@ impl From<&MemberSnapshot> for Member {
             target: m.target.clone(),
             lease_remaining_ms: m.lease_remaining_ms,
             stood_down: m.stood_down,
+            released: m.released.clone(),
+            restricted: m.restricted,
         }
     }
 }
@@ -179,6 +191,8 @@ impl From<Member> for MemberSnapshot {
             target: m.target,
             lease_remaining_ms: m.lease_remaining_ms,
             stood_down: m.stood_down,
+            released: m.released,
+            restricted: m.restricted,
         }
     }
 }

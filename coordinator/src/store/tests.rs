@@ -92,6 +92,8 @@ fn member(id: &str) -> MemberSnapshot {
         target: vec![(0, 0), (0, 1), (1, 2)],
         lease_remaining_ms: Some(7_000),
         stood_down: false,
+        released: vec![(0, 3)],
+        restricted: false,
     }
 }
 
@@ -1091,6 +1093,7 @@ fn snapshot_json_format_is_stable() {
     assert_eq!(m.session_timeout_ms, 10_000);
     assert_eq!(m.owned, vec![(0, 1)]);
     assert_eq!((m.lease_remaining_ms, m.stood_down), (None, false));
+    assert!(m.released.is_empty() && !m.restricted);
     assert_eq!(
         m.lease_timeout_ms, 0,
         "no lease timeout: the session timeout"
@@ -1114,6 +1117,14 @@ fn snapshot_json_format_is_stable() {
     full.rebalance_pending = Some("join".into());
     full.members[0].lease_remaining_ms = Some(900);
     full.members[0].lease_timeout_ms = 2_000;
+    // Absent when empty or false: most members have released nothing and are not
+    // restricted, and every snapshot is rewritten on each change.
+    let mut json = Vec::new();
+    encode(&full, &mut json).unwrap();
+    let text = String::from_utf8(json).unwrap();
+    assert!(!text.contains("released") && !text.contains("restricted"), "{text}");
+    full.members[0].released = vec![(0, 2), (0, 3)];
+    full.members[0].restricted = true;
     let mut json = Vec::new();
     encode(&full, &mut json).unwrap();
     assert_eq!(decode(&json).unwrap(), full);
@@ -1125,6 +1136,8 @@ fn snapshot_json_format_is_stable() {
         "\"fenced_tokens\":[8]",
         "\"lease_remaining_ms\":900",
         "\"stood_down\":false",
+        "\"released\":[[0,2],[0,3]]",
+        "\"restricted\":true",
     ] {
         assert!(text.contains(key), "{key} missing from {text}");
     }

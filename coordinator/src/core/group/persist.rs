@@ -79,6 +79,8 @@ impl Group {
                     target: pairs(&mut m.target.iter()),
                     lease_remaining_ms: Some(remaining(m.lease_until)),
                     stood_down: m.stood_down,
+                    released: pairs(&mut m.released.iter()),
+                    restricted: m.restricted,
                 })
                 .collect(),
             held: self
@@ -197,6 +199,14 @@ impl Group {
                 .filter(|tp| !group.owners.contains_key(tp))
                 .collect();
             member.target = ms.target.iter().map(tp).collect();
+            member.released = ms.released.iter().map(tp).collect();
+            // Its share was cut while it was suspect: it is suspect again until its
+            // on-time beats bring it back, and with them the rebalance that restores
+            // its share (a restored member is otherwise alive, and only reconciled).
+            if ms.restricted {
+                member.restricted = true;
+                member.liveness.suspect_from(now);
+            }
             for t in &member.target {
                 group.target_owner.insert(*t, member.id.clone());
             }

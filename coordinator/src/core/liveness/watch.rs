@@ -148,6 +148,14 @@ impl Watch {
         None
     }
 
+    /// Makes the member suspect as of `now` (restored as it was before a restart): only
+    /// on-time heartbeats bring it back.
+    pub fn suspect_from(&mut self, now: Instant) {
+        self.suspect = true;
+        self.since = now;
+        self.streak = 0;
+    }
+
     /// When the member is expelled if nothing more is heard.
     pub fn deadline(&self) -> Instant {
         self.last_heard + self.thresholds.expel_after

@@ -1183,3 +1183,104 @@ fn defect_13_offsets_retention_keeps_an_offset_committed_since_the_store_looked(
     t.advance(RETENTION);
     assert!(t.core.remove_offsets(t.now, "g", RETENTION));
 }
+
+// ------------------------------------------------------------------------------------
+// 14. A restore forgets what a member released and that its share was cut.
+// ------------------------------------------------------------------------------------
+
+/// `b` is suspect when `a` leaves, so the rebalance gives `a`'s partitions to `c` only
+/// (6 against `b`'s 3) and marks `b` for a rebalance when it recovers. The coordinator
+/// restarts before `b` recovers. `b` must still earn its recovery and its rebalance:
+/// the restore once brought it back alive and unmarked, so its first beat only
+/// reconciled, and the 3/6 split stayed for good.
+#[test]
+fn defect_14_a_member_whose_share_was_cut_still_gets_its_rebalance_after_a_restart() {
+    const BEAT: Duration = Duration::from_secs(1);
+    let mut t = TestContext::new();
+    let mut a = t.join(1, "g", &[("orders", 9)]);
+    let mut b = t.join(2, "g", &[("orders", 9)]);
+    let mut c = t.join(3, "g", &[("orders", 9)]);
+    for _ in 0..4 {
+        t.advance(BEAT);
+        t.ack_all(&mut a);
+        t.ack_all(&mut b);
+        t.ack_all(&mut c);
+    }
+    assert_eq!([&a, &b, &c].map(|m| count(&t.owned(m))), [3, 3, 3]);
+    // `b` falls silent past half its session: suspect.
+    for _ in 0..6 {
+        t.advance(BEAT);
+        t.expect_beat_ok(&mut a);
+        t.expect_beat_ok(&mut c);
+    }
+    t.leave(&a);
+    t.advance(Duration::from_millis(500));
+    t.expect_beat_ok(&mut c);
+    t.ack_all(&mut c);
+    assert_eq!([&b, &c].map(|m| count(&t.owned(m))), [3, 6]);
+    restart(&mut t);
+    b.conn = 12;
+    c.conn = 13;
+    let recovered_before = recovered(&t);
+    // The restore starts every silence over, so these beats are on time.
+    for _ in 0..6 {
+        t.advance(BEAT);
+        t.ack_all(&mut b);
+        t.ack_all(&mut c);
+    }
+    assert!(
+        recovered(&t) > recovered_before,
+        "restored suspect, it recovers"
+    );
+    assert!(
+        t.events.iter().any(|e| matches!(
+            e,
+            Event::RebalanceStarted {
+                cause: RebalanceCause::Recovery,
+                ..
+            }
+        )),
+        "the recovery rebalance was forgotten in the restart"
+    );
+    let shares = [&b, &c].map(|m| count(&t.owned(m)));
+    assert!(shares.iter().all(|&s| s >= 4), "not rebalanced: {shares:?}");
+    t.assert_exclusive("g");
+}
+
+fn recovered(t: &TestContext) -> usize {
+    t.events
+        .iter()
+        .filter(|e| matches!(e, Event::MemberRecovered { .. }))
+        .count()
+}
+
+/// A member releases a partition; a commit for it that arrives late is told
+/// `partition_revoked` (its ownership ended), after a restart as before it (the restore
+/// once forgot what members released, and answered `not_owner`).
+#[test]
+fn defect_14_a_late_commit_for_a_released_partition_is_revoked_after_a_restart() {
+    let mut t = TestContext::new();
+    let mut a = t.join(1, "g", &[("orders", 4)]);
+    t.advance(SETTLE);
+    t.expect_beat_ok(&mut a);
+    let mut b = t.join(2, "g", &[("orders", 4)]);
+    t.advance(SETTLE);
+    let asked = flatten(&t.revoking(&a));
+    assert_eq!(asked.len(), 2);
+    t.ack_all(&mut a);
+    t.expect_beat_ok(&mut b);
+    let moved = asked[0].1;
+    assert_eq!(
+        t.commit_result(&a, "orders", moved, 5),
+        ErrorCode::PartitionRevoked
+    );
+    restart(&mut t);
+    a.conn = 11;
+    b.conn = 12;
+    t.expect_beat_ok(&mut a);
+    t.expect_beat_ok(&mut b);
+    assert_eq!(
+        t.commit_result(&a, "orders", moved, 5),
+        ErrorCode::PartitionRevoked
+    );
+}
