@@ -17,7 +17,8 @@
 //!   spread have forgotten it, so a member that paused once keeps that much slack until
 //!   it has been calm for a long while.
 //! - **No history.** A member with fewer than `min_history` gaps (a young member, or
-//!   one whose arrivals were reset) is judged by the fixed rule, since a fit from a
+//!   one whose arrivals were reset) is judged by the fixed rule (with its bound on
+//!   suspicion, `Thresholds::fixed_for`), since a fit from a
 //!   handful of gaps is a guess; the floor bounds how eager the detector can ever get,
 //!   and the session timeout bounds how patient.
 //!
@@ -59,7 +60,7 @@ impl Detector for Adaptive {
 
     fn thresholds(&self, arrivals: &Arrivals, session: Duration) -> Thresholds {
         if arrivals.learned() < self.min_history.max(2) {
-            return Thresholds::fixed(session);
+            return Thresholds::fixed_for(arrivals, session);
         }
         let mean = arrivals.mean().as_secs_f64();
         let sd = arrivals.std_dev().as_secs_f64().max(mean / 10.0);

@@ -120,6 +120,10 @@ pub struct Thresholds {
     pub expel_after: Duration,
 }
 
+/// Gaps a member must have shown before its rhythm can move its suspicion threshold
+/// ([`Thresholds::fixed_for`]): the span of the moving mean.
+pub const RHYTHM_HISTORY: u32 = 16;
+
 impl Thresholds {
     /// The fixed rule: expelled after the session timeout, suspect after half of it.
     pub fn fixed(session: Duration) -> Self {
@@ -127,6 +131,29 @@ impl Thresholds {
             suspect_after: session / 2,
             expel_after: session,
         }
+    }
+
+    /// The fixed rule for a member that has shown `arrivals`: as [`Self::fixed`], but
+    /// never suspect for a silence its own rhythm shows. Once it has shown
+    /// [`RHYTHM_HISTORY`] gaps, suspicion comes no sooner than 1.25 times its moving
+    /// mean gap, and no later than nine tenths of the session timeout (so suspicion
+    /// still comes before expulsion).
+    ///
+    /// This bounds what suspicion withholds. A suspect member gets no new partitions
+    /// until it beats on time again, and a member that steadily beats later than half
+    /// its session (a heartbeat interval set too long, a slow host) never would: it
+    /// stayed suspect, and short of its share, for as long as it lived. Now it recovers
+    /// after about [`RHYTHM_HISTORY`] gaps plus its recovery beats, unless its rhythm is
+    /// within a tenth of its session timeout, where suspicion is the truth. A member
+    /// beating at a third of its session, as clients do by default, is judged exactly
+    /// as before.
+    pub fn fixed_for(arrivals: &Arrivals, session: Duration) -> Self {
+        let mut t = Self::fixed(session);
+        if arrivals.learned() >= RHYTHM_HISTORY {
+            let rhythm = arrivals.mean().mul_f32(1.25);
+            t.suspect_after = t.suspect_after.max(rhythm.min(session.mul_f32(0.9)));
+        }
+        t
     }
 }
 
@@ -140,8 +167,9 @@ pub trait Detector: Debug + Send + Sync {
     fn thresholds(&self, arrivals: &Arrivals, session: Duration) -> Thresholds;
 }
 
-/// A fixed session timeout: expelled `session` after the last frame, suspect after half
-/// of it, whatever the gaps.
+/// A fixed session timeout: expelled `session` after the last frame, whatever the gaps;
+/// suspect after half of it, or later for a member whose steady rhythm is slower
+/// ([`Thresholds::fixed_for`]).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct FixedTimeout;
 
@@ -150,7 +178,7 @@ impl Detector for FixedTimeout {
         DetectorKind::Fixed
     }
 
-    fn thresholds(&self, _arrivals: &Arrivals, session: Duration) -> Thresholds {
-        Thresholds::fixed(session)
+    fn thresholds(&self, arrivals: &Arrivals, session: Duration) -> Thresholds {
+        Thresholds::fixed_for(arrivals, session)
     }
 }

@@ -1284,3 +1284,52 @@ fn defect_14_a_late_commit_for_a_released_partition_is_revoked_after_a_restart()
         ErrorCode::PartitionRevoked
     );
 }
+
+// ------------------------------------------------------------------------------------
+// 15. A member that steadily beats late stays suspect, and short of its share, for good.
+// ------------------------------------------------------------------------------------
+
+/// `b` beats every 6 s with a 10 s session: every beat comes after half its session, so
+/// the fixed rule suspects it before each one. Suspect, it takes nothing new, and when
+/// `a` leaves, `a`'s partitions wait for it. It never beat "on time", so it never
+/// recovered: the partitions waited, worked by nobody, for as long as it lived. Its
+/// rhythm now bounds its suspicion, and after enough steady beats it takes them.
+#[test]
+fn defect_15_a_member_that_steadily_beats_late_recovers_and_takes_its_share() {
+    const BEAT_B: Duration = Duration::from_secs(6);
+    let mut t = TestContext::new();
+    let mut a = t.join(1, "g", &[("orders", 8)]);
+    t.advance(SETTLE);
+    t.expect_beat_ok(&mut a);
+    let mut b = t.join(2, "g", &[("orders", 8)]);
+    t.advance(SETTLE);
+    t.ack_all(&mut a);
+    t.expect_beat_ok(&mut b);
+    assert_eq!([&a, &b].map(|m| count(&t.owned(m))), [4, 4]);
+    let mut left = false;
+    for round in 0..30 {
+        for _ in 0..6 {
+            t.advance(BEAT_B / 6);
+            if !left {
+                t.expect_beat_ok(&mut a);
+            }
+        }
+        t.ack_all(&mut b);
+        if round == 3 {
+            assert_eq!(
+                t.describe("g").members[1].liveness,
+                rollcall_protocol::Liveness::Suspect,
+                "late beats make it suspect"
+            );
+            t.leave(&a);
+            left = true;
+            t.advance(SETTLE);
+            assert_eq!(count(&t.owned(&b)), 4, "suspect: it takes nothing new");
+        }
+    }
+    assert!(
+        recovered(&t) > 0,
+        "its steady rhythm brings it back from suspicion"
+    );
+    assert_eq!(count(&t.owned(&b)), 8, "and it takes the partitions left to it");
+}
