@@ -11,7 +11,7 @@ use rollcall_protocol::{
     RelinquishRequest, Response, MAX_BEATS,
 };
 
-use super::group::{Ctx, Group, Refusal, Timeouts};
+use super::group::{Ctx, Group, Member, Refusal, Timeouts};
 use super::liveness::Beat;
 use super::{refuse, ConnId, Coordinator, Event, Output, Quota, RebalanceCause, TopicPartition};
 use super::{DetectorKind, MAX_MEMBER_ID_BYTES, MAX_NAME_BYTES};
@@ -449,12 +449,47 @@ impl Coordinator {
                 format!("a Heartbeats request carries 1 to {MAX_BEATS} beats"),
             );
         }
+        // A client sends its members' beats in the same order round after round.
+        let mut slots = self.beat_slots.remove(&conn).unwrap_or_default();
+        slots.resize(r.beats.len(), u32::MAX);
+        self.touch_members(&r.beats, &slots);
         let results = r
             .beats
             .into_iter()
-            .map(|beat| HeartbeatResult::from_response(self.heartbeat(now, conn, beat)))
+            .zip(slots.iter_mut())
+            .map(|(beat, slot)| {
+                HeartbeatResult::from_response(self.heartbeat_at(now, conn, beat, slot))
+            })
             .collect();
+        self.beat_slots.insert(conn, slots);
         Response::Heartbeats(HeartbeatsResponse { results })
+    }
+
+    /// Loads every beat's member, where it was found last time, before any is handled.
+    ///
+    /// A renewal's cost is mostly waiting for memory: the member's lines are rarely in
+    /// cache (every member of the shard is touched once per heartbeat interval), and
+    /// handling beat after beat waits for each member's lines in turn, since the code
+    /// between the waits is too long for the processor to run ahead to the next
+    /// member. These loops are short enough for it to have many members' lines on
+    /// their way at once; handling then finds them in cache. One pass per step of the
+    /// chain (group, the roster's entry, the member's lines), so no step waits on a
+    /// miss of the one before for the same beat. Safe Rust has no prefetch, so the
+    /// loads are real ones whose values are discarded. Measured on 10,000 members in
+    /// Heartbeats of 100: a third more renewals per CPU-second (BENCHMARKS.md).
+    fn touch_members(&self, beats: &[HeartbeatRequest], slots: &[u32]) {
+        let groups: Vec<Option<&Group>> = beats
+            .iter()
+            .map(|beat| self.groups.get(&*beat.group))
+            .collect();
+        let members: Vec<&Member> = groups
+            .iter()
+            .zip(slots)
+            .filter_map(|(g, &slot)| (*g)?.members.get_index(slot as usize).map(|(_, m)| &**m))
+            .collect();
+        for m in members {
+            m.touch();
+        }
     }
 
     pub(super) fn heartbeat(
@@ -463,14 +498,27 @@ impl Coordinator {
         conn: ConnId,
         r: HeartbeatRequest,
     ) -> Response {
+        let mut slot = u32::MAX;
+        self.heartbeat_at(now, conn, r, &mut slot)
+    }
+
+    fn heartbeat_at(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        r: HeartbeatRequest,
+        slot: &mut u32,
+    ) -> Response {
         let (groups, mut ctx) = self.parts(now);
         let Some(group) = groups.get_mut(&*r.group) else {
             return Self::member_gone(None, ApiKey::Heartbeat, &r.member_id);
         };
         let group_generation = group.generation;
-        let Some(m) = group.members.get_mut(&r.member_id) else {
+        let Some(at) = group.members.find(&r.member_id, *slot) else {
             return Self::member_gone(Some(group), ApiKey::Heartbeat, &r.member_id);
         };
+        *slot = at as u32;
+        let m = group.members.at_mut(at);
         if r.generation > group_generation {
             return refuse(
                 ApiKey::Heartbeat,
@@ -616,6 +664,7 @@ impl Coordinator {
             self.detect_pause(now);
         }
         let bound = self.bound.remove(&conn).unwrap_or_default();
+        self.beat_slots.remove(&conn);
         let (groups, mut ctx) = self.parts(now);
         for (group, member) in bound {
             let Some(g) = groups.get_mut(&group) else {

@@ -110,6 +110,11 @@ pub struct Coordinator {
     /// Members bound to each connection (group, member), so a disconnect touches only
     /// them. Entries may be stale (the member moved on or left); they are checked.
     bound: HashMap<ConnId, Vec<MemberRef>>,
+    /// Where in its group's roster each beat of a connection's last Heartbeats request
+    /// found its member, by the beat's place in the request: where the next request's
+    /// beats look first, and what they load before any is handled. Only a hint (the
+    /// member's id is compared); 4 bytes a beat, dropped with the connection.
+    beat_slots: HashMap<ConnId, Vec<u32>>,
     /// What every group holds, as the quotas count it: the sum of the groups'
     /// [`Group::accounted`], brought up to date whenever a group changes, over every
     /// core that shares it.
@@ -150,6 +155,7 @@ impl Coordinator {
             records_seen: 0,
             next_trace_epoch: 0,
             bound: HashMap::new(),
+            beat_slots: HashMap::new(),
             totals,
         }
     }

@@ -171,6 +171,19 @@ impl Member {
         self.liveness.thresholds().expel_after
     }
 
+    /// Loads a field from each cache line of the member a heartbeat reads (all but
+    /// the partition sets), ahead of the heartbeat (see `Coordinator::touch_members`).
+    pub(crate) fn touch(&self) {
+        std::hint::black_box((
+            self.conn,
+            self.liveness.touch(),
+            self.lease_until,
+            self.timer_at,
+            self.revoking_since.len(),
+            self.generation,
+        ));
+    }
+
     pub(crate) fn session_deadline(&self) -> Instant {
         self.liveness.deadline()
     }

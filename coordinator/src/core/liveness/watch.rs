@@ -156,6 +156,16 @@ impl Watch {
         self.streak = 0;
     }
 
+    /// A field from each part of the watch a heartbeat reads, for `Member::touch`.
+    pub fn touch(&self) -> (Instant, Duration, u32, u64) {
+        (
+            self.last_heard,
+            self.thresholds.suspect_after,
+            self.arrivals.learned(),
+            self.arrivals.lost(),
+        )
+    }
+
     /// When the member is expelled if nothing more is heard.
     pub fn deadline(&self) -> Instant {
         self.last_heard + self.thresholds.expel_after

@@ -1031,3 +1031,57 @@ fn heartbeats_answer_each_beat_in_order_and_renew_sessions() {
         }
     }
 }
+
+/// The core remembers where each beat of a connection's Heartbeats found its member, to
+/// find it there next time; a remembered place is only a hint. Members that join or
+/// leave shift the others, and beats change places in the request: every beat still
+/// renews its own member and no other.
+#[test]
+fn heartbeats_renew_their_own_members_as_the_roster_and_the_request_change() {
+    let mut t = TestContext::new();
+    let mut a = t.join(1, "g", &[("orders", 4)]);
+    let b = t.join(2, "g", &[("orders", 4)]);
+    let mut c = t.join(3, "g", &[("orders", 4)]);
+    t.advance(SETTLE);
+    let since_heartbeat = |t: &mut TestContext, m: &M| {
+        let d = t.describe("g");
+        let member = d.members.iter().find(|x| x.member_id == m.id);
+        member.map(|x| x.since_heartbeat_ms)
+    };
+    let beat_on_conn_1 = |t: &mut TestContext, ms: Vec<&mut M>| {
+        let ids: Vec<String> = ms.iter().map(|m| m.id.clone()).collect();
+        let beats = ms.into_iter().map(|m| next_beat(t, m)).collect();
+        let Response::Heartbeats(answer) = t.request(1, heartbeats(beats)) else {
+            panic!("a Heartbeats request is answered by a Heartbeats response");
+        };
+        for (id, result) in ids.iter().zip(&answer.results) {
+            assert_eq!(result.code, ErrorCode::None, "beat of {id}: {result:?}");
+        }
+    };
+    beat_on_conn_1(&mut t, vec![&mut c, &mut a]);
+    t.advance(Duration::from_secs(1));
+    // `b` leaves: `c` moves up a place in the roster.
+    t.leave(&b);
+    beat_on_conn_1(&mut t, vec![&mut c, &mut a]);
+    assert_eq!(since_heartbeat(&mut t, &c), Some(0));
+    assert_eq!(since_heartbeat(&mut t, &a), Some(0));
+    t.advance(Duration::from_secs(1));
+    // A new member joins, and the beats swap places.
+    let mut d = t.join(4, "g", &[("orders", 4)]);
+    t.advance(Duration::from_secs(1));
+    beat_on_conn_1(&mut t, vec![&mut a, &mut c]);
+    assert_eq!(since_heartbeat(&mut t, &a), Some(0));
+    assert_eq!(since_heartbeat(&mut t, &c), Some(0));
+    assert_eq!(
+        since_heartbeat(&mut t, &d),
+        Some(1_000),
+        "not renewed by another's beat"
+    );
+    t.advance(Duration::from_secs(1));
+    // Fewer beats, in a place another member held.
+    beat_on_conn_1(&mut t, vec![&mut d]);
+    assert_eq!(since_heartbeat(&mut t, &d), Some(0));
+    assert_eq!(since_heartbeat(&mut t, &a), Some(1_000));
+    assert_eq!(since_heartbeat(&mut t, &c), Some(1_000));
+    assert_eq!(since_heartbeat(&mut t, &b), None, "b left");
+}
