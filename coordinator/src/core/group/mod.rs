@@ -468,6 +468,17 @@ pub(crate) struct Group {
 }
 
 impl Group {
+    /// Loads the fields a heartbeat reads (see `Coordinator::touch_members`).
+    pub(crate) fn touch(&self) {
+        std::hint::black_box((
+            self.generation,
+            self.members.len(),
+            self.trace.is_some(),
+            self.shadow.is_some(),
+            &*self.detector as *const dyn Detector,
+        ));
+    }
+
     /// A new group whose first generation will be above `generation_floor`, judging its
     /// members with the detectors `config` names.
     pub(crate) fn new(name: Arc<str>, generation_floor: u32, config: &CoreConfig) -> Self {
