@@ -56,6 +56,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::group::Member;
 use super::timers::TimerKey;
 use super::{Coordinator, Event, Output};
 
@@ -102,7 +103,7 @@ pub const BACKLOG_FLOOR: Duration = Duration::from_millis(100);
 /// (frames delayed by the backlog arrive after it has drained).
 pub const BACKLOG_MEMORY: Duration = Duration::from_secs(1);
 
-/// Why an expiry for silence is held, and until when to look again.
+/// Why an expiry is held, and until when to look again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Hold {
     /// The coordinator was paused; frames may still be queued.
@@ -208,6 +209,32 @@ impl Guards {
 /// the server's silence began at `since`: such a member gets no time back.
 pub(crate) fn silent_before(since: Instant, last_heard: Instant, expel_after: Duration) -> bool {
     since.saturating_duration_since(last_heard) > expel_after / 2
+}
+
+/// How long a guard may hold `m`'s expiry at `now`: of its deadlines that have passed
+/// (silence, progress, its oldest unanswered revocation), the one whose bound comes
+/// first, with that bound; `None` if none has passed. Each deadline is held at most one
+/// more expel threshold past it: what a member needs to be heard again once the
+/// coordinator hears or reads its frames, whatever the deadline, since its heartbeats
+/// carry its progress and acknowledgements. Silence is never held past two expel
+/// thresholds of real silence either, unless a pause moved the deadline itself, so a
+/// dead member is expelled within that, whatever else is pending.
+fn hold_bound(m: &Member, now: Instant) -> Option<(Instant, Instant)> {
+    let expel_after = m.expel_after();
+    let session = m.session_deadline();
+    let silence = (session <= now).then(|| {
+        let bound = (session + expel_after).min((m.heard_at + 2 * expel_after).max(session));
+        (session, bound)
+    });
+    let others = [Some(m.progress_deadline), m.revoke_deadline()]
+        .into_iter()
+        .flatten()
+        .filter(|&d| d <= now)
+        .map(|d| (d, d + expel_after));
+    silence
+        .into_iter()
+        .chain(others)
+        .min_by_key(|&(_, bound)| bound)
 }
 
 // The guards' side of the coordinator: traffic in, decisions out.
@@ -345,7 +372,7 @@ impl Coordinator {
                 if m.conn.is_some() && !silent_before(since, m.heard_at, m.expel_after()) {
                     m.give_back(silent_for);
                 }
-                if m.session_deadline() <= judge_at {
+                if m.expired(judge_at) {
                     // Held past its deadline and given nothing back: judged now, not at
                     // its next recheck.
                     let key = TimerKey::Member {
@@ -383,32 +410,41 @@ impl Coordinator {
         (expel_after / 4).clamp(PAUSE_FLOOR, self.config.pause_guard.max(PAUSE_FLOOR))
     }
 
-    /// Whether a guard holds an expiry of `member` at `now`: the pause guard holds
-    /// expiries for silence and for progress, the isolation guard for silence only.
+    /// Whether a guard holds an expiry of `member` at `now`. The pause, isolation and
+    /// backlog guards hold expiries for silence, for progress and for an unanswered
+    /// revocation alike: the progress counter and the acknowledgements travel on the
+    /// heartbeats, so a coordinator that cannot hear a member (or has not read its
+    /// frames yet) cannot hear them either. The rate limit holds expiries for silence
+    /// only (see below).
     pub(super) fn expiry_hold(&mut self, now: Instant, group: &str, member: &str) -> Option<Hold> {
         let m = self.groups.get(group)?.members.get(member)?;
-        let deadline = m.session_deadline();
         // What expels the member, not its session timeout: under the adaptive detector
         // a member may be expelled after far less silence.
         let expel_after = m.expel_after();
-        // After a pause, queued frames may carry heartbeats and progress alike, from any
-        // member: one whose connection closed (or that the coordinator has not seen
-        // since a restart) may have frames queued on a new connection.
+        // After a pause, queued frames may carry heartbeats, progress and
+        // acknowledgements alike, from any member: one whose connection closed (or that
+        // the coordinator has not seen since a restart) may have frames queued on a new
+        // connection.
         let disconnected = m.conn_closed && m.lease_until <= now;
-        let due = deadline <= now || m.progress_deadline <= now || disconnected;
-        if let (true, Some(woken)) = (due, self.guards.pause_woken_at) {
+        if let (true, Some(woken)) = (m.expired(now) || disconnected, self.guards.pause_woken_at) {
             let grace = self.quarter_of(expel_after);
             let until = woken + grace;
             if now < until {
                 return Some(Hold::Pause { until });
             }
         }
-        if deadline > now {
-            return None;
-        }
-        // One more expel threshold past the deadline, and never past two of real
-        // silence unless a pause moved the deadline itself.
-        let bound = (deadline + expel_after).min((m.heard_at + 2 * expel_after).max(deadline));
+        let (deadline, bound) = hold_bound(m, now)?;
+        // The rate limit counts expulsions for silence only. A storm of those is what a
+        // trouble of the coordinator's own that no guard recognised looks like.
+        // Expiries for progress or a revocation are judged on what the member's frames
+        // said (a counter that did not move, an acknowledgement that did not come), and
+        // where frames may be missing the guards here already hold them; a storm of
+        // those comes from the members' side (one rebalance asking many at once, a stall
+        // they share), where spreading the expulsions out only leaves partitions longer
+        // with members that do not let go of them. (A member's reserved slot is also
+        // forgotten whenever it is heard, which a member that beats without answering
+        // is, every beat.)
+        let rate_limited = m.session_deadline() <= now;
         if let (Some(b), true) = (self.guards.behind, m.conn.is_some()) {
             if now.saturating_duration_since(b.last) <= BACKLOG_MEMORY {
                 if now < bound {
@@ -428,7 +464,11 @@ impl Coordinator {
         }
         let min = self.config.isolation_min_members;
         if min == 0 || m.conn.is_none() || self.guards.server_silence(now) < expel_after / 2 {
-            return self.rate_limit(now, bound, group, member);
+            return if rate_limited {
+                self.rate_limit(now, bound, group, member)
+            } else {
+                None
+            };
         }
         let census = match self.guards.census {
             Some((at, census)) if at == now => census,
@@ -444,7 +484,11 @@ impl Coordinator {
             }
         };
         if !census.mass_silence(min) {
-            return self.rate_limit(now, bound, group, member);
+            return if rate_limited {
+                self.rate_limit(now, bound, group, member)
+            } else {
+                None
+            };
         }
         if now >= bound {
             self.outputs.push_back(Output::Event(Event::HoldExpired {

@@ -175,6 +175,14 @@ impl Member {
         self.liveness.deadline()
     }
 
+    /// Whether a deadline that expels the member has passed at `now`: its session
+    /// (silence), its progress, or its oldest unanswered revocation.
+    pub(crate) fn expired(&self, now: Instant) -> bool {
+        self.session_deadline() <= now
+            || self.progress_deadline <= now
+            || self.revoke_deadline().is_some_and(|r| r <= now)
+    }
+
     pub(crate) fn next_deadline(&self) -> Instant {
         let mut next = self.session_deadline().min(self.progress_deadline);
         if let Some(s) = self.liveness.suspect_at() {
