@@ -370,7 +370,7 @@ impl Coordinator {
             for m in group.members.values_mut() {
                 // A member whose connection closed was not cut off by the coordinator.
                 if m.conn.is_some() && !silent_before(since, m.heard_at, m.expel_after()) {
-                    m.give_back(silent_for);
+                    m.give_back(at, silent_for);
                 }
                 if m.expired(judge_at) {
                     // Held past its deadline and given nothing back: judged now, not at

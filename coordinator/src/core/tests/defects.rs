@@ -1414,6 +1414,55 @@ fn the_backlog_guard_holds_a_stuck_member_at_most_one_expel_threshold_past_its_p
     );
 }
 
+/// A revocation asked during the silence gets back only the part of its wait the
+/// silence overlapped: its rebalance timeout then runs from when frames came back, as
+/// if it had been asked then, not later. (Given the whole silence, as the session is,
+/// it got up to an expel threshold it had not waited.) Rebalances coalesce for 4 s, so
+/// the rebalance after `c`'s join, the last frame before a 12 s silence, asks `a` to
+/// release a partition 4 s into the silence; `a` never acknowledges.
+#[test]
+fn a_revocation_asked_during_an_isolation_gets_back_only_the_silence_it_waited() {
+    let mut t = TestContext::with_config(CoreConfig {
+        rebalance_coalesce: Duration::from_secs(4),
+        rebalance_coalesce_max: Duration::from_secs(4),
+        ..CoreConfig::default()
+    });
+    let mut a = t.join(1, "g", &[("orders", 6)]);
+    let mut b = t.join(2, "g", &[("orders", 6)]);
+    for _ in 0..5 {
+        t.advance(Duration::from_secs(1));
+        t.expect_beat_ok(&mut a);
+        t.expect_beat_ok(&mut b);
+    }
+    assert_eq!(count(&t.owned(&a)), 3);
+    let mut c = t.join(3, "g", &[("orders", 6)]);
+    t.advance(Duration::from_secs(12));
+    assert!(t
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::IsolationSuspected { members: 3, .. })));
+    assert_eq!(count(&t.revoking(&a)), 1, "a was asked during the silence");
+    let back = t.now;
+    t.expect_beat_ok(&mut a);
+    t.ack_all(&mut b);
+    t.expect_beat_ok(&mut c);
+    while t.now < back + REBALANCE + SESSION && t.expelled(&a).is_none() {
+        t.advance(Duration::from_secs(1));
+        if t.expelled(&a).is_none() {
+            t.expect_beat_ok(&mut a);
+        }
+        t.expect_beat_ok(&mut b);
+        t.expect_beat_ok(&mut c);
+    }
+    assert_eq!(t.expelled(&a), Some(ExpelReason::RebalanceTimeout));
+    let at = expelled_at(&t, &a).unwrap();
+    assert!(
+        at + SETTLE >= back + REBALANCE && at <= back + REBALANCE,
+        "expelled {:?} after the frames came back, with a rebalance timeout of {REBALANCE:?}",
+        at - back
+    );
+}
+
 /// The pause guard: the coordinator stops from just before `a`'s revocation deadline
 /// (its earliest timer) until well after it. The pause is given back, so the deadline
 /// falls exactly at the wake-up, and `a` was expelled there, before its acknowledgement
