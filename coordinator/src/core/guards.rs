@@ -1,8 +1,16 @@
-//! Guards that hold expulsions for silence when the silence is more likely the
+//! Guards that hold expulsions when the silence behind them is more likely the
 //! coordinator's fault than the members'.
 //!
-//! Both act only on evidence about the coordinator, and both are bounded, so that no
-//! guard can keep a dead member forever.
+//! A member is expelled when it is not heard (its session deadline), when its progress
+//! counter does not move (its progress deadline), or when it does not acknowledge a
+//! revocation (its revocation deadline, a rebalance timeout after the oldest one it has
+//! not answered). The counter and the acknowledgements travel on its heartbeats, so a
+//! coordinator that cannot hear a member, or has not read its frames yet, cannot hear
+//! them either: the pause, isolation and backlog guards hold all three expiries alike.
+//! The rate limit holds only expiries for silence.
+//!
+//! Every guard acts only on evidence about the coordinator, and every guard is bounded,
+//! so that no guard can keep a dead member forever.
 //!
 //! Every figure below that scales with a member is measured against its *expel
 //! threshold* (`Member::expel_after`): the silence that expels it, which is its session
@@ -11,19 +19,28 @@
 //! isolation a member's detector does not forgive (a 1.5 s stall with members expelled
 //! after 1 s) went unrecognised, and those members were expelled.
 //!
+//! **The bound** of the isolation and backlog guards and of the rate limit: each
+//! deadline is held at most one more expel threshold past it, whichever deadline it is
+//! (once the coordinator hears or reads a live member's frames again, its next
+//! heartbeat, with its progress and acknowledgements, comes within that); a deadline
+//! for silence, moreover, never past two expel thresholds of real silence unless a
+//! pause moved the deadline itself. When several have passed, the first bound reached
+//! ends the hold. So a dead member is expelled within two expel thresholds of its last
+//! frame, whatever else it has pending.
+//!
 //! - **Pause guard.** Evidence: the core was woken later than the deadline it asked for
 //!   by more than a quarter of the shortest expel threshold in the shard (at least
 //!   [`PAUSE_FLOOR`], at most
 //!   [`CoreConfig::pause_guard`](super::CoreConfig::pause_guard)), so the coordinator
 //!   itself was not running (a stopped process, a stalled runtime). Each member's
-//!   deadlines are shifted by the part of its silence the pause overlaps (a member heard
-//!   in the frames read on waking gains nothing), and no member is expelled for silence,
-//!   progress or a closed connection until a grace has passed since waking (a quarter
-//!   of its expel threshold, at least `PAUSE_FLOOR`, at most `pause_guard`), so frames
-//!   queued during the pause (on any connection, old or new) are read before anyone is
-//!   judged. Leases are never
-//!   shifted: they bound the members' own clocks. Bound: the grace opens only on a
-//!   measured pause; silence while the coordinator runs counts as usual.
+//!   deadlines are shifted by the part of its silence (of its wait for progress, of each
+//!   revocation's wait) the pause overlaps (a member heard in the frames read on waking
+//!   gains nothing), and no member is expelled for silence, progress, a revocation or a
+//!   closed connection until a grace has passed since waking (a quarter of its expel
+//!   threshold, at least `PAUSE_FLOOR`, at most `pause_guard`), so frames queued during
+//!   the pause (on any connection, old or new) are read before anyone is judged. Leases
+//!   are never shifted: they bound the members' own clocks. Bound: the grace opens only
+//!   on a measured pause; silence while the coordinator runs counts as usual.
 //! - **Isolation guard.** Evidence: the whole server (every connection of every shard,
 //!   as the shell reports it) has heard nothing for at least half the expiring member's
 //!   expel threshold, the shard has at least
@@ -31,25 +48,26 @@
 //!   members whose connections are open, and at least [`ISOLATION_SHARE_PERCENT`]
 //!   percent of those are overdue (silent for more than half their expel threshold). A
 //!   member whose connection closed is not evidence: a crashed process closes its
-//!   sockets. Bound: a member is held at most one more expel threshold past its
-//!   deadline, and never past two expel thresholds of real silence unless a pause moved
-//!   its deadline. When frames arrive again, members with open connections that were
-//!   not already overdue when the silence began get the silent time back, within the
-//!   same bound; the others get nothing and are judged at once.
+//!   sockets. Bound: as above. When frames arrive again, members with open connections
+//!   that were not already overdue when the silence began get the silent time back: the
+//!   session all of it, but never past two expel thresholds of real silence; the
+//!   progress clock and each revocation the part of their wait the silence overlapped,
+//!   at most one expel threshold. The others get nothing, and any member with a
+//!   deadline still past is judged at once.
 //!
 //! - **Backlog guard.** Evidence: the shell reports that the coordinator is behind (its
 //!   runtime ran a ready task, or a shard a queued request, at least [`BACKLOG_FLOOR`]
 //!   late) within the last [`BACKLOG_MEMORY`]: frames members sent may be waiting
-//!   unread. An expiry for silence of a member whose connection is open is held while
-//!   that lasts, and rechecked once the backlog has had time to drain. Bound: as the
-//!   isolation guard's, one more expel threshold past the deadline and never past two
-//!   of real silence.
+//!   unread. An expiry of a member whose connection is open is held while that lasts,
+//!   and rechecked once the backlog has had time to drain. Bound: as above.
 //!
 //! - **Rate limit.** At most
 //!   [`CoreConfig::max_expulsion_rate`](super::CoreConfig::max_expulsion_rate)
 //!   expulsions for silence per second (a bucket holding a second's worth), so a storm
 //!   of expiries (a cause nobody has recognised yet) plays out over seconds, not at
-//!   once. Bound: as the isolation guard's.
+//!   once. Expiries for progress or a revocation are not limited: they are judged on
+//!   what the member's own frames said, and a storm of them comes from the members'
+//!   side (one rebalance asking many at once, a stall they share). Bound: as above.
 //!
 //! Silence is judged by when frames really arrived (`Member::heard_at`), never by the
 //! deadlines the guards have shifted.
