@@ -328,12 +328,13 @@ pub(super) struct ServeArgs {
     rebalance_coalesce_max: Dur,
     /// Upper bound of the lateness that counts as a pause of the coordinator itself (a
     /// quarter of the shortest session counts already), and the grace after a pause in
-    /// which nobody is expelled for silence while queued frames are read.
+    /// which nobody is expelled while queued frames are read.
     #[arg(long, env = "ROLLCALL_PAUSE_GUARD", value_name = "DURATION", default_value_t = Dur(core_default().pause_guard))]
     pause_guard: Dur,
     /// Fewest connected members in a shard for the isolation guard: when the whole
-    /// server hears nothing and most of them are overdue, expulsions for silence are
-    /// held (at most one more session timeout); 0 disables it.
+    /// server hears nothing and most of them are overdue, expulsions (for silence,
+    /// progress or revocations) are held, at most one more session timeout past each
+    /// deadline; 0 disables it.
     #[arg(long, env = "ROLLCALL_ISOLATION_MIN_MEMBERS", value_name = "N", default_value_t = core_default().isolation_min_members)]
     isolation_min_members: usize,
     /// Most members expelled for silence per second, over the whole server (further

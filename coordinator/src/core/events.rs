@@ -116,7 +116,7 @@ pub enum Event {
         reason: rollcall_protocol::ErrorCode,
     },
     /// Every member went silent at once: the coordinator suspects its own network and
-    /// holds expulsions for silence.
+    /// holds expulsions (for silence, progress and revocations).
     IsolationSuspected {
         /// How long no member has been heard.
         silent_for: Duration,
@@ -129,8 +129,8 @@ pub enum Event {
         /// How long no member was heard.
         silent_for: Duration,
     },
-    /// A guard held a member for as long as it may (one more session timeout past its
-    /// deadline) and lets it be expelled.
+    /// A guard held a member for as long as it may (one more expel threshold past its
+    /// deadline, never past two of real silence) and lets it be expelled.
     HoldExpired {
         /// The guard that held it.
         guard: Guard,
@@ -142,20 +142,20 @@ pub enum Event {
         held_for: Duration,
     },
     /// The core was woken much later than it asked: it extended every deadline and
-    /// holds expulsions for silence until `until`.
+    /// holds expulsions until `until`.
     PauseDetected {
         /// How late it was woken.
         late_by: Duration,
         /// End of the grace in which queued frames are read before anyone is judged.
         until: Instant,
     },
-    /// The grace after a pause is over; expulsions for silence proceed.
+    /// The grace after a pause is over; expulsions proceed.
     PauseGraceEnded {
         /// How long after the grace's end the core noticed.
         late_by: Duration,
     },
-    /// The shell reported the coordinator behind its members' frames: expiries for
-    /// silence of connected members are held (see `guards`).
+    /// The shell reported the coordinator behind its members' frames: expiries of
+    /// connected members are held (see `guards`).
     BacklogDetected {
         /// The lateness reported.
         lag: Duration,

@@ -1,8 +1,16 @@
-//! Guards that hold expulsions for silence when the silence is more likely the
+//! Guards that hold expulsions when the silence behind them is more likely the
 //! coordinator's fault than the members'.
 //!
-//! Both act only on evidence about the coordinator, and both are bounded, so that no
-//! guard can keep a dead member forever.
+//! A member is expelled when it is not heard (its session deadline), when its progress
+//! counter does not move (its progress deadline), or when it does not acknowledge a
+//! revocation (its revocation deadline, a rebalance timeout after the oldest one it has
+//! not answered). The counter and the acknowledgements travel on its heartbeats, so a
+//! coordinator that cannot hear a member, or has not read its frames yet, cannot hear
+//! them either: the pause, isolation and backlog guards hold all three expiries alike.
+//! The rate limit holds only expiries for silence.
+//!
+//! Every guard acts only on evidence about the coordinator, and every guard is bounded,
+//! so that no guard can keep a dead member forever.
 //!
 //! Every figure below that scales with a member is measured against its *expel
 //! threshold* (`Member::expel_after`): the silence that expels it, which is its session
@@ -11,19 +19,28 @@
 //! isolation a member's detector does not forgive (a 1.5 s stall with members expelled
 //! after 1 s) went unrecognised, and those members were expelled.
 //!
+//! **The bound** of the isolation and backlog guards and of the rate limit: each
+//! deadline is held at most one more expel threshold past it, whichever deadline it is
+//! (once the coordinator hears or reads a live member's frames again, its next
+//! heartbeat, with its progress and acknowledgements, comes within that); a deadline
+//! for silence, moreover, never past two expel thresholds of real silence unless a
+//! pause moved the deadline itself. When several have passed, the first bound reached
+//! ends the hold. So a dead member is expelled within two expel thresholds of its last
+//! frame, whatever else it has pending.
+//!
 //! - **Pause guard.** Evidence: the core was woken later than the deadline it asked for
 //!   by more than a quarter of the shortest expel threshold in the shard (at least
 //!   [`PAUSE_FLOOR`], at most
 //!   [`CoreConfig::pause_guard`](super::CoreConfig::pause_guard)), so the coordinator
 //!   itself was not running (a stopped process, a stalled runtime). Each member's
-//!   deadlines are shifted by the part of its silence the pause overlaps (a member heard
-//!   in the frames read on waking gains nothing), and no member is expelled for silence,
-//!   progress or a closed connection until a grace has passed since waking (a quarter
-//!   of its expel threshold, at least `PAUSE_FLOOR`, at most `pause_guard`), so frames
-//!   queued during the pause (on any connection, old or new) are read before anyone is
-//!   judged. Leases are never
-//!   shifted: they bound the members' own clocks. Bound: the grace opens only on a
-//!   measured pause; silence while the coordinator runs counts as usual.
+//!   deadlines are shifted by the part of its silence (of its wait for progress, of each
+//!   revocation's wait) the pause overlaps (a member heard in the frames read on waking
+//!   gains nothing), and no member is expelled for silence, progress, a revocation or a
+//!   closed connection until a grace has passed since waking (a quarter of its expel
+//!   threshold, at least `PAUSE_FLOOR`, at most `pause_guard`), so frames queued during
+//!   the pause (on any connection, old or new) are read before anyone is judged. Leases
+//!   are never shifted: they bound the members' own clocks. Bound: the grace opens only
+//!   on a measured pause; silence while the coordinator runs counts as usual.
 //! - **Isolation guard.** Evidence: the whole server (every connection of every shard,
 //!   as the shell reports it) has heard nothing for at least half the expiring member's
 //!   expel threshold, the shard has at least
@@ -31,31 +48,33 @@
 //!   members whose connections are open, and at least [`ISOLATION_SHARE_PERCENT`]
 //!   percent of those are overdue (silent for more than half their expel threshold). A
 //!   member whose connection closed is not evidence: a crashed process closes its
-//!   sockets. Bound: a member is held at most one more expel threshold past its
-//!   deadline, and never past two expel thresholds of real silence unless a pause moved
-//!   its deadline. When frames arrive again, members with open connections that were
-//!   not already overdue when the silence began get the silent time back, within the
-//!   same bound; the others get nothing and are judged at once.
+//!   sockets. Bound: as above. When frames arrive again, members with open connections
+//!   that were not already overdue when the silence began get the silent time back: the
+//!   session all of it, but never past two expel thresholds of real silence; the
+//!   progress clock and each revocation the part of their wait the silence overlapped,
+//!   at most one expel threshold. The others get nothing, and any member with a
+//!   deadline still past is judged at once.
 //!
 //! - **Backlog guard.** Evidence: the shell reports that the coordinator is behind (its
 //!   runtime ran a ready task, or a shard a queued request, at least [`BACKLOG_FLOOR`]
 //!   late) within the last [`BACKLOG_MEMORY`]: frames members sent may be waiting
-//!   unread. An expiry for silence of a member whose connection is open is held while
-//!   that lasts, and rechecked once the backlog has had time to drain. Bound: as the
-//!   isolation guard's, one more expel threshold past the deadline and never past two
-//!   of real silence.
+//!   unread. An expiry of a member whose connection is open is held while that lasts,
+//!   and rechecked once the backlog has had time to drain. Bound: as above.
 //!
 //! - **Rate limit.** At most
 //!   [`CoreConfig::max_expulsion_rate`](super::CoreConfig::max_expulsion_rate)
 //!   expulsions for silence per second (a bucket holding a second's worth), so a storm
 //!   of expiries (a cause nobody has recognised yet) plays out over seconds, not at
-//!   once. Bound: as the isolation guard's.
+//!   once. Expiries for progress or a revocation are not limited: they are judged on
+//!   what the member's own frames said, and a storm of them comes from the members'
+//!   side (one rebalance asking many at once, a stall they share). Bound: as above.
 //!
 //! Silence is judged by when frames really arrived (`Member::heard_at`), never by the
 //! deadlines the guards have shifted.
 
 use std::time::{Duration, Instant};
 
+use super::group::Member;
 use super::timers::TimerKey;
 use super::{Coordinator, Event, Output};
 
@@ -102,7 +121,7 @@ pub const BACKLOG_FLOOR: Duration = Duration::from_millis(100);
 /// (frames delayed by the backlog arrive after it has drained).
 pub const BACKLOG_MEMORY: Duration = Duration::from_secs(1);
 
-/// Why an expiry for silence is held, and until when to look again.
+/// Why an expiry is held, and until when to look again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Hold {
     /// The coordinator was paused; frames may still be queued.
@@ -208,6 +227,32 @@ impl Guards {
 /// the server's silence began at `since`: such a member gets no time back.
 pub(crate) fn silent_before(since: Instant, last_heard: Instant, expel_after: Duration) -> bool {
     since.saturating_duration_since(last_heard) > expel_after / 2
+}
+
+/// How long a guard may hold `m`'s expiry at `now`: of its deadlines that have passed
+/// (silence, progress, its oldest unanswered revocation), the one whose bound comes
+/// first, with that bound; `None` if none has passed. Each deadline is held at most one
+/// more expel threshold past it: what a member needs to be heard again once the
+/// coordinator hears or reads its frames, whatever the deadline, since its heartbeats
+/// carry its progress and acknowledgements. Silence is never held past two expel
+/// thresholds of real silence either, unless a pause moved the deadline itself, so a
+/// dead member is expelled within that, whatever else is pending.
+fn hold_bound(m: &Member, now: Instant) -> Option<(Instant, Instant)> {
+    let expel_after = m.expel_after();
+    let session = m.session_deadline();
+    let silence = (session <= now).then(|| {
+        let bound = (session + expel_after).min((m.heard_at + 2 * expel_after).max(session));
+        (session, bound)
+    });
+    let others = [Some(m.progress_deadline), m.revoke_deadline()]
+        .into_iter()
+        .flatten()
+        .filter(|&d| d <= now)
+        .map(|d| (d, d + expel_after));
+    silence
+        .into_iter()
+        .chain(others)
+        .min_by_key(|&(_, bound)| bound)
 }
 
 // The guards' side of the coordinator: traffic in, decisions out.
@@ -343,9 +388,9 @@ impl Coordinator {
             for m in group.members.values_mut() {
                 // A member whose connection closed was not cut off by the coordinator.
                 if m.conn.is_some() && !silent_before(since, m.heard_at, m.expel_after()) {
-                    m.give_back(silent_for);
+                    m.give_back(at, silent_for);
                 }
-                if m.session_deadline() <= judge_at {
+                if m.expired(judge_at) {
                     // Held past its deadline and given nothing back: judged now, not at
                     // its next recheck.
                     let key = TimerKey::Member {
@@ -383,32 +428,41 @@ impl Coordinator {
         (expel_after / 4).clamp(PAUSE_FLOOR, self.config.pause_guard.max(PAUSE_FLOOR))
     }
 
-    /// Whether a guard holds an expiry of `member` at `now`: the pause guard holds
-    /// expiries for silence and for progress, the isolation guard for silence only.
+    /// Whether a guard holds an expiry of `member` at `now`. The pause, isolation and
+    /// backlog guards hold expiries for silence, for progress and for an unanswered
+    /// revocation alike: the progress counter and the acknowledgements travel on the
+    /// heartbeats, so a coordinator that cannot hear a member (or has not read its
+    /// frames yet) cannot hear them either. The rate limit holds expiries for silence
+    /// only (see below).
     pub(super) fn expiry_hold(&mut self, now: Instant, group: &str, member: &str) -> Option<Hold> {
         let m = self.groups.get(group)?.members.get(member)?;
-        let deadline = m.session_deadline();
         // What expels the member, not its session timeout: under the adaptive detector
         // a member may be expelled after far less silence.
         let expel_after = m.expel_after();
-        // After a pause, queued frames may carry heartbeats and progress alike, from any
-        // member: one whose connection closed (or that the coordinator has not seen
-        // since a restart) may have frames queued on a new connection.
+        // After a pause, queued frames may carry heartbeats, progress and
+        // acknowledgements alike, from any member: one whose connection closed (or that
+        // the coordinator has not seen since a restart) may have frames queued on a new
+        // connection.
         let disconnected = m.conn_closed && m.lease_until <= now;
-        let due = deadline <= now || m.progress_deadline <= now || disconnected;
-        if let (true, Some(woken)) = (due, self.guards.pause_woken_at) {
+        if let (true, Some(woken)) = (m.expired(now) || disconnected, self.guards.pause_woken_at) {
             let grace = self.quarter_of(expel_after);
             let until = woken + grace;
             if now < until {
                 return Some(Hold::Pause { until });
             }
         }
-        if deadline > now {
-            return None;
-        }
-        // One more expel threshold past the deadline, and never past two of real
-        // silence unless a pause moved the deadline itself.
-        let bound = (deadline + expel_after).min((m.heard_at + 2 * expel_after).max(deadline));
+        let (deadline, bound) = hold_bound(m, now)?;
+        // The rate limit counts expulsions for silence only. A storm of those is what a
+        // trouble of the coordinator's own that no guard recognised looks like.
+        // Expiries for progress or a revocation are judged on what the member's frames
+        // said (a counter that did not move, an acknowledgement that did not come), and
+        // where frames may be missing the guards here already hold them; a storm of
+        // those comes from the members' side (one rebalance asking many at once, a stall
+        // they share), where spreading the expulsions out only leaves partitions longer
+        // with members that do not let go of them. (A member's reserved slot is also
+        // forgotten whenever it is heard, which a member that beats without answering
+        // is, every beat.)
+        let rate_limited = m.session_deadline() <= now;
         if let (Some(b), true) = (self.guards.behind, m.conn.is_some()) {
             if now.saturating_duration_since(b.last) <= BACKLOG_MEMORY {
                 if now < bound {
@@ -428,7 +482,11 @@ impl Coordinator {
         }
         let min = self.config.isolation_min_members;
         if min == 0 || m.conn.is_none() || self.guards.server_silence(now) < expel_after / 2 {
-            return self.rate_limit(now, bound, group, member);
+            return if rate_limited {
+                self.rate_limit(now, bound, group, member)
+            } else {
+                None
+            };
         }
         let census = match self.guards.census {
             Some((at, census)) if at == now => census,
@@ -444,7 +502,11 @@ impl Coordinator {
             }
         };
         if !census.mass_silence(min) {
-            return self.rate_limit(now, bound, group, member);
+            return if rate_limited {
+                self.rate_limit(now, bound, group, member)
+            } else {
+                None
+            };
         }
         if now >= bound {
             self.outputs.push_back(Output::Event(Event::HoldExpired {

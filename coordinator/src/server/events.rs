@@ -133,7 +133,7 @@ pub(crate) fn log_event(shard: usize, m: &Metrics, event: Event) {
                 group,
                 member_id,
                 held_for_ms = duration_ms(held_for),
-                "a guard held a silent member as long as it may; expelling it"
+                "a guard held a member as long as it may; expelling it"
             );
         }
         Event::PauseDetected { late_by, .. } => {
@@ -142,7 +142,7 @@ pub(crate) fn log_event(shard: usize, m: &Metrics, event: Event) {
             warn!(
                 shard,
                 late_by_ms = duration_ms(late_by),
-                "coordinator was paused; every member's deadlines were extended and expulsions for silence wait for queued frames"
+                "coordinator was paused; every member's deadlines were extended and expulsions wait for queued frames"
             );
         }
         Event::ExpulsionRateLimited => {
@@ -158,7 +158,7 @@ pub(crate) fn log_event(shard: usize, m: &Metrics, event: Event) {
             warn!(
                 shard,
                 lag_ms = duration_ms(lag),
-                "coordinator behind its members' frames; holding expulsions for silence"
+                "coordinator behind its members' frames; holding expulsions"
             );
         }
         Event::BacklogEnded { lasted, worst } => {
@@ -168,7 +168,7 @@ pub(crate) fn log_event(shard: usize, m: &Metrics, event: Event) {
                 shard,
                 lasted_ms = duration_ms(lasted),
                 worst_ms = duration_ms(worst),
-                "coordinator caught up; expulsions for silence judged as usual"
+                "coordinator caught up; expiries judged as usual"
             );
         }
         Event::MemberSuspected {

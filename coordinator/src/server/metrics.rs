@@ -174,7 +174,7 @@ fn describe() {
     );
     describe_counter!(
         "rollcall_guard_transitions_total",
-        "Guards that hold expulsions for silence (pause, isolation, backlog, rate_limit): when one starts holding, lets go, or expels a member it held as long as it may."
+        "Guards that hold expulsions (pause, isolation, backlog, rate_limit): when one starts holding, lets go, or expels a member it held as long as it may."
     );
 }
 

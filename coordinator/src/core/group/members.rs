@@ -276,8 +276,8 @@ impl Group {
     // ----------------------------------------------------------------------------------
 
     /// A member's timer fired: expel it if a deadline passed, otherwise sleep again.
-    /// `hold` is a guard's decision to hold an expiry for silence (the coordinator asks
-    /// the guards before it calls this, for a member whose session has expired).
+    /// `hold` is a guard's decision to hold the member's expiry (the coordinator asks the
+    /// guards before it calls this, for a member with a deadline past).
     pub(crate) fn on_member_timer(
         &mut self,
         ctx: &mut Ctx<'_>,
@@ -303,8 +303,7 @@ impl Group {
         let session_expired = m.session_deadline() <= now;
         // Not held by the guards: the connection closed, so the silence is the member's.
         let disconnected = m.conn_closed && m.lease_until <= now;
-        let held = session_expired || disconnected || m.progress_deadline <= now;
-        if let (true, Some(hold)) = (held, hold) {
+        if let (true, Some(hold)) = (m.expired(now) || disconnected, hold) {
             let key = TimerKey::Member {
                 group: self.name.clone(),
                 member: id.clone(),

@@ -188,6 +188,14 @@ impl Member {
         self.liveness.deadline()
     }
 
+    /// Whether a deadline that expels the member has passed at `now`: its session
+    /// (silence), its progress, or its oldest unanswered revocation.
+    pub(crate) fn expired(&self, now: Instant) -> bool {
+        self.session_deadline() <= now
+            || self.progress_deadline <= now
+            || self.revoke_deadline().is_some_and(|r| r <= now)
+    }
+
     pub(crate) fn next_deadline(&self) -> Instant {
         let mut next = self.session_deadline().min(self.progress_deadline);
         if let Some(s) = self.liveness.suspect_at() {
@@ -298,13 +306,25 @@ impl Member {
         self.revoking_since = revoking;
     }
 
-    /// Gives back up to `silent_for` that the isolation guard blamed on the coordinator,
-    /// but never past two expel thresholds of real silence: a member that died as the
-    /// silence began is still expelled within that bound.
-    pub(crate) fn give_back(&mut self, silent_for: Duration) {
-        let cap = self.heard_at + 2 * self.expel_after();
+    /// Gives back a silence of `silent_for`, ended by frames at `at`, that the isolation
+    /// guard blamed on the coordinator. The session gets up to all of it, but never past
+    /// two expel thresholds of real silence: a member that died as the silence began is
+    /// still expelled within that bound. The progress counter and the acknowledgements
+    /// travel on the same frames, so the progress and revocation clocks get back the part
+    /// of their wait the silence overlapped (a revocation asked during it waited less),
+    /// at most one expel threshold: no more than the guards may hold them past their
+    /// deadlines.
+    pub(crate) fn give_back(&mut self, at: Instant, silent_for: Duration) {
+        let expel_after = self.expel_after();
+        let cap = self.heard_at + 2 * expel_after;
         let room = cap.saturating_duration_since(self.session_deadline());
-        self.extend(silent_for.min(room));
+        self.liveness.extend(silent_for.min(room));
+        let most = silent_for.min(expel_after);
+        let stuck = at.saturating_duration_since(self.last_progress_at);
+        self.progress_deadline += most.min(stuck);
+        for (_, since) in &mut self.revoking_since {
+            *since += most.min(at.saturating_duration_since(*since));
+        }
     }
 
     /// The coordinator was paused for `paused` up to `now`: only the part of the
@@ -317,15 +337,6 @@ impl Member {
         self.progress_deadline += paused.min(stuck);
         for (_, since) in &mut self.revoking_since {
             *since += paused;
-        }
-    }
-
-    /// Shifts every deadline by `by`: the coordinator was paused, not the member.
-    pub(crate) fn extend(&mut self, by: Duration) {
-        self.liveness.extend(by);
-        self.progress_deadline += by;
-        for (_, since) in &mut self.revoking_since {
-            *since += by;
         }
     }
 }

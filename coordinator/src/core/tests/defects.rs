@@ -1,7 +1,7 @@
 //! Regression tests for ways ownership or liveness once broke: one test per defect,
 //! each written to fail on the code that had it.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rollcall_protocol::{ErrorCode, ExpelReason, LeaveMode, LeaveRequest, Request, Response};
 
@@ -1336,4 +1336,318 @@ fn defect_15_a_member_that_steadily_beats_late_recovers_and_takes_its_share() {
         8,
         "and it takes the partitions left to it"
     );
+}
+
+// ------------------------------------------------------------------------------------
+// 16. The guards let a coordinator that cannot hear its members expel them for a
+//     revocation or for progress.
+// ------------------------------------------------------------------------------------
+
+/// `a` (rebalance timeout `rebalance`) owns all 6 partitions of `orders`; `b` and `c`
+/// join and `a` is asked to release 4. Returns the three members and when `a` was
+/// asked, after one heartbeat from each (none from `a` acknowledges).
+fn a_asked_to_release(t: &mut TestContext, rebalance: Duration) -> (M, M, M, Instant) {
+    let mut req = t.join_request("g", &[("orders", 6)]);
+    req.rebalance_timeout_ms = rebalance.as_millis() as u32;
+    let mut a = t.join_with(1, req).expect("join accepted");
+    t.advance(SETTLE);
+    t.expect_beat_ok(&mut a);
+    assert_eq!(count(&t.owned(&a)), 6);
+    let mut b = t.join(2, "g", &[("orders", 6)]);
+    let mut c = t.join(3, "g", &[("orders", 6)]);
+    t.advance(SETTLE);
+    assert_eq!(count(&t.revoking(&a)), 4);
+    let asked = t
+        .pushes
+        .iter()
+        .rev()
+        .find_map(|(at, _, p)| match p {
+            rollcall_protocol::Push::Revoke(r) if r.member_id == a.id => Some(*at),
+            _ => None,
+        })
+        .expect("a revocation pushed to a");
+    for m in [&mut a, &mut b, &mut c] {
+        t.expect_beat_ok(m);
+    }
+    (a, b, c, asked)
+}
+
+/// When the Expelled push to `m` went out, if it did.
+fn expelled_at(t: &TestContext, m: &M) -> Option<Instant> {
+    t.pushes.iter().find_map(|(at, _, p)| match p {
+        rollcall_protocol::Push::Expelled(e) if e.member_id == m.id => Some(*at),
+        _ => None,
+    })
+}
+
+/// Whether a guard reported holding `m` as long as it may.
+fn hold_expired(t: &TestContext, m: &M, guard: crate::core::Guard) -> bool {
+    t.events.iter().any(|e| {
+        matches!(e, Event::HoldExpired { guard: g, member_id, .. }
+            if *g == guard && *member_id == m.id)
+    })
+}
+
+/// `a` is asked to release partitions with a rebalance timeout of 8 s (its session
+/// timeout is 10 s). Just after, the coordinator loses its network for 12 s: nothing
+/// from anyone. The isolation guard holds the three members' expiries for silence, but
+/// `a` is expelled for `RebalanceTimeout` 8 s after it was asked, in the middle of the
+/// isolation, although its acknowledgement could no more reach the coordinator than
+/// its heartbeats. When the network returns, `a`'s first frame acknowledges: it stays.
+///
+/// Promise broken: the guards never mass-expel members because the coordinator lost
+/// its network. Cause: `Coordinator::expiry_hold` held only expiries for silence (the
+/// session deadline); a revocation's deadline was never held by any guard.
+#[test]
+fn defect_16_an_isolated_coordinator_does_not_expel_a_member_whose_acknowledgement_it_cannot_hear()
+{
+    let mut t = TestContext::new();
+    let (mut a, mut b, mut c, asked) = a_asked_to_release(&mut t, Duration::from_secs(8));
+    // The network goes: the revocation deadline (asked + 8 s) falls inside.
+    t.advance(asked + Duration::from_secs(12) - t.now);
+    assert_eq!(
+        removed(&t, &a),
+        None,
+        "expelled while the coordinator heard nobody, {:?} after the revocation",
+        expelled_at(&t, &a).map(|at| at - asked)
+    );
+    assert!(t
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::IsolationSuspected { members: 3, .. })));
+    // The network returns; `a`'s first frame acknowledges.
+    assert!(matches!(t.ack_all(&mut a), Response::Heartbeat(_)));
+    t.expect_beat_ok(&mut b);
+    t.expect_beat_ok(&mut c);
+    for _ in 0..20 {
+        t.advance(Duration::from_secs(1));
+        for m in [&mut a, &mut b, &mut c] {
+            t.expect_beat_ok(m);
+        }
+    }
+    assert!([&a, &b, &c].iter().all(|m| removed(&t, m).is_none()));
+    assert_eq!(count(&t.owned(&a)), 2);
+    assert_eq!(count(&t.owned(&b)), 2);
+    assert_eq!(count(&t.owned(&c)), 2);
+    t.assert_exclusive("g");
+}
+
+/// The same for progress: `a` has a progress timeout of 8 s and its progress deadline
+/// falls inside a 12 s isolation of the coordinator. It was expelled for
+/// `ProgressExpired` while the coordinator could hear nothing, its progress included.
+#[test]
+fn defect_16_an_isolated_coordinator_does_not_expel_a_member_whose_progress_it_cannot_hear() {
+    let mut t = TestContext::new();
+    let mut req = t.join_request("g", &[("orders", 6)]);
+    req.progress_timeout_ms = 8_000;
+    let mut a = t.join_with(1, req).expect("join accepted");
+    let mut b = t.join(2, "g", &[("orders", 6)]);
+    let mut c = t.join(3, "g", &[("orders", 6)]);
+    for _ in 0..5 {
+        t.advance(Duration::from_secs(1));
+        for m in [&mut a, &mut b, &mut c] {
+            t.expect_beat_ok(m);
+        }
+    }
+    // The network goes for 12 s: `a`'s progress deadline (8 s) falls inside.
+    t.advance(Duration::from_secs(12));
+    assert_eq!(
+        removed(&t, &a),
+        None,
+        "expelled while the coordinator heard nobody"
+    );
+    assert!(t
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::IsolationSuspected { members: 3, .. })));
+    for _ in 0..20 {
+        for m in [&mut a, &mut b, &mut c] {
+            t.expect_beat_ok(m);
+        }
+        t.advance(Duration::from_secs(1));
+    }
+    assert!([&a, &b, &c].iter().all(|m| removed(&t, m).is_none()));
+}
+
+/// The backlog guard: the coordinator reports itself 400 ms behind its members' frames
+/// just before `a`'s revocation deadline (5 s). `a`'s acknowledgement waits unread and
+/// is read 300 ms after the deadline; `a` was expelled at the deadline meanwhile.
+#[test]
+fn defect_16_a_coordinator_behind_its_frames_does_not_expel_a_member_whose_acknowledgement_waits() {
+    let mut t = TestContext::new();
+    let (mut a, mut b, mut c, asked) = a_asked_to_release(&mut t, Duration::from_secs(5));
+    for _ in 0..4 {
+        t.advance(Duration::from_secs(1));
+        for m in [&mut a, &mut b, &mut c] {
+            t.expect_beat_ok(m);
+        }
+    }
+    t.advance(asked + Duration::from_millis(4_500) - t.now);
+    let now = t.now;
+    t.core.observe_lag(now, Duration::from_millis(400));
+    t.drain();
+    t.advance(asked + Duration::from_millis(5_300) - t.now);
+    assert_eq!(
+        removed(&t, &a),
+        None,
+        "expelled while its acknowledgement waited unread"
+    );
+    assert!(matches!(t.ack_all(&mut a), Response::Heartbeat(_)));
+    for _ in 0..5 {
+        t.advance(Duration::from_secs(1));
+        for m in [&mut a, &mut b, &mut c] {
+            t.expect_beat_ok(m);
+        }
+    }
+    assert!([&a, &b, &c].iter().all(|m| removed(&t, m).is_none()));
+    assert_eq!(count(&t.owned(&a)), 2);
+}
+
+/// The bound: every process of the group dies as `a` is asked to release partitions
+/// (connections left open). The isolation guard holds `a`'s revocation expiry, but at
+/// most one more expel threshold (the session timeout here) past its deadline, and
+/// the others' expiries for silence at most two expel thresholds after their last
+/// frames: then they are expelled, though the guard still blames the coordinator.
+/// (`a` is by then silent past its session timeout too, and the expulsion names that.)
+#[test]
+fn the_isolation_guard_holds_a_revocation_at_most_one_expel_threshold_past_its_deadline() {
+    let mut t = TestContext::new();
+    let rebalance = Duration::from_secs(8);
+    let (a, b, c, asked) = a_asked_to_release(&mut t, rebalance);
+    let died = t.now;
+    t.advance(died + 2 * SESSION + SETTLE - t.now);
+    assert!(removed(&t, &a).is_some());
+    assert!(hold_expired(&t, &a, crate::core::Guard::Isolation));
+    let deadline = asked + rebalance;
+    let at = expelled_at(&t, &a).unwrap();
+    assert!(
+        at > deadline && at <= deadline + SESSION,
+        "expelled {:?} after its revocation deadline",
+        at - deadline
+    );
+    for m in [&b, &c] {
+        assert_eq!(
+            removed(&t, m),
+            Some(ExpelReason::SessionExpired),
+            "{}",
+            m.id
+        );
+        assert!(expelled_at(&t, m).unwrap() <= died + 2 * SESSION);
+    }
+}
+
+/// The bound under the backlog guard, which a live member can meet forever: `a` beats
+/// every second but its progress is stuck, while the coordinator keeps reporting
+/// itself behind. Its expiry for progress is held, but at most one more expel
+/// threshold past its progress deadline.
+#[test]
+fn the_backlog_guard_holds_a_stuck_member_at_most_one_expel_threshold_past_its_progress_deadline() {
+    let mut t = TestContext::new();
+    let mut req = t.join_request("g", &[("orders", 4)]);
+    req.progress_timeout_ms = 8_000;
+    let mut a = t.join_with(1, req).expect("join accepted");
+    t.advance(SETTLE);
+    t.expect_beat_ok(&mut a);
+    let deadline = t.now + Duration::from_secs(8);
+    while t.now < deadline + 2 * SESSION && t.expelled(&a).is_none() {
+        t.advance(Duration::from_millis(500));
+        let now = t.now;
+        t.core.observe_lag(now, Duration::from_millis(300));
+        t.drain();
+        if t.expelled(&a).is_none() {
+            assert!(matches!(t.beat_stalled(&mut a), Response::Heartbeat(_)));
+        }
+    }
+    assert_eq!(t.expelled(&a), Some(ExpelReason::ProgressExpired));
+    assert!(hold_expired(&t, &a, crate::core::Guard::Backlog));
+    let at = expelled_at(&t, &a).unwrap();
+    assert!(
+        at > deadline && at <= deadline + SESSION,
+        "expelled {:?} after its progress deadline",
+        at.saturating_duration_since(deadline)
+    );
+}
+
+/// A revocation asked during the silence gets back only the part of its wait the
+/// silence overlapped: its rebalance timeout then runs from when frames came back, as
+/// if it had been asked then, not later. (Given the whole silence, as the session is,
+/// it got up to an expel threshold it had not waited.) Rebalances coalesce for 4 s, so
+/// the rebalance after `c`'s join, the last frame before a 12 s silence, asks `a` to
+/// release a partition 4 s into the silence; `a` never acknowledges.
+#[test]
+fn a_revocation_asked_during_an_isolation_gets_back_only_the_silence_it_waited() {
+    let mut t = TestContext::with_config(CoreConfig {
+        rebalance_coalesce: Duration::from_secs(4),
+        rebalance_coalesce_max: Duration::from_secs(4),
+        ..CoreConfig::default()
+    });
+    let mut a = t.join(1, "g", &[("orders", 6)]);
+    let mut b = t.join(2, "g", &[("orders", 6)]);
+    for _ in 0..5 {
+        t.advance(Duration::from_secs(1));
+        t.expect_beat_ok(&mut a);
+        t.expect_beat_ok(&mut b);
+    }
+    assert_eq!(count(&t.owned(&a)), 3);
+    let mut c = t.join(3, "g", &[("orders", 6)]);
+    t.advance(Duration::from_secs(12));
+    assert!(t
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::IsolationSuspected { members: 3, .. })));
+    assert_eq!(count(&t.revoking(&a)), 1, "a was asked during the silence");
+    let back = t.now;
+    t.expect_beat_ok(&mut a);
+    t.ack_all(&mut b);
+    t.expect_beat_ok(&mut c);
+    while t.now < back + REBALANCE + SESSION && t.expelled(&a).is_none() {
+        t.advance(Duration::from_secs(1));
+        if t.expelled(&a).is_none() {
+            t.expect_beat_ok(&mut a);
+        }
+        t.expect_beat_ok(&mut b);
+        t.expect_beat_ok(&mut c);
+    }
+    assert_eq!(t.expelled(&a), Some(ExpelReason::RebalanceTimeout));
+    let at = expelled_at(&t, &a).unwrap();
+    assert!(
+        at + SETTLE >= back + REBALANCE && at <= back + REBALANCE,
+        "expelled {:?} after the frames came back, with a rebalance timeout of {REBALANCE:?}",
+        at - back
+    );
+}
+
+/// The pause guard: the coordinator stops from just before `a`'s revocation deadline
+/// (its earliest timer) until well after it. The pause is given back, so the deadline
+/// falls exactly at the wake-up, and `a` was expelled there, before its acknowledgement
+/// queued in the pause was read: the grace after a pause held expiries for silence and
+/// progress, not for a revocation.
+#[test]
+fn defect_16_a_pause_over_a_revocation_deadline_does_not_expel_before_the_queued_ack_is_read() {
+    let mut t = TestContext::new();
+    let rebalance = Duration::from_secs(5);
+    let (mut a, mut b, mut c, asked) = a_asked_to_release(&mut t, rebalance);
+    for _ in 0..4 {
+        t.advance(Duration::from_secs(1));
+        for m in [&mut a, &mut b, &mut c] {
+            t.expect_beat_ok(m);
+        }
+    }
+    t.advance(asked + rebalance - MS - t.now);
+    assert_eq!(t.core.poll_timeout(), Some(asked + rebalance));
+    t.freeze_for(SESSION);
+    assert!(t
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::PauseDetected { .. })));
+    assert_eq!(removed(&t, &a), None, "expelled at the wake-up");
+    assert!(matches!(t.ack_all(&mut a), Response::Heartbeat(_)));
+    for _ in 0..5 {
+        for m in [&mut a, &mut b, &mut c] {
+            t.expect_beat_ok(m);
+        }
+        t.advance(Duration::from_secs(1));
+    }
+    assert!([&a, &b, &c].iter().all(|m| removed(&t, m).is_none()));
+    assert_eq!(count(&t.owned(&a)), 2);
 }
