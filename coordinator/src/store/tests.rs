@@ -1122,7 +1122,10 @@ fn snapshot_json_format_is_stable() {
     let mut json = Vec::new();
     encode(&full, &mut json).unwrap();
     let text = String::from_utf8(json).unwrap();
-    assert!(!text.contains("released") && !text.contains("restricted"), "{text}");
+    assert!(
+        !text.contains("released") && !text.contains("restricted"),
+        "{text}"
+    );
     full.members[0].released = vec![(0, 2), (0, 3)];
     full.members[0].restricted = true;
     let mut json = Vec::new();

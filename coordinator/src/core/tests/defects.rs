@@ -1331,5 +1331,9 @@ fn defect_15_a_member_that_steadily_beats_late_recovers_and_takes_its_share() {
         recovered(&t) > 0,
         "its steady rhythm brings it back from suspicion"
     );
-    assert_eq!(count(&t.owned(&b)), 8, "and it takes the partitions left to it");
+    assert_eq!(
+        count(&t.owned(&b)),
+        8,
+        "and it takes the partitions left to it"
+    );
 }
