@@ -174,6 +174,10 @@ pub(super) struct World {
     starts: u64,
     pub(super) state: CoreState,
     core_wake: Option<Instant>,
+    /// When the coordinator last read a member's frame (a join, heartbeat, leave or
+    /// commit) on any connection, as the server's connections record it for the timer
+    /// task to report (`observe_traffic`). A restart starts it afresh.
+    last_frame_at: Option<Instant>,
     /// Exactly what the core made durable, applied as the server's stores apply it.
     store: MemoryStore,
     pub(super) open_conns: HashMap<ConnId, usize>,
@@ -237,6 +241,7 @@ impl World {
             starts: 0,
             state: CoreState::Running,
             core_wake: None,
+            last_frame_at: None,
             store: MemoryStore::new(),
             open_conns: HashMap::new(),
             broken: HashSet::new(),
@@ -407,8 +412,21 @@ impl World {
     // The coordinator
     // ----------------------------------------------------------------------------------
 
+    /// Runs the core's due timers as the server's timer task does: first it reports the
+    /// last frame read anywhere and how late it woke against the deadline it was due
+    /// (the earliest the core asked for: inputs never move it later), which are the
+    /// isolation and backlog guards' evidence.
     fn core_timeout(&mut self) {
-        self.core.handle_timeout(self.now);
+        let now = self.now;
+        if let Some(at) = self.last_frame_at {
+            self.core.observe_traffic(at);
+        }
+        let late = self
+            .core
+            .poll_timeout()
+            .map_or(Duration::ZERO, |due| now.saturating_duration_since(due));
+        self.core.observe_lag(now, late);
+        self.core.handle_timeout(now);
         self.after_core(BTreeSet::new());
     }
 
@@ -421,6 +439,16 @@ impl World {
                 sent,
             } => {
                 let now = self.now;
+                if matches!(
+                    request,
+                    Request::Join(_)
+                        | Request::Heartbeat(_)
+                        | Request::Heartbeats(_)
+                        | Request::Leave(_)
+                        | Request::CommitOffsets(_)
+                ) {
+                    self.last_frame_at = Some(now);
+                }
                 let response = self.core.handle_request(now, conn, request.clone());
                 self.vlog(|_| format!("process {proc} conn {conn}: {request:?} -> {response:?}"));
                 let released_all = self.procs[proc]
@@ -663,6 +691,7 @@ impl World {
         self.core.restore(now, state);
         self.state = CoreState::Running;
         self.core_wake = None;
+        self.last_frame_at = None;
         self.log(format!(
             "coordinator restored with {} members",
             restored.len()
