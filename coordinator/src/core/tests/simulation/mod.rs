@@ -46,6 +46,15 @@
 //!   restored from exactly the records made durable (a `MemoryStore`, which applies them
 //!   as the server's stores do); every connection is
 //!   lost and the clients reconnect and carry on.
+//! - **The shell** ([`world`]) hands the core each frame as it arrives and runs its
+//!   timers when due. Before every run of timers it reports, as the server's timer task
+//!   does, the last member frame read anywhere (`observe_traffic`) and how late the
+//!   timers run against the deadline they were due (`observe_lag`): the isolation and
+//!   backlog guards' evidence. (The server also reports its runtime's lag probe, which
+//!   may run after the timer task; it is not modelled.) After a pause the queued frames
+//!   are read one connection at a time and the timers run somewhere among them, as the
+//!   server's tasks may: after every frame, before every frame, or between two
+//!   connections' reads.
 //! - After 20 to 40 s the faults stop (delay spikes included) and a **quiet tail** runs
 //!   until membership has been stable, the partitions of the last expelled member free
 //!   and the coordinator back from its last pause or restart, for the longest session

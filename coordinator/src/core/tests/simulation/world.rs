@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use rand::rngs::SmallRng;
+use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rollcall_protocol::{DescribeGroupRequest, Push, Request, Response};
 
@@ -610,30 +611,54 @@ impl World {
         self.core_wake = None;
         let now = self.now;
         self.oracle.add_downtime(since, now, false);
-        // Woken late: the core sees its missed deadlines and the backlog at once. A shell
-        // holds timers behind the backlog for up to the pause guard; beyond that it may run
-        // them first, which the core must survive.
+        // Woken late, the server's connection tasks read their queued frames and its timer
+        // task runs its missed deadlines, in whatever order the runtime picks: every frame
+        // first, the timers first (more likely the later they run), or the timers between
+        // two connections' reads, each connection's frames read together. The core must
+        // survive each: members whose frames come after the timers are judged before
+        // their beats are read.
         let late = self
             .core
             .poll_timeout()
             .map(|t| now.saturating_duration_since(t));
-        let timers_first =
-            late.is_some_and(|l| l > self.config.pause_guard) && self.rng.gen_bool(0.75);
+        let mut conns: Vec<ConnId> = Vec::new();
+        for (conn, _) in &backlog {
+            if !conns.contains(conn) {
+                conns.push(*conn);
+            }
+        }
+        let read_first = if !conns.is_empty() && self.rng.gen_bool(0.5) {
+            conns.shuffle(&mut self.rng);
+            self.rng.gen_range(0..=conns.len())
+        } else if late.is_some_and(|l| l > self.config.pause_guard) && self.rng.gen_bool(0.75) {
+            0
+        } else {
+            conns.len()
+        };
+        conns.truncate(read_first);
+        let (first, rest): (Vec<_>, Vec<_>) = backlog
+            .into_iter()
+            .partition(|(conn, _)| conns.contains(conn));
         self.log(format!(
-            "coordinator resumes ({} queued frames, {} first)",
-            backlog.len(),
-            if timers_first { "timers" } else { "frames" }
+            "coordinator resumes ({} queued frames; timers after {} of them, from {} \
+             connections)",
+            first.len() + rest.len(),
+            first.len(),
+            read_first
         ));
-        if timers_first {
+        self.read_backlog(first);
+        if self.running() {
             self.core_timeout();
         }
-        for (conn, msg) in backlog {
+        self.read_backlog(rest);
+    }
+
+    /// Hands the core frames that queued up while it was paused, in order.
+    fn read_backlog(&mut self, frames: Vec<(ConnId, ToCore)>) {
+        for (conn, msg) in frames {
             if self.running() && self.open_conns.contains_key(&conn) {
                 self.core_in(conn, msg);
             }
-        }
-        if !timers_first && self.running() {
-            self.core_timeout();
         }
     }
 
