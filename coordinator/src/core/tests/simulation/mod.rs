@@ -38,9 +38,9 @@
 //!   timeouts (naming the member id, with a new join token); static replacements while
 //!   the old process is alive (sometimes cut off as well) and after it crashed; whole
 //!   groups leaving and being joined again; retention deleting an empty group's offsets;
-//!   coordinator pauses of up to three session timeouts (handled late, as
-//!   `TestContext::freeze_for` does, while frames queue up; some aimed just before a
-//!   cut-off member's deadline); coordinator restarts at random and aimed at the
+//!   coordinator pauses of up to three session timeouts, while frames queue up (some
+//!   aimed to begin just before a cut-off member's deadline, some to end just after
+//!   it); coordinator restarts at random and aimed at the
 //!   coalescing window after a join or a leave, at expulsions whose partitions are held,
 //!   and after static replacements. A restart builds a new core (a new member id prefix)
 //!   restored from exactly the records made durable (a `MemoryStore`, which applies them
