@@ -40,10 +40,11 @@
 //! - **Backlog guard.** Evidence: the shell reports that the coordinator is behind (its
 //!   runtime ran a ready task, or a shard a queued request, at least [`BACKLOG_FLOOR`]
 //!   late) within the last [`BACKLOG_MEMORY`]: frames members sent may be waiting
-//!   unread. An expiry for silence of a member whose connection is open is held while
-//!   that lasts, and rechecked once the backlog has had time to drain. Bound: as the
-//!   isolation guard's, one more expel threshold past the deadline and never past two
-//!   of real silence.
+//!   unread. An expiry for silence of a member whose connection is open, or that has
+//!   not been heard since a restore (its first frames, on a new connection, may be
+//!   among them), is held while that lasts, and rechecked once the backlog has had
+//!   time to drain. Bound: as the isolation guard's, one more expel threshold past the
+//!   deadline and never past two of real silence.
 //!
 //! - **Rate limit.** At most
 //!   [`CoreConfig::max_expulsion_rate`](super::CoreConfig::max_expulsion_rate)
@@ -409,7 +410,9 @@ impl Coordinator {
         // One more expel threshold past the deadline, and never past two of real
         // silence unless a pause moved the deadline itself.
         let bound = (deadline + expel_after).min((m.heard_at + 2 * expel_after).max(deadline));
-        if let (Some(b), true) = (self.guards.behind, m.conn.is_some()) {
+        // A member not heard since a restore has no connection yet, but its first frames,
+        // on a new one, may be among those waiting.
+        if let (Some(b), true) = (self.guards.behind, m.conn.is_some() || m.unheard) {
             if now.saturating_duration_since(b.last) <= BACKLOG_MEMORY {
                 if now < bound {
                     let drain = b.worst.clamp(BACKLOG_FLOOR, BACKLOG_MEMORY);

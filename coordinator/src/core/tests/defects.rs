@@ -1339,7 +1339,7 @@ fn defect_15_a_member_that_steadily_beats_late_recovers_and_takes_its_share() {
 }
 
 // ------------------------------------------------------------------------------------
-// 16. A stall the guards do not see expels members whose frames wait unread.
+// 16. Members expelled at the wake of a stall while their frames wait unread.
 // ------------------------------------------------------------------------------------
 
 /// `m` (session 10 s, progress timeout 3 s) reports progress, and its next deadline is
@@ -1425,5 +1425,43 @@ fn defect_16_a_stall_whose_timers_are_barely_late_does_not_expel_a_member_whose_
         None,
         "expelled at the wake of a stall while its beat waited unread"
     );
+    t.expect_beat_ok(&mut m);
+}
+
+/// After a restart, `m` has not reconnected yet when its restored session is about to
+/// run out. Its beat, on a new connection, reaches the coordinator just before the
+/// deadline, during a stall; the timer task wakes first, 200 ms late, and reports a
+/// backlog. The backlog guard held only members whose connection is open, and `m` has
+/// none yet: it was expelled while its beat waited unread (simulation seed 8357: a
+/// rejoin naming the member, read after the timer).
+#[test]
+fn defect_16_a_backlog_holds_a_restored_member_that_has_not_reconnected_yet() {
+    let mut t = TestContext::new();
+    let mut m = t.join(1, "g", &[("orders", 4)]);
+    t.advance(SETTLE);
+    t.expect_beat_ok(&mut m);
+    restart(&mut t);
+    let due = t.now + SESSION;
+    t.advance(SESSION - Duration::from_millis(200));
+    assert_eq!(
+        t.core.poll_timeout(),
+        Some(due),
+        "its restored session deadline is next"
+    );
+    // Stalled until 200 ms past the deadline; `m`'s beat on a new connection waits.
+    t.now += Duration::from_millis(400);
+    t.core.observe_lag(t.now, t.now - due);
+    t.core.handle_timeout(t.now);
+    t.drain();
+    assert!(t
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::BacklogDetected { .. })));
+    assert_eq!(
+        removed(&t, &m),
+        None,
+        "expelled while the beat of its new connection waited unread"
+    );
+    m.conn = 2;
     t.expect_beat_ok(&mut m);
 }

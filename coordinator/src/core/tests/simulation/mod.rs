@@ -136,6 +136,10 @@
 //!    joined again: check 6.
 //! 8. A static replacement inherits the old member's revocation deadline: check 7
 //!    \[rebalance timeout of a static replacement\].
+//! 9. The backlog guard holds only members whose connection is open: a member restored
+//!    after a restart, whose first frame on a new connection waits unread behind a
+//!    stall, is expelled at the wake, check 7 \[session expiry\] (found once the timers
+//!    could run before a pause's queued frames).
 //!
 //! Also: a leave sent at the leave deadline, while the application still holds
 //! partitions, released them at once while the leaver's lease still ran: check 2
