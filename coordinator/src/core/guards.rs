@@ -58,8 +58,10 @@
 //! - **Backlog guard.** Evidence: the shell reports that the coordinator is behind (its
 //!   runtime ran a ready task, or a shard a queued request, at least [`BACKLOG_FLOOR`]
 //!   late) within the last [`BACKLOG_MEMORY`]: frames members sent may be waiting
-//!   unread. An expiry of a member whose connection is open is held while that lasts,
-//!   and rechecked once the backlog has had time to drain. Bound: as above.
+//!   unread. An expiry of a member whose connection is open, or that has not been
+//!   heard since a restore (its first frames, on a new connection, may be among them),
+//!   is held while that lasts, and rechecked once the backlog has had time to drain.
+//!   Bound: as above.
 //!
 //! - **Rate limit.** At most
 //!   [`CoreConfig::max_expulsion_rate`](super::CoreConfig::max_expulsion_rate)
@@ -463,7 +465,9 @@ impl Coordinator {
         // forgotten whenever it is heard, which a member that beats without answering
         // is, every beat.)
         let rate_limited = m.session_deadline() <= now;
-        if let (Some(b), true) = (self.guards.behind, m.conn.is_some()) {
+        // A member not heard since a restore has no connection yet, but its first frames,
+        // on a new one, may be among those waiting.
+        if let (Some(b), true) = (self.guards.behind, m.conn.is_some() || m.unheard) {
             if now.saturating_duration_since(b.last) <= BACKLOG_MEMORY {
                 if now < bound {
                     let drain = b.worst.clamp(BACKLOG_FLOOR, BACKLOG_MEMORY);

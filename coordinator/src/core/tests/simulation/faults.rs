@@ -334,7 +334,11 @@ impl World {
                 let hold = self.rng.gen_bool(0.5);
                 self.cut(p, len, hold);
                 if hold && session >= ms(3000) && self.rng.gen_bool(0.35) {
-                    self.pause_at_deadline(p);
+                    if self.rng.gen_bool(0.5) {
+                        self.pause_at_deadline(p);
+                    } else {
+                        self.pause_over_deadline(p);
+                    }
                 }
             }
             Fault::Stuck => {
@@ -539,6 +543,36 @@ impl World {
             self.t(start)
         ));
         self.push(start, Ev::Do(Action::Pause(len)));
+    }
+
+    /// A coordinator pause that ends just after the session deadline of cut-off process
+    /// `p` (by less than 150 ms, so the core's earliest timer may be barely late when it
+    /// wakes), while `p`'s traffic, held by the cut, reaches the paused coordinator
+    /// before that deadline: timers run before `p`'s connection is read judge it with
+    /// its beats unread.
+    fn pause_over_deadline(&mut self, p: usize) {
+        let Some(member) = self.procs[p].m.member_id() else {
+            return;
+        };
+        let Some(info) = self.oracle.members.get(member) else {
+            return;
+        };
+        let deadline = info.last_arrival + info.session;
+        let end = deadline + self.rng.gen_range(Duration::ZERO..ms(150));
+        let len = self.rng.gen_range(ms(100)..info.session / 2);
+        let start = end.checked_sub(len).unwrap_or(self.now).max(self.now);
+        if start >= deadline {
+            return;
+        }
+        let heal = start + (deadline - start).mul_f64(self.rng.gen_range(0.1..0.9));
+        self.procs[p].cut_until = heal;
+        self.log(format!(
+            "process {p}: cut until t={}, coordinator pause planned from t={} to t={}",
+            self.t(heal),
+            self.t(start),
+            self.t(end)
+        ));
+        self.push(start, Ev::Do(Action::Pause(end - start)));
     }
 
     /// A graceful leave: the application is asked to release everything and the leave

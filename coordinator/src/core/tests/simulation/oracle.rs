@@ -748,6 +748,15 @@ impl Oracle {
             Event::PauseDetected { late_by, .. } => {
                 self.log(now, format!("pause detected, late by {late_by:?}"));
             }
+            Event::BacklogDetected { lag } => {
+                self.log(now, format!("backlog detected, {lag:?} behind"));
+            }
+            Event::BacklogEnded { lasted, worst } => {
+                self.log(
+                    now,
+                    format!("backlog ended after {lasted:?}, at worst {worst:?} behind"),
+                );
+            }
             Event::MemberSuspected {
                 member_id,
                 silence,

@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use rand::rngs::SmallRng;
+use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rollcall_protocol::{DescribeGroupRequest, Push, Request, Response};
 
@@ -174,6 +175,10 @@ pub(super) struct World {
     starts: u64,
     pub(super) state: CoreState,
     core_wake: Option<Instant>,
+    /// When the coordinator last read a member's frame (a join, heartbeat, leave or
+    /// commit) on any connection, as the server's connections record it for the timer
+    /// task to report (`observe_traffic`). A restart starts it afresh.
+    last_frame_at: Option<Instant>,
     /// Exactly what the core made durable, applied as the server's stores apply it.
     store: MemoryStore,
     pub(super) open_conns: HashMap<ConnId, usize>,
@@ -237,6 +242,7 @@ impl World {
             starts: 0,
             state: CoreState::Running,
             core_wake: None,
+            last_frame_at: None,
             store: MemoryStore::new(),
             open_conns: HashMap::new(),
             broken: HashSet::new(),
@@ -407,8 +413,21 @@ impl World {
     // The coordinator
     // ----------------------------------------------------------------------------------
 
+    /// Runs the core's due timers as the server's timer task does: first it reports the
+    /// last frame read anywhere and how late it woke against the deadline it was due
+    /// (the earliest the core asked for: inputs never move it later), which are the
+    /// isolation and backlog guards' evidence.
     fn core_timeout(&mut self) {
-        self.core.handle_timeout(self.now);
+        let now = self.now;
+        if let Some(at) = self.last_frame_at {
+            self.core.observe_traffic(at);
+        }
+        let late = self
+            .core
+            .poll_timeout()
+            .map_or(Duration::ZERO, |due| now.saturating_duration_since(due));
+        self.core.observe_lag(now, late);
+        self.core.handle_timeout(now);
         self.after_core(BTreeSet::new());
     }
 
@@ -421,6 +440,16 @@ impl World {
                 sent,
             } => {
                 let now = self.now;
+                if matches!(
+                    request,
+                    Request::Join(_)
+                        | Request::Heartbeat(_)
+                        | Request::Heartbeats(_)
+                        | Request::Leave(_)
+                        | Request::CommitOffsets(_)
+                ) {
+                    self.last_frame_at = Some(now);
+                }
                 let response = self.core.handle_request(now, conn, request.clone());
                 self.vlog(|_| format!("process {proc} conn {conn}: {request:?} -> {response:?}"));
                 let released_all = self.procs[proc]
@@ -582,30 +611,54 @@ impl World {
         self.core_wake = None;
         let now = self.now;
         self.oracle.add_downtime(since, now, false);
-        // Woken late: the core sees its missed deadlines and the backlog at once. A shell
-        // holds timers behind the backlog for up to the pause guard; beyond that it may run
-        // them first, which the core must survive.
+        // Woken late, the server's connection tasks read their queued frames and its timer
+        // task runs its missed deadlines, in whatever order the runtime picks: every frame
+        // first, the timers first (more likely the later they run), or the timers between
+        // two connections' reads, each connection's frames read together. The core must
+        // survive each: members whose frames come after the timers are judged before
+        // their beats are read.
         let late = self
             .core
             .poll_timeout()
             .map(|t| now.saturating_duration_since(t));
-        let timers_first =
-            late.is_some_and(|l| l > self.config.pause_guard) && self.rng.gen_bool(0.75);
+        let mut conns: Vec<ConnId> = Vec::new();
+        for (conn, _) in &backlog {
+            if !conns.contains(conn) {
+                conns.push(*conn);
+            }
+        }
+        let read_first = if !conns.is_empty() && self.rng.gen_bool(0.5) {
+            conns.shuffle(&mut self.rng);
+            self.rng.gen_range(0..=conns.len())
+        } else if late.is_some_and(|l| l > self.config.pause_guard) && self.rng.gen_bool(0.75) {
+            0
+        } else {
+            conns.len()
+        };
+        conns.truncate(read_first);
+        let (first, rest): (Vec<_>, Vec<_>) = backlog
+            .into_iter()
+            .partition(|(conn, _)| conns.contains(conn));
         self.log(format!(
-            "coordinator resumes ({} queued frames, {} first)",
-            backlog.len(),
-            if timers_first { "timers" } else { "frames" }
+            "coordinator resumes ({} queued frames; timers after {} of them, from {} \
+             connections)",
+            first.len() + rest.len(),
+            first.len(),
+            read_first
         ));
-        if timers_first {
+        self.read_backlog(first);
+        if self.running() {
             self.core_timeout();
         }
-        for (conn, msg) in backlog {
+        self.read_backlog(rest);
+    }
+
+    /// Hands the core frames that queued up while it was paused, in order.
+    fn read_backlog(&mut self, frames: Vec<(ConnId, ToCore)>) {
+        for (conn, msg) in frames {
             if self.running() && self.open_conns.contains_key(&conn) {
                 self.core_in(conn, msg);
             }
-        }
-        if !timers_first && self.running() {
-            self.core_timeout();
         }
     }
 
@@ -663,6 +716,7 @@ impl World {
         self.core.restore(now, state);
         self.state = CoreState::Running;
         self.core_wake = None;
+        self.last_frame_at = None;
         self.log(format!(
             "coordinator restored with {} members",
             restored.len()
