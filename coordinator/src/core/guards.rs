@@ -61,7 +61,12 @@
 //!   unread. An expiry of a member whose connection is open, or that has not been
 //!   heard since a restore (its first frames, on a new connection, may be among them),
 //!   is held while that lasts, and rechecked once the backlog has had time to drain.
-//!   Bound: as above.
+//!   Bound: as above. A shorter stall can go unreported: one that ends just after a
+//!   deadline makes the timers barely late. So an expiry found at the core's first run
+//!   after the deadline, when that run is late, is also held, for one [`BREATHER`], so
+//!   that the shell reads what arrived before the deadline first (it may run timers
+//!   before it reads every connection). Bound: one breather, since the core has then
+//!   run since the deadline.
 //!
 //! - **Rate limit.** At most
 //!   [`CoreConfig::max_expulsion_rate`](super::CoreConfig::max_expulsion_rate)
@@ -118,6 +123,10 @@ impl Guard {
 
 /// Lateness at which the coordinator counts as behind its members' frames.
 pub const BACKLOG_FLOOR: Duration = Duration::from_millis(100);
+
+/// How long an expiry found by a late first run after its deadline waits for the shell
+/// to read what arrived before it (see [`Coordinator::expiry_hold`]).
+pub const BREATHER: Duration = Duration::from_millis(1);
 
 /// How long after the last report of lateness the coordinator still counts as behind
 /// (frames delayed by the backlog arrive after it has drained).
@@ -454,6 +463,18 @@ impl Coordinator {
             }
         }
         let (deadline, bound) = hold_bound(m, now)?;
+        // Not run since before the deadline, and running late: the core may have been
+        // stalled over it, too briefly (or too close to its end) for the timers to run
+        // late enough to show a pause or a backlog. Frames that arrived before the
+        // deadline may still be unread, since the shell may run timers before it reads
+        // every connection. One breather lets it read them; the core has then run since
+        // the deadline, so this holds once.
+        let first_late_run = self.ran_before.is_some_and(|ran| ran < deadline) && now > deadline;
+        if first_late_run && (m.conn.is_some() || m.unheard) {
+            return Some(Hold::Backlog {
+                recheck: now + BREATHER,
+            });
+        }
         // The rate limit counts expulsions for silence only. A storm of those is what a
         // trouble of the coordinator's own that no guard recognised looks like.
         // Expiries for progress or a revocation are judged on what the member's frames

@@ -148,15 +148,16 @@
 //! lease remaining in the last snapshot, which heartbeats do not refresh: check 2
 //! \[coordinator restarted since the grant\].
 //!
-//! Open (`defects.rs` holds ignored tests for them; some seeds past the default 200
-//! fail on them): once the timers could run before a pause's queued frames were read,
+//! Also found once the timers could run before a pause's queued frames were read:
 //! members whose frames waited unread were expelled when the stall went unseen or was
 //! seen only as a backlog. A progress deadline due in a stall below the pause threshold
-//! expels a member whose progress report waits (the backlog guard holds expiries for
-//! silence only): check 7 \[progress expiry\]. A stall whose earliest deadline fell at
-//! its very end is seen neither as a pause nor as a backlog (the timers are barely
-//! late), and a member whose beat arrived just before its deadline is expelled: check
-//! 7 \[session expiry\].
+//! expelled a member whose progress report waited (the backlog guard held expiries for
+//! silence only; it now holds every expiry): check 7 \[progress expiry\]. A stall whose
+//! earliest deadline fell at its very end was seen neither as a pause nor as a backlog
+//! (the timers were barely late), and a member whose beat arrived just before its
+//! deadline was expelled: check 7 \[session expiry\]. An expiry found at the core's
+//! first, late, run after the deadline now waits one breather for the shell to read
+//! what came before it.
 //!
 //! # Running it
 //!
