@@ -237,8 +237,8 @@ impl Coordinator {
     /// `ApiVersions` is the connection's business and is refused here.
     #[must_use]
     pub fn handle_request(&mut self, now: Instant, conn: ConnId, request: Request) -> Response {
-        // A shell reads queued frames before it runs due timers: a pause must be seen
-        // before those frames are judged (their silence was the coordinator's).
+        // A pause must be seen before the frames read on waking are judged (their
+        // silence was the coordinator's), whether or not the timers ran first.
         if self.tick(now) {
             self.detect_pause(now);
         }
