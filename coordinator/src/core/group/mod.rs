@@ -264,7 +264,12 @@ impl Member {
             self.liveness.reset(timeouts.session(), detector, shadow);
         }
         if timeouts.progress_ms != old.progress_ms {
-            self.progress_deadline = self.last_progress_at + timeouts.progress();
+            // What the guards added (a pause or an isolation the wait overlapped) is the
+            // coordinator's, not the member's: it stays with the new timeout.
+            let shifted = self
+                .progress_deadline
+                .saturating_duration_since(self.last_progress_at + old.progress());
+            self.progress_deadline = self.last_progress_at + timeouts.progress() + shifted;
         }
         changed
     }

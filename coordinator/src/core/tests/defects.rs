@@ -1781,3 +1781,52 @@ fn defect_17_a_backlog_holds_a_restored_member_that_has_not_reconnected_yet() {
     m.conn = 2;
     t.expect_beat_ok(&mut m);
 }
+
+// ------------------------------------------------------------------------------------
+// 18. A rejoin that changes the progress timeout forgets what a pause gave back.
+// ------------------------------------------------------------------------------------
+
+/// The coordinator pauses over a member's wait for progress: the pause guard moves its
+/// progress deadline by the overlap. The member then rejoins with another progress
+/// timeout. The new deadline was computed from its last progress alone, dropping the
+/// pause's share, so a member whose progress report was still queued behind a second,
+/// shorter stall was expelled for progress (simulation seed 18099: expelled 290 ms
+/// after its progress advanced, with a progress timeout of 6.3 s).
+#[test]
+fn defect_18_a_rejoin_keeps_what_a_pause_added_to_the_progress_deadline() {
+    use super::super::group::{Group, Timeouts};
+    let now = start_instant();
+    let group = Group::new(
+        std::sync::Arc::from("g"),
+        0,
+        &crate::core::CoreConfig::default(),
+    );
+    let timeouts = Timeouts {
+        session_ms: 10_000,
+        progress_ms: 3_000,
+        rebalance_ms: 10_000,
+        lease_ms: 10_000,
+    };
+    let mut m = group.new_member(
+        now,
+        std::sync::Arc::from("m"),
+        None,
+        String::new(),
+        0,
+        Some(1),
+        timeouts,
+        Vec::new(),
+    );
+    m.report_progress(now, 1);
+    assert_eq!(m.progress_deadline, now + Duration::from_secs(3));
+    // A 5 s pause over the whole wait.
+    m.pause_passed(now + Duration::from_secs(5), Duration::from_secs(5));
+    assert_eq!(m.progress_deadline, now + Duration::from_secs(8));
+    // The rejoin asks for 6 s: the pause's 5 s stay.
+    let longer = Timeouts {
+        progress_ms: 6_000,
+        ..timeouts
+    };
+    assert!(m.set_timeouts(longer, &*group.detector, None));
+    assert_eq!(m.progress_deadline, now + Duration::from_secs(11));
+}
