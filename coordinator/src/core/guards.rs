@@ -439,6 +439,23 @@ impl Coordinator {
         (expel_after / 4).clamp(PAUSE_FLOOR, self.config.pause_guard.max(PAUSE_FLOOR))
     }
 
+    /// Every group's members counted at `now`, once per instant.
+    fn census(&mut self, now: Instant) -> Census {
+        if let Some((at, census)) = self.guards.census {
+            if at == now {
+                return census;
+            }
+        }
+        let mut census = Census::default();
+        for g in self.groups.values() {
+            for m in g.members.values() {
+                census.count(now, m.conn.is_some(), m.heard_at, m.expel_after());
+            }
+        }
+        self.guards.census = Some((now, census));
+        census
+    }
+
     /// Whether a guard holds an expiry of `member` at `now`. The pause, isolation and
     /// backlog guards hold expiries for silence, for progress and for an unanswered
     /// revocation alike: the progress counter and the acknowledgements travel on the
@@ -506,33 +523,16 @@ impl Coordinator {
             }
         }
         let min = self.config.isolation_min_members;
-        if min == 0 || m.conn.is_none() || self.guards.server_silence(now) < expel_after / 2 {
+        let evidence =
+            min != 0 && m.conn.is_some() && self.guards.server_silence(now) >= expel_after / 2;
+        let census = evidence.then(|| self.census(now));
+        let Some(census) = census.filter(|c| c.mass_silence(min)) else {
             return if rate_limited {
                 self.rate_limit(now, bound, group, member)
             } else {
                 None
             };
-        }
-        let census = match self.guards.census {
-            Some((at, census)) if at == now => census,
-            _ => {
-                let mut census = Census::default();
-                for g in self.groups.values() {
-                    for m in g.members.values() {
-                        census.count(now, m.conn.is_some(), m.heard_at, m.expel_after());
-                    }
-                }
-                self.guards.census = Some((now, census));
-                census
-            }
         };
-        if !census.mass_silence(min) {
-            return if rate_limited {
-                self.rate_limit(now, bound, group, member)
-            } else {
-                None
-            };
-        }
         if now >= bound {
             self.outputs.push_back(Output::Event(Event::HoldExpired {
                 guard: Guard::Isolation,

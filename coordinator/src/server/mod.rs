@@ -66,6 +66,20 @@ pub use self::config::{
     DEFAULT_MAX_PARTITIONS_PER_GROUP,
 };
 pub use self::shard::shard_of;
+
+/// Whether a request of kind `api` is members' traffic: what the server reports to the
+/// isolation guard as the last frame it read (`Coordinator::observe_traffic`).
+pub(crate) fn is_member_traffic(api: rollcall_protocol::ApiKey) -> bool {
+    use rollcall_protocol::ApiKey;
+    matches!(
+        api,
+        ApiKey::Join
+            | ApiKey::Heartbeat
+            | ApiKey::Heartbeats
+            | ApiKey::Leave
+            | ApiKey::CommitOffsets
+    )
+}
 pub use self::tls::{ClientAuth, TlsError, TlsSettings};
 
 use self::auth::Security;

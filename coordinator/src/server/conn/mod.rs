@@ -743,14 +743,7 @@ impl Connection {
         received: Instant,
     ) -> Option<Exit> {
         let api = request.api_key();
-        if matches!(
-            api,
-            ApiKey::Join
-                | ApiKey::Heartbeat
-                | ApiKey::Heartbeats
-                | ApiKey::Leave
-                | ApiKey::CommitOffsets
-        ) {
+        if super::is_member_traffic(api) {
             self.ctx.registry.traffic.heard(received);
         }
         let metrics = &self.ctx.metrics;

@@ -440,14 +440,8 @@ impl World {
                 sent,
             } => {
                 let now = self.now;
-                if matches!(
-                    request,
-                    Request::Join(_)
-                        | Request::Heartbeat(_)
-                        | Request::Heartbeats(_)
-                        | Request::Leave(_)
-                        | Request::CommitOffsets(_)
-                ) {
+                // As the server reports its traffic.
+                if crate::server::is_member_traffic(request.api_key()) {
                     self.last_frame_at = Some(now);
                 }
                 let response = self.core.handle_request(now, conn, request.clone());
