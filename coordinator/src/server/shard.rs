@@ -103,29 +103,27 @@ impl Reply {
             Self::Part { joiner, indices } => joiner.fill(&indices, response, metrics, quiet),
         }
     }
-
-    /// The joiner of a part of a split Heartbeats request.
-    fn joiner(&self) -> Option<Arc<Joiner>> {
-        match self {
-            Self::Frame { .. } => None,
-            Self::Part { joiner, .. } => Some(joiner.clone()),
-        }
-    }
 }
 
 /// Gathers the answers of the shards a Heartbeats request's beats went to, and sends
 /// the one response once every shard has answered.
 ///
-/// The pushes the request caused on its own connection follow that response, as every
-/// other request's follow its own: a shard that answered its part early holds them
-/// here until the last part is in. A client that sees, say, an Assignment listing a
-/// partition it has just acknowledged can then tell that the assignment is newer than
-/// the acknowledgement.
+/// The pushes a shard sends to the requesting connection after it handled its part
+/// (those the part caused, and those any later input of that shard causes: a timer,
+/// another member's request) follow that response, as every other request's follow
+/// its own: each shard keeps the joiner of the last split request it handled a part
+/// of, per connection, and queues its pushes to that connection through it until the
+/// last part is in. A client that sees, say, an Assignment listing a partition it has
+/// just acknowledged can then tell that the assignment is newer than the
+/// acknowledgement.
+///
+/// A connection may have several split requests outstanding. Each joiner knows the
+/// one the connection sent before it, while that one is still open, and a push
+/// released by a newer joiner goes on through the older one: it follows every
+/// response of a part its shard had handled before it.
 #[derive(Debug)]
 pub(crate) struct Joiner {
     to: ConnHandle,
-    /// The requesting connection, which `to` writes to.
-    conn: ConnId,
     correlation_id: u32,
     received: Instant,
     parts: Mutex<Parts>,
@@ -139,43 +137,59 @@ struct Parts {
     waiting: usize,
     /// Pushes to the requesting connection, held until the response is sent.
     held: Vec<Frame>,
+    /// The connection's split request before this one, while it is open. Locks are
+    /// only ever taken from a newer joiner to an older one.
+    before: Option<Arc<Joiner>>,
 }
 
 impl Joiner {
+    /// A joiner for a request of `beats` beats split over `shards` shards (and
+    /// answers for denied beats), sent after `before`, the connection's previous split
+    /// request, if any.
     pub(crate) fn new(
         to: ConnHandle,
-        conn: ConnId,
         correlation_id: u32,
         received: Instant,
         beats: usize,
         shards: usize,
+        before: Option<Arc<Self>>,
     ) -> Arc<Self> {
+        let before = before.filter(|b| b.is_open());
         Arc::new(Self {
             to,
-            conn,
             correlation_id,
             received,
             parts: Mutex::new(Parts {
                 results: vec![None; beats],
                 waiting: shards,
                 held: Vec::new(),
+                before,
             }),
         })
     }
 
-    /// Sends `frame`, a push that handling a part of the request caused, to `conn`:
-    /// held until the response is sent if it goes to the requesting connection and
-    /// another shard has not answered yet, at once otherwise.
-    fn push_after(&self, conn: ConnId, frame: Frame, registry: &Registry) {
-        if conn != self.conn {
-            registry.send(conn, frame);
-            return;
+    /// Whether pushes to the connection must still wait: for this response or for an
+    /// earlier split request's. Drops the link to an earlier request that is no longer
+    /// open, so that a connection's chain of joiners holds only open ones.
+    pub(crate) fn is_open(&self) -> bool {
+        let mut parts = self.parts.lock();
+        if parts.before.as_ref().is_some_and(|b| !b.is_open()) {
+            parts.before = None;
         }
+        parts.waiting > 0 || parts.before.is_some()
+    }
+
+    /// Queues `frame`, a push to the requesting connection, behind this response (and
+    /// the earlier ones still open): held until they are sent, sent at once if they
+    /// are.
+    fn push(&self, frame: Frame) {
         // Queued under the lock the response is sent under: a push seen after the
         // last part is in follows the response that part sent.
         let mut parts = self.parts.lock();
         if parts.waiting > 0 {
             parts.held.push(frame);
+        } else if let Some(before) = &parts.before {
+            before.push(frame);
         } else {
             self.to.send(frame, false);
         }
@@ -210,8 +224,12 @@ impl Joiner {
         // push another shard queues next comes after them.
         self.to
             .send(Frame::response(self.correlation_id, response), quiet);
-        for push in std::mem::take(&mut parts.held) {
-            self.to.send(push, quiet);
+        let held = std::mem::take(&mut parts.held);
+        match &parts.before {
+            Some(before) => held.into_iter().for_each(|push| before.push(push)),
+            None => held.into_iter().for_each(|push| {
+                self.to.send(push, quiet);
+            }),
         }
         drop(parts);
         metrics
@@ -244,7 +262,8 @@ enum Outgoing {
     Push {
         conn: ConnId,
         frame: Frame,
-        /// Caused by a part of a split Heartbeats request: sent through its joiner.
+        /// The joiner of the connection's split Heartbeats request whose part this
+        /// shard had handled when the push was made: sent through it.
         after: Option<Arc<Joiner>>,
     },
 }
@@ -295,6 +314,9 @@ struct ShardState {
     timer_at: Instant,
     /// Set when the server stops: the stage ends once everything is sent.
     closing: bool,
+    /// Per connection, the last split Heartbeats request this shard handled a part of:
+    /// pushes to the connection go through it while it is open (see [`Joiner`]).
+    joiners: HashMap<ConnId, Arc<Joiner>>,
 }
 
 impl ShardState {
@@ -305,30 +327,37 @@ impl ShardState {
             || (!self.open.groups.is_empty() && self.open.groups.contains(group))
     }
 
+    /// The joiner a push to `conn` must go through: that of the last split Heartbeats
+    /// request of `conn` this shard handled a part of, while it is open.
+    fn joiner_for(&mut self, conn: ConnId) -> Option<Arc<Joiner>> {
+        if self.joiners.is_empty() {
+            return None;
+        }
+        let joiner = self.joiners.get(&conn)?;
+        if joiner.is_open() {
+            return Some(joiner.clone());
+        }
+        self.joiners.remove(&conn);
+        None
+    }
+
     /// Takes what the core produced besides responses: pushes to send at once (or
-    /// stage, if their group is pending or `stage_all`) and events to log.
-    /// `after`: the outputs were caused by a part of a split Heartbeats request, whose
-    /// response they must follow on its connection.
-    fn drain_outputs(
-        &mut self,
-        index: usize,
-        ctx: &ShardContext,
-        stage_all: bool,
-        after: Option<&Arc<Joiner>>,
-    ) {
+    /// stage, if their group is pending or `stage_all`) and events to log. A push to
+    /// a connection with a split Heartbeats request open follows that request's
+    /// response.
+    fn drain_outputs(&mut self, index: usize, ctx: &ShardContext, stage_all: bool) {
         while let Some(output) = self.core.poll_output() {
             match output {
                 Output::Push { conn, push } => {
                     let stage = stage_all || push.group().is_some_and(|g| self.pending(g));
                     let frame = Frame::push(push);
+                    let after = self.joiner_for(conn);
                     if stage {
-                        self.open.outgoing.push(Outgoing::Push {
-                            conn,
-                            frame,
-                            after: after.cloned(),
-                        });
+                        self.open
+                            .outgoing
+                            .push(Outgoing::Push { conn, frame, after });
                     } else {
-                        send_push(&ctx.registry, conn, frame, after.map(|j| &**j));
+                        send_push(&ctx.registry, conn, frame, after.as_deref());
                     }
                 }
                 Output::Event(event) => log_event(index, &ctx.metrics, event),
@@ -399,6 +428,7 @@ impl Shard {
                 in_flight: HashMap::new(),
                 timer_at: Instant::now(),
                 closing: false,
+                joiners: HashMap::new(),
             }),
             ctx,
             timer: Notify::new(),
@@ -458,6 +488,10 @@ impl Shard {
             Request::Join(j) => Some(j.group.clone()),
             _ => None,
         };
+        if let Reply::Part { joiner, .. } = &reply {
+            // From now on this shard's pushes to the connection follow the response.
+            st.joiners.insert(conn, joiner.clone());
+        }
         let before = st.core.records_pending();
         let response = st.core.handle_request(now.into_std(), conn, request);
         let wrote = st.core.records_pending() > before;
@@ -467,14 +501,13 @@ impl Shard {
         };
         let staged = pending || wrote;
         // The answer first, then the pushes it caused.
-        let after = reply.joiner();
         let handled = if staged {
             st.open.outgoing.push(Outgoing::Response {
                 reply,
                 response,
                 wrote,
             });
-            st.drain_outputs(self.index, &self.ctx, true, after.as_ref());
+            st.drain_outputs(self.index, &self.ctx, true);
             st.open.groups.extend(hold);
             st.open.joined.extend(joined);
             self.open_len
@@ -483,7 +516,7 @@ impl Shard {
             Handled::Staged
         } else {
             reply.deliver(response, &self.ctx.metrics, true);
-            st.drain_outputs(self.index, &self.ctx, false, after.as_ref());
+            st.drain_outputs(self.index, &self.ctx, false);
             if let Some(joined) = joined {
                 st.core.answers_released(now.into_std(), &[joined]);
             }
@@ -498,6 +531,7 @@ impl Shard {
 
     /// A connection that sent requests to this shard closed.
     pub(crate) fn disconnect(&self, conn: ConnId) {
+        self.state.lock().joiners.remove(&conn);
         self.input(|core, now| core.handle_disconnect(now, conn));
     }
 
@@ -528,7 +562,7 @@ impl Shard {
     }
 
     fn after_input(&self, st: &mut ShardState) {
-        st.drain_outputs(self.index, &self.ctx, false, None);
+        st.drain_outputs(self.index, &self.ctx, false);
         if st.core.records_pending() > 0 || !st.open.outgoing.is_empty() {
             self.open_len
                 .store(st.open.outgoing.len(), Ordering::Release);
@@ -777,11 +811,11 @@ impl Shard {
     }
 }
 
-/// Sends a push to `conn`; through `after`, the joiner of the split Heartbeats request
-/// whose part caused it, so that it follows that request's response.
+/// Sends a push to `conn`; through `after`, the joiner of the connection's open split
+/// Heartbeats request, so that it follows that request's response.
 fn send_push(registry: &Registry, conn: ConnId, frame: Frame, after: Option<&Joiner>) {
     match after {
-        Some(joiner) => joiner.push_after(conn, frame, registry),
+        Some(joiner) => joiner.push(frame),
         None => {
             registry.send(conn, frame);
         }
@@ -829,9 +863,21 @@ mod tests {
     use tokio::time::Instant;
     use tokio_util::codec::Decoder;
 
-    use super::{shard_of, Joiner};
+    use std::sync::atomic::AtomicBool;
+    use std::time::Duration;
+
+    use rollcall_protocol::{
+        HeartbeatRequest, HeartbeatsRequest, JoinRequest, LeaveMode, LeaveRequest, Request,
+        TopicPartitions, TopicSubscription,
+    };
+    use tokio_util::sync::CancellationToken;
+
+    use super::{shard_of, Joiner, Reply, Shard, ShardContext, Taken};
+    use crate::core::{ConnId, Coordinator, CoreConfig};
     use crate::server::metrics::Metrics;
     use crate::server::registry::{BufferBudget, ConnHandle, ConnState, Registry, SendLimits};
+    use crate::store::memory::MemoryStore;
+    use crate::store::{GroupCommitter, Store};
 
     fn push(message: &str) -> Frame {
         Frame::push(Push::Shutdown(ShutdownPush {
@@ -853,9 +899,9 @@ mod tests {
             .collect()
     }
 
-    /// A shard that answers its part of a split Heartbeats request early holds the
-    /// pushes it caused on the requesting connection until the last part is in and the
-    /// response is sent; pushes to other connections go at once.
+    /// A shard that answers its part of a split Heartbeats request early holds its
+    /// pushes to the requesting connection until the last part is in and the response
+    /// is sent.
     #[test]
     fn pushes_a_split_heartbeats_request_caused_follow_its_response() {
         let limits = Arc::new(SendLimits {
@@ -865,11 +911,7 @@ mod tests {
             too_large: Counter::noop(),
             budget: Arc::new(BufferBudget::new(usize::MAX)),
         });
-        let registry = Registry::default();
-        let (mine, my_state) = ConnHandle::new(limits.clone());
-        let (other, other_state) = ConnHandle::new(limits);
-        registry.insert(1, mine.clone());
-        registry.insert(2, other);
+        let (mine, my_state) = ConnHandle::new(limits);
         let metrics = Metrics::new();
         let ok = |generation| {
             Response::Heartbeats(HeartbeatsResponse {
@@ -881,19 +923,17 @@ mod tests {
                 ))],
             })
         };
-        let joiner = Joiner::new(mine, 1, 77, Instant::now(), 2, 2);
-        // The first shard answers beat 1 and pushes to both connections.
+        let joiner = Joiner::new(mine, 77, Instant::now(), 2, 2, None);
+        // The first shard answers beat 1 and pushes.
         joiner.fill(&[1], ok(5), &metrics, false);
-        joiner.push_after(1, push("mine"), &registry);
-        joiner.push_after(2, push("other"), &registry);
+        joiner.push(push("mine"));
         assert!(
             queued(&my_state).is_empty(),
             "a push went before the response"
         );
-        assert_eq!(queued(&other_state).len(), 1);
         // The second shard answers beat 0: the response, then the push held for it.
         joiner.fill(&[0], ok(6), &metrics, false);
-        joiner.push_after(1, push("later"), &registry);
+        joiner.push(push("later"));
         let frames = queued(&my_state);
         let kinds: Vec<String> = frames
             .iter()
@@ -910,6 +950,282 @@ mod tests {
             })
             .collect();
         assert_eq!(kinds, ["response", "mine", "later"]);
+    }
+
+    /// A connection's earlier split request still open holds the pushes a later one
+    /// releases: each push follows every response of a part its shard had handled.
+    #[test]
+    fn pushes_released_by_a_later_split_request_wait_for_an_earlier_one() {
+        let limits = Arc::new(SendLimits {
+            frames: 100,
+            bytes: 1 << 20,
+            max_frame_size: 1 << 20,
+            too_large: Counter::noop(),
+            budget: Arc::new(BufferBudget::new(usize::MAX)),
+        });
+        let (mine, my_state) = ConnHandle::new(limits);
+        let metrics = Metrics::new();
+        let ok = || {
+            Response::Heartbeats(HeartbeatsResponse {
+                results: vec![HeartbeatResult::from_response(Response::Heartbeat(
+                    HeartbeatResponse {
+                        generation: 1,
+                        session_timeout_ms: 1000,
+                    },
+                ))],
+            })
+        };
+        let first = Joiner::new(mine.clone(), 1, Instant::now(), 2, 2, None);
+        let second = Joiner::new(mine.clone(), 2, Instant::now(), 2, 2, Some(first.clone()));
+        // Shard 0 answers both requests' parts, then pushes: it goes through the second.
+        first.fill(&[0], ok(), &metrics, false);
+        second.fill(&[0], ok(), &metrics, false);
+        second.push(push("a"));
+        // Shard 1 answers the second request first: its response goes, the push waits
+        // for the first's.
+        second.fill(&[1], ok(), &metrics, false);
+        second.push(push("b"));
+        let kinds = |frames: Vec<Frame>| -> Vec<String> {
+            frames
+                .iter()
+                .map(|f| match &f.body {
+                    Body::Response(_) => format!("response {}", f.correlation_id),
+                    Body::Push(Push::Shutdown(s)) => s.message.clone(),
+                    other => panic!("unexpected {other:?}"),
+                })
+                .collect()
+        };
+        assert_eq!(kinds(queued(&my_state)), ["response 2"]);
+        assert!(second.is_open(), "an earlier request is still open");
+        first.fill(&[1], ok(), &metrics, false);
+        second.push(push("c"));
+        assert_eq!(kinds(queued(&my_state)), ["response 1", "a", "b", "c"]);
+        // Both closed: a third request does not keep the chain.
+        assert!(!second.is_open());
+        let third = Joiner::new(mine, 3, Instant::now(), 1, 1, Some(second));
+        assert!(third.parts.lock().before.is_none());
+    }
+
+    /// The shards of a two-shard server, over a memory store, and a connection to
+    /// watch.
+    struct TwoShards {
+        shards: [Arc<Shard>; 2],
+        registry: Arc<Registry>,
+        limits: Arc<SendLimits>,
+    }
+
+    impl TwoShards {
+        fn new() -> Self {
+            let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+            let registry = Arc::new(Registry::default());
+            let ctx = Arc::new(ShardContext {
+                committer: Arc::new(GroupCommitter::new(store).expect("committer")),
+                registry: registry.clone(),
+                metrics: Arc::new(Metrics::new()),
+                stats_interval: Duration::from_secs(60),
+                fatal: CancellationToken::new(),
+                failed: AtomicBool::new(false),
+            });
+            // Rebalances at once: no timer to wait for.
+            let config = CoreConfig {
+                rebalance_coalesce: Duration::ZERO,
+                rebalance_coalesce_max: Duration::ZERO,
+                ..CoreConfig::default()
+            };
+            let shard = |i| Shard::new(i, Coordinator::new(config.clone()), ctx.clone());
+            let limits = Arc::new(SendLimits {
+                frames: 1000,
+                bytes: 1 << 22,
+                max_frame_size: 1 << 20,
+                too_large: Counter::noop(),
+                budget: Arc::new(BufferBudget::new(usize::MAX)),
+            });
+            Self {
+                shards: [shard(0), shard(1)],
+                registry,
+                limits,
+            }
+        }
+
+        fn connect(&self, conn: ConnId) -> (ConnHandle, Arc<ConnState>) {
+            let (handle, state) = ConnHandle::new(self.limits.clone());
+            self.registry.insert(conn, handle.clone());
+            (handle, state)
+        }
+
+        /// Runs the shard's due timers, then makes durable and sends what it staged, as
+        /// its timer task and sender stage do.
+        async fn flush(&self, shard: usize) {
+            self.shards[shard].input(|core, now| {
+                if core.poll_timeout().is_some_and(|d| d <= now) {
+                    core.handle_timeout(now);
+                }
+            });
+            loop {
+                match self.shards[shard].take_open() {
+                    Taken::Batch(mut batch) => {
+                        let durable = match batch.durable.take() {
+                            Some(answer) => answer.await.expect("answered"),
+                            None => Ok(()),
+                        };
+                        assert!(self.shards[shard].finish(batch, durable));
+                    }
+                    Taken::Nothing | Taken::Closed => return,
+                }
+            }
+        }
+
+        /// Sends `request` from `conn` to `shard` as a whole request, and flushes.
+        async fn request(&self, shard: usize, conn: (ConnId, &ConnHandle), request: Request) {
+            let (conn, to) = conn;
+            let reply = Reply::Frame {
+                to: to.clone(),
+                correlation_id: 0,
+                api: request.api_key(),
+                received: Instant::now(),
+            };
+            self.shards[shard].request(conn, request, reply);
+            self.flush(shard).await;
+        }
+    }
+
+    fn join(group: &str, token: u64) -> Request {
+        Request::Join(JoinRequest {
+            group: group.to_owned(),
+            member_id: None,
+            instance_id: None,
+            client_id: "test".to_owned(),
+            join_token: token,
+            subscription: vec![TopicSubscription {
+                topic: "t".to_owned(),
+                partitions: 2,
+            }],
+            session_timeout_ms: 10_000,
+            progress_timeout_ms: 60_000,
+            rebalance_timeout_ms: 30_000,
+            lease_timeout_ms: 0,
+            detector: String::new(),
+        })
+    }
+
+    fn beat(
+        group: &str,
+        member: &str,
+        generation: u32,
+        acks: Vec<TopicPartitions>,
+    ) -> HeartbeatRequest {
+        HeartbeatRequest {
+            group: group.into(),
+            member_id: member.into(),
+            generation,
+            sequence: 1,
+            progress: 1,
+            acked_revocations: acks,
+        }
+    }
+
+    /// The member ids the join responses among `frames` gave, in order.
+    fn joined(frames: &[Frame]) -> Vec<String> {
+        frames
+            .iter()
+            .filter_map(|f| match &f.body {
+                Body::Response(Response::Join(j)) => Some(j.member_id.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A push that another input of a shard causes (here another member's leave) after
+    /// the shard answered its part of a split Heartbeats request follows that
+    /// request's response on the requesting connection. Before, it overtook the
+    /// response: the client dropped the partition the response confirmed released
+    /// after it had seen the Assignment that gave the partition back, and the
+    /// partition stayed with a member that did not know it had it.
+    #[tokio::test]
+    async fn pushes_a_shard_makes_after_its_part_of_a_split_request_follow_the_response() {
+        let server = TwoShards::new();
+        let name = |shard| {
+            (0..)
+                .map(|i| format!("g{i}"))
+                .find(|g| shard_of(g, 2) == shard)
+                .expect("a group on each shard")
+        };
+        let (ga, gb) = (name(0), name(1));
+        let (one, mine) = server.connect(1);
+        let (two, theirs) = server.connect(2);
+        // On connection 1, member m of ga (shard 0) and member x of gb (shard 1).
+        server.request(0, (1, &one), join(&ga, 1)).await;
+        server.request(1, (1, &one), join(&gb, 2)).await;
+        let frames = queued(&mine);
+        let ids = joined(&frames);
+        let (m, x) = (ids[0].clone(), ids[1].clone());
+        // n joins ga on connection 2: m is asked to release a partition.
+        server.request(0, (2, &two), join(&ga, 3)).await;
+        let frames = queued(&mine);
+        let (generation, revoked) = frames
+            .iter()
+            .find_map(|f| match &f.body {
+                Body::Push(Push::Revoke(r)) if r.member_id == m => {
+                    Some((r.generation, r.partitions.clone()))
+                }
+                _ => None,
+            })
+            .expect("m is asked to release a partition");
+        let n = joined(&queued(&theirs))[0].clone();
+        // One Heartbeats request from connection 1: m acknowledges (shard 0), x beats
+        // (shard 1).
+        let joiner = Joiner::new(one.clone(), 99, Instant::now(), 2, 2, None);
+        let part = |beat, i| {
+            (
+                Request::Heartbeats(HeartbeatsRequest { beats: vec![beat] }),
+                Reply::Part {
+                    joiner: joiner.clone(),
+                    indices: vec![i],
+                },
+            )
+        };
+        let (request, reply) = part(beat(&ga, &m, generation, revoked.clone()), 0);
+        server.shards[0].request(1, request, reply);
+        server.flush(0).await;
+        // Before shard 1 takes its part, n leaves: the partition goes back to m.
+        server
+            .request(
+                0,
+                (2, &two),
+                Request::Leave(LeaveRequest {
+                    group: ga.clone(),
+                    member_id: n,
+                    mode: LeaveMode::Released,
+                }),
+            )
+            .await;
+        let (request, reply) = part(beat(&gb, &x, 1, Vec::new()), 1);
+        server.shards[1].request(1, request, reply);
+        server.flush(1).await;
+        let frames = queued(&mine);
+        let response = frames
+            .iter()
+            .position(|f| f.correlation_id == 99 && matches!(f.body, Body::Response(_)))
+            .expect("the Heartbeats response");
+        let regrant = frames
+            .iter()
+            .position(|f| match &f.body {
+                Body::Push(Push::Assignment(a)) => {
+                    a.member_id == m
+                        && a.partitions.iter().any(|t| {
+                            revoked.iter().any(|r| {
+                                r.topic == t.topic
+                                    && t.partitions.iter().any(|p| r.partitions.contains(p))
+                            })
+                        })
+                }
+                _ => false,
+            })
+            .expect("the partition goes back to m");
+        assert!(
+            response < regrant,
+            "the Assignment giving the partition back overtook the response confirming its release: {frames:?}"
+        );
     }
 
     #[test]

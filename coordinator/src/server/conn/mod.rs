@@ -390,6 +390,9 @@ struct Connection {
     principal_slot: Option<Box<Slot<Arc<str>>>>,
     /// Shards this connection sent requests to, to tell them when it closes.
     used_shards: Vec<bool>,
+    /// The joiner of the last Heartbeats request split across shards: the next one's
+    /// pushes follow its response too while it is open.
+    last_joiner: Option<Arc<Joiner>>,
     /// What has arrived and is not a whole frame yet (empty, and unallocated, between
     /// frames).
     read: BytesMut,
@@ -432,6 +435,7 @@ impl Connection {
             auth: None,
             principal_slot: None,
             used_shards,
+            last_joiner: None,
             read: BytesMut::new(),
             read_hint: 0,
             read_counted: 0,
@@ -911,12 +915,13 @@ impl Connection {
             parts.iter().filter(|p| !p.0.is_empty()).count() + usize::from(!refused.is_empty());
         let joiner = Joiner::new(
             self.handle.clone(),
-            self.id,
             correlation_id,
             received,
             beats,
             used,
+            self.last_joiner.take(),
         );
+        self.last_joiner = Some(joiner.clone());
         if !refused.is_empty() {
             Reply::Part {
                 joiner: joiner.clone(),
