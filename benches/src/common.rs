@@ -73,6 +73,11 @@ pub(crate) struct CommonArgs {
     /// The `rollcall` binary for --spawn; default: the one next to this binary.
     #[arg(long, value_name = "PATH")]
     pub(crate) rollcall_bin: Option<PathBuf>,
+    /// Serve and connect over TLS: the coordinator (in this process or --spawn) gets a
+    /// certificate for 127.0.0.1 from a CA made for the run, and every connection of
+    /// the load generator verifies it. Not with --addr.
+    #[arg(long, conflicts_with = "addr")]
+    pub(crate) tls: bool,
     /// Members sharing one connection; default 1 up to 5,000 members, otherwise enough
     /// to stay under --max-conns connections.
     #[arg(long)]
@@ -210,6 +215,7 @@ impl CommonArgs {
             min_session_timeout: Duration::from_millis(100),
             max_members_per_group: 100_000,
             send_buffer: self.send_buffer,
+            tls: self.tls,
         })
     }
 }
@@ -288,7 +294,7 @@ impl GeneratorInfo {
         load: String,
     ) -> Self {
         Self {
-            driver: "raw protocol (Codec over Framed<TcpStream>), one task per connection",
+            driver: "raw protocol (Codec over a Framed TCP or TLS stream), one task per connection",
             members,
             connections,
             members_per_conn: per_conn,
@@ -365,10 +371,11 @@ impl<F: Serialize> Report<F> {
             head.push((
                 "coordinator",
                 format!(
-                    "{} (store {:?}, {} shards{}); {}",
+                    "{} (store {:?}, {} shards{}{}); {}",
                     c.mode,
                     c.store,
                     c.shards,
+                    if c.tls { ", TLS" } else { "" },
                     c.pid.map_or(String::new(), |p| format!(", pid {p}")),
                     c.resource_note
                 ),

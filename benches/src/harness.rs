@@ -215,7 +215,7 @@ impl Rig {
         let info = target.info(&opts);
         let rss_before = target.rss();
         let started = Instant::now();
-        let driver = Driver::start(target.addr, setup.plan());
+        let driver = Driver::start(target.endpoint(), setup.plan());
         let shared = driver.shared.clone();
         let progress = Progress::start(shared.clone(), setup.members, common.quiet);
         Ok(Self {

@@ -1,13 +1,14 @@
 //! An administrative connection: lists and describes groups while a scenario runs, to
 //! see the coordinator's own view beside what the members saw.
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use rollcall_client::raw::Connection;
 use rollcall_protocol::{GroupListing, GroupState, Request, Response};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+
+use crate::target::Endpoint;
 
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -17,8 +18,9 @@ pub(crate) struct Admin {
 }
 
 impl Admin {
-    pub(crate) async fn connect(addr: SocketAddr) -> Result<Self, String> {
-        let conn = Connection::connect(addr, "rollcall-bench-admin", ANSWER_TIMEOUT)
+    pub(crate) async fn connect(endpoint: &Endpoint) -> Result<Self, String> {
+        let options = endpoint.options("rollcall-bench-admin", ANSWER_TIMEOUT);
+        let conn = Connection::connect_with(&endpoint.addr.to_string(), &options)
             .await
             .map_err(|e| format!("admin connect: {e}"))?;
         Ok(Self { conn })
@@ -71,14 +73,14 @@ impl Snapshot {
 /// Polls the group list every `interval` until `stop`, sending each snapshot that
 /// differs from the last. Bounded by `limit` in any case.
 pub(crate) fn spawn_poller(
-    addr: SocketAddr,
+    endpoint: Endpoint,
     interval: Duration,
     limit: Duration,
     stop: CancellationToken,
 ) -> mpsc::UnboundedReceiver<Snapshot> {
     let (tx, rx) = mpsc::unbounded_channel();
     tokio::spawn(async move {
-        let Ok(mut admin) = Admin::connect(addr).await else {
+        let Ok(mut admin) = Admin::connect(&endpoint).await else {
             return;
         };
         let deadline = Instant::now() + limit;

@@ -106,3 +106,35 @@ fn steady_smoke_with_batched_heartbeats() {
         "ten beats a frame: {f:?}"
     );
 }
+
+/// With `--tls`, the in-process coordinator serves TLS with a certificate made for the
+/// run, and every member connects over it, verifying the certificate.
+#[test]
+fn steady_smoke_over_tls() {
+    let args = Wrapper::parse_from([
+        "smoke",
+        "--members",
+        "50",
+        "--groups",
+        "5",
+        "--interval",
+        "100ms",
+        "--duration",
+        "1s",
+        "--store",
+        "memory",
+        "--tls",
+        "--quiet",
+    ]);
+    let (f, info) = measure(&args);
+    assert_eq!(info.map(|i| i.tls), Some(true));
+    assert_eq!(f.connections, 50);
+    assert!(
+        f.rtt_from_intended.count >= 300,
+        "too few heartbeats answered: {f:?}"
+    );
+    assert_eq!(f.unanswered, 0, "{f:?}");
+    assert_eq!(f.connections_failed, 0, "{f:?}");
+    assert_eq!(f.false_expulsions, 0, "{f:?}");
+    assert_eq!(f.heartbeat_errors, 0, "{f:?}");
+}

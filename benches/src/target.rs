@@ -7,7 +7,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rollcall_coordinator::server::{Server, ServerConfig, ServerHandle, StoreConfig};
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType,
+    ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose,
+};
+use rollcall_client::raw::{self, ConnectOptions, Transport};
+use rollcall_client::ConnectError;
+use rollcall_client::TlsConfig;
+use rollcall_coordinator::server::{Server, ServerConfig, ServerHandle, StoreConfig, TlsSettings};
+use rollcall_protocol::ApiVersionsResponse;
 use serde::Serialize;
 
 use crate::procfs;
@@ -44,6 +52,95 @@ pub(crate) struct TargetOptions {
     pub(crate) min_session_timeout: Duration,
     pub(crate) max_members_per_group: usize,
     pub(crate) send_buffer: Option<usize>,
+    /// Serve over TLS, with a certificate made for the run.
+    pub(crate) tls: bool,
+}
+
+/// Where the load generator connects: the address, and over TLS the CA to verify the
+/// coordinator's certificate with.
+#[derive(Debug, Clone)]
+pub(crate) struct Endpoint {
+    pub(crate) addr: SocketAddr,
+    pub(crate) tls: Option<TlsConfig>,
+}
+
+impl Endpoint {
+    /// The options of a connection as `software`, bounded by `timeout`.
+    pub(crate) fn options(&self, software: &str, timeout: Duration) -> ConnectOptions {
+        let options = ConnectOptions::new(software).with_timeout(timeout);
+        match &self.tls {
+            Some(tls) => options.with_tls(tls.clone()),
+            None => options,
+        }
+    }
+
+    /// Connects (TCP, TLS if the coordinator speaks it) and handshakes within
+    /// `timeout`.
+    pub(crate) async fn connect(
+        &self,
+        software: &str,
+        timeout: Duration,
+    ) -> Result<(Transport, ApiVersionsResponse), ConnectError> {
+        match &self.tls {
+            None => raw::connect(self.addr, software, timeout).await,
+            Some(_) => raw::open(&self.addr.to_string(), &self.options(software, timeout)).await,
+        }
+    }
+}
+
+/// The PEM files of a TLS run: the coordinator's certificate and key, and the CA
+/// that issued the certificate (for the load generator).
+#[derive(Debug)]
+struct TlsFiles {
+    cert: PathBuf,
+    key: PathBuf,
+    ca: String,
+}
+
+impl TlsFiles {
+    /// A CA, and a certificate for 127.0.0.1 and localhost that it issued, written to
+    /// `dir`.
+    fn make(dir: &Path) -> Result<Self, String> {
+        let fail = |e: rcgen::Error| format!("cannot make the TLS certificates: {e}");
+        let mut params = CertificateParams::new(Vec::<String>::new()).map_err(fail)?;
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name = DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "rollcall-bench CA");
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().map_err(fail)?)
+            .map_err(fail)?;
+        let mut params =
+            CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+                .map_err(fail)?;
+        params.distinguished_name = DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "rollcall-bench coordinator");
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        let key = KeyPair::generate().map_err(fail)?;
+        let cert = params.signed_by(&key, &ca).map_err(fail)?;
+        let files = Self {
+            cert: dir.join("coordinator.pem"),
+            key: dir.join("coordinator-key.pem"),
+            ca: ca.pem(),
+        };
+        let write = |path: &Path, pem: String| {
+            std::fs::write(path, pem).map_err(|e| format!("cannot write {}: {e}", path.display()))
+        };
+        write(&files.cert, cert.pem())?;
+        write(&files.key, key.serialize_pem())?;
+        Ok(files)
+    }
+
+    fn client(&self) -> TlsConfig {
+        TlsConfig::from_pem(self.ca.clone())
+    }
 }
 
 #[derive(Debug)]
@@ -64,6 +161,8 @@ enum Running {
 #[derive(Debug)]
 pub(crate) struct Target {
     pub(crate) addr: SocketAddr,
+    /// Over TLS: how the load generator verifies the coordinator.
+    tls: Option<TlsConfig>,
     running: Running,
     data_dir: Option<PathBuf>,
 }
@@ -74,6 +173,8 @@ pub(crate) struct TargetInfo {
     pub(crate) mode: &'static str,
     pub(crate) store: StoreKind,
     pub(crate) shards: usize,
+    /// The load generator's connections use TLS.
+    pub(crate) tls: bool,
     pub(crate) pid: Option<u32>,
     pub(crate) resource_note: &'static str,
 }
@@ -139,6 +240,7 @@ impl Target {
                     .ok_or_else(|| format!("{addr} resolves to nothing"))?;
                 Ok(Self {
                     addr,
+                    tls: None,
                     running: Running::External { pid: *pid },
                     data_dir: None,
                 })
@@ -147,14 +249,23 @@ impl Target {
     }
 
     async fn in_process(opts: &TargetOptions) -> Result<Self, String> {
-        let data_dir = match opts.store {
-            StoreKind::Redb => Some(temp_dir().map_err(|e| format!("temp dir: {e}"))?),
-            StoreKind::Memory => None,
+        let data_dir = match (opts.store, opts.tls) {
+            (StoreKind::Memory, false) => None,
+            _ => Some(temp_dir().map_err(|e| format!("temp dir: {e}"))?),
+        };
+        let tls = match (&data_dir, opts.tls) {
+            (Some(dir), true) => Some(TlsFiles::make(dir)?),
+            _ => None,
         };
         let mut config = ServerConfig {
-            store: match &data_dir {
-                Some(dir) => StoreConfig::Dir(dir.clone()),
-                None => StoreConfig::Memory,
+            store: match (&data_dir, opts.store) {
+                (Some(dir), StoreKind::Redb) => StoreConfig::Dir(dir.clone()),
+                _ => StoreConfig::Memory,
+            },
+            tls: TlsSettings {
+                cert: tls.as_ref().map(|t| t.cert.clone()),
+                key: tls.as_ref().map(|t| t.key.clone()),
+                ..TlsSettings::default()
             },
             shards: opts.shards,
             // As `rollcall serve` runs by default: a connection thread per two CPUs.
@@ -186,6 +297,7 @@ impl Target {
             .map_err(|e| format!("coordinator start panicked: {e}"))??;
         Ok(Self {
             addr: handle.local_addr(),
+            tls: tls.map(|t| t.client()),
             running: Running::InProcess {
                 runtime: Some(runtime),
                 handle: Some(handle),
@@ -216,6 +328,16 @@ impl Target {
         if opts.store == StoreKind::Memory {
             cmd.arg("--in-memory");
         }
+        let tls = if opts.tls {
+            let files = TlsFiles::make(&data_dir)?;
+            cmd.arg("--tls-cert")
+                .arg(&files.cert)
+                .arg("--tls-key")
+                .arg(&files.key);
+            Some(files.client())
+        } else {
+            None
+        };
         if let Some(frames) = opts.send_buffer {
             cmd.args(["--send-buffer", &frames.to_string()]);
         }
@@ -279,9 +401,18 @@ impl Target {
         };
         Ok(Self {
             addr,
+            tls,
             running: Running::Spawned { child },
             data_dir: Some(data_dir),
         })
+    }
+
+    /// Where the load generator connects.
+    pub(crate) fn endpoint(&self) -> Endpoint {
+        Endpoint {
+            addr: self.addr,
+            tls: self.tls.clone(),
+        }
     }
 
     /// The coordinator's process id, when its resources can be read.
@@ -365,6 +496,7 @@ impl Target {
             mode,
             store: opts.store,
             shards: opts.shards,
+            tls: self.tls.is_some(),
             pid: self.pid(),
             resource_note: note,
         }

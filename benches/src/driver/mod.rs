@@ -30,13 +30,12 @@ mod events;
 mod task;
 
 use std::collections::{BinaryHeap, HashMap};
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::{FutureExt, SinkExt, StreamExt};
-use rollcall_client::raw::{self, Transport};
+use rollcall_client::raw::Transport;
 use rollcall_protocol::{
     ApiKey, Body, CommitOffsetsRequest, ErrorCode, ExpelReason, Frame, HeartbeatRequest,
     HeartbeatResult, HeartbeatsRequest, JoinRequest, OffsetCommit, Push, RelinquishRequest,
@@ -47,6 +46,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::stats::SharedHistogram;
+use crate::target::Endpoint;
 
 /// The one topic every member subscribes to.
 pub(crate) const TOPIC: &str = "t0";
@@ -334,7 +334,7 @@ pub(crate) struct Driver {
 
 impl Driver {
     /// Spawns every connection task on the current runtime; returns at once.
-    pub(crate) fn start(addr: SocketAddr, plan: Plan) -> Self {
+    pub(crate) fn start(endpoint: Endpoint, plan: Plan) -> Self {
         let per_conn = plan.per_conn.max(1);
         let (obs_tx, obs_rx) = if plan.observe {
             let (tx, rx) = mpsc::unbounded_channel();
@@ -379,7 +379,7 @@ impl Driver {
             let task = ConnTask {
                 shared: shared.clone(),
                 key: conn_index,
-                addr,
+                endpoint: endpoint.clone(),
                 members,
                 by_id: HashMap::new(),
                 commands: rx,
@@ -582,7 +582,7 @@ enum Exit {
 struct ConnTask {
     shared: Arc<Shared>,
     key: usize,
-    addr: SocketAddr,
+    endpoint: Endpoint,
     members: Vec<MemberState>,
     by_id: HashMap<String, usize>,
     commands: mpsc::UnboundedReceiver<Cmd>,
@@ -608,9 +608,10 @@ fn micros(d: Duration) -> u64 {
 
 /// Connects and handshakes; returns the coordinator's maximum frame size too. With
 /// `batch`, a coordinator that does not list the Heartbeats request is refused.
-async fn connect(addr: SocketAddr, batch: bool) -> Result<(Transport, usize), String> {
+async fn connect(endpoint: &Endpoint, batch: bool) -> Result<(Transport, usize), String> {
     let software = concat!("rollcall-bench/", env!("CARGO_PKG_VERSION"));
-    let (transport, versions) = raw::connect(addr, software, CONNECT_TIMEOUT)
+    let (transport, versions) = endpoint
+        .connect(software, CONNECT_TIMEOUT)
         .await
         .map_err(|e| e.to_string())?;
     let heartbeats = versions.versions.iter().any(|r| {

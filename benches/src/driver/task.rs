@@ -38,7 +38,7 @@ impl ConnTask {
             if self.shared.stop.is_cancelled() {
                 return None;
             }
-            match connect(self.addr, self.shared.batch).await {
+            match connect(&self.endpoint, self.shared.batch).await {
                 Ok((framed, max_frame_size)) => {
                     inc(&self.shared.counters.conns_ready);
                     self.max_frame_size = max_frame_size;
@@ -56,7 +56,7 @@ impl ConnTask {
         {
             eprintln!(
                 "connection {} to {} failed: {last_error}",
-                self.key, self.addr
+                self.key, self.endpoint.addr
             );
         }
         None

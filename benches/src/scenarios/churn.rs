@@ -187,7 +187,7 @@ impl Scenario for ChurnArgs {
                 .absorb_beats(&mut observations, interval)
                 .await;
             let mut snapshots = spawn_poller(
-                rig.target.addr,
+                rig.target.endpoint(),
                 self.poll,
                 duration + session + Duration::from_secs(60),
                 stop_poll.clone(),

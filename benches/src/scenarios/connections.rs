@@ -106,6 +106,8 @@ impl ConnectionsArgs {
             ("--interval", c.interval.is_some()),
             ("--members-per-conn", c.members_per_conn.is_some()),
             ("--batch-heartbeats", c.batch_heartbeats),
+            // It keeps only the sockets of handshaken connections: plain TCP.
+            ("--tls", c.tls),
         ]
         .into_iter()
         .filter_map(|(name, given)| given.then_some(name))

@@ -75,7 +75,7 @@ impl Scenario for JoinStormArgs {
             rig.connected().await?;
             let stop_poll = tokio_util::sync::CancellationToken::new();
             let mut snapshots = spawn_poller(
-                rig.target.addr,
+                rig.target.endpoint(),
                 self.poll,
                 cap + Duration::from_secs(10),
                 stop_poll.clone(),

@@ -108,7 +108,7 @@ impl Scenario for RollingArgs {
             for obs in std::iter::from_fn(|| observations.try_recv().ok()) {
                 tracker.apply(&obs);
             }
-            let mut admin = Admin::connect(rig.target.addr).await?;
+            let mut admin = Admin::connect(&rig.target.endpoint()).await?;
             let before = generations(&mut admin, groups).await?;
             let pushed_before: Vec<u32> = tracker.group_generation.clone();
             let owners_before: Vec<Vec<u32>> = tracker.owned.clone();
