@@ -885,6 +885,17 @@ mod tests {
         }))
     }
 
+    /// Room for every frame a test queues on a connection.
+    fn limits() -> Arc<SendLimits> {
+        Arc::new(SendLimits {
+            frames: 1000,
+            bytes: 1 << 22,
+            max_frame_size: 1 << 20,
+            too_large: Counter::noop(),
+            budget: Arc::new(BufferBudget::new(usize::MAX)),
+        })
+    }
+
     /// The frames queued on `state`, decoded, in order.
     fn queued(state: &ConnState) -> Vec<Frame> {
         let mut out = VecDeque::new();
@@ -904,14 +915,7 @@ mod tests {
     /// is sent.
     #[test]
     fn pushes_a_split_heartbeats_request_caused_follow_its_response() {
-        let limits = Arc::new(SendLimits {
-            frames: 100,
-            bytes: 1 << 20,
-            max_frame_size: 1 << 20,
-            too_large: Counter::noop(),
-            budget: Arc::new(BufferBudget::new(usize::MAX)),
-        });
-        let (mine, my_state) = ConnHandle::new(limits);
+        let (mine, my_state) = ConnHandle::new(limits());
         let metrics = Metrics::new();
         let ok = |generation| {
             Response::Heartbeats(HeartbeatsResponse {
@@ -956,14 +960,7 @@ mod tests {
     /// releases: each push follows every response of a part its shard had handled.
     #[test]
     fn pushes_released_by_a_later_split_request_wait_for_an_earlier_one() {
-        let limits = Arc::new(SendLimits {
-            frames: 100,
-            bytes: 1 << 20,
-            max_frame_size: 1 << 20,
-            too_large: Counter::noop(),
-            budget: Arc::new(BufferBudget::new(usize::MAX)),
-        });
-        let (mine, my_state) = ConnHandle::new(limits);
+        let (mine, my_state) = ConnHandle::new(limits());
         let metrics = Metrics::new();
         let ok = || {
             Response::Heartbeats(HeartbeatsResponse {
@@ -1033,17 +1030,10 @@ mod tests {
                 ..CoreConfig::default()
             };
             let shard = |i| Shard::new(i, Coordinator::new(config.clone()), ctx.clone());
-            let limits = Arc::new(SendLimits {
-                frames: 1000,
-                bytes: 1 << 22,
-                max_frame_size: 1 << 20,
-                too_large: Counter::noop(),
-                budget: Arc::new(BufferBudget::new(usize::MAX)),
-            });
             Self {
                 shards: [shard(0), shard(1)],
                 registry,
-                limits,
+                limits: limits(),
             }
         }
 
