@@ -86,7 +86,10 @@
 //! - *7.* Nobody is expelled before its deadline: not for session expiry while a frame of it
 //!   reached the coordinator less than its session timeout ago (a frame queued at a
 //!   paused coordinator counts from its arrival), not for lack of progress, not for a
-//!   rebalance timeout before its revocation was pending that long.
+//!   rebalance timeout before its revocation was pending that long, nor once the
+//!   acknowledgement of every revocation past its deadline (sent while it was asked, in
+//!   a heartbeat or in a leave after releasing everything) reached the coordinator
+//!   before that deadline, even if it was read only later.
 //!
 //! At the end of the quiet tail:
 //!
