@@ -162,6 +162,14 @@
 //! first, late, run after the deadline now waits one breather for the shell to read
 //! what came before it.
 //!
+//! Check 7 was later extended to expulsions for a rebalance timeout whose
+//! acknowledgement had reached the coordinator before the deadline. No seed up to
+//! 20,000 fails it, but the cases it covers showed a gap that `defects.rs` now tests
+//! (defect 19): the backlog guard and the breather held no member whose connection had
+//! closed, so one resuming on a new connection within its lease was expelled for a
+//! revocation (or silence, or progress) while its first frames there waited unread
+//! behind a stall. They now hold it too, never past its lease.
+//!
 //! # Running it
 //!
 //! `cargo test -p rollcall-coordinator --lib simulation` runs 200 seeds.
