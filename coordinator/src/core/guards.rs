@@ -58,10 +58,11 @@
 //! - **Backlog guard.** Evidence: the shell reports that the coordinator is behind (its
 //!   runtime ran a ready task, or a shard a queued request, at least [`BACKLOG_FLOOR`]
 //!   late) within the last [`BACKLOG_MEMORY`]: frames members sent may be waiting
-//!   unread. An expiry of a member whose connection is open, or that has not been
-//!   heard since a restore (its first frames, on a new connection, may be among them),
-//!   is held while that lasts, and rechecked once the backlog has had time to drain.
-//!   Bound: as above. A shorter stall can go unreported: one that ends just after a
+//!   unread. An expiry of a member whose connection is open, that has not been heard
+//!   since a restore, or whose connection closed while its lease still runs (the first
+//!   frames of either, on a new connection, may be among them), is held while that
+//!   lasts, and rechecked once the backlog has had time to drain. Bound: as above, and
+//!   a member whose connection closed never past its lease. A shorter stall can go unreported: one that ends just after a
 //!   deadline makes the timers barely late. So an expiry found at the core's first run
 //!   after the deadline, when that run is late, is also held, for one [`BREATHER`], so
 //!   that the shell reads what arrived before the deadline first (it may run timers
@@ -480,6 +481,19 @@ impl Coordinator {
             }
         }
         let (deadline, bound) = hold_bound(m, now)?;
+        // Frames may be waiting unread from a member whose connection is open, that has
+        // not been heard since a restore, or whose connection closed while its lease
+        // still runs: it may be resuming on a new connection, whose first frames (an
+        // acknowledgement, a beat) are among those waiting. The last is never held past
+        // its lease, which ends its membership anyway (a crashed process closes its
+        // sockets, and is expelled when its lease runs out, held or not).
+        let resuming = m.conn_closed && m.lease_until > now;
+        let may_wait = m.conn.is_some() || m.unheard || resuming;
+        let bound = if resuming {
+            bound.min(m.lease_until)
+        } else {
+            bound
+        };
         // Not run since before the deadline, and running late: the core may have been
         // stalled over it, too briefly (or too close to its end) for the timers to run
         // late enough to show a pause or a backlog. Frames that arrived before the
@@ -487,7 +501,7 @@ impl Coordinator {
         // every connection. One breather lets it read them; the core has then run since
         // the deadline, so this holds once.
         let first_late_run = self.ran_before.is_some_and(|ran| ran < deadline) && now > deadline;
-        if first_late_run && (m.conn.is_some() || m.unheard) {
+        if first_late_run && may_wait {
             return Some(Hold::Backlog {
                 recheck: now + BREATHER,
             });
@@ -504,8 +518,9 @@ impl Coordinator {
         // is, every beat.)
         let rate_limited = m.session_deadline() <= now;
         // A member not heard since a restore has no connection yet, but its first frames,
-        // on a new one, may be among those waiting.
-        if let (Some(b), true) = (self.guards.behind, m.conn.is_some() || m.unheard) {
+        // on a new one, may be among those waiting; so may those of a member resuming
+        // after its connection closed.
+        if let (Some(b), true) = (self.guards.behind, may_wait) {
             if now.saturating_duration_since(b.last) <= BACKLOG_MEMORY {
                 if now < bound {
                     let drain = b.worst.clamp(BACKLOG_FLOOR, BACKLOG_MEMORY);

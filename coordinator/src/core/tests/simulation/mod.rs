@@ -86,7 +86,10 @@
 //! - *7.* Nobody is expelled before its deadline: not for session expiry while a frame of it
 //!   reached the coordinator less than its session timeout ago (a frame queued at a
 //!   paused coordinator counts from its arrival), not for lack of progress, not for a
-//!   rebalance timeout before its revocation was pending that long.
+//!   rebalance timeout before its revocation was pending that long, nor once the
+//!   acknowledgement of every revocation past its deadline (sent while it was asked, in
+//!   a heartbeat or in a leave after releasing everything) reached the coordinator
+//!   before that deadline, even if it was read only later.
 //!
 //! At the end of the quiet tail:
 //!
@@ -158,6 +161,14 @@
 //! deadline was expelled: check 7 \[session expiry\]. An expiry found at the core's
 //! first, late, run after the deadline now waits one breather for the shell to read
 //! what came before it.
+//!
+//! Check 7 was later extended to expulsions for a rebalance timeout whose
+//! acknowledgement had reached the coordinator before the deadline. No seed up to
+//! 20,000 fails it, but the cases it covers showed a gap that `defects.rs` now tests
+//! (defect 19): the backlog guard and the breather held no member whose connection had
+//! closed, so one resuming on a new connection within its lease was expelled for a
+//! revocation (or silence, or progress) while its first frames there waited unread
+//! behind a stall. They now hold it too, never past its lease.
 //!
 //! # Running it
 //!

@@ -6,7 +6,7 @@
 //! `DescribeGroup`) and from the simulated clients; it keeps everything across
 //! coordinator restarts, which is the point: the core forgets, the oracle does not.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -133,6 +133,19 @@ pub(super) struct MemberInfo {
     progress_since: Instant,
     /// Since when the core has had partitions to take from it (from `DescribeGroup`).
     revoking_since: Option<Instant>,
+    /// Each partition the core is asking it to release, since when (from
+    /// `DescribeGroup`; a revocation withdrawn and asked again starts over, as in the
+    /// core).
+    revoking: BTreeMap<Tp, Instant>,
+    /// For partitions in `revoking`: when an acknowledgement of that revocation (sent
+    /// while it was being asked, in a heartbeat of this holding's generation or later,
+    /// or in a leave after releasing everything) first reached the coordinator, read at
+    /// once or queued at a paused coordinator.
+    acked_arrival: BTreeMap<Tp, Instant>,
+    /// For each partition the member was last told it owns, the generation of the first
+    /// assignment push that told it so in this holding: an acknowledgement carrying an
+    /// older generation is about an earlier holding (the core ignores it).
+    granted_in: BTreeMap<Tp, u32>,
     pub(super) removed: Option<(Instant, ExpelReason)>,
     replaced_by: Option<String>,
     /// Timeouts (session, progress, rebalance) before a rejoin changed them, and until
@@ -400,7 +413,15 @@ impl Oracle {
     // ----------------------------------------------------------------------------------
 
     /// A request reached the coordinator (processed now, or queued while it is paused).
-    pub(super) fn on_arrival(&mut self, now: Instant, conn: ConnId, request: &Request) {
+    /// The client sent it at `sent`; a leave's application had released everything if
+    /// `leave_released_all`.
+    pub(super) fn on_arrival(
+        &mut self,
+        (now, sent): (Instant, Instant),
+        conn: ConnId,
+        request: &Request,
+        leave_released_all: bool,
+    ) {
         let Some(id) = self.named_member(request) else {
             return;
         };
@@ -409,6 +430,25 @@ impl Oracle {
         };
         if info.removed.is_some() {
             return;
+        }
+        // Acknowledgements of the revocations now asked: sent while they were asked
+        // (one sent before, read late, answered an earlier revocation). A leave that
+        // ends the membership after the application released everything answers them
+        // all; a static member's stand-down keeps it a member with its revocations.
+        let acked: Vec<Tp> = match request {
+            Request::Heartbeat(h) => from_wire(&h.acked_revocations)
+                .into_iter()
+                .filter(|tp| info.granted_in.get(tp).is_some_and(|g| h.generation >= *g))
+                .collect(),
+            Request::Leave(l) if leave_released_all && l.mode != LeaveMode::StandDown => {
+                info.revoking.keys().cloned().collect()
+            }
+            _ => Vec::new(),
+        };
+        for tp in acked {
+            if info.revoking.get(&tp).is_some_and(|since| sent >= *since) {
+                info.acked_arrival.entry(tp).or_insert(now);
+            }
         }
         info.last_arrival = now;
         info.last_arrival_conn = Some(conn);
@@ -549,6 +589,9 @@ impl Oracle {
                                 max_progress: 0,
                                 progress_since: now,
                                 revoking_since: None,
+                                revoking: BTreeMap::new(),
+                                acked_arrival: BTreeMap::new(),
+                                granted_in: BTreeMap::new(),
                                 removed: None,
                                 replaced_by: None,
                                 history: Vec::new(),
@@ -616,6 +659,13 @@ impl Oracle {
     pub(super) fn on_push(&mut self, push: &Push) {
         if let Push::Assignment(a) = push {
             self.note_generation(&a.group, a.generation);
+            if let Some(info) = self.members.get_mut(&a.member_id) {
+                let owned = from_wire(&a.partitions);
+                info.granted_in.retain(|tp, _| owned.contains(tp));
+                for tp in owned {
+                    info.granted_in.entry(tp).or_insert(a.generation);
+                }
+            }
         }
     }
 
@@ -796,7 +846,7 @@ impl Oracle {
             return;
         };
         let rejoined = !info.history.is_empty();
-        let kind = match reason {
+        let mut kind = match reason {
             ExpelReason::SessionExpired if rejoined => {
                 "session expiry, timeouts changed by a rejoin"
             }
@@ -808,6 +858,11 @@ impl Oracle {
             _ if rejoined => "rebalance timeout, timeouts changed by a rejoin",
             _ if info.replacement => "rebalance timeout of a static replacement",
             _ => "rebalance timeout",
+        };
+        let queued = if reason == ExpelReason::RebalanceTimeout {
+            self.acknowledged_in_time(now, member, procs)
+        } else {
+            None
         };
         let msg = match reason {
             ExpelReason::SessionExpired => {
@@ -847,6 +902,10 @@ impl Oracle {
                 })
             }
             ExpelReason::RebalanceTimeout => match info.revoking_since {
+                Some(_) if queued.is_some() => {
+                    kind = "rebalance timeout with the acknowledgement queued";
+                    queued
+                }
                 Some(since) => {
                     let waited = now.saturating_duration_since(since);
                     (waited + EPS < info.rebalance_min).then(|| {
@@ -876,6 +935,55 @@ impl Oracle {
         }
     }
 
+    /// Check 7 for a `RebalanceTimeout` expulsion at `now`: whether every revocation
+    /// whose deadline has passed had its acknowledgement reach the coordinator before
+    /// that deadline (read late: queued behind a pause, or read after the timers ran).
+    /// The deadline is the earliest the core may set: when the oracle saw the partition
+    /// asked, plus the smallest rebalance timeout since (the core only ever moves it
+    /// later, for its own pauses and silences). Returns the explanation if so.
+    fn acknowledged_in_time(
+        &self,
+        now: Instant,
+        member: &str,
+        procs: &[Process],
+    ) -> Option<String> {
+        let info = self.members.get(member)?;
+        let mut overdue = info
+            .revoking
+            .iter()
+            .map(|(tp, since)| (tp, *since + info.rebalance_min))
+            .filter(|(_, deadline)| *deadline <= now + EPS)
+            .peekable();
+        overdue.peek()?;
+        let mut answered = Vec::new();
+        for (tp, deadline) in overdue {
+            let arrived = *info.acked_arrival.get(tp)?;
+            if arrived > deadline {
+                return None;
+            }
+            answered.push(format!(
+                "{}/{} (asked at t={}, due by t={}, acknowledged at t={})",
+                tp.0,
+                tp.1,
+                self.t(info.revoking[tp]),
+                self.t(deadline),
+                self.t(arrived)
+            ));
+        }
+        let first = info.revoking.values().min().copied().unwrap_or(now);
+        Some(format!(
+            "{} was expelled for not acknowledging a revocation, but the acknowledgement of \
+             every revocation past its deadline had reached the coordinator before that \
+             deadline: {}; its rebalance timeout is {:?} (it joined at t={}){}{}",
+            self.who(member, procs),
+            answered.join(", "),
+            info.rebalance_min,
+            self.t(info.joined_at),
+            info.history(self),
+            self.downtime_context(first)
+        ))
+    }
+
     /// The core's view of `group` after an input changed it: checks exclusivity (1),
     /// that every grant respects the previous holder's lease (2), and notes revocations.
     pub(super) fn on_describe(
@@ -886,7 +994,7 @@ impl Oracle {
         procs: &[Process],
     ) {
         let mut owners: BTreeMap<Tp, String> = BTreeMap::new();
-        let mut revoking: Vec<(String, bool)> = Vec::new();
+        let mut revoking: Vec<(String, BTreeSet<Tp>)> = Vec::new();
         if described.is_none() {
             self.forgotten.insert(group.to_owned(), now);
         }
@@ -904,7 +1012,7 @@ impl Oracle {
                         self.violate(now, Check::Exclusive, "two owners", msg);
                     }
                 }
-                revoking.push((m.member_id.clone(), !m.pending_revoke.is_empty()));
+                revoking.push((m.member_id.clone(), from_wire(&m.pending_revoke)));
             }
         }
         let prev = self.owners.remove(group).unwrap_or_default();
@@ -976,10 +1084,16 @@ impl Oracle {
             }
         }
         self.owners.insert(group.to_owned(), owners);
-        for (id, pending) in revoking {
+        for (id, asked) in revoking {
             let Some(info) = self.members.get_mut(&id) else {
                 continue;
             };
+            let pending = !asked.is_empty();
+            info.revoking.retain(|tp, _| asked.contains(tp));
+            info.acked_arrival.retain(|tp, _| asked.contains(tp));
+            for tp in asked {
+                info.revoking.entry(tp).or_insert(now);
+            }
             let before = info.revoking_since.is_some();
             if !pending {
                 info.revoking_since = None;
@@ -1027,6 +1141,8 @@ impl Oracle {
         for info in self.members.values_mut() {
             info.last_arrival_conn = None;
             info.conn_closed_at = None;
+            // Frames queued at the old process were lost with it.
+            info.acked_arrival.clear();
         }
         for id in restored {
             if let Some(info) = self.members.get_mut(id) {

@@ -556,9 +556,21 @@ impl World {
         if !self.open_conns.contains_key(&conn) || self.broken.contains(&conn) {
             return;
         }
-        if let ToCore::Request { request, .. } = &msg {
+        if let ToCore::Request {
+            proc,
+            id,
+            request,
+            sent,
+        } = &msg
+        {
             if !matches!(self.state, CoreState::Down { .. }) {
-                self.oracle.on_arrival(self.now, conn, request);
+                let released_all = self.procs[*proc]
+                    .leave_released_all
+                    .get(id)
+                    .copied()
+                    .unwrap_or(false);
+                self.oracle
+                    .on_arrival((self.now, *sent), conn, request, released_all);
             }
         }
         match &mut self.state {
