@@ -1,12 +1,12 @@
 //! What happens to the world: its random shape, the faults injected while the run is
 //! noisy, and the restarts aimed at the moments a restart is most likely to lose state.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rand::Rng;
 use rollcall_protocol::{ExpelReason, TopicSubscription};
 
-use super::client::{Membership, Settings};
+use super::client::{Membership, Settings, Tp};
 use super::process::AckPolicy;
 use super::world::{Action, Ev, GroupSpec, World};
 use crate::core::Event;
@@ -35,9 +35,10 @@ enum Fault {
     Pause,
     Restart,
     Drain,
+    AimedStall,
 }
 
-const FAULTS: [(Fault, f64); 14] = [
+const FAULTS: [(Fault, f64); 15] = [
     (Fault::Cut, 10.0),
     (Fault::Stuck, 3.0),
     (Fault::Crash, 4.0),
@@ -52,6 +53,7 @@ const FAULTS: [(Fault, f64); 14] = [
     (Fault::Pause, 1.2),
     (Fault::Restart, 0.8),
     (Fault::Drain, 0.4),
+    (Fault::AimedStall, 1.0),
 ];
 
 fn ms(ms: u64) -> Duration {
@@ -490,6 +492,7 @@ impl World {
                 };
                 self.pause_begin(len);
             }
+            Fault::AimedStall => self.aimed_stall(),
             Fault::Restart => {
                 let downtime = self.restart_downtime();
                 self.restart_begin(downtime, "at random");
@@ -569,6 +572,120 @@ impl World {
         self.log(format!(
             "process {p}: cut until t={}, coordinator pause planned from t={} to t={}",
             self.t(heal),
+            self.t(start),
+            self.t(end)
+        ));
+        self.push(start, Ev::Do(Action::Pause(end - start)));
+    }
+
+    /// A coordinator stall aimed at a member's revocation or progress deadline, with
+    /// the frame that answers it (an acknowledgement, a heartbeat carrying progress
+    /// again) sent just before that deadline, so that it waits unread in the stall.
+    /// A revocation pending now is the target, or else the next one an application is
+    /// asked; otherwise an application stalls past its progress deadline and resumes
+    /// just in time.
+    fn aimed_stall(&mut self) {
+        if self.rng.gen_bool(0.6) {
+            let candidates: Vec<usize> = (0..self.procs.len())
+                .filter(|&p| self.revocation_target(p).is_some())
+                .collect();
+            if candidates.is_empty() {
+                self.aim_next_revocation = true;
+            } else {
+                let p = candidates[self.rng.gen_range(0..candidates.len())];
+                self.aim_at_revocation(p);
+            }
+            return;
+        }
+        let Some(p) = self.pick(|w, p| w.procs[p].conn.is_some() && w.procs[p].m.is_active())
+        else {
+            return;
+        };
+        let Some(deadline) = self.procs[p]
+            .m
+            .member_id()
+            .and_then(|m| self.oracle.members.get(m))
+            .filter(|info| info.removed.is_none())
+            .map(|info| info.progress_deadline())
+        else {
+            return;
+        };
+        // The application resumes inside the stall, early enough for one heartbeat to
+        // carry its progress before the deadline.
+        let now = self.now;
+        let beat = self.procs[p].m.settings.heartbeat_interval + ms(60);
+        let start = deadline
+            .checked_sub(beat.mul_f64(self.rng.gen_range(1.05..1.6)))
+            .unwrap_or(now)
+            .max(now);
+        let Some(latest) = deadline.checked_sub(beat).filter(|l| *l > start) else {
+            return;
+        };
+        let resume = start + self.rng.gen_range(Duration::ZERO..latest - start);
+        self.procs[p].stalled_until = Some(resume);
+        let what = format!(
+            "application stalls until t={}, its progress deadline is at t={}",
+            self.t(resume),
+            self.t(deadline)
+        );
+        self.stall_over(p, &what, deadline, start);
+    }
+
+    /// Process `p`'s oldest unanswered revocation's deadline, and the partitions not
+    /// answered, if its application knows them all, it can answer them at once, and
+    /// the deadline leaves time to aim a stall at it.
+    fn revocation_target(&self, p: usize) -> Option<(Instant, Vec<Tp>)> {
+        let proc = &self.procs[p];
+        if !proc.is_live() || proc.conn.is_none() || !proc.m.is_active() || proc.m.is_leaving() {
+            return None;
+        }
+        let info = self.oracle.members.get(proc.m.member_id()?)?;
+        let (deadline, tps) = info
+            .revocation_deadline()
+            .filter(|_| info.removed.is_none())?;
+        (deadline > self.now + ms(400) && tps.iter().all(|tp| proc.acks_due.contains_key(tp)))
+            .then_some((deadline, tps))
+    }
+
+    /// Aims a stall at process `p`'s revocation deadline, its application acknowledging
+    /// just before it (30 to 250 ms: the acknowledgement reaches the coordinator before
+    /// the deadline, unless a delay spike holds it). Returns whether it could.
+    pub(super) fn aim_at_revocation(&mut self, p: usize) -> bool {
+        let Some((deadline, tps)) = self.revocation_target(p) else {
+            return false;
+        };
+        let sent = deadline - self.rng.gen_range(ms(30)..ms(250));
+        for tp in tps {
+            self.procs[p].acks_due.insert(tp, sent);
+        }
+        self.schedule_wake(p);
+        let what = format!(
+            "its revocation deadline is at t={}, its application acknowledges at t={}",
+            self.t(deadline),
+            self.t(sent)
+        );
+        self.stall_over(p, &what, deadline, sent);
+        true
+    }
+
+    /// A coordinator stall from shortly before `from` to just after `deadline` of
+    /// process `p`: a short one (the timers barely late: no pause measured) or a longer
+    /// one the pause guard may measure.
+    fn stall_over(&mut self, p: usize, what: &str, deadline: Instant, from: Instant) {
+        let (start, end) = if self.rng.gen_bool(0.6) {
+            (
+                from.checked_sub(self.rng.gen_range(Duration::ZERO..ms(100))),
+                deadline + self.rng.gen_range(Duration::ZERO..ms(100)),
+            )
+        } else {
+            (
+                from.checked_sub(self.rng.gen_range(Duration::ZERO..ms(1000))),
+                deadline + self.rng.gen_range(ms(150)..ms(2500)),
+            )
+        };
+        let start = start.unwrap_or(self.now).max(self.now);
+        self.log(format!(
+            "process {p}: {what}; coordinator stall planned from t={} to t={}",
             self.t(start),
             self.t(end)
         ));

@@ -40,9 +40,15 @@
 //!   groups leaving and being joined again; retention deleting an empty group's offsets;
 //!   coordinator pauses of up to three session timeouts, while frames queue up (some
 //!   aimed to begin just before a cut-off member's deadline, some to end just after
-//!   it); coordinator restarts at random and aimed at the
-//!   coalescing window after a join or a leave, at expulsions whose partitions are held,
-//!   and after static replacements. A restart builds a new core (a new member id prefix)
+//!   it); coordinator stalls aimed at a pending revocation's deadline, the application
+//!   acknowledging 30 to 250 ms before it so that the acknowledgement waits in the
+//!   stall, or at a stalled application's progress deadline, the application resuming
+//!   in time for one heartbeat to carry its progress before it (three in five begin at
+//!   most 100 ms before the answer can go out and end within 100 ms of the deadline,
+//!   mostly too short for the pause guard to measure; the others begin up to a second
+//!   earlier and end up to 2.5 s after it); coordinator restarts at random and aimed
+//!   at the coalescing window after a join or a leave, at expulsions whose partitions
+//!   are held, and after static replacements. A restart builds a new core (a new member id prefix)
 //!   restored from exactly the records made durable (a `MemoryStore`, which applies them
 //!   as the server's stores do); every connection is
 //!   lost and the clients reconnect and carry on.

@@ -182,6 +182,25 @@ impl MemberInfo {
             .collect()
     }
 
+    /// The earliest the core may expel the member for an unanswered revocation: the
+    /// oldest revocation whose acknowledgement has not reached the coordinator, plus the
+    /// smallest rebalance timeout since; with the partitions not answered.
+    pub(super) fn revocation_deadline(&self) -> Option<(Instant, Vec<Tp>)> {
+        let unanswered: Vec<(&Tp, &Instant)> = self
+            .revoking
+            .iter()
+            .filter(|(tp, _)| !self.acked_arrival.contains_key(*tp))
+            .collect();
+        let oldest = unanswered.iter().map(|(_, since)| **since).min()?;
+        let tps = unanswered.into_iter().map(|(tp, _)| tp.clone()).collect();
+        Some((oldest + self.rebalance_min, tps))
+    }
+
+    /// The earliest the core may expel the member for lack of progress.
+    pub(super) fn progress_deadline(&self) -> Instant {
+        self.progress_since + self.progress_min
+    }
+
     fn session_changed(&self) -> bool {
         self.history.iter().any(|(_, [s, _, _])| *s != self.session)
     }

@@ -164,9 +164,14 @@ impl World {
             .into_iter()
             .filter(|tp| !proc.acks_due.contains_key(tp))
             .collect();
+        let asked = !fresh.is_empty();
         for tp in fresh {
             let d = self.ack_delay(p);
             self.procs[p].acks_due.insert(tp, now + d);
+        }
+        // A stall waits to be aimed at the next revocation's deadline.
+        if asked && self.aim_next_revocation && !self.quiet && self.aim_at_revocation(p) {
+            self.aim_next_revocation = false;
         }
         let proc = &mut self.procs[p];
         let due: Vec<Tp> = proc

@@ -210,6 +210,8 @@ pub(super) struct World {
     /// from the seed, not the random stream, so other seeds run as before.
     pub(super) fast_beats: bool,
     pub(super) counts: Counts,
+    /// A stall is to be aimed at the next revocation an application is asked.
+    pub(super) aim_next_revocation: bool,
 }
 
 impl World {
@@ -264,6 +266,7 @@ impl World {
             long_sessions: false,
             fast_beats: (seed / 2) % 4 == 1,
             counts: Counts::default(),
+            aim_next_revocation: false,
         }
     }
 
