@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
-use rollcall_protocol::{DescribeGroupRequest, Push, Request, Response};
+use rollcall_protocol::{DescribeGroupRequest, LeaveMode, Push, Request, Response};
 
 use super::client::{ReqId, Tp};
 use super::oracle::{Check, Crash, Oracle, Violation};
@@ -765,8 +765,11 @@ impl World {
             return;
         };
         proc.pending.insert(id, now);
-        if let Request::Leave(_) = &request {
-            let released_all = proc.m.held().is_empty();
+        if let Request::Leave(leave) = &request {
+            // An unconfirmed leave goes out at the leave deadline with revocations still
+            // pending: the client drops them from its holdings as it sends it, so they
+            // are not what the application released.
+            let released_all = leave.mode != LeaveMode::Unconfirmed && proc.m.held().is_empty();
             proc.leave_released_all.insert(id, released_all);
         }
         let dropped = self.broken.contains(&conn);
