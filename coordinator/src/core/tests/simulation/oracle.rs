@@ -123,8 +123,12 @@ pub(super) struct MemberInfo {
     /// a paused coordinator's backlog counts from its arrival), or the restore.
     pub(super) last_arrival: Instant,
     last_arrival_conn: Option<ConnId>,
-    /// When the coordinator saw `last_arrival_conn` close, if it did (since the last
-    /// restore).
+    /// The connection of the last frame naming the member the core read: the one it
+    /// talks over in the core's eyes (a frame read late from a connection it had left,
+    /// after newer ones, binds it there again).
+    last_read_conn: Option<ConnId>,
+    /// When the coordinator saw `last_arrival_conn` or `last_read_conn` close, if it
+    /// did (since the last restore).
     conn_closed_at: Option<Instant>,
     /// Its last frame was a static member's `stand_down` leave: it stays a member until
     /// its session expires, whatever happens to its connection.
@@ -501,6 +505,7 @@ impl Oracle {
             .and_then(|id| self.members.get_mut(&id))
         {
             info.promised = info.promised.max(now + info.lease);
+            info.last_read_conn = Some(conn);
         }
         // Check 3: a replaced member is told it was fenced, whatever it sends.
         let named = match request {
@@ -603,6 +608,7 @@ impl Oracle {
                                 progress_min: progress,
                                 last_arrival: now,
                                 last_arrival_conn: Some(conn),
+                                last_read_conn: Some(conn),
                                 conn_closed_at: None,
                                 stood_down: false,
                                 max_progress: 0,
@@ -1148,7 +1154,9 @@ impl Oracle {
     /// The coordinator saw connection `conn` close.
     pub(super) fn on_closed(&mut self, now: Instant, conn: ConnId) {
         for info in self.members.values_mut() {
-            if info.last_arrival_conn == Some(conn) && info.conn_closed_at.is_none() {
+            let talks_over =
+                info.last_arrival_conn == Some(conn) || info.last_read_conn == Some(conn);
+            if talks_over && info.conn_closed_at.is_none() {
                 info.conn_closed_at = Some(now);
             }
         }
@@ -1159,6 +1167,7 @@ impl Oracle {
     pub(super) fn on_restored(&mut self, now: Instant, restored: &[String]) {
         for info in self.members.values_mut() {
             info.last_arrival_conn = None;
+            info.last_read_conn = None;
             info.conn_closed_at = None;
             // Frames queued at the old process were lost with it.
             info.acked_arrival.clear();
