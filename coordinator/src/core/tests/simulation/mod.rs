@@ -63,8 +63,9 @@
 //!   connections' reads.
 //! - After 20 to 40 s the faults stop (delay spikes included) and a **quiet tail** runs
 //!   until membership has been stable, the partitions of the last expelled member free
-//!   and the coordinator back from its last pause or restart, for the longest session
-//!   plus the longest rebalance timeout plus a second.
+//!   and the coordinator back from its last pause or restart, for twice the longest
+//!   session (a session for expiries, another for a suspect member to recover with
+//!   three on-time heartbeats) plus the longest rebalance timeout plus a second.
 //!
 //! # The checks ([`oracle`])
 //!

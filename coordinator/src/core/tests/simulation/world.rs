@@ -887,14 +887,16 @@ impl World {
     /// How long membership must stay unchanged before ownership is checked (check 5).
     /// Every process counts, live or not: a member whose process went away (a leave
     /// that never arrived, say) stays in the group until its session expires, counted
-    /// afresh from the coordinator's last restart.
+    /// afresh from the coordinator's last restart. A live member that is suspect takes
+    /// no grants until it recovers, after three on-time heartbeats (a session at the
+    /// client's interval of a third of it), so that is allowed for too.
     fn settle_time(&self) -> Duration {
         let (mut session, mut rebalance) = (Duration::ZERO, Duration::ZERO);
         for p in &self.procs {
             session = session.max(p.m.settings.session_timeout);
             rebalance = rebalance.max(p.m.settings.rebalance_timeout);
         }
-        session + rebalance + Duration::from_secs(1)
+        2 * session + rebalance + Duration::from_secs(1)
     }
 
     fn tail_done(&self) -> bool {
