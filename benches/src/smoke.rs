@@ -23,6 +23,26 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("runtime")
 }
 
+/// The arguments of a 1 s steady run of 50 members in 5 groups, every 100 ms, on the
+/// memory store, with `extra` added.
+fn args(extra: &[&str]) -> Wrapper {
+    let base = [
+        "smoke",
+        "--members",
+        "50",
+        "--groups",
+        "5",
+        "--interval",
+        "100ms",
+        "--duration",
+        "1s",
+        "--store",
+        "memory",
+        "--quiet",
+    ];
+    Wrapper::parse_from(base.iter().chain(extra))
+}
+
 /// A 1 s steady run of 50 members, bounded to a minute.
 fn measure(args: &Wrapper) -> (steady::SteadyFigures, Option<crate::target::TargetInfo>) {
     runtime()
@@ -39,21 +59,7 @@ fn measure(args: &Wrapper) -> (steady::SteadyFigures, Option<crate::target::Targ
 
 #[test]
 fn steady_smoke_in_process() {
-    let args = Wrapper::parse_from([
-        "smoke",
-        "--members",
-        "50",
-        "--groups",
-        "5",
-        "--interval",
-        "100ms",
-        "--duration",
-        "1s",
-        "--store",
-        "memory",
-        "--quiet",
-    ]);
-    let (f, info) = measure(&args);
+    let (f, info) = measure(&args(&[]));
     assert_eq!(info.map(|i| i.mode), Some("in-process"));
     assert_eq!(f.members, 50);
     assert_eq!(f.connections, 50, "one member per connection below 5,000");
@@ -73,24 +79,7 @@ fn steady_smoke_in_process() {
 
 #[test]
 fn steady_smoke_with_batched_heartbeats() {
-    let args = Wrapper::parse_from([
-        "smoke",
-        "--members",
-        "50",
-        "--groups",
-        "5",
-        "--members-per-conn",
-        "10",
-        "--batch-heartbeats",
-        "--interval",
-        "100ms",
-        "--duration",
-        "1s",
-        "--store",
-        "memory",
-        "--quiet",
-    ]);
-    let (f, _) = measure(&args);
+    let (f, _) = measure(&args(&["--members-per-conn", "10", "--batch-heartbeats"]));
     assert!(f.batch_heartbeats);
     assert_eq!(f.connections, 5);
     // Beats are counted per member, as without batching; frames per connection.
@@ -111,22 +100,7 @@ fn steady_smoke_with_batched_heartbeats() {
 /// run, and every member connects over it, verifying the certificate.
 #[test]
 fn steady_smoke_over_tls() {
-    let args = Wrapper::parse_from([
-        "smoke",
-        "--members",
-        "50",
-        "--groups",
-        "5",
-        "--interval",
-        "100ms",
-        "--duration",
-        "1s",
-        "--store",
-        "memory",
-        "--tls",
-        "--quiet",
-    ]);
-    let (f, info) = measure(&args);
+    let (f, info) = measure(&args(&["--tls"]));
     assert_eq!(info.map(|i| i.tls), Some(true));
     assert_eq!(f.connections, 50);
     assert!(

@@ -62,12 +62,12 @@
 //!   since a restore, or whose connection closed while its lease still runs (the first
 //!   frames of either, on a new connection, may be among them), is held while that
 //!   lasts, and rechecked once the backlog has had time to drain. Bound: as above, and
-//!   a member whose connection closed never past its lease. A shorter stall can go unreported: one that ends just after a
-//!   deadline makes the timers barely late. So an expiry found at the core's first run
-//!   after the deadline, when that run is late, is also held, for one [`BREATHER`], so
-//!   that the shell reads what arrived before the deadline first (it may run timers
-//!   before it reads every connection). Bound: one breather, since the core has then
-//!   run since the deadline.
+//!   a member whose connection closed never past its lease. A shorter stall can go
+//!   unreported: one that ends just after a deadline makes the timers barely late. So
+//!   an expiry found at the core's first run after the deadline, when that run is
+//!   late, is also held, for one [`BREATHER`], so that the shell reads what arrived
+//!   before the deadline first (it may run timers before it reads every connection).
+//!   Bound: one breather, since the core has then run since the deadline.
 //!
 //! - **Rate limit.** At most
 //!   [`CoreConfig::max_expulsion_rate`](super::CoreConfig::max_expulsion_rate)
