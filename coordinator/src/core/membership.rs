@@ -548,6 +548,7 @@ impl Coordinator {
         let changes = m.liveness.beat(
             now,
             r.sequence,
+            m.timeouts.session(),
             &*group.detector,
             group.shadow.as_deref(),
             ctx.config.detector_settings.recover_beats,

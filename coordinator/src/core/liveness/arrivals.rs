@@ -26,7 +26,11 @@ const BUCKETS: usize = (SUB_BUCKETS * (OCTAVES - 1)) as usize;
 const MAX_GAP_MS: u32 = (1 << OCTAVES) - 1;
 
 /// One member's heartbeat arrivals.
+///
+/// What every heartbeat writes comes first, the counts of lost and late beats last
+/// (see `Watch`).
 #[derive(Debug, Clone)]
+#[repr(C)]
 pub struct Arrivals {
     /// When the last heartbeat arrived; `None` when the next gap must not be learned (no
     /// heartbeat yet, or the coordinator itself was paused since).
@@ -39,12 +43,12 @@ pub struct Arrivals {
     mean: f32,
     /// Moving variance of the gaps, seconds squared.
     variance: f32,
-    /// Gap histogram, in milliseconds on a log scale.
-    counts: Counts<BUCKETS>,
     /// Gaps counted in this window.
     window_gaps: u32,
     /// The longest gap of this window and of the one before, milliseconds.
     longest: [u32; 2],
+    /// Gap histogram, in milliseconds on a log scale.
+    counts: Counts<BUCKETS>,
     /// Heartbeats the member sent that never arrived (gaps in the sequence numbers).
     lost: u64,
     /// Heartbeats that arrived after the member was already suspect-worthy: the silence
@@ -70,6 +74,11 @@ impl Default for Arrivals {
 }
 
 impl Arrivals {
+    /// Bytes from the start that every heartbeat touches: all but the counts of lost
+    /// and late beats.
+    #[cfg(test)]
+    pub(crate) const RENEWAL_BYTES: usize = std::mem::offset_of!(Self, lost);
+
     /// A heartbeat with `sequence` arrived at `now`. Returns the gap since the previous
     /// heartbeat, if it was learned.
     pub fn beat(&mut self, now: Instant, sequence: u64) -> Option<Duration> {

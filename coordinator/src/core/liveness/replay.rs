@@ -114,6 +114,7 @@ impl Replay {
                 let beat = w.beat(
                     now,
                     self.sequence,
+                    self.session,
                     &*self.detector,
                     None,
                     self.recover_beats,
@@ -133,6 +134,7 @@ impl Replay {
                 w.beat(
                     now,
                     self.sequence,
+                    self.session,
                     &*self.detector,
                     None,
                     self.recover_beats,

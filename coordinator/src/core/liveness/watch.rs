@@ -35,27 +35,37 @@ pub struct Beat {
 }
 
 /// A member's liveness, as the coordinator judges it.
+///
+/// What a heartbeat reads and writes comes first and its arrivals next (their own hot
+/// fields first), what changes only with the member's state last: a member lays its
+/// watch out at the end of the fields a renewal touches (see `Member`).
 #[derive(Debug, Clone)]
+#[repr(C)]
 pub struct Watch {
     /// When a frame from the member last arrived, shifted by the guards when the
     /// coordinator itself was at fault.
     last_heard: Instant,
     /// Silence that ended with the latest frame.
     last_silence: Duration,
-    session: Duration,
-    arrivals: Arrivals,
     thresholds: Thresholds,
+    /// On-time heartbeats since the member became suspect.
+    streak: u32,
+    suspect: bool,
     /// The shadow detector's thresholds, when the group runs one (boxed: most groups
     /// run none, and it would take 32 bytes in every member).
     shadow: Option<Box<Thresholds>>,
-    suspect: bool,
+    arrivals: Arrivals,
     /// When the state last changed (or the member was first heard).
     since: Instant,
-    /// On-time heartbeats since the member became suspect.
-    streak: u32,
 }
 
 impl Watch {
+    /// Bytes from the start of a watch that a heartbeat touches: everything before the
+    /// cold fields of its arrivals.
+    #[cfg(test)]
+    pub(crate) const RENEWAL_BYTES: usize =
+        std::mem::offset_of!(Self, arrivals) + Arrivals::RENEWAL_BYTES;
+
     /// A member first heard at `now`, which asked for `session`.
     pub fn new(
         now: Instant,
@@ -67,7 +77,6 @@ impl Watch {
         Self {
             last_heard: now,
             last_silence: Duration::ZERO,
-            session,
             thresholds: detector.thresholds(&arrivals, session),
             shadow: shadow.map(|s| Box::new(s.thresholds(&arrivals, session))),
             arrivals,
@@ -87,14 +96,17 @@ impl Watch {
         }
     }
 
-    /// The frame heard at `now` (after [`Self::heard`]) was a heartbeat with `sequence`:
-    /// learns its gap, counts it on time or late, and judges it again. Returns what
-    /// changed: suspicion (a beat later than the threshold whose timer had not fired
-    /// yet) or recovery, and what the shadow detector would have done.
+    /// The frame heard at `now` (after [`Self::heard`]) was a heartbeat with `sequence`
+    /// from a member whose session timeout is `session` (the one it was watched with
+    /// since [`Self::new`] or [`Self::reset`]): learns its gap, counts it on time or
+    /// late, and judges it again. Returns what changed: suspicion (a beat later than
+    /// the threshold whose timer had not fired yet) or recovery, and what the shadow
+    /// detector would have done.
     pub fn beat(
         &mut self,
         now: Instant,
         sequence: u64,
+        session: Duration,
         detector: &dyn Detector,
         shadow: Option<&dyn Detector>,
         recover_beats: u32,
@@ -129,8 +141,8 @@ impl Watch {
             }
         }
         self.arrivals.beat(now, sequence);
-        self.thresholds = detector.thresholds(&self.arrivals, self.session);
-        self.set_shadow(shadow.map(|s| s.thresholds(&self.arrivals, self.session)));
+        self.thresholds = detector.thresholds(&self.arrivals, session);
+        self.set_shadow(shadow.map(|s| s.thresholds(&self.arrivals, session)));
         out
     }
 
@@ -156,13 +168,13 @@ impl Watch {
         self.streak = 0;
     }
 
-    /// A field from each part of the watch a heartbeat reads, for `Member::touch`.
-    pub fn touch(&self) -> (Instant, Duration, u32, u64) {
+    /// A field from each cache line of the watch a heartbeat touches, for
+    /// `Member::touch`.
+    pub fn touch(&self) -> (Instant, Duration, u32) {
         (
             self.last_heard,
             self.thresholds.suspect_after,
             self.arrivals.learned(),
-            self.arrivals.lost(),
         )
     }
 
@@ -220,7 +232,6 @@ impl Watch {
         detector: &dyn Detector,
         shadow: Option<&dyn Detector>,
     ) {
-        self.session = session;
         self.arrivals = Arrivals::default();
         self.thresholds = detector.thresholds(&self.arrivals, session);
         self.set_shadow(shadow.map(|s| s.thresholds(&self.arrivals, session)));
