@@ -42,6 +42,8 @@ impl Group {
             progress: 0,
             progress_deadline: now + timeouts.progress(),
             last_progress_at: now,
+            progress_credit_ms: 0,
+            progress_credit_at: 0,
             restricted: false,
             expel_slot: None,
             generation: self.generation,
