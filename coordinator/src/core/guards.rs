@@ -25,8 +25,9 @@
 //! heartbeat, with its progress and acknowledgements, comes within that); a deadline
 //! for silence, moreover, never past two expel thresholds of real silence unless a
 //! pause moved the deadline itself. When several have passed, the first bound reached
-//! ends the hold. So a dead member is expelled within two expel thresholds of its last
-//! frame, whatever else it has pending.
+//! ends the hold, and the expulsion names the deadline that passed first. So a dead
+//! member is expelled within two expel thresholds of its last frame, whatever else it
+//! has pending.
 //!
 //! What the isolation guard gives back when frames return moves deadlines too, so it
 //! is bounded as well, in wall time: the session never past two expel thresholds of
@@ -102,7 +103,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::group::Member;
+use super::group::{Expiry, Member};
 use super::timers::TimerKey;
 use super::{Coordinator, Event, Output};
 
@@ -535,8 +536,11 @@ impl Coordinator {
         // they share), where spreading the expulsions out only leaves partitions longer
         // with members that do not let go of them. (A member's reserved slot is also
         // forgotten whenever it is heard, which a member that beats without answering
-        // is, every beat.)
-        let rate_limited = m.session_deadline() <= now;
+        // is, every beat.) An expiry is for silence when that is what the member failed
+        // first: one held past its revocation deadline until its session passed too is
+        // expelled for the revocation.
+        let rate_limited = m.session_deadline() <= now
+            && matches!(m.expiry(now), Some((Expiry::Silence | Expiry::Closed, _)));
         // A member not heard since a restore has no connection yet, but its first frames,
         // on a new one, may be among those waiting; so may those of a member resuming
         // after its connection closed.

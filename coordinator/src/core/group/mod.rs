@@ -205,6 +205,23 @@ impl Member {
             || self.revoke_deadline().is_some_and(|r| r <= now)
     }
 
+    /// Of the member's deadlines that have passed at `now` (silence, its lease after its
+    /// connection closed, progress, its oldest unanswered revocation), the one that
+    /// passed first, and when; at the same instant in that order. A guard may hold a
+    /// member past one deadline until another passes too: the expulsion names the one
+    /// the member failed first, not whichever is looked at first.
+    pub(crate) fn expiry(&self, now: Instant) -> Option<(Expiry, Instant)> {
+        [
+            (Expiry::Silence, Some(self.session_deadline())),
+            (Expiry::Closed, self.conn_closed.then_some(self.lease_until)),
+            (Expiry::Progress, Some(self.progress_deadline)),
+            (Expiry::Revocation, self.revoke_deadline()),
+        ]
+        .into_iter()
+        .filter_map(|(expiry, deadline)| Some((expiry, deadline.filter(|&d| d <= now)?)))
+        .min_by_key(|&(_, deadline)| deadline)
+    }
+
     pub(crate) fn next_deadline(&self) -> Instant {
         let mut next = self.session_deadline().min(self.progress_deadline);
         if let Some(s) = self.liveness.suspect_at() {
@@ -376,6 +393,19 @@ impl Member {
             r.since += paused;
         }
     }
+}
+
+/// Which of a member's deadlines expels it ([`Member::expiry`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Expiry {
+    /// Its session: silence.
+    Silence,
+    /// Its connection closed and its lease ran out.
+    Closed,
+    /// Its progress counter did not move for its progress timeout.
+    Progress,
+    /// It did not acknowledge a revocation within its rebalance timeout.
+    Revocation,
 }
 
 /// A partition a member is asked to release.

@@ -1508,7 +1508,8 @@ fn defect_16_a_coordinator_behind_its_frames_does_not_expel_a_member_whose_ackno
 /// most one more expel threshold (the session timeout here) past its deadline, and
 /// the others' expiries for silence at most two expel thresholds after their last
 /// frames: then they are expelled, though the guard still blames the coordinator.
-/// (`a` is by then silent past its session timeout too, and the expulsion names that.)
+/// (`a` is by then silent past its session timeout too; the expulsion names the
+/// revocation, which expired first: see defect 21.)
 #[test]
 fn the_isolation_guard_holds_a_revocation_at_most_one_expel_threshold_past_its_deadline() {
     let mut t = TestContext::new();
@@ -2091,4 +2092,28 @@ fn what_isolations_give_back_is_capped_per_wait() {
     m.give_back(now + s(39), s(9));
     assert_eq!(m.progress_deadline, now + s(47));
     assert_eq!(m.revoke_deadline(), Some(now + s(47)));
+}
+
+// ------------------------------------------------------------------------------------
+// 21. A member held past its revocation deadline is reported expelled for silence.
+// ------------------------------------------------------------------------------------
+
+/// Every process of the group dies as `a` is asked to release partitions (rebalance
+/// timeout 8 s, session timeout 10 s; connections left open). `a`'s revocation
+/// deadline passes first and the isolation guard holds it; its session deadline passes
+/// during the hold, and when the hold reached its bound `a` was reported
+/// `SessionExpired`: the reason was chosen silence first, whichever deadline had
+/// passed first. Unheld, `a` would have been expelled at its revocation deadline, for
+/// the revocation: a guard postpones the verdict, it should not change it.
+#[test]
+fn defect_21_a_member_held_past_its_revocation_deadline_is_expelled_for_the_revocation() {
+    let mut t = TestContext::new();
+    let rebalance = Duration::from_secs(8);
+    let (a, _b, _c, asked) = a_asked_to_release(&mut t, rebalance);
+    let died = t.now;
+    assert!(asked + rebalance < died + SESSION);
+    t.advance(died + 2 * SESSION + SETTLE - t.now);
+    let at = expelled_at(&t, &a).expect("a expelled");
+    assert!(at >= died + SESSION, "its session deadline had passed too");
+    assert_eq!(removed(&t, &a), Some(ExpelReason::RebalanceTimeout));
 }
