@@ -25,8 +25,22 @@
 //! heartbeat, with its progress and acknowledgements, comes within that); a deadline
 //! for silence, moreover, never past two expel thresholds of real silence unless a
 //! pause moved the deadline itself. When several have passed, the first bound reached
-//! ends the hold. So a dead member is expelled within two expel thresholds of its last
-//! frame, whatever else it has pending.
+//! ends the hold, and the expulsion names the deadline that passed first. So a dead
+//! member is expelled within two expel thresholds of its last frame, whatever else it
+//! has pending.
+//!
+//! What the isolation guard gives back when frames return moves deadlines too, so it
+//! is bounded as well, in wall time: the session never past two expel thresholds of
+//! real silence; a wait for progress, and each revocation's wait, at most one expel
+//! threshold over all the isolations it spans (counted per wait: progress, or a
+//! revocation asked later, starts a new one). Given per isolation, a member that beats
+//! but never acknowledges (or never progresses) kept its partitions for as long as the
+//! isolations recurred, bounded only in the time the coordinator could hear it. So a
+//! revocation is acknowledged, or its member expelled, within its rebalance timeout
+//! plus two expel thresholds of its asking, and a stuck member is expelled within its
+//! progress timeout plus two expel thresholds of its last progress, however often the
+//! coordinator is isolated; time the coordinator was paused is not counted (see the
+//! pause guard).
 //!
 //! - **Pause guard.** Evidence: the core was woken later than the deadline it asked for
 //!   by more than a quarter of the shortest expel threshold in the shard (at least
@@ -40,7 +54,14 @@
 //!   threshold, at least `PAUSE_FLOOR`, at most `pause_guard`), so frames queued during
 //!   the pause (on any connection, old or new) are read before anyone is judged. Leases
 //!   are never shifted: they bound the members' own clocks. Bound: the grace opens only
-//!   on a measured pause; silence while the coordinator runs counts as usual.
+//!   on a measured pause; silence while the coordinator runs counts as usual. What a
+//!   pause shifts is not capped, unlike what an isolation gives back: a pause is the
+//!   coordinator's own downtime, measured rather than inferred, in which nothing of it
+//!   runs (no expulsion, no grant, no answer a member's work may wait for), so every
+//!   bound of the core counts the time the coordinator runs. Capped in wall time, one
+//!   long pause would expel a member whose revocation push, or the commit answer its
+//!   progress waited for, the pause itself kept from it. Repeated pauses lengthen a
+//!   wait in wall time by the time the coordinator was stopped, and by nothing else.
 //! - **Isolation guard.** Evidence: the whole server (every connection of every shard,
 //!   as the shell reports it) has heard nothing for at least half the expiring member's
 //!   expel threshold, the shard has at least
@@ -52,8 +73,8 @@
 //!   that were not already overdue when the silence began get the silent time back: the
 //!   session all of it, but never past two expel thresholds of real silence; the
 //!   progress clock and each revocation the part of their wait the silence overlapped,
-//!   at most one expel threshold. The others get nothing, and any member with a
-//!   deadline still past is judged at once.
+//!   at most one expel threshold over all the isolations of that wait. The others get
+//!   nothing, and any member with a deadline still past is judged at once.
 //!
 //! - **Backlog guard.** Evidence: the shell reports that the coordinator is behind (its
 //!   runtime ran a ready task, or a shard a queued request, at least [`BACKLOG_FLOOR`]
@@ -82,7 +103,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::group::Member;
+use super::group::{Expiry, Member};
 use super::timers::TimerKey;
 use super::{Coordinator, Event, Output};
 
@@ -515,8 +536,11 @@ impl Coordinator {
         // they share), where spreading the expulsions out only leaves partitions longer
         // with members that do not let go of them. (A member's reserved slot is also
         // forgotten whenever it is heard, which a member that beats without answering
-        // is, every beat.)
-        let rate_limited = m.session_deadline() <= now;
+        // is, every beat.) An expiry is for silence when that is what the member failed
+        // first: one held past its revocation deadline until its session passed too is
+        // expelled for the revocation.
+        let rate_limited = m.session_deadline() <= now
+            && matches!(m.expiry(now), Some((Expiry::Silence | Expiry::Closed, _)));
         // A member not heard since a restore has no connection yet, but its first frames,
         // on a new one, may be among those waiting; so may those of a member resuming
         // after its connection closed.

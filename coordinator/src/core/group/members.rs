@@ -10,7 +10,7 @@ use super::super::guards::Hold;
 use super::super::liveness::{Beat, Transition, Watch};
 use super::super::timers::TimerKey;
 use super::super::{ConnId, Event, RebalanceCause, ShadowVerdict, TopicPartition};
-use super::{Ctx, Group, Held, Member, PartitionSet, Timeouts};
+use super::{Ctx, Expiry, Group, Held, Member, PartitionSet, Timeouts};
 
 impl Group {
     #[allow(clippy::too_many_arguments)]
@@ -42,6 +42,8 @@ impl Group {
             progress: 0,
             progress_deadline: now + timeouts.progress(),
             last_progress_at: now,
+            progress_credit_ms: 0,
+            progress_credit_at: 0,
             restricted: false,
             expel_slot: None,
             generation: self.generation,
@@ -311,16 +313,17 @@ impl Group {
             ctx.timers.schedule(&mut m.timer_at, hold.recheck_at(), key);
             return;
         }
-        let expired = if disconnected && !session_expired {
-            Some((
+        // What the member failed first: a guard may have held it past one deadline
+        // until another passed as well.
+        let expired = m.expiry(now).map(|(expiry, _)| match expiry {
+            Expiry::Closed => (
                 ExpelReason::SessionExpired,
                 format!(
                     "connection closed and not resumed within the lease timeout of {:?}",
                     m.lease_timeout()
                 ),
-            ))
-        } else if session_expired {
-            Some((
+            ),
+            Expiry::Silence => (
                 ExpelReason::SessionExpired,
                 format!(
                     "no heartbeat within {:?} ({} detector, session timeout {:?})",
@@ -328,30 +331,26 @@ impl Group {
                     self.detector.kind(),
                     m.session_timeout()
                 ),
-            ))
-        } else if m.progress_deadline <= now {
-            Some((
+            ),
+            Expiry::Progress => (
                 ExpelReason::ProgressExpired,
                 format!(
                     "progress counter stuck at {} for the progress timeout of {:?}",
                     m.progress,
                     m.progress_timeout()
                 ),
-            ))
-        } else if m.revoke_deadline().is_some_and(|r| r <= now) {
-            Some((
+            ),
+            Expiry::Revocation => (
                 ExpelReason::RebalanceTimeout,
                 format!(
                     "revocation not acknowledged within the rebalance timeout of {:?}",
                     m.rebalance_timeout()
                 ),
-            ))
-        } else {
-            None
-        };
+            ),
+        });
         match expired {
             Some((reason, message)) => {
-                if session_expired {
+                if session_expired && reason == ExpelReason::SessionExpired {
                     self.shadow_spared(ctx, id);
                 }
                 let id = id.clone();

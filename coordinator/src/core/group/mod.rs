@@ -135,10 +135,11 @@ pub(crate) struct Member {
     pub(crate) progress_deadline: Instant,
     pub(crate) last_progress_at: Instant,
     /// The partitions the member is asked to release, in order, each with when it was
-    /// first asked (shifted by the coordinator's own pauses); empty when it releases
-    /// nothing. Each revocation has its own rebalance timeout: the oldest one still
-    /// unanswered decides when the member is expelled ([`Self::revoke_deadline`]).
-    pub(crate) revoking_since: Box<[(TopicPartition, Instant)]>,
+    /// first asked (shifted by the coordinator's own pauses and by what isolations gave
+    /// back); empty when it releases nothing. Each revocation has its own rebalance
+    /// timeout: the oldest one still unanswered decides when the member is expelled
+    /// ([`Self::revoke_deadline`]).
+    pub(crate) revoking_since: Box<[Revocation]>,
     /// Its hot fields first, its cold ones last (see [`Watch`]).
     pub(crate) liveness: Watch,
     // What a renewal does not touch.
@@ -158,6 +159,14 @@ pub(crate) struct Member {
     pub(crate) released: PartitionSet,
     /// The assignment changed since it was last pushed.
     pub(crate) assignment_dirty: bool,
+    /// What isolations have given back to the current wait for progress, in all: at
+    /// most one expel threshold (whole milliseconds, rounded up, so that the field
+    /// takes padding and a member still fits 512 bytes).
+    pub(crate) progress_credit_ms: u32,
+    /// The progress counter the wait `progress_credit_ms` belongs to began at: progress
+    /// that moves the counter starts a new wait with nothing given back, without a write
+    /// on the heartbeat path.
+    pub(crate) progress_credit_at: u64,
 }
 
 /// Cache lines of a [`Member`] that a renewal touches (see its layout).
@@ -206,6 +215,23 @@ impl Member {
         self.session_deadline() <= now
             || self.progress_deadline <= now
             || self.revoke_deadline().is_some_and(|r| r <= now)
+    }
+
+    /// Of the member's deadlines that have passed at `now` (silence, its lease after its
+    /// connection closed, progress, its oldest unanswered revocation), the one that
+    /// passed first, and when; at the same instant in that order. A guard may hold a
+    /// member past one deadline until another passes too: the expulsion names the one
+    /// the member failed first, not whichever is looked at first.
+    pub(crate) fn expiry(&self, now: Instant) -> Option<(Expiry, Instant)> {
+        [
+            (Expiry::Silence, Some(self.session_deadline())),
+            (Expiry::Closed, self.conn_closed.then_some(self.lease_until)),
+            (Expiry::Progress, Some(self.progress_deadline)),
+            (Expiry::Revocation, self.revoke_deadline()),
+        ]
+        .into_iter()
+        .filter_map(|(expiry, deadline)| Some((expiry, deadline.filter(|&d| d <= now)?)))
+        .min_by_key(|&(_, deadline)| deadline)
     }
 
     pub(crate) fn next_deadline(&self) -> Instant {
@@ -302,24 +328,24 @@ impl Member {
     /// When the member is expelled for not releasing a partition: a rebalance timeout
     /// (the one it asked for last) after the oldest revocation it has not answered.
     pub(crate) fn revoke_deadline(&self) -> Option<Instant> {
-        let oldest = self.revoking_since.iter().map(|&(_, since)| since).min()?;
+        let oldest = self.revoking_since.iter().map(|r| r.since).min()?;
         Some(oldest + self.rebalance_timeout())
     }
 
     /// Brings [`Self::revoking_since`] up to what the member is asked to release now: a
-    /// partition newly asked is waited for from `now`, one still asked keeps its start,
-    /// one released or no longer asked is dropped.
+    /// partition newly asked is waited for from `now`, one still asked keeps its start
+    /// (and what isolations gave it), one released or no longer asked is dropped.
     pub(crate) fn note_revocations(&mut self, now: Instant) {
         let old = &self.revoking_since;
-        let since = |tp: &TopicPartition| match old.binary_search_by(|(p, _)| p.cmp(tp)) {
-            Ok(i) => old[i].1,
-            Err(_) => now,
+        let kept = |tp: &TopicPartition| match old.binary_search_by(|r| r.tp.cmp(tp)) {
+            Ok(i) => old[i],
+            Err(_) => Revocation {
+                tp: *tp,
+                since: now,
+                credit: Duration::ZERO,
+            },
         };
-        let revoking: Box<[(TopicPartition, Instant)]> = self
-            .owned
-            .difference(&self.target)
-            .map(|tp| (*tp, since(tp)))
-            .collect();
+        let revoking: Box<[Revocation]> = self.owned.difference(&self.target).map(kept).collect();
         self.revoking_since = revoking;
     }
 
@@ -329,33 +355,80 @@ impl Member {
     /// still expelled within that bound. The progress counter and the acknowledgements
     /// travel on the same frames, so the progress and revocation clocks get back the part
     /// of their wait the silence overlapped (a revocation asked during it waited less),
-    /// at most one expel threshold: no more than the guards may hold them past their
-    /// deadlines.
+    /// at most one expel threshold *over all the isolations of the wait*: no more than
+    /// the guards may hold them past their deadlines, and a bound in wall time. Given
+    /// per isolation, a member that beats but never acknowledges (or never progresses)
+    /// kept its partitions for as long as isolations kept coming, whatever its rebalance
+    /// (or progress) timeout. The session needs no such cap: its bound is already counted
+    /// from the member's last frame.
     pub(crate) fn give_back(&mut self, at: Instant, silent_for: Duration) {
         let expel_after = self.expel_after();
         let cap = self.heard_at + 2 * expel_after;
         let room = cap.saturating_duration_since(self.session_deadline());
         self.liveness.extend(silent_for.min(room));
         let most = silent_for.min(expel_after);
+        let given = if self.progress_credit_at == self.progress {
+            Duration::from_millis(u64::from(self.progress_credit_ms))
+        } else {
+            Duration::ZERO
+        };
         let stuck = at.saturating_duration_since(self.last_progress_at);
-        self.progress_deadline += most.min(stuck);
-        for (_, since) in &mut self.revoking_since {
-            *since += most.min(at.saturating_duration_since(*since));
+        let more = most.min(stuck).min(expel_after.saturating_sub(given));
+        self.progress_deadline += more;
+        let total_ms = (given + more).as_nanos().div_ceil(1_000_000);
+        self.progress_credit_ms = u32::try_from(total_ms).unwrap_or(u32::MAX);
+        self.progress_credit_at = self.progress;
+        for r in &mut self.revoking_since {
+            let waited = at.saturating_duration_since(r.since);
+            let more = most.min(waited).min(expel_after.saturating_sub(r.credit));
+            r.since += more;
+            r.credit += more;
         }
     }
 
     /// The coordinator was paused for `paused` up to `now`: only the part of the
     /// member's silence (and of its wait for progress) that the pause overlaps is not
     /// counted. A member heard in the queued frames read on waking gets nothing.
+    ///
+    /// Unlike what an isolation gives back, this is not capped: a pause is the
+    /// coordinator's own downtime, measured, not inferred, and nothing runs in it (no
+    /// expulsion, no grant, no answer a member's work may wait for), so every deadline
+    /// and bound of the core counts the time it runs, and moves by the pause. Capped, a
+    /// single long pause would expel a member whose revocation push, or the commit answer
+    /// its progress waited for, the pause kept from it.
     pub(crate) fn pause_passed(&mut self, now: Instant, paused: Duration) {
         let silent = now.saturating_duration_since(self.heard_at);
         self.liveness.pause_passed(paused.min(silent));
         let stuck = now.saturating_duration_since(self.last_progress_at);
         self.progress_deadline += paused.min(stuck);
-        for (_, since) in &mut self.revoking_since {
-            *since += paused;
+        for r in &mut self.revoking_since {
+            r.since += paused;
         }
     }
+}
+
+/// Which of a member's deadlines expels it ([`Member::expiry`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Expiry {
+    /// Its session: silence.
+    Silence,
+    /// Its connection closed and its lease ran out.
+    Closed,
+    /// Its progress counter did not move for its progress timeout.
+    Progress,
+    /// It did not acknowledge a revocation within its rebalance timeout.
+    Revocation,
+}
+
+/// A partition a member is asked to release.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Revocation {
+    pub(crate) tp: TopicPartition,
+    /// When it was first asked, moved later by the coordinator's pauses and by what
+    /// isolations gave back to its wait.
+    pub(crate) since: Instant,
+    /// What isolations gave back to its wait, in all: at most one expel threshold.
+    pub(crate) credit: Duration,
 }
 
 /// Partitions of a removed (or replaced) member, held until its lease has run out or

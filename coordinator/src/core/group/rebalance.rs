@@ -217,8 +217,7 @@ impl Group {
             // Revocations: owned partitions that are no longer in the target, each
             // waited for from when it was first asked.
             m.note_revocations(now);
-            let revoking: Vec<TopicPartition> =
-                m.revoking_since.iter().map(|&(tp, _)| tp).collect();
+            let revoking: Vec<TopicPartition> = m.revoking_since.iter().map(|r| r.tp).collect();
             if let Some(deadline) = m.revoke_deadline() {
                 let key = TimerKey::Member {
                     group: self.name.clone(),

@@ -1508,7 +1508,8 @@ fn defect_16_a_coordinator_behind_its_frames_does_not_expel_a_member_whose_ackno
 /// most one more expel threshold (the session timeout here) past its deadline, and
 /// the others' expiries for silence at most two expel thresholds after their last
 /// frames: then they are expelled, though the guard still blames the coordinator.
-/// (`a` is by then silent past its session timeout too, and the expulsion names that.)
+/// (`a` is by then silent past its session timeout too; the expulsion names the
+/// revocation, which expired first: see defect 21.)
 #[test]
 fn the_isolation_guard_holds_a_revocation_at_most_one_expel_threshold_past_its_deadline() {
     let mut t = TestContext::new();
@@ -1926,4 +1927,193 @@ fn a_backlog_holds_a_member_whose_connection_closed_no_longer_than_its_lease() {
         "held {:?} past its lease",
         removed_at - lease_end
     );
+}
+
+// ------------------------------------------------------------------------------------
+// 20. Repeated isolations keep a revocation, or a stuck progress counter, for ever.
+// ------------------------------------------------------------------------------------
+
+/// Isolations, again and again: everyone is silent for 9 s, then one round of
+/// heartbeats is read, then silence again (a coordinator whose network is down most of
+/// the time).
+fn isolated_again_and_again(
+    t: &mut TestContext,
+    until: Instant,
+    stuck: &mut M,
+    others: [&mut M; 2],
+    beat: fn(&mut TestContext, &mut M) -> Response,
+) {
+    let [b, c] = others;
+    while t.now < until && t.expelled(stuck).is_none() {
+        t.advance(Duration::from_secs(9));
+        if t.expelled(stuck).is_none() {
+            assert!(matches!(beat(t, stuck), Response::Heartbeat(_)));
+        }
+        t.expect_beat_ok(b);
+        t.expect_beat_ok(c);
+    }
+    let isolations = t
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::IsolationEnded { .. }))
+        .count();
+    assert!(isolations >= 2, "{isolations} isolations");
+}
+
+/// `a` is asked to release partitions (rebalance timeout 8 s) and keeps beating, but
+/// never acknowledges, while the coordinator is isolated again and again. Each
+/// isolation that ended gave the revocation's wait back the part of it the silence
+/// overlapped, up to an expel threshold each time: `a` kept the partitions it was
+/// asked to release for as long as the isolations went on (here 9 s of every 9 s of
+/// wall time), a minute and more past its rebalance timeout.
+///
+/// Promise broken: every guard is bounded in wall time, so that no guard keeps a
+/// partition from its next owner past a bound. Cause: `Member::give_back` capped what
+/// one isolation gave back to a wait, never what all of them did.
+#[test]
+fn defect_20_repeated_isolations_do_not_keep_an_unacknowledged_revocation_for_ever() {
+    let mut t = TestContext::new();
+    let rebalance = Duration::from_secs(8);
+    let (mut a, mut b, mut c, asked) = a_asked_to_release(&mut t, rebalance);
+    // The first deadline falls in the first silence, late enough for the isolation guard.
+    assert!(asked + rebalance >= t.now + SESSION / 2);
+    let bound = asked + rebalance + 2 * SESSION;
+    isolated_again_and_again(
+        &mut t,
+        bound + Duration::from_secs(60),
+        &mut a,
+        [&mut b, &mut c],
+        TestContext::beat,
+    );
+    assert_eq!(t.expelled(&a), Some(ExpelReason::RebalanceTimeout));
+    let at = expelled_at(&t, &a).unwrap();
+    assert!(
+        at <= bound,
+        "expelled {:?} after it was asked, with a rebalance timeout of {rebalance:?}",
+        at - asked
+    );
+    assert!([&b, &c].iter().all(|m| removed(&t, m).is_none()));
+}
+
+/// The same for progress: `a` (progress timeout 8 s) keeps beating with its progress
+/// counter stuck while the coordinator is isolated again and again. Each isolation
+/// gave its progress clock back up to an expel threshold, so it was never expelled.
+#[test]
+fn defect_20_repeated_isolations_do_not_keep_a_stuck_member_for_ever() {
+    let mut t = TestContext::new();
+    let mut req = t.join_request("g", &[("orders", 6)]);
+    req.progress_timeout_ms = 8_000;
+    let mut a = t.join_with(1, req).expect("join accepted");
+    let mut b = t.join(2, "g", &[("orders", 6)]);
+    let mut c = t.join(3, "g", &[("orders", 6)]);
+    t.advance(SETTLE);
+    for m in [&mut a, &mut b, &mut c] {
+        t.expect_beat_ok(m);
+    }
+    let progressed = t.now;
+    let bound = progressed + Duration::from_secs(8) + 2 * SESSION;
+    isolated_again_and_again(
+        &mut t,
+        bound + Duration::from_secs(60),
+        &mut a,
+        [&mut b, &mut c],
+        TestContext::beat_stalled,
+    );
+    assert_eq!(t.expelled(&a), Some(ExpelReason::ProgressExpired));
+    let at = expelled_at(&t, &a).unwrap();
+    assert!(
+        at <= bound,
+        "expelled {:?} after its last progress, with a progress timeout of 8 s",
+        at - progressed
+    );
+    assert!([&b, &c].iter().all(|m| removed(&t, m).is_none()));
+}
+
+/// What the isolations give back is capped per wait, not per member: progress starts
+/// a new wait for progress, and a revocation asked later waits with its own allowance,
+/// however much an older one was given. (So a member that does progress or acknowledge
+/// between isolations keeps getting the silence back.)
+#[test]
+fn what_isolations_give_back_is_capped_per_wait() {
+    use super::super::group::{Group, Timeouts};
+    use crate::core::TopicPartition;
+    let now = start_instant();
+    let s = Duration::from_secs;
+    let group = Group::new(
+        std::sync::Arc::from("g"),
+        0,
+        &crate::core::CoreConfig::default(),
+    );
+    let timeouts = Timeouts {
+        session_ms: 10_000,
+        progress_ms: 8_000,
+        rebalance_ms: 8_000,
+        lease_ms: 10_000,
+    };
+    let mut m = group.new_member(
+        now,
+        std::sync::Arc::from("m"),
+        None,
+        String::new(),
+        0,
+        Some(1),
+        timeouts,
+        Vec::new(),
+    );
+    assert_eq!(m.expel_after(), SESSION);
+    let tp = |partition| TopicPartition {
+        topic: 0,
+        partition,
+    };
+    m.report_progress(now, 1);
+    m.owned = vec![tp(0), tp(1)].into();
+    m.target = vec![tp(1)].into();
+    m.note_revocations(now);
+    // Silences of 9 s, one after another: 9 s back, then 1, then nothing.
+    m.give_back(now + s(9), s(9));
+    assert_eq!(m.progress_deadline, now + s(17));
+    assert_eq!(m.revoke_deadline(), Some(now + s(17)));
+    m.give_back(now + s(18), s(9));
+    assert_eq!(m.progress_deadline, now + s(18));
+    assert_eq!(m.revoke_deadline(), Some(now + s(18)));
+    m.give_back(now + s(27), s(9));
+    assert_eq!(m.progress_deadline, now + s(18));
+    assert_eq!(m.revoke_deadline(), Some(now + s(18)));
+    // A pause is the coordinator's own downtime: given back whole, and it takes
+    // nothing from what isolations may still give.
+    m.pause_passed(now + s(30), s(3));
+    assert_eq!(m.progress_deadline, now + s(21));
+    assert_eq!(m.revoke_deadline(), Some(now + s(21)));
+    // Progress starts a new wait; the first revocation is answered and another asked.
+    m.report_progress(now + s(30), 2);
+    m.owned = vec![tp(1), tp(2)].into();
+    m.target = vec![tp(2)].into();
+    m.note_revocations(now + s(30));
+    m.give_back(now + s(39), s(9));
+    assert_eq!(m.progress_deadline, now + s(47));
+    assert_eq!(m.revoke_deadline(), Some(now + s(47)));
+}
+
+// ------------------------------------------------------------------------------------
+// 21. A member held past its revocation deadline is reported expelled for silence.
+// ------------------------------------------------------------------------------------
+
+/// Every process of the group dies as `a` is asked to release partitions (rebalance
+/// timeout 8 s, session timeout 10 s; connections left open). `a`'s revocation
+/// deadline passes first and the isolation guard holds it; its session deadline passes
+/// during the hold, and when the hold reached its bound `a` was reported
+/// `SessionExpired`: the reason was chosen silence first, whichever deadline had
+/// passed first. Unheld, `a` would have been expelled at its revocation deadline, for
+/// the revocation: a guard postpones the verdict, it should not change it.
+#[test]
+fn defect_21_a_member_held_past_its_revocation_deadline_is_expelled_for_the_revocation() {
+    let mut t = TestContext::new();
+    let rebalance = Duration::from_secs(8);
+    let (a, _b, _c, asked) = a_asked_to_release(&mut t, rebalance);
+    let died = t.now;
+    assert!(asked + rebalance < died + SESSION);
+    t.advance(died + 2 * SESSION + SETTLE - t.now);
+    let at = expelled_at(&t, &a).expect("a expelled");
+    assert!(at >= died + SESSION, "its session deadline had passed too");
+    assert_eq!(removed(&t, &a), Some(ExpelReason::RebalanceTimeout));
 }
