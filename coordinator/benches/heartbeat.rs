@@ -7,9 +7,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, Criterion};
 use rollcall_coordinator::core::{Coordinator, CoreConfig, DetectorKind};
-use rollcall_protocol::{
-    HeartbeatRequest, HeartbeatsRequest, JoinRequest, Request, Response, TopicSubscription,
-};
+use rollcall_protocol::{HeartbeatRequest, JoinRequest, Request, Response, TopicSubscription};
 
 /// A core with `groups` groups of `per_group` members, judged by `detector`, settled.
 /// Member `k` of each group joins on connection `conn(k)`.
@@ -158,51 +156,7 @@ fn memory_per_member() {
     drop(core);
 }
 
-/// Heartbeats frames as the load harness sends them with `--members-per-conn 100
-/// --batch-heartbeats`: 10,000 members, member `i` in group `i % 100`, so each frame of
-/// 100 beats renews one member of every group. Unlike [`heartbeat_with`], consecutive
-/// renewals touch different groups, as they do on the wire: what this measures is
-/// mostly the cache misses of finding and renewing a member whose state was evicted
-/// since its last beat.
-fn heartbeats_interleaved(c: &mut Criterion) {
-    const GROUPS: usize = 100;
-    const PER_GROUP: usize = 100;
-    let start = Instant::now();
-    // Connection `k + 1` carries member `k` of every group.
-    let (mut core, members) = populated_on(GROUPS, PER_GROUP, start, DetectorKind::Fixed, |k| {
-        k as u64 + 1
-    });
-    let mut now = start + Duration::from_secs(1);
-    let mut seq = 1u64;
-    let mut k = 0usize;
-    let mut group = c.benchmark_group("core_heartbeats_10000_members");
-    group.throughput(criterion::Throughput::Elements(GROUPS as u64));
-    group.bench_function("interleaved_100_per_frame", |b| {
-        b.iter_batched(
-            || {
-                k = (k + 1) % PER_GROUP;
-                seq += 1;
-                now += Duration::from_micros(10);
-                let beats = (0..GROUPS)
-                    .map(|g| {
-                        let (group, member_id) = &members[g * PER_GROUP + k];
-                        beat(group, member_id, seq)
-                    })
-                    .collect();
-                (
-                    now,
-                    k as u64 + 1,
-                    Request::Heartbeats(HeartbeatsRequest { beats }),
-                )
-            },
-            |(now, conn, req)| handle(&mut core, now, conn, req),
-            criterion::BatchSize::SmallInput,
-        )
-    });
-    group.finish();
-}
-
-criterion_group!(benches, heartbeat, heartbeats_interleaved);
+criterion_group!(benches, heartbeat);
 
 fn main() {
     memory_per_member();

@@ -7,6 +7,8 @@
 //! `g{i % 100}`, on connection `i / 100`). The frames go round the connections, and
 //! simulated time moves so that every member renews every 100 ms. The figures are per
 //! beat.
+//!
+//! `cargo bench -p rollcall-coordinator --bench renewal`
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
