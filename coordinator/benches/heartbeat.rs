@@ -10,27 +10,12 @@ use rollcall_coordinator::core::{Coordinator, CoreConfig, DetectorKind};
 use rollcall_protocol::{HeartbeatRequest, JoinRequest, Request, Response, TopicSubscription};
 
 /// A core with `groups` groups of `per_group` members, judged by `detector`, settled.
-/// Member `k` of each group joins on connection `conn(k)`.
+/// Each member joins on a connection of its own.
 fn populated(
     groups: usize,
     per_group: usize,
     start: Instant,
     detector: DetectorKind,
-) -> (Coordinator, Vec<(String, String)>) {
-    let mut token = 0;
-    populated_on(groups, per_group, start, detector, |_| {
-        token += 1;
-        token
-    })
-}
-
-/// [`populated`], with member `k` of each group joining on connection `conn(k)`.
-fn populated_on(
-    groups: usize,
-    per_group: usize,
-    start: Instant,
-    detector: DetectorKind,
-    mut conn: impl FnMut(usize) -> u64,
 ) -> (Coordinator, Vec<(String, String)>) {
     let mut core = Coordinator::new(CoreConfig {
         detector,
@@ -40,11 +25,11 @@ fn populated_on(
     let mut token = 0;
     for g in 0..groups {
         let group = format!("group-{g}");
-        for k in 0..per_group {
+        for _ in 0..per_group {
             token += 1;
             let resp = core.handle_request(
                 start,
-                conn(k),
+                token,
                 Request::Join(JoinRequest {
                     group: group.clone(),
                     member_id: None,

@@ -493,8 +493,7 @@ impl Coordinator {
         // acknowledgements alike, from any member: one whose connection closed (or that
         // the coordinator has not seen since a restart) may have frames queued on a new
         // connection.
-        let disconnected = m.conn_closed && m.lease_until <= now;
-        if let (true, Some(woken)) = (m.expired(now) || disconnected, self.guards.pause_woken_at) {
+        if let (Some(_), Some(woken)) = (m.expiry(now), self.guards.pause_woken_at) {
             let grace = self.quarter_of(expel_after);
             let until = woken + grace;
             if now < until {

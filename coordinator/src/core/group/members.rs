@@ -303,9 +303,10 @@ impl Group {
             });
         }
         let session_expired = m.session_deadline() <= now;
-        // Not held by the guards: the connection closed, so the silence is the member's.
-        let disconnected = m.conn_closed && m.lease_until <= now;
-        if let (true, Some(hold)) = (m.expired(now) || disconnected, hold) {
+        // What the member failed first: a guard may have held it past one deadline
+        // until another passed as well.
+        let expiry = m.expiry(now);
+        if let (Some(_), Some(hold)) = (expiry, hold) {
             let key = TimerKey::Member {
                 group: self.name.clone(),
                 member: id.clone(),
@@ -313,9 +314,7 @@ impl Group {
             ctx.timers.schedule(&mut m.timer_at, hold.recheck_at(), key);
             return;
         }
-        // What the member failed first: a guard may have held it past one deadline
-        // until another passed as well.
-        let expired = m.expiry(now).map(|(expiry, _)| match expiry {
+        let expired = expiry.map(|(expiry, _)| match expiry {
             Expiry::Closed => (
                 ExpelReason::SessionExpired,
                 format!(

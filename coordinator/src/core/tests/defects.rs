@@ -1935,16 +1935,19 @@ fn a_backlog_holds_a_member_whose_connection_closed_no_longer_than_its_lease() {
 
 /// Isolations, again and again: everyone is silent for 9 s, then one round of
 /// heartbeats is read, then silence again (a coordinator whose network is down most of
-/// the time).
+/// the time), with `stuck` beating by `beat`. Checks that `stuck` is expelled for
+/// `reason` by `bound` (its wait began at `from`), and the others stay.
 fn isolated_again_and_again(
     t: &mut TestContext,
-    until: Instant,
     stuck: &mut M,
     others: [&mut M; 2],
     beat: fn(&mut TestContext, &mut M) -> Response,
+    reason: ExpelReason,
+    from: Instant,
+    bound: Instant,
 ) {
     let [b, c] = others;
-    while t.now < until && t.expelled(stuck).is_none() {
+    while t.now < bound + Duration::from_secs(60) && t.expelled(stuck).is_none() {
         t.advance(Duration::from_secs(9));
         if t.expelled(stuck).is_none() {
             assert!(matches!(beat(t, stuck), Response::Heartbeat(_)));
@@ -1958,6 +1961,15 @@ fn isolated_again_and_again(
         .filter(|e| matches!(e, Event::IsolationEnded { .. }))
         .count();
     assert!(isolations >= 2, "{isolations} isolations");
+    assert_eq!(t.expelled(stuck), Some(reason));
+    let at = expelled_at(t, stuck).unwrap();
+    assert!(
+        at <= bound,
+        "expelled {:?} after its wait began, {:?} past the bound",
+        at - from,
+        at - bound
+    );
+    assert!([&*b, &*c].iter().all(|m| removed(t, m).is_none()));
 }
 
 /// `a` is asked to release partitions (rebalance timeout 8 s) and keeps beating, but
@@ -1977,22 +1989,15 @@ fn defect_20_repeated_isolations_do_not_keep_an_unacknowledged_revocation_for_ev
     let (mut a, mut b, mut c, asked) = a_asked_to_release(&mut t, rebalance);
     // The first deadline falls in the first silence, late enough for the isolation guard.
     assert!(asked + rebalance >= t.now + SESSION / 2);
-    let bound = asked + rebalance + 2 * SESSION;
     isolated_again_and_again(
         &mut t,
-        bound + Duration::from_secs(60),
         &mut a,
         [&mut b, &mut c],
         TestContext::beat,
+        ExpelReason::RebalanceTimeout,
+        asked,
+        asked + rebalance + 2 * SESSION,
     );
-    assert_eq!(t.expelled(&a), Some(ExpelReason::RebalanceTimeout));
-    let at = expelled_at(&t, &a).unwrap();
-    assert!(
-        at <= bound,
-        "expelled {:?} after it was asked, with a rebalance timeout of {rebalance:?}",
-        at - asked
-    );
-    assert!([&b, &c].iter().all(|m| removed(&t, m).is_none()));
 }
 
 /// The same for progress: `a` (progress timeout 8 s) keeps beating with its progress
@@ -2011,22 +2016,15 @@ fn defect_20_repeated_isolations_do_not_keep_a_stuck_member_for_ever() {
         t.expect_beat_ok(m);
     }
     let progressed = t.now;
-    let bound = progressed + Duration::from_secs(8) + 2 * SESSION;
     isolated_again_and_again(
         &mut t,
-        bound + Duration::from_secs(60),
         &mut a,
         [&mut b, &mut c],
         TestContext::beat_stalled,
+        ExpelReason::ProgressExpired,
+        progressed,
+        progressed + Duration::from_secs(8) + 2 * SESSION,
     );
-    assert_eq!(t.expelled(&a), Some(ExpelReason::ProgressExpired));
-    let at = expelled_at(&t, &a).unwrap();
-    assert!(
-        at <= bound,
-        "expelled {:?} after its last progress, with a progress timeout of 8 s",
-        at - progressed
-    );
-    assert!([&b, &c].iter().all(|m| removed(&t, m).is_none()));
 }
 
 /// What the isolations give back is capped per wait, not per member: progress starts
