@@ -23,11 +23,15 @@
 //! deadline is held at most one more expel threshold past it, whichever deadline it is
 //! (once the coordinator hears or reads a live member's frames again, its next
 //! heartbeat, with its progress and acknowledgements, comes within that); a deadline
-//! for silence, moreover, never past two expel thresholds of real silence unless a
-//! pause moved the deadline itself. When several have passed, the first bound reached
-//! ends the hold, and the expulsion names the deadline that passed first. So a dead
-//! member is expelled within two expel thresholds of its last frame, whatever else it
-//! has pending.
+//! for silence, moreover, never past two expel thresholds of real silence. When several have passed, the first bound reached
+//! ends the hold, and the expulsion names the deadline that passed first; a held member
+//! is looked at again when its next deadline passes, too, since that one's bound may
+//! come first. So a dead member is expelled within two expel thresholds of its last
+//! frame, whatever else it has pending. Real silence is the time since the member's last
+//! frame less the part of it the coordinator was paused: the pause guard remembers the
+//! last [`PAUSE_MEMORY`] pauses it measured. (Counted as silence, a pause that moved a
+//! member's deadline left the guards no room: a member whose beat arrived during a
+//! second, shorter stall was expelled before it was read.)
 //!
 //! What the isolation guard gives back when frames return moves deadlines too, so it
 //! is bounded as well, in wall time: the session never past two expel thresholds of
@@ -101,6 +105,7 @@
 //! Silence is judged by when frames really arrived (`Member::heard_at`), never by the
 //! deadlines the guards have shifted.
 
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::group::{Expiry, Member};
@@ -110,6 +115,12 @@ use super::{Coordinator, Event, Output};
 /// A wake-up later than this may be a pause of the coordinator; below it, lateness is
 /// scheduling noise and never counts.
 pub const PAUSE_FLOOR: Duration = Duration::from_millis(50);
+
+/// Pauses the guards remember, to count a member's real silence without them. A
+/// member is expelled within two expel thresholds of real silence, so only pauses
+/// within that matter; a coordinator paused more often than this within one member's
+/// silence counts the older ones as silence.
+pub const PAUSE_MEMORY: usize = 64;
 
 /// Share of a shard's connected members that must be overdue before a mass silence is
 /// blamed on the coordinator (Kubernetes' node lifecycle controller uses 55% of a zone).
@@ -198,6 +209,10 @@ pub(crate) struct Guards {
     /// The rate limit's theoretical arrival time: when the next expulsion would be
     /// due if expulsions came exactly at the limit.
     pub(crate) tat: Option<Instant>,
+    /// The last [`PAUSE_MEMORY`] pauses the pause guard measured (from, to), oldest
+    /// first: a member's real silence is the time since its last frame less the part
+    /// of it the coordinator was paused.
+    pub(crate) pauses: VecDeque<(Instant, Instant)>,
 }
 
 /// A stretch of time in which the shell reported the coordinator behind.
@@ -242,6 +257,23 @@ impl Census {
 }
 
 impl Guards {
+    /// How much of the time from `from` to `to` the coordinator was paused, as far as
+    /// the pause guard measured (and remembers).
+    pub(crate) fn paused_between(&self, from: Instant, to: Instant) -> Duration {
+        self.pauses
+            .iter()
+            .map(|&(a, b)| b.min(to).saturating_duration_since(a.max(from)))
+            .sum()
+    }
+
+    /// The pause guard measured a pause from `from` to `to`.
+    fn paused(&mut self, from: Instant, to: Instant) {
+        if self.pauses.len() == PAUSE_MEMORY {
+            self.pauses.pop_front();
+        }
+        self.pauses.push_back((from, to));
+    }
+
     /// How long the whole server has heard nothing.
     pub(crate) fn server_silence(&self, now: Instant) -> Duration {
         self.last_frame_at
@@ -268,13 +300,20 @@ pub(crate) fn silent_before(since: Instant, last_heard: Instant, expel_after: Du
 /// more expel threshold past it: what a member needs to be heard again once the
 /// coordinator hears or reads its frames, whatever the deadline, since its heartbeats
 /// carry its progress and acknowledgements. Silence is never held past two expel
-/// thresholds of real silence either, unless a pause moved the deadline itself, so a
+/// thresholds of real silence either (`paused`: the part of the time since the
+/// member's last frame the coordinator was paused, which is not its silence), so a
 /// dead member is expelled within that, whatever else is pending.
-fn hold_bound(m: &Member, now: Instant) -> Option<(Instant, Instant)> {
+///
+/// Also when to look at the member again at the latest: that bound, or the first of
+/// its deadlines still to pass, if sooner. A deadline that passes during a hold may
+/// bring a bound of its own that comes first (a session deadline that a give-back has
+/// moved up to two expel thresholds of silence is its own bound).
+fn hold_bound(m: &Member, now: Instant, paused: Duration) -> Option<(Instant, Instant, Instant)> {
     let expel_after = m.expel_after();
     let session = m.session_deadline();
     let silence = (session <= now).then(|| {
-        let bound = (session + expel_after).min((m.heard_at + 2 * expel_after).max(session));
+        let real = m.heard_at + paused + 2 * expel_after;
+        let bound = (session + expel_after).min(real.max(session));
         (session, bound)
     });
     let others = [Some(m.progress_deadline), m.revoke_deadline()]
@@ -282,10 +321,20 @@ fn hold_bound(m: &Member, now: Instant) -> Option<(Instant, Instant)> {
         .flatten()
         .filter(|&d| d <= now)
         .map(|d| (d, d + expel_after));
-    silence
+    let (deadline, bound) = silence
         .into_iter()
         .chain(others)
-        .min_by_key(|&(_, bound)| bound)
+        .min_by_key(|&(_, bound)| bound)?;
+    let next = [
+        Some(session),
+        Some(m.progress_deadline),
+        m.revoke_deadline(),
+    ]
+    .into_iter()
+    .flatten()
+    .filter(|&d| d > now)
+    .min();
+    Some((deadline, bound, next.map_or(bound, |n| n.min(bound))))
 }
 
 // The guards' side of the coordinator: traffic in, decisions out.
@@ -321,6 +370,7 @@ impl Coordinator {
             // own clocks, which a pause of the coordinator does not stop.
         }
         let until = now + self.config.pause_guard;
+        self.guards.paused(since, now);
         self.guards.pause_woken_at = Some(now);
         self.outputs
             .push_back(Output::Event(Event::PauseDetected { late_by, until }));
@@ -329,11 +379,12 @@ impl Coordinator {
     /// The expulsion rate limit (a generic cell rate algorithm: one expulsion every
     /// `1 / rate`, a second's worth at once). An expiry over the limit reserves the next
     /// free slot and is held until then, so each waiting member is looked at again
-    /// once, at its own slot, never past `bound`.
+    /// once, at its own slot, never past `bound`, nor past `look_by` (see
+    /// [`hold_bound`]).
     fn rate_limit(
         &mut self,
         now: Instant,
-        bound: Instant,
+        (bound, look_by): (Instant, Instant),
         group: &str,
         member: &str,
     ) -> Option<Hold> {
@@ -344,7 +395,7 @@ impl Coordinator {
         let m = self.groups.get_mut(group)?.members.get_mut(member)?;
         if let Some(slot) = m.expel_slot {
             return (slot > now).then_some(Hold::RateLimit {
-                recheck: slot.min(bound),
+                recheck: slot.min(look_by),
             });
         }
         let interval = Duration::from_secs_f64((1.0 / rate).min(3600.0));
@@ -359,7 +410,7 @@ impl Coordinator {
         self.outputs
             .push_back(Output::Event(Event::ExpulsionRateLimited));
         Some(Hold::RateLimit {
-            recheck: earliest.min(bound),
+            recheck: earliest.min(look_by),
         })
     }
 
@@ -421,7 +472,8 @@ impl Coordinator {
             for m in group.members.values_mut() {
                 // A member whose connection closed was not cut off by the coordinator.
                 if m.conn.is_some() && !silent_before(since, m.heard_at, m.expel_after()) {
-                    m.give_back(at, silent_for);
+                    let paused = self.guards.paused_between(m.heard_at, at);
+                    m.give_back(at, silent_for, paused);
                 }
                 if m.expired(judge_at) {
                     // Held past its deadline and given nothing back: judged now, not at
@@ -500,7 +552,8 @@ impl Coordinator {
                 return Some(Hold::Pause { until });
             }
         }
-        let (deadline, bound) = hold_bound(m, now)?;
+        let paused = self.guards.paused_between(m.heard_at, now);
+        let (deadline, bound, look_by) = hold_bound(m, now, paused)?;
         // Frames may be waiting unread from a member whose connection is open, that has
         // not been heard since a restore, or whose connection closed while its lease
         // still runs: it may be resuming on a new connection, whose first frames (an
@@ -509,10 +562,10 @@ impl Coordinator {
         // sockets, and is expelled when its lease runs out, held or not).
         let resuming = m.conn_closed && m.lease_until > now;
         let may_wait = m.conn.is_some() || m.unheard || resuming;
-        let bound = if resuming {
-            bound.min(m.lease_until)
+        let (bound, look_by) = if resuming {
+            (bound.min(m.lease_until), look_by.min(m.lease_until))
         } else {
-            bound
+            (bound, look_by)
         };
         // Not run since before the deadline, and running late: the core may have been
         // stalled over it, too briefly (or too close to its end) for the timers to run
@@ -548,7 +601,7 @@ impl Coordinator {
                 if now < bound {
                     let drain = b.worst.clamp(BACKLOG_FLOOR, BACKLOG_MEMORY);
                     return Some(Hold::Backlog {
-                        recheck: bound.min(now + drain),
+                        recheck: look_by.min(now + drain),
                     });
                 }
                 self.outputs.push_back(Output::Event(Event::HoldExpired {
@@ -566,7 +619,7 @@ impl Coordinator {
         let census = evidence.then(|| self.census(now));
         let Some(census) = census.filter(|c| c.mass_silence(min)) else {
             return if rate_limited {
-                self.rate_limit(now, bound, group, member)
+                self.rate_limit(now, (bound, look_by), group, member)
             } else {
                 None
             };
@@ -590,7 +643,7 @@ impl Coordinator {
                 }));
         }
         Some(Hold::Isolation {
-            recheck: bound.min(now + expel_after / 4),
+            recheck: look_by.min(now + expel_after / 4),
         })
     }
 }

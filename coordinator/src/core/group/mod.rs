@@ -351,8 +351,9 @@ impl Member {
 
     /// Gives back a silence of `silent_for`, ended by frames at `at`, that the isolation
     /// guard blamed on the coordinator. The session gets up to all of it, but never past
-    /// two expel thresholds of real silence: a member that died as the silence began is
-    /// still expelled within that bound. The progress counter and the acknowledgements
+    /// two expel thresholds of real silence (`paused`: the part of the time since the
+    /// member's last frame the coordinator was paused, which is not its silence): a
+    /// member that died as the silence began is still expelled within that bound. The progress counter and the acknowledgements
     /// travel on the same frames, so the progress and revocation clocks get back the part
     /// of their wait the silence overlapped (a revocation asked during it waited less),
     /// at most one expel threshold *over all the isolations of the wait*: no more than
@@ -361,9 +362,9 @@ impl Member {
     /// kept its partitions for as long as isolations kept coming, whatever its rebalance
     /// (or progress) timeout. The session needs no such cap: its bound is already counted
     /// from the member's last frame.
-    pub(crate) fn give_back(&mut self, at: Instant, silent_for: Duration) {
+    pub(crate) fn give_back(&mut self, at: Instant, silent_for: Duration, paused: Duration) {
         let expel_after = self.expel_after();
-        let cap = self.heard_at + 2 * expel_after;
+        let cap = self.heard_at + paused + 2 * expel_after;
         let room = cap.saturating_duration_since(self.session_deadline());
         self.liveness.extend(silent_for.min(room));
         let most = silent_for.min(expel_after);

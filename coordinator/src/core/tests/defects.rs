@@ -2068,13 +2068,13 @@ fn what_isolations_give_back_is_capped_per_wait() {
     m.target = vec![tp(1)].into();
     m.note_revocations(now);
     // Silences of 9 s, one after another: 9 s back, then 1, then nothing.
-    m.give_back(now + s(9), s(9));
+    m.give_back(now + s(9), s(9), Duration::ZERO);
     assert_eq!(m.progress_deadline, now + s(17));
     assert_eq!(m.revoke_deadline(), Some(now + s(17)));
-    m.give_back(now + s(18), s(9));
+    m.give_back(now + s(18), s(9), Duration::ZERO);
     assert_eq!(m.progress_deadline, now + s(18));
     assert_eq!(m.revoke_deadline(), Some(now + s(18)));
-    m.give_back(now + s(27), s(9));
+    m.give_back(now + s(27), s(9), Duration::ZERO);
     assert_eq!(m.progress_deadline, now + s(18));
     assert_eq!(m.revoke_deadline(), Some(now + s(18)));
     // A pause is the coordinator's own downtime: given back whole, and it takes
@@ -2087,7 +2087,7 @@ fn what_isolations_give_back_is_capped_per_wait() {
     m.owned = vec![tp(1), tp(2)].into();
     m.target = vec![tp(2)].into();
     m.note_revocations(now + s(30));
-    m.give_back(now + s(39), s(9));
+    m.give_back(now + s(39), s(9), Duration::ZERO);
     assert_eq!(m.progress_deadline, now + s(47));
     assert_eq!(m.revoke_deadline(), Some(now + s(47)));
 }
@@ -2114,4 +2114,126 @@ fn defect_21_a_member_held_past_its_revocation_deadline_is_expelled_for_the_revo
     let at = expelled_at(&t, &a).expect("a expelled");
     assert!(at >= died + SESSION, "its session deadline had passed too");
     assert_eq!(removed(&t, &a), Some(ExpelReason::RebalanceTimeout));
+}
+
+// ------------------------------------------------------------------------------------
+// 22. A guard holding a member looked at it again only at the pace of the expiry it
+//     held, past a later deadline whose bound came first.
+// ------------------------------------------------------------------------------------
+
+/// `a` (progress timeout 6 s, session timeout 10 s: an expel threshold of 10 s) dies
+/// with its connection left open while the coordinator is isolated: nothing from
+/// anyone for 10.5 s. Its progress deadline passes in that silence and is held. When
+/// `b` and `c` are heard again, the isolation gives `a`'s session the silence back up
+/// to two expel thresholds of real silence (its last frame + 20 s), and its progress
+/// clock one expel threshold (+ 16 s). A second isolation begins at once: the progress
+/// deadline passes in it and is held again, looked at every quarter threshold. The
+/// session deadline, at its cap, passed between two looks, and `a` was expelled only
+/// at the next one, a second past two expel thresholds of silence.
+///
+/// Promise broken: a dead member is expelled within two expel thresholds of its last
+/// frame, whatever else it has pending. (The simulation's check 4 found it, 57 ms late,
+/// once its faults included recurring isolations.) Cause: a hold was looked at again
+/// by the bound of the deadlines already passed, never when the next one passed, whose
+/// own bound may come first.
+#[test]
+fn defect_22_a_held_member_is_looked_at_again_when_its_next_deadline_passes() {
+    let mut t = TestContext::new();
+    let mut req = t.join_request("g", &[("orders", 6)]);
+    req.progress_timeout_ms = 6_000;
+    let mut a = t.join_with(1, req).expect("join accepted");
+    let mut b = t.join(2, "g", &[("orders", 6)]);
+    let mut c = t.join(3, "g", &[("orders", 6)]);
+    t.advance(SETTLE);
+    for m in [&mut a, &mut b, &mut c] {
+        t.expect_beat_ok(m);
+    }
+    let died = t.now;
+    t.advance(Duration::from_millis(10_500));
+    assert_eq!(removed(&t, &a), None, "held through the first isolation");
+    t.expect_beat_ok(&mut b);
+    t.expect_beat_ok(&mut c);
+    t.advance(died + 3 * SESSION - t.now);
+    let isolations = t
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::IsolationSuspected { .. }))
+        .count();
+    assert_eq!(isolations, 2);
+    let at = expelled_at(&t, &a).expect("a expelled");
+    assert!(
+        at <= died + 2 * SESSION,
+        "expelled {:?} after its last frame",
+        at - died
+    );
+    assert_eq!(removed(&t, &a), Some(ExpelReason::ProgressExpired));
+}
+
+// ------------------------------------------------------------------------------------
+// 23. The guards counted a pause of the coordinator as the member's silence.
+// ------------------------------------------------------------------------------------
+
+/// `m` (session 1 s) is last heard at `h`. The coordinator stops from just before its
+/// session deadline until `h` + 1.668 s, and wakes 668 ms late: the pause guard moves
+/// the deadline by that, to the wake, and the shell reports a backlog. After the grace
+/// the backlog guard holds `m`, by its bound: its deadline plus an expel threshold,
+/// but never past two expel thresholds of real silence, `h` + 2 s. The coordinator
+/// stalls again, for 320 ms (245 ms late, below the pause threshold of 250 ms), and
+/// meanwhile `m`'s beat arrives. On waking, the timers run first: the bound has passed,
+/// and `m` was expelled while its beat waited unread, although the coordinator had
+/// run for only 1.58 s of its 2.245 s of silence.
+///
+/// Promise broken: no member is expelled for a deadline whose evidence reached the
+/// coordinator in time and is unread only because the coordinator was behind; the
+/// guards count the time the coordinator runs. (The simulation's check 7 found it,
+/// seed 12000.) Cause: the bound of two expel thresholds of real silence counted from
+/// the member's last frame in wall time, the coordinator's measured pauses included,
+/// though the pause guard had moved the deadline itself by them.
+#[test]
+fn defect_23_a_measured_pause_is_not_counted_as_silence_by_the_guards_bound() {
+    let mut t = TestContext::new();
+    let mut req = t.join_request("g", &[("orders", 4)]);
+    req.session_timeout_ms = 1_000;
+    let mut m = t.join_with(1, req).expect("join accepted");
+    t.advance(SETTLE);
+    t.expect_beat_ok(&mut m);
+    let h = t.now;
+    let ms = Duration::from_millis;
+    t.advance(ms(944));
+    assert_eq!(
+        t.core.poll_timeout(),
+        Some(h + ms(1_000)),
+        "its session is next"
+    );
+    // The first pause, seen as one (668 ms late) and as a backlog.
+    t.now = h + ms(1_668);
+    t.core.observe_lag(t.now, ms(668));
+    t.core.handle_timeout(t.now);
+    t.drain();
+    assert!(t
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::PauseDetected { .. })));
+    // The grace ends; the backlog guard holds `m`.
+    t.advance(h + ms(1_925) - t.now);
+    assert_eq!(t.expelled(&m), None, "held by the backlog guard");
+    // The second stall; `m`'s beat arrives in it and waits. The timers run first.
+    let due = t.core.poll_timeout().expect("a timer");
+    t.now = h + ms(2_245);
+    t.core
+        .observe_lag(t.now, t.now.saturating_duration_since(due));
+    t.core.handle_timeout(t.now);
+    t.drain();
+    assert_eq!(
+        t.expelled(&m),
+        None,
+        "expelled after {:?} of running time, its beat waiting unread",
+        ms(2_245 - 668)
+    );
+    t.expect_beat_ok(&mut m);
+    for _ in 0..5 {
+        t.advance(ms(300));
+        t.expect_beat_ok(&mut m);
+    }
+    assert_eq!(t.expelled(&m), None);
 }
