@@ -36,9 +36,10 @@ enum Fault {
     Restart,
     Drain,
     AimedStall,
+    Isolate,
 }
 
-const FAULTS: [(Fault, f64); 15] = [
+const FAULTS: [(Fault, f64); 16] = [
     (Fault::Cut, 10.0),
     (Fault::Stuck, 3.0),
     (Fault::Crash, 4.0),
@@ -54,6 +55,7 @@ const FAULTS: [(Fault, f64); 15] = [
     (Fault::Restart, 0.8),
     (Fault::Drain, 0.4),
     (Fault::AimedStall, 1.0),
+    (Fault::Isolate, 0.8),
 ];
 
 fn ms(ms: u64) -> Duration {
@@ -493,6 +495,7 @@ impl World {
                 self.pause_begin(len);
             }
             Fault::AimedStall => self.aimed_stall(),
+            Fault::Isolate => self.isolations(),
             Fault::Restart => {
                 let downtime = self.restart_downtime();
                 self.restart_begin(downtime, "at random");
@@ -629,6 +632,109 @@ impl World {
             self.t(deadline)
         );
         self.stall_over(p, &what, deadline, start);
+    }
+
+    /// The coordinator's own network goes away, one to four times in a row. Half the
+    /// time aimed at a member asked to release partitions, with a session of 10 s at
+    /// most that most members' do not exceed: its application stops
+    /// acknowledging until the faults stop, and the isolations, scaled to its session,
+    /// recur within its wait. Isolations that recur within one wait are what bounds
+    /// what the isolation guard gives back.
+    fn isolations(&mut self) {
+        if self.rng.gen_bool(0.5) {
+            // Members whose session at least three in five live processes do not
+            // exceed: isolations scaled to it leave most members overdue, the guard's
+            // evidence.
+            let sessions: Vec<Duration> = (0..self.procs.len())
+                .filter(|&p| self.procs[p].is_live())
+                .map(|p| self.procs[p].m.settings.session_timeout)
+                .collect();
+            let candidates: Vec<usize> = (0..self.procs.len())
+                .filter(|&p| {
+                    let proc = &self.procs[p];
+                    let session = proc.m.settings.session_timeout;
+                    proc.is_live()
+                        && session <= Duration::from_secs(10)
+                        && sessions.iter().filter(|s| **s <= session).count() * 5
+                            >= sessions.len() * 3
+                        && proc
+                            .m
+                            .member_id()
+                            .and_then(|m| self.oracle.members.get(m))
+                            .is_some_and(|info| {
+                                info.removed.is_none() && info.revocation_deadline().is_some()
+                            })
+                })
+                .collect();
+            if !candidates.is_empty() {
+                let p = candidates[self.rng.gen_range(0..candidates.len())];
+                let never = self.now + Duration::from_secs(24 * 3600);
+                self.procs[p].ack = AckPolicy::Never;
+                for due in self.procs[p].acks_due.values_mut() {
+                    *due = never;
+                }
+                let session = self.procs[p].m.settings.session_timeout;
+                self.log(format!(
+                    "process {p} stops acknowledging; isolations aimed at its revocation"
+                ));
+                let times = self.rng.gen_range(3..=4);
+                self.isolate(times, Some(session));
+                return;
+            }
+        }
+        let times = self.rng.gen_range(1..=4);
+        self.isolate(times, None);
+    }
+
+    /// The coordinator's own network goes away: every live process's traffic is held
+    /// (as TCP retransmits) or its stream dies silently, for 0.6 to 1.6 of a session
+    /// timeout at least three in five of them have (0.7 to 1.4 of `session`, if given);
+    /// then, `times - 1` more times, after a gap of 0.2 to 1 of the shortest session
+    /// (0.1 to 0.5 of `session`).
+    pub(super) fn isolate(&mut self, times: u32, session: Option<Duration>) {
+        if self.quiet || times == 0 {
+            return;
+        }
+        let live: Vec<usize> = (0..self.procs.len())
+            .filter(|&p| self.procs[p].is_live())
+            .collect();
+        let mut sessions: Vec<Duration> = live
+            .iter()
+            .map(|&p| self.procs[p].m.settings.session_timeout)
+            .collect();
+        sessions.sort();
+        let Some(&shortest) = sessions.first() else {
+            return;
+        };
+        let (len, gap) = match session {
+            Some(s) => (
+                s.mul_f64(self.rng.gen_range(0.7..1.4)),
+                s.mul_f64(self.rng.gen_range(0.1..0.5)),
+            ),
+            None => {
+                // Long enough for most members to be overdue, as the guard's evidence
+                // asks.
+                let most = sessions[(sessions.len() * 3).div_ceil(5) - 1];
+                (
+                    most.mul_f64(self.rng.gen_range(0.6..1.6)),
+                    shortest.mul_f64(self.rng.gen_range(0.2..1.0)),
+                )
+            }
+        };
+        let hold = self.rng.gen_bool(0.7);
+        self.log(format!(
+            "the coordinator's network goes away for {len:?} ({} more times after)",
+            times - 1
+        ));
+        for p in live {
+            self.cut(p, len, hold);
+        }
+        if times > 1 {
+            self.push(
+                self.now + len + gap,
+                Ev::Do(Action::Isolate(times - 1, session)),
+            );
+        }
     }
 
     /// Process `p`'s oldest unanswered revocation's deadline, and the partitions not

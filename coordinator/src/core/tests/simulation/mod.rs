@@ -48,7 +48,11 @@
 //!   mostly too short for the pause guard to measure; the others begin up to a second
 //!   earlier and end up to 2.5 s after it); coordinator restarts at random and aimed
 //!   at the coalescing window after a join or a leave, at expulsions whose partitions
-//!   are held, and after static replacements. A restart builds a new core (a new member id prefix)
+//!   are held, and after static replacements; the coordinator's own network going away
+//!   (every connection held or dead at once) one to four times in a row, half the time
+//!   aimed at a member asked to release partitions whose application then withholds
+//!   its acknowledgement, with isolations scaled to its session so that they recur
+//!   within its wait. A restart builds a new core (a new member id prefix)
 //!   restored from exactly the records made durable (a `MemoryStore`, which applies them
 //!   as the server's stores do); every connection is
 //!   lost and the clients reconnect and carry on.
@@ -97,6 +101,13 @@
 //!   acknowledgement of every revocation past its deadline (sent while it was asked, in
 //!   a heartbeat or in a leave after releasing everything) reached the coordinator
 //!   before that deadline, even if it was read only later.
+//! - *8.* Nobody is held past its bound, whatever the guards do: every revocation ends
+//!   (released, or its member expelled) within the member's rebalance timeout plus two
+//!   expel thresholds (at most two session timeouts) of its asking, and a member whose
+//!   progress does not move is expelled within its progress timeout plus two expel
+//!   thresholds of its last progress, however often the coordinator is isolated.
+//!   Coordinator downtime does not count (a pause shifts the waits, a restart starts
+//!   them over); after a pause its grace is added, and 500 ms of slack.
 //!
 //! At the end of the quiet tail:
 //!
@@ -176,6 +187,20 @@
 //! closed, so one resuming on a new connection within its lease was expelled for a
 //! revocation (or silence, or progress) while its first frames there waited unread
 //! behind a stall. They now hold it too, never past its lease.
+//!
+//! Once the faults included the coordinator's network going away again and again
+//! (and check 8 was added), two more showed, each with a focused test in `defects.rs`:
+//!
+//! 10. A held member was looked at again only at the pace of the expiry held (a
+//!     quarter threshold), so a later deadline whose bound came first was passed: a
+//!     member that died with its progress deadline held through two isolations was
+//!     expelled 57 ms past two session timeouts of silence. Check 4 \[held by the
+//!     isolation guard\] (seed 3792; defect 22).
+//! 11. The bound of two expel thresholds of real silence counted the coordinator's
+//!     measured pauses as silence, though the pause guard had moved the deadline by
+//!     them: after a pause, a member whose beat arrived in a second, shorter stall was
+//!     expelled at the wake, before the beat was read. Check 7 \[session expiry\]
+//!     (seed 12000; defect 23).
 //!
 //! # Running it
 //!

@@ -39,6 +39,7 @@ pub(super) enum Check {
     RebalanceFollows,
     Generations,
     DeservedExpulsion,
+    BoundedHold,
 }
 
 impl Check {
@@ -52,6 +53,7 @@ impl Check {
             Self::RebalanceFollows => "check 5b (a rebalance follows every membership change)",
             Self::Generations => "check 6 (generations increase)",
             Self::DeservedExpulsion => "check 7 (no member expelled before its deadline)",
+            Self::BoundedHold => "check 8 (no wait held past its bound)",
         }
     }
 }
@@ -1226,6 +1228,98 @@ impl Oracle {
             };
             self.violate(now, Check::RebalanceFollows, kind, msg);
         }
+    }
+
+    /// Check 8: the guards hold a wait only so long. Every revocation ends (released,
+    /// or its member expelled) within the member's rebalance timeout plus two expel
+    /// thresholds of its asking, and a member whose progress does not move is expelled
+    /// within its progress timeout plus two expel thresholds of its last progress,
+    /// however often the coordinator was isolated. Time the coordinator was down does
+    /// not count (a pause shifts the waits, a restart starts them over), and after a
+    /// pause the grace before anyone is judged is added. Call only while the
+    /// coordinator is running (downtime is recorded when it ends).
+    pub(super) fn check_holds(&mut self, now: Instant, procs: &[Process]) {
+        let mut found = Vec::new();
+        for (id, info) in &self.members {
+            if info.removed.is_some() {
+                continue;
+            }
+            // The expel threshold is at most the session timeout; a rejoin may have
+            // changed any of the three, so the longest each has been counts.
+            let threshold = info.longest_session();
+            let longest = |now: Duration, i: usize| {
+                info.history
+                    .iter()
+                    .map(|(_, t)| t[i])
+                    .fold(now, Duration::max)
+            };
+            let rebalance = longest(info.rebalance, 2);
+            let progress = longest(info.progress, 1);
+            if let Some((tp, since)) = info.revoking.iter().min_by_key(|(_, since)| **since) {
+                let due = self.hold_bound(*since, rebalance + 2 * threshold, threshold);
+                if now > due {
+                    let kind = if info.acked_arrival.contains_key(tp) {
+                        "revocation acknowledged and still pending"
+                    } else {
+                        "revocation neither acknowledged nor ended"
+                    };
+                    found.push((
+                        kind,
+                        format!(
+                            "{} has been asked to release {}/{} since t={}, so the revocation \
+                             should have ended, or the member been expelled, by t={} (rebalance \
+                             timeout {rebalance:?} plus two expel thresholds of at most \
+                             {threshold:?}), but at t={} it is still a member with the \
+                             revocation pending; its process is {}{}{}",
+                            self.who(id, procs),
+                            tp.0,
+                            tp.1,
+                            self.t(*since),
+                            self.t(due),
+                            self.t(now),
+                            self.proc_state(id, procs),
+                            info.history(self),
+                            self.downtime_context(*since)
+                        ),
+                    ));
+                }
+            }
+            let due = self.hold_bound(info.progress_since, progress + 2 * threshold, threshold);
+            if now > due {
+                found.push((
+                    "no progress, not expelled",
+                    format!(
+                        "{} last made progress at t={}, so it should have been expelled by \
+                         t={} (progress timeout {progress:?} plus two expel thresholds of at \
+                         most {threshold:?}), but at t={} it is still a member; its process \
+                         is {}{}{}",
+                        self.who(id, procs),
+                        self.t(info.progress_since),
+                        self.t(due),
+                        self.t(now),
+                        self.proc_state(id, procs),
+                        info.history(self),
+                        self.downtime_context(info.progress_since)
+                    ),
+                ));
+            }
+        }
+        for (kind, msg) in found {
+            self.violate(now, Check::BoundedHold, kind, msg);
+        }
+    }
+
+    /// When a wait of `len` from `start` must have ended (check 8): a pause adds its
+    /// grace (a quarter of `threshold`, 50 ms to 2 s), there is slack for instants
+    /// computed along different paths, and coordinator downtime does not count.
+    fn hold_bound(&self, start: Instant, len: Duration, threshold: Duration) -> Instant {
+        let paused = self.downtime.iter().any(|d| !d.restart && d.to >= start);
+        let grace = if paused {
+            (threshold / 4).clamp(Duration::from_millis(50), Duration::from_secs(2))
+        } else {
+            Duration::ZERO
+        };
+        self.deadline_after(start, len + grace + CRASH_SLACK).0
     }
 
     /// The bound for a crashed member (check 4): its lease timeout after its last frame

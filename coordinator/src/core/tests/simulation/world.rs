@@ -89,6 +89,7 @@ pub(super) enum Action {
     },
     Retention(String),
     Pause(Duration),
+    Isolate(u32, Option<Duration>),
 }
 
 struct Scheduled {
@@ -399,6 +400,7 @@ impl World {
                 self.spawn(group, instance);
             }
             Action::Pause(len) => self.pause_begin(len),
+            Action::Isolate(times, session) => self.isolate(times, session),
             Action::Retention(group) => {
                 if !self.quiet && self.running() {
                     let deleted = self.core.remove_offsets(self.now, &group, Duration::ZERO);
@@ -537,6 +539,7 @@ impl World {
         }
         if self.running() {
             self.oracle.check_obligations(now);
+            self.oracle.check_holds(now, &self.procs);
         }
         self.schedule_core_wake();
     }
