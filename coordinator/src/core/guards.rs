@@ -74,7 +74,8 @@
 //!   percent of those are overdue (silent for more than half their expel threshold). A
 //!   member whose connection closed is not evidence: a crashed process closes its
 //!   sockets. Bound: as above. When frames arrive again, members with open connections
-//!   that were not already overdue when the silence began get the silent time back: the
+//!   that were not already overdue when the silence began get the silent time back
+//!   (less any pause measured within it, which the pause guard already gave): the
 //!   session all of it, but never past two expel thresholds of real silence; the
 //!   progress clock and each revocation the part of their wait the silence overlapped,
 //!   at most one expel threshold over all the isolations of that wait. The others get
@@ -466,6 +467,11 @@ impl Coordinator {
         }
         self.guards.isolated_since = None;
         let silent_for = at.saturating_duration_since(since);
+        // A pause within the silence already moved every member's clocks by the part
+        // of it each one's silence overlapped: only the rest is the isolation's to give
+        // back. (Given twice, it moved a session deadline up to a pause past the wake,
+        // where it outlived a rejoin that shortened the session.)
+        let unpaused = silent_for.saturating_sub(self.guards.paused_between(since, at));
         // Never a timer in the past: the pause guard would take it for a pause.
         let judge_at = self.now.map_or(at, |now| now.max(at));
         for group in self.groups.values_mut() {
@@ -473,7 +479,7 @@ impl Coordinator {
                 // A member whose connection closed was not cut off by the coordinator.
                 if m.conn.is_some() && !silent_before(since, m.heard_at, m.expel_after()) {
                     let paused = self.guards.paused_between(m.heard_at, at);
-                    m.give_back(at, silent_for, paused);
+                    m.give_back(at, unpaused, paused);
                 }
                 if m.expired(judge_at) {
                     // Held past its deadline and given nothing back: judged now, not at

@@ -2237,3 +2237,71 @@ fn defect_23_a_measured_pause_is_not_counted_as_silence_by_the_guards_bound() {
     }
     assert_eq!(t.expelled(&m), None);
 }
+
+/// The same pause, seen by two guards. `a` (session 10 s) and `b`, `c`, `d` (1 s) are
+/// cut off from the coordinator at `h`; at `h` + 1 s the isolation guard holds the
+/// short sessions, and then the coordinator itself stops for 8 s. On waking, the pause
+/// guard moves every deadline by the pause; the members' frames arrive and end the
+/// isolation, which gave each member back its whole silence, the pause in it again:
+/// `a`'s session deadline moved to 18 s past its frame, read at the wake. It then
+/// rejoined with a session of 1 s and crashed, its connection closed; its deadline,
+/// already past its real silence, followed the new timeout from there, and it stayed a
+/// member 8 s longer than a 1 s session allows.
+///
+/// Promise broken: a member whose process is gone is expelled within two of its
+/// session timeouts of its last frame (the simulation's check 4 \[timeouts changed by
+/// a rejoin\], seed 11592, once 23 stopped counting pauses as silence). Cause: what an
+/// isolation gives back did not leave out the part of the silence that was a pause.
+#[test]
+fn defect_23_a_pause_within_an_isolation_is_given_back_once() {
+    let mut t = TestContext::new();
+    let mut a = t.join(1, "g", &[("orders", 4)]);
+    let mut short: Vec<M> = (2..=4)
+        .map(|conn| {
+            let mut req = t.join_request("g", &[("orders", 4)]);
+            req.session_timeout_ms = 1_000;
+            t.join_with(conn, req).expect("join accepted")
+        })
+        .collect();
+    t.advance(SETTLE);
+    t.expect_beat_ok(&mut a);
+    for m in &mut short {
+        t.expect_beat_ok(m);
+    }
+    let h = t.now;
+    let ms = Duration::from_millis;
+    t.advance(ms(1_100));
+    assert!(t
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::IsolationSuspected { .. })));
+    t.freeze_for(ms(8_000));
+    assert!(t
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::PauseDetected { .. })));
+    t.expect_beat_ok(&mut a);
+    for m in &mut short {
+        t.expect_beat_ok(m);
+    }
+    let mut req = t.join_request("g", &[("orders", 4)]);
+    req.member_id = Some(a.id.clone());
+    req.session_timeout_ms = 1_000;
+    req.lease_timeout_ms = 1_000;
+    let heard = t.now;
+    let a = t.join_with(1, req).expect("rejoin accepted");
+    t.core.handle_disconnect(t.now, a.conn);
+    t.drain();
+    while t.now < heard + ms(2_000) {
+        t.advance(ms(200));
+        for m in &mut short {
+            t.expect_beat_ok(m);
+        }
+    }
+    assert_eq!(
+        removed(&t, &a),
+        Some(ExpelReason::SessionExpired),
+        "still a member 2 s after its last frame with a session of 1 s ({:?} after h)",
+        t.now - h
+    );
+}

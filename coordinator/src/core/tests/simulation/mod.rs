@@ -200,7 +200,11 @@
 //!     measured pauses as silence, though the pause guard had moved the deadline by
 //!     them: after a pause, a member whose beat arrived in a second, shorter stall was
 //!     expelled at the wake, before the beat was read. Check 7 \[session expiry\]
-//!     (seed 12000; defect 23).
+//!     (seed 12000; defect 23). Once pauses were no longer silence, the isolation
+//!     guard gave back a pause within an isolation a second time, moving a session
+//!     deadline a pause past the wake; a rejoin with a shorter session then kept a
+//!     crashed member 8 s past two of its sessions. Check 4 \[timeouts changed by a
+//!     rejoin\] (seed 11592; defect 23 too).
 //!
 //! # Running it
 //!
