@@ -266,7 +266,10 @@ impl World {
     /// something: inside the coalescing window after a join or a leave, while partitions
     /// are held for an expelled member, and after a static replacement.
     pub(super) fn react(&mut self, event: &Event) {
-        if self.quiet || self.counts.restarts >= self.max_restarts {
+        if self.quiet
+            || self.counts.restarts >= self.max_restarts
+            || self.calm_until.is_some_and(|t| self.now < t)
+        {
             return;
         }
         let window = self.config.rebalance_coalesce;
@@ -308,6 +311,10 @@ impl World {
     /// The fault generator: one random fault, then the next one later.
     pub(super) fn next_fault(&mut self) {
         if self.quiet {
+            return;
+        }
+        if let Some(calm) = self.calm_until.filter(|t| self.now < *t) {
+            self.push(calm, Ev::NextFault);
             return;
         }
         let total: f64 = FAULTS.iter().map(|(_, w)| w).sum();
@@ -636,7 +643,7 @@ impl World {
 
     /// The coordinator's own network goes away, one to four times in a row. Half the
     /// time aimed at a member asked to release partitions, with a session of 10 s at
-    /// most that most members' do not exceed: its application stops
+    /// most that most members' do not exceed (no other fault meanwhile): its application stops
     /// acknowledging until the faults stop, and the isolations, scaled to its session,
     /// recur within its wait. Isolations that recur within one wait are what bounds
     /// what the isolation guard gives back.
@@ -678,6 +685,8 @@ impl World {
                     "process {p} stops acknowledging; isolations aimed at its revocation"
                 ));
                 let times = self.rng.gen_range(3..=4);
+                // Each isolation and the gap after it last at most 1.9 sessions.
+                self.calm_until = Some(self.now + session.mul_f64(1.9 * f64::from(times)));
                 self.isolate(times, Some(session));
                 return;
             }

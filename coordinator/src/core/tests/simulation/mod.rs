@@ -52,7 +52,7 @@
 //!   (every connection held or dead at once) one to four times in a row, half the time
 //!   aimed at a member asked to release partitions whose application then withholds
 //!   its acknowledgement, with isolations scaled to its session so that they recur
-//!   within its wait. A restart builds a new core (a new member id prefix)
+//!   within its wait (and no other fault meanwhile, so that nothing else ends it). A restart builds a new core (a new member id prefix)
 //!   restored from exactly the records made durable (a `MemoryStore`, which applies them
 //!   as the server's stores do); every connection is
 //!   lost and the clients reconnect and carry on.
@@ -107,7 +107,9 @@
 //!   progress does not move is expelled within its progress timeout plus two expel
 //!   thresholds of its last progress, however often the coordinator is isolated.
 //!   Coordinator downtime does not count (a pause shifts the waits, a restart starts
-//!   them over); after a pause its grace is added, and 500 ms of slack.
+//!   them over); after a pause its grace is added, and 500 ms of slack. (It fails a
+//!   core that waits four rebalance timeouts or three progress timeouts, and one whose
+//!   isolation guard gives each isolation its silence back uncapped.)
 //!
 //! At the end of the quiet tail:
 //!

@@ -213,6 +213,9 @@ pub(super) struct World {
     pub(super) counts: Counts,
     /// A stall is to be aimed at the next revocation an application is asked.
     pub(super) aim_next_revocation: bool,
+    /// While isolations aimed at a revocation recur: no other fault until then, so
+    /// that nothing else (a rejoin, a restart, a prompt application) ends the wait.
+    pub(super) calm_until: Option<Instant>,
 }
 
 impl World {
@@ -268,6 +271,7 @@ impl World {
             fast_beats: (seed / 2) % 4 == 1,
             counts: Counts::default(),
             aim_next_revocation: false,
+            calm_until: None,
         }
     }
 
