@@ -23,15 +23,16 @@
 //! deadline is held at most one more expel threshold past it, whichever deadline it is
 //! (once the coordinator hears or reads a live member's frames again, its next
 //! heartbeat, with its progress and acknowledgements, comes within that); a deadline
-//! for silence, moreover, never past two expel thresholds of real silence. When several have passed, the first bound reached
-//! ends the hold, and the expulsion names the deadline that passed first; a held member
-//! is looked at again when its next deadline passes, too, since that one's bound may
-//! come first. So a dead member is expelled within two expel thresholds of its last
-//! frame, whatever else it has pending. Real silence is the time since the member's last
-//! frame less the part of it the coordinator was paused: the pause guard remembers the
-//! last [`PAUSE_MEMORY`] pauses it measured. (Counted as silence, a pause that moved a
-//! member's deadline left the guards no room: a member whose beat arrived during a
-//! second, shorter stall was expelled before it was read.)
+//! for silence, moreover, never past two expel thresholds of real silence. When several
+//! have passed, the first bound reached ends the hold, and the expulsion names the
+//! deadline that passed first; a held member is looked at again when its next deadline
+//! passes, too, since that one's bound may come first. So a dead member is expelled
+//! within two expel thresholds of its last frame, whatever else it has pending. Real
+//! silence is the time since the member's last frame less the part of it the
+//! coordinator was paused: the pause guard remembers the last [`PAUSE_MEMORY`] pauses
+//! it measured. (Counted as silence, a pause that moved a member's deadline left the
+//! guards no room: a member whose beat arrived during a second, shorter stall was
+//! expelled before it was read.)
 //!
 //! What the isolation guard gives back when frames return moves deadlines too, so it
 //! is bounded as well, in wall time: the session never past two expel thresholds of

@@ -52,10 +52,10 @@
 //!   (every connection held or dead at once) one to four times in a row, half the time
 //!   aimed at a member asked to release partitions whose application then withholds
 //!   its acknowledgement, with isolations scaled to its session so that they recur
-//!   within its wait (and no other fault meanwhile, so that nothing else ends it). A restart builds a new core (a new member id prefix)
-//!   restored from exactly the records made durable (a `MemoryStore`, which applies them
-//!   as the server's stores do); every connection is
-//!   lost and the clients reconnect and carry on.
+//!   within its wait (and no other fault meanwhile, so that nothing else ends it). A
+//!   restart builds a new core (a new member id prefix) restored from exactly the
+//!   records made durable (a `MemoryStore`, which applies them as the server's stores
+//!   do); every connection is lost and the clients reconnect and carry on.
 //! - **The shell** ([`world`]) hands the core each frame as it arrives and runs its
 //!   timers when due. Before every run of timers it reports, as the server's timer task
 //!   does, the last member frame read anywhere (`observe_traffic`) and how late the
