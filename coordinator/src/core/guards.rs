@@ -313,30 +313,22 @@ pub(crate) fn silent_before(since: Instant, last_heard: Instant, expel_after: Du
 fn hold_bound(m: &Member, now: Instant, paused: Duration) -> Option<(Instant, Instant, Instant)> {
     let expel_after = m.expel_after();
     let session = m.session_deadline();
-    let silence = (session <= now).then(|| {
-        let real = m.heard_at + paused + 2 * expel_after;
-        let bound = (session + expel_after).min(real.max(session));
-        (session, bound)
-    });
-    let others = [Some(m.progress_deadline), m.revoke_deadline()]
-        .into_iter()
+    let real = m.heard_at + paused + 2 * expel_after;
+    // Each deadline with its bound.
+    let deadlines = [
+        Some((session, (session + expel_after).min(real.max(session)))),
+        Some((m.progress_deadline, m.progress_deadline + expel_after)),
+        m.revoke_deadline().map(|d| (d, d + expel_after)),
+    ];
+    let passed = deadlines.iter().flatten().filter(|&&(d, _)| d <= now);
+    let (deadline, bound) = passed.min_by_key(|&&(_, bound)| bound).copied()?;
+    let look_by = deadlines
+        .iter()
         .flatten()
-        .filter(|&d| d <= now)
-        .map(|d| (d, d + expel_after));
-    let (deadline, bound) = silence
-        .into_iter()
-        .chain(others)
-        .min_by_key(|&(_, bound)| bound)?;
-    let next = [
-        Some(session),
-        Some(m.progress_deadline),
-        m.revoke_deadline(),
-    ]
-    .into_iter()
-    .flatten()
-    .filter(|&d| d > now)
-    .min();
-    Some((deadline, bound, next.map_or(bound, |n| n.min(bound))))
+        .map(|&(d, _)| d)
+        .filter(|&d| d > now)
+        .fold(bound, Instant::min);
+    Some((deadline, bound, look_by))
 }
 
 // The guards' side of the coordinator: traffic in, decisions out.

@@ -353,9 +353,10 @@ impl Member {
     /// guard blamed on the coordinator. The session gets up to all of it, but never past
     /// two expel thresholds of real silence (`paused`: the part of the time since the
     /// member's last frame the coordinator was paused, which is not its silence): a
-    /// member that died as the silence began is still expelled within that bound. The progress counter and the acknowledgements
-    /// travel on the same frames, so the progress and revocation clocks get back the part
-    /// of their wait the silence overlapped (a revocation asked during it waited less),
+    /// member that died as the silence began is still expelled within that bound. The
+    /// progress counter and the acknowledgements travel on the same frames, so the
+    /// progress and revocation clocks get back the part of their wait the silence
+    /// overlapped (a revocation asked during it waited less),
     /// at most one expel threshold *over all the isolations of the wait*: no more than
     /// the guards may hold them past their deadlines, and a bound in wall time. Given
     /// per isolation, a member that beats but never acknowledges (or never progresses)
