@@ -10,9 +10,9 @@ use rollcall_client::{Client, ClientConfig, ConnectError, Event, MemberConfig};
 use rollcall_coordinator::server::{ServerConfig, ServerHandle};
 use rollcall_protocol::scram::StoredCredential;
 use rollcall_protocol::{
-    CommitOffsetsRequest, DescribeGroupRequest, ErrorCode, FetchOffsetsRequest, HeartbeatRequest,
-    HeartbeatsRequest, LeaveMode, LeaveRequest, OffsetCommit, RelinquishRequest, Request, Response,
-    TraceGroupRequest,
+    AuthenticateRequest, Body, CommitOffsetsRequest, DescribeGroupRequest, ErrorCode,
+    FetchOffsetsRequest, Frame, FrameKind, Header, HeartbeatRequest, HeartbeatsRequest, LeaveMode,
+    LeaveRequest, OffsetCommit, RelinquishRequest, Request, Response, TraceGroupRequest,
 };
 use rollcall_tests::{
     bounded, join, run_cli, start, test_config, CliOutput, Member, RawClient, TempDir,
@@ -474,6 +474,11 @@ async fn the_admin_commands_authenticate_and_hash_password_makes_a_working_crede
         !hashed.stdout.contains("pa55"),
         "the password is not printed"
     );
+    assert!(
+        hashed.stderr.contains("line end"),
+        "the dropped newline is mentioned: {}",
+        hashed.stderr
+    );
     let path = dir.path().join("auth.toml");
     std::fs::write(
         &path,
@@ -574,5 +579,181 @@ async fn a_principal_past_its_connection_limit_is_refused_when_it_authenticates(
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    server.shutdown().await.unwrap();
+}
+
+/// A connection whose user was removed from the file is no longer authenticated, and may
+/// authenticate again on the same connection once the user is back. Authenticate on a
+/// connection that is authenticated is answered `invalid_request`, and the connection
+/// stays open and authenticated.
+#[tokio::test]
+async fn a_removed_user_added_back_authenticates_again_on_the_same_connection() {
+    let dir = TempDir::new("auth-readd");
+    let (server, path) = secured(&dir).await;
+    let mut alice = as_user(server.local_addr(), "alice", "alice-pw").await;
+    let fetch = || {
+        Request::FetchOffsets(FetchOffsetsRequest {
+            group: "orders".into(),
+            topics: vec![],
+            page: None,
+        })
+    };
+
+    let again = alice
+        .request(Request::Authenticate(AuthenticateRequest {
+            mechanism: "SCRAM-SHA-256".into(),
+            payload: "n,,n=alice,r=abcdefgh".into(),
+        }))
+        .await;
+    assert_eq!(code(&again), ErrorCode::InvalidRequest, "{again:?}");
+    assert_eq!(code(&alice.request(fetch()).await), ErrorCode::None);
+
+    let original = std::fs::read_to_string(&path).unwrap();
+    let without_alice: String = original
+        .lines()
+        .filter(|l| !l.starts_with("alice"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&path, without_alice).unwrap();
+    wait_for_code(&mut alice, fetch, ErrorCode::AuthenticationRequired).await;
+
+    std::fs::write(&path, &original).unwrap();
+    // Once the file with alice is in force (a fresh connection can log in as her)...
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut probe = RawClient::connected(server.local_addr()).await;
+        if probe.authenticate("alice", "alice-pw").await.is_ok() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "alice never came back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // ...the connection she lost authenticates again.
+    assert_eq!(
+        alice.authenticate("alice", "alice-pw").await.unwrap(),
+        "alice"
+    );
+    assert_eq!(code(&alice.request(fetch()).await), ErrorCode::None);
+    server.shutdown().await.unwrap();
+}
+
+/// An unknown user is answered a server-first message like a known one's (its salt the
+/// same every time for that name, its iteration count 4096), and fails only at the
+/// proof.
+#[tokio::test]
+async fn an_unknown_user_gets_a_fake_server_first_message() {
+    let dir = TempDir::new("auth-fake");
+    let (server, _) = secured(&dir).await;
+    let addr = server.local_addr();
+    let first = |user: &str| {
+        Request::Authenticate(AuthenticateRequest {
+            mechanism: "SCRAM-SHA-256".into(),
+            payload: format!("n,,n={user},r=clientnonce"),
+        })
+    };
+    let salt_of = |response: Response| match response {
+        Response::Authenticate(a) => {
+            assert!(!a.complete, "{a:?}");
+            assert!(a.payload.starts_with("r=clientnonce"), "{a:?}");
+            let fields: Vec<&str> = a.payload.split(',').collect();
+            assert_eq!(fields.len(), 3, "{a:?}");
+            assert_eq!(fields[2], "i=4096", "{a:?}");
+            fields[1].to_owned()
+        }
+        other => panic!("expected a server-first message, got {other:?}"),
+    };
+    let mut salts = Vec::new();
+    for user in ["mallory", "mallory", "alice"] {
+        let mut client = RawClient::connected(addr).await;
+        salts.push(salt_of(client.request(first(user)).await));
+    }
+    assert_eq!(salts[0], salts[1], "an unknown user's salt is stable");
+    assert_ne!(salts[0], salts[2]);
+    server.shutdown().await.unwrap();
+}
+
+/// Which answer wins: an unknown API key is answered `unknown_api` even before
+/// authenticating; once authenticated, a request the principal may not make is answered
+/// `not_authorized` whatever else is wrong with it (the group would refuse it too).
+#[tokio::test]
+async fn not_authorized_comes_before_what_the_group_would_answer() {
+    let dir = TempDir::new("auth-order");
+    let (server, _) = secured(&dir).await;
+    let addr = server.local_addr();
+    let mut anonymous = RawClient::connected(addr).await;
+    anonymous
+        .send(Frame {
+            correlation_id: 7,
+            body: Body::Unsupported(Header {
+                kind: FrameKind::Request,
+                api_key: 99,
+                api_version: 0,
+                correlation_id: 7,
+            }),
+        })
+        .await;
+    assert_eq!(code(&anonymous.response_to(7).await), ErrorCode::UnknownApi);
+
+    let mut alice = as_user(addr, "alice", "alice-pw").await;
+    // A session timeout no coordinator accepts, on a group alice may not join.
+    let answer = alice
+        .request(Request::Join(join("billing", "t", 4, 1)))
+        .await;
+    assert_eq!(code(&answer), ErrorCode::NotAuthorized, "{answer:?}");
+    // The same on her own group: the group's answer.
+    let answer = alice
+        .request(Request::Join(join("orders", "t", 4, 1)))
+        .await;
+    assert_eq!(
+        code(&answer),
+        ErrorCode::InvalidSessionTimeout,
+        "{answer:?}"
+    );
+    // A heartbeat naming nobody, on a group she may not be a member of.
+    let answer = alice
+        .request(Request::Heartbeat(HeartbeatRequest {
+            group: "billing".into(),
+            member_id: "".into(),
+            generation: 0,
+            sequence: 1,
+            progress: 0,
+            acked_revocations: vec![],
+        }))
+        .await;
+    assert_eq!(code(&answer), ErrorCode::NotAuthorized, "{answer:?}");
+    server.shutdown().await.unwrap();
+}
+
+/// Nothing bounds how long a connection may stay unauthenticated but the idle deadline:
+/// one that sends a frame within every idle timeout (each answered
+/// `authentication_required`) stays open; a silent one is closed at the idle deadline.
+#[tokio::test]
+async fn an_unauthenticated_connection_lasts_until_the_idle_deadline() {
+    let dir = TempDir::new("auth-idle");
+    let idle_timeout = Duration::from_millis(500);
+    let mut config = ServerConfig {
+        auth_file: Some(auth_file(&dir)),
+        idle_timeout,
+        ..test_config()
+    };
+    config.core.max_session_timeout = Duration::from_millis(400);
+    let server = start(config).await;
+    let addr = server.local_addr();
+    let started = Instant::now();
+    let mut silent = RawClient::connected(addr).await;
+    let mut talking = RawClient::connected(addr).await;
+    while started.elapsed() < idle_timeout * 3 {
+        let answer = talking
+            .request(Request::ListGroups(Default::default()))
+            .await;
+        assert_eq!(code(&answer), ErrorCode::AuthenticationRequired);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(silent.closed_within(Duration::from_secs(3)).await);
+    assert!(started.elapsed() >= idle_timeout);
+    assert_eq!(
+        talking.authenticate("alice", "alice-pw").await.unwrap(),
+        "alice"
+    );
     server.shutdown().await.unwrap();
 }

@@ -261,7 +261,7 @@ pub(super) struct ServeArgs {
     /// Users (SCRAM credentials from `rollcall hash-password`) and access rules, in
     /// TOML. When set, every connection must authenticate, by SCRAM-SHA-256 or a
     /// verified client certificate, and everything no rule allows is denied. Reloaded
-    /// when it changes. See the README's "Security" section for the format.
+    /// when it changes. The format: README.md, "Authentication and access rules".
     #[arg(long, env = "ROLLCALL_AUTH_FILE", value_name = "FILE")]
     auth_file: Option<PathBuf>,
     /// How often the auth file is checked for changes (it is also reloaded on SIGHUP).

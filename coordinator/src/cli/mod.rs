@@ -86,6 +86,14 @@ enum Command {
     Trace(TraceArgs),
     /// Read a password on standard input and print its SCRAM-SHA-256 credential, for a
     /// user's entry in the auth file (`--auth-file`). The password is not stored.
+    ///
+    /// The password is the first line of standard input without its line end: a
+    /// trailing newline (or carriage return and newline) is dropped, so `echo pw` and
+    /// `echo -n pw` give the same credential, and a password cannot end with one (a
+    /// note on standard error says when one was dropped). Like the clients, it prepares
+    /// the password with SASLprep (RFC 4013). The credential is
+    /// `SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>`, base64 each (see
+    /// docs/PROTOCOL.md, section 5.2).
     HashPassword(HashPasswordArgs),
 }
 
@@ -111,6 +119,9 @@ fn hash_password(args: HashPasswordArgs) -> ExitCode {
         return ExitCode::from(EXIT_RUNTIME);
     }
     let password = line.trim_end_matches(['\n', '\r']);
+    if password.len() != line.len() {
+        eprintln!("rollcall: the line end after the password is not part of it");
+    }
     if password.is_empty() {
         eprintln!("rollcall: the password is empty");
         return ExitCode::from(EXIT_CONFIG);

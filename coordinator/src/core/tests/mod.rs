@@ -11,6 +11,7 @@ mod pages;
 mod quotas;
 mod scenarios;
 mod simulation;
+mod stops;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
