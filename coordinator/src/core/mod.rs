@@ -59,24 +59,39 @@ pub type ConnId = u64;
 
 /// The coordinator's core: every group of one shard.
 ///
-/// Methods come in four kinds:
+/// Every method that changes the core is an input, which carries `now` (or the instant
+/// it reports), or a poll. A shell calls them in this order:
 ///
-/// - **Inputs**, each carrying `now`: [`Self::restore`] (once, first),
-///   [`Self::handle_request`], [`Self::handle_disconnect`], [`Self::observe_traffic`]
-///   (the whole server's latest request, before each batch), [`Self::handle_timeout`]
-///   and [`Self::remove_offsets`].
-/// - **Polls**, to drain after every batch of inputs, in this order:
-///   [`Self::poll_output`] until `None` (pushes and events, in the order produced),
-///   then [`Self::take_records`] (what must be durable before any response or push of
-///   the batch is sent), then [`Self::poll_timeout`] (when to call
-///   [`Self::handle_timeout`] next).
-/// - **Inspection**, which changes nothing: [`Self::stats`], [`Self::config`],
-///   [`Self::records_pending`], [`Self::timer_entries`].
+/// 1. [`Self::restore`], once, before anything else: what the store loaded.
+/// 2. Then, as they come, the inputs:
+///    - [`Self::handle_request`]: a request from a connection. It returns its
+///      [`Effects`]: the response, whether it wrote records (the response stands only
+///      once they are durable), and the member a Join admitted.
+///    - [`Self::handle_disconnect`]: a connection closed.
+///    - [`Self::observe_traffic`] then [`Self::observe_lag`], before each run of the
+///      timers: the whole server's latest member frame ([`is_member_traffic`]), and how
+///      late the shell is (the isolation and backlog guards' evidence).
+///    - [`Self::handle_timeout`]: when [`Self::poll_timeout`] is due (again at once if
+///      it still is: one call runs one slice of work).
+///    - [`Self::remove_offsets`]: offsets retention found the group empty long enough.
+///    - [`Self::answers_released`]: the answers to Joins left, after their records were
+///      durable (their sessions count from then).
+/// 3. After every input, or batch of inputs, the polls, in this order:
+///    [`Self::poll_output`] until `None` (pushes and events, in the order produced);
+///    [`Self::take_records`], whenever the shell starts a durable write (what must be
+///    durable before any response or push of the inputs since the last take is sent;
+///    [`Self::has_records`] says whether there is anything to take); and
+///    [`Self::poll_timeout`] (when to call [`Self::handle_timeout`] next).
+///
+/// [`Self::is_unflushed`] tells the shell whether what concerns a group may be sent
+/// before the next take is durable. Inspection changes nothing: [`Self::stats`],
+/// [`Self::groups_below_advice`], [`Self::config`], [`Self::totals`],
+/// [`Self::timer_entries`].
 ///
 /// The handlers live beside the state they serve: `membership.rs` (Join, Heartbeat,
 /// Leave, connections), `offsets.rs` (commits, fetches, retention), `inspect.rs`
-/// (ListGroups, DescribeGroup, stats), `guards.rs` (pause and isolation), and
-/// `group.rs` (one group: clocks, assignment, reconciliation, snapshots).
+/// (ListGroups, DescribeGroup, stats), `guards.rs` (pause, isolation, backlog, rate
+/// limit), and `group/` (one group: clocks, assignment, reconciliation, snapshots).
 #[derive(Debug)]
 pub struct Coordinator {
     config: CoreConfig,
@@ -101,6 +116,9 @@ pub struct Coordinator {
     /// Groups whose state changed since the last [`Coordinator::take_records`], so that
     /// call snapshots only them instead of scanning every group.
     dirty: Vec<Arc<str>>,
+    /// Set when [`Self::note_dirty`] finds a group changed: the input being handled
+    /// changed durable state (see [`Effects::wrote`]).
+    changed: bool,
     /// Groups with records not yet taken, beyond the dirty ones: those of
     /// `records[..records_seen]` (see [`Coordinator::is_unflushed`]).
     unflushed: HashSet<String>,
@@ -119,6 +137,51 @@ pub struct Coordinator {
     /// [`Group::accounted`], brought up to date whenever a group changes, over every
     /// core that shares it.
     totals: Arc<Totals>,
+}
+
+/// What one request did, as [`Coordinator::handle_request`] returns it: its answer, and
+/// what the shell needs to know to send it.
+#[derive(Debug)]
+#[must_use]
+pub struct Effects {
+    /// The answer to the request.
+    pub response: Response,
+    /// Whether the request changed durable state: the next [`Coordinator::take_records`]
+    /// returns records for it, and the response stands only once they are durable (if
+    /// they cannot be made durable, the answer is `storage_failure`). Exact, not
+    /// inferred: a group changed again before its snapshot was taken counts too.
+    pub wrote: bool,
+    /// The member a Join admitted (group, member id). Once the answer has left, the
+    /// shell tells [`Coordinator::answers_released`], and its session counts from then.
+    pub joined: Option<(String, String)>,
+}
+
+/// Whether `request` is a member's frame: what the isolation guard takes as evidence
+/// that the coordinator can hear its members. The core counts the requests it handles
+/// by it, and the shell the frames it reads on every connection
+/// ([`Coordinator::observe_traffic`]), so both report the same evidence.
+///
+/// Join, Heartbeat, Heartbeats, Leave, and a commit that names a member. Not an admin
+/// commit (no member id), nor any request of an operator's tool (ListGroups,
+/// DescribeGroup, FetchOffsets, TraceGroup), nor Relinquish (sent by the process of a
+/// member that is gone). An operator's tool often runs beside the coordinator (on its
+/// host, or in its network), so its frames arriving says nothing about whether the
+/// members' frames can: counted, one script committing offsets during a partition that
+/// cut the members off would end the isolation hold and expel every member the
+/// partition silenced. Not counted, the worst case is the guard's own bound (a silence
+/// held for at most one more expel threshold while a tool is heard).
+pub fn is_member_traffic(request: &Request) -> bool {
+    matches!(
+        request,
+        Request::Join(_)
+            | Request::Heartbeat(_)
+            | Request::Heartbeats(_)
+            | Request::Leave(_)
+            | Request::CommitOffsets(CommitOffsetsRequest {
+                member_id: Some(_),
+                ..
+            })
+    )
 }
 
 /// A member by (group, member id).
@@ -151,6 +214,7 @@ impl Coordinator {
             ran_before: None,
             guards: Guards::default(),
             dirty: Vec::new(),
+            changed: false,
             unflushed: HashSet::new(),
             records_seen: 0,
             next_trace_epoch: 0,
@@ -232,30 +296,24 @@ impl Coordinator {
         }
     }
 
-    /// Handles one request from connection `conn` and returns its response.
+    /// Handles one request from connection `conn`: returns its response and what else it
+    /// did ([`Effects`]).
     ///
-    /// `ApiVersions` is the connection's business and is refused here.
-    #[must_use]
-    pub fn handle_request(&mut self, now: Instant, conn: ConnId, request: Request) -> Response {
+    /// `ApiVersions` and `Authenticate` are the connection's business and are refused
+    /// here.
+    pub fn handle_request(&mut self, now: Instant, conn: ConnId, request: Request) -> Effects {
         // A pause must be seen before the frames read on waking are judged (their
         // silence was the coordinator's), whether or not the timers ran first.
         if self.tick(now) {
             self.detect_pause(now);
         }
-        if matches!(
-            request,
-            Request::Join(_)
-                | Request::Heartbeat(_)
-                | Request::Heartbeats(_)
-                | Request::Leave(_)
-                | Request::CommitOffsets(CommitOffsetsRequest {
-                    member_id: Some(_),
-                    ..
-                })
-        ) {
+        if is_member_traffic(&request) {
             self.member_heard(now);
         }
-        match request {
+        self.changed = false;
+        let records = self.records.len();
+        let mut joined = None;
+        let response = match request {
             Request::ApiVersions(_) => refuse(
                 ApiKey::ApiVersions,
                 ErrorCode::InvalidRequest,
@@ -272,6 +330,7 @@ impl Coordinator {
                 let response = self.join(now, conn, r);
                 if let Response::Join(j) = &response {
                     self.bind(conn, &group, &j.member_id);
+                    joined = Some((group.clone(), j.member_id.clone()));
                 } else if !existed {
                     self.forget_unused(&group);
                 }
@@ -307,6 +366,11 @@ impl Coordinator {
                 self.note_dirty(&group);
                 response
             }
+        };
+        Effects {
+            response,
+            wrote: self.changed || self.records.len() > records,
+            joined,
         }
     }
 
@@ -453,8 +517,10 @@ impl Coordinator {
         for name in names {
             let Some(now) = self.now else { break };
             if let Some(g) = self.groups.get_mut(&name) {
-                g.listed = false;
-                if g.snapshot_dirty {
+                if g.listed {
+                    g.listed = false;
+                    // Changed again since it was listed, without being noted: this
+                    // snapshot holds that too.
                     g.snapshot_dirty = false;
                     let snapshot = g.snapshot(now);
                     self.records.push(Record::Group(snapshot));
@@ -464,6 +530,12 @@ impl Coordinator {
         self.unflushed.clear();
         self.records_seen = 0;
         std::mem::take(&mut self.records)
+    }
+
+    /// Whether [`Self::take_records`] has anything to return: the shell's writer has
+    /// something to make durable.
+    pub fn has_records(&self) -> bool {
+        !self.records.is_empty() || !self.dirty.is_empty()
     }
 
     /// Whether `group` changed in a way not yet handed out by [`Self::take_records`]:
@@ -481,20 +553,22 @@ impl Coordinator {
             || (!self.dirty.is_empty() && self.groups.get(group).is_some_and(|g| g.listed))
     }
 
-    /// How many records [`Self::take_records`] would return at least: a shell compares
-    /// it before and after an input to learn whether that input changed durable state.
-    pub fn records_pending(&self) -> usize {
-        self.records.len() + self.dirty.len()
-    }
-
     /// Puts `group` on the list of groups to snapshot if its state changed, and brings
     /// the quotas' totals up to date with it.
+    ///
+    /// The change is taken into the list (the group's flag is cleared, and it stays
+    /// listed until the next take), so a flag found set here was set by the input being
+    /// handled: that is how [`Effects::wrote`] knows.
     fn note_dirty(&mut self, group: &str) {
         self.account(group);
         if let Some(g) = self.groups.get_mut(group) {
-            if g.snapshot_dirty && !g.listed {
-                g.listed = true;
-                self.dirty.push(g.name.clone());
+            if g.snapshot_dirty {
+                g.snapshot_dirty = false;
+                self.changed = true;
+                if !g.listed {
+                    g.listed = true;
+                    self.dirty.push(g.name.clone());
+                }
             }
         }
     }

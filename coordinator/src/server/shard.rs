@@ -37,7 +37,7 @@ use tracing::{debug, error, info};
 use super::events::log_event;
 use super::metrics::Metrics;
 use super::registry::{ConnHandle, Registry};
-use crate::core::{ConnId, Coordinator, CoreStats, Output};
+use crate::core::{ConnId, Coordinator, CoreStats, Effects, Output};
 use crate::store::group_commit::CommitResult;
 use crate::store::{GroupCommitter, StoreError};
 
@@ -319,12 +319,42 @@ struct ShardState {
     joiners: HashMap<ConnId, Arc<Joiner>>,
 }
 
+/// Whether, and until when, what concerns a group must wait ([`ShardState::pending`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pending {
+    /// Nothing about the group waits: what concerns it may be sent at once.
+    No,
+    /// Until the next batch the stage takes is sent: the core has unflushed state for
+    /// the group (its records go in that batch), or the open batch holds it.
+    NextBatch,
+    /// Only until a batch the stage already took is sent. What is staged about the
+    /// group now goes in a later batch, so staging it must hold the group pending
+    /// until that one is sent ([`ShardState::hold`]).
+    TakenBatch,
+}
+
 impl ShardState {
-    /// Whether what concerns `group` must wait for what is pending about it.
-    fn pending(&mut self, group: &str) -> bool {
-        self.core.is_unflushed(group)
-            || (!self.in_flight.is_empty() && self.in_flight.contains_key(group))
+    /// Whether what concerns `group` must wait for what is pending about it. A group is
+    /// *pending* from the moment the core has unflushed state for it, or something about
+    /// it is staged, until the batch carrying that has been sent.
+    fn pending(&mut self, group: &str) -> Pending {
+        if self.core.is_unflushed(group)
             || (!self.open.groups.is_empty() && self.open.groups.contains(group))
+        {
+            Pending::NextBatch
+        } else if !self.in_flight.is_empty() && self.in_flight.contains_key(group) {
+            Pending::TakenBatch
+        } else {
+            Pending::No
+        }
+    }
+
+    /// Something about `group`, found `pending`, is staged in the open batch: keeps the
+    /// group pending until that batch is sent, where nothing else would.
+    fn hold(&mut self, group: &str, pending: Pending) {
+        if pending == Pending::TakenBatch {
+            self.open.groups.insert(group.to_owned());
+        }
     }
 
     /// The joiner a push to `conn` must go through: that of the last split Heartbeats
@@ -349,7 +379,15 @@ impl ShardState {
         while let Some(output) = self.core.poll_output() {
             match output {
                 Output::Push { conn, push } => {
-                    let stage = stage_all || push.group().is_some_and(|g| self.pending(g));
+                    let pending = match push.group() {
+                        Some(group) => {
+                            let pending = self.pending(group);
+                            self.hold(group, pending);
+                            pending
+                        }
+                        None => Pending::No,
+                    };
+                    let stage = stage_all || pending != Pending::No;
                     let frame = Frame::push(push);
                     let after = self.joiner_for(conn);
                     if stage {
@@ -470,45 +508,40 @@ impl Shard {
         let mut st = self.state.lock();
         let _guard = PanicGuard(&self.ctx);
         let now = Instant::now();
-        // Groups this request concerns that are pending only because of a batch in
-        // flight: their outputs in the open batch must hold them pending until it is sent.
+        // The groups this request concerns, and whether any is pending (those pending
+        // only through a batch already taken are held if the answer is staged).
         let mut pending = false;
-        let mut hold = Vec::new();
+        let mut taken = Vec::new();
         for group in request_groups(&request) {
-            if st.core.is_unflushed(group)
-                || (!st.open.groups.is_empty() && st.open.groups.contains(group))
-            {
-                pending = true;
-            } else if !st.in_flight.is_empty() && st.in_flight.contains_key(group) {
-                pending = true;
-                hold.push(group.to_owned());
+            match st.pending(group) {
+                Pending::No => {}
+                Pending::NextBatch => pending = true,
+                Pending::TakenBatch => {
+                    pending = true;
+                    taken.push(group.to_owned());
+                }
             }
         }
-        let join_group = match &request {
-            Request::Join(j) => Some(j.group.clone()),
-            _ => None,
-        };
         if let Reply::Part { joiner, .. } = &reply {
             // From now on this shard's pushes to the connection follow the response.
             st.joiners.insert(conn, joiner.clone());
         }
-        let before = st.core.records_pending();
-        let response = st.core.handle_request(now.into_std(), conn, request);
-        let wrote = st.core.records_pending() > before;
-        let joined = match (join_group, &response) {
-            (Some(group), Response::Join(j)) => Some((group, j.member_id.clone())),
-            _ => None,
-        };
-        let staged = pending || wrote;
+        let Effects {
+            response,
+            wrote,
+            joined,
+        } = st.core.handle_request(now.into_std(), conn, request);
         // The answer first, then the pushes it caused.
-        let handled = if staged {
+        let handled = if pending || wrote {
             st.open.outgoing.push(Outgoing::Response {
                 reply,
                 response,
                 wrote,
             });
+            for group in taken {
+                st.hold(&group, Pending::TakenBatch);
+            }
             st.drain_outputs(self.index, &self.ctx, true);
-            st.open.groups.extend(hold);
             st.open.joined.extend(joined);
             self.open_len
                 .store(st.open.outgoing.len(), Ordering::Release);
@@ -520,7 +553,7 @@ impl Shard {
             if let Some(joined) = joined {
                 st.core.answers_released(now.into_std(), &[joined]);
             }
-            if st.core.records_pending() > 0 {
+            if st.core.has_records() {
                 self.stage.notify_one();
             }
             Handled::Answered
@@ -549,7 +582,10 @@ impl Shard {
 
     /// This shard's groups (or a page of them), for a ListGroups answer.
     pub(crate) fn list_groups(&self, conn: ConnId, request: ListGroupsRequest) -> Response {
-        self.input(|core, now| core.handle_request(now, conn, Request::ListGroups(request)))
+        self.input(|core, now| {
+            core.handle_request(now, conn, Request::ListGroups(request))
+                .response
+        })
     }
 
     /// Feeds the core an input other than a request, and stages or sends its outputs.
@@ -563,7 +599,7 @@ impl Shard {
 
     fn after_input(&self, st: &mut ShardState) {
         st.drain_outputs(self.index, &self.ctx, false);
-        if st.core.records_pending() > 0 || !st.open.outgoing.is_empty() {
+        if st.core.has_records() || !st.open.outgoing.is_empty() {
             self.open_len
                 .store(st.open.outgoing.len(), Ordering::Release);
             self.stage.notify_one();

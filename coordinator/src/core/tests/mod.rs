@@ -131,7 +131,7 @@ impl TestContext {
     }
 
     pub(super) fn request(&mut self, conn: ConnId, request: Request) -> Response {
-        let resp = self.core.handle_request(self.now, conn, request);
+        let resp = self.core.handle_request(self.now, conn, request).response;
         self.drain();
         resp
     }
