@@ -67,20 +67,10 @@ pub use self::config::{
 };
 pub use self::shard::shard_of;
 
-/// Whether a request of kind `api` is members' traffic: what the server reports to the
-/// isolation guard as the last frame it read (`Coordinator::observe_traffic`).
-pub(crate) fn is_member_traffic(api: rollcall_protocol::ApiKey) -> bool {
-    use rollcall_protocol::ApiKey;
-    matches!(
-        api,
-        ApiKey::Join
-            | ApiKey::Heartbeat
-            | ApiKey::Heartbeats
-            | ApiKey::Leave
-            | ApiKey::CommitOffsets
-    )
-}
 pub use self::tls::{ClientAuth, TlsError, TlsSettings};
+/// What the server reports to the isolation guard as the last member frame it read
+/// (`Coordinator::observe_traffic`): the core's own rule, so both count the same frames.
+pub(crate) use crate::core::is_member_traffic;
 
 use self::auth::Security;
 use self::conn::ConnContext;

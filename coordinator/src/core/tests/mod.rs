@@ -6,6 +6,7 @@
 
 mod defects;
 mod detection;
+mod effects;
 mod leases;
 mod pages;
 mod quotas;

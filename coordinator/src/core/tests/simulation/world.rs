@@ -450,7 +450,7 @@ impl World {
             } => {
                 let now = self.now;
                 // As the server reports its traffic.
-                if crate::server::is_member_traffic(request.api_key()) {
+                if crate::core::is_member_traffic(&request) {
                     self.last_frame_at = Some(now);
                 }
                 let response = self
