@@ -62,7 +62,7 @@ pub type ConnId = u64;
 /// Every method that changes the core is an input, which carries `now` (or the instant
 /// it reports), or a poll. A shell calls them in this order:
 ///
-/// 1. [`Self::restore`], once, before anything else: what the store loaded.
+/// 1. [`Self::restore`], before anything else: what the store loaded.
 /// 2. Then, as they come, the inputs:
 ///    - [`Self::handle_request`]: a request from a connection. It returns its
 ///      [`Effects`]: the response, whether it wrote records (the response stands only
@@ -76,6 +76,9 @@ pub type ConnId = u64;
 ///    - [`Self::remove_offsets`]: offsets retention found the group empty long enough.
 ///    - [`Self::answers_released`]: the answers to Joins left, after their records were
 ///      durable (their sessions count from then).
+///    - [`Self::restore`] again, to adopt a shard's groups at runtime, and
+///      [`Self::release`], to hand a shard's groups back (its last snapshots are in the
+///      next take).
 /// 3. After every input, or batch of inputs, the polls, in this order:
 ///    [`Self::poll_output`] until `None` (pushes and events, in the order produced);
 ///    [`Self::take_records`], whenever the shell starts a durable write (what must be
@@ -103,10 +106,15 @@ pub struct Coordinator {
     outputs: VecDeque<Output>,
     records: Vec<Record>,
     next_member: u64,
-    /// Every generation this core ever handed out for a group it has since forgotten
-    /// is at most this; a new group starts above it, so a group id never sees a
-    /// generation twice. Made durable through the store (see [`RestoredState`]).
+    /// A floor under every group: the largest generation of every group this core
+    /// forgot itself (one number, however many groups come and go), and the floor an
+    /// earlier store kept for all groups ([`RestoredState::generation_floor`]). A new
+    /// group starts above it and above its own floor ([`Self::floor_of`]), so a group id
+    /// never sees a generation twice.
     generation_floor: u32,
+    /// Per group the store deleted, the largest generation it reached, as restored
+    /// ([`RestoredState::floors`]); dropped with the group's shard when it is released.
+    floors: HashMap<String, u32>,
     /// The latest `now` seen, to express deadlines as durations in snapshots.
     now: Option<Instant>,
     /// The latest instant before `now` at which the core ran: a pause can only have
@@ -210,6 +218,7 @@ impl Coordinator {
             records: Vec::new(),
             next_member: 0,
             generation_floor: 0,
+            floors: HashMap::new(),
             now: None,
             ran_before: None,
             guards: Guards::default(),
@@ -270,30 +279,110 @@ impl Coordinator {
         )
     }
 
-    /// Restores groups and offsets loaded from the store. Every member gets fresh
-    /// session and progress deadlines counted from `now`: a restart is no one's fault.
+    /// The generation a new group `name` starts above: its own floor, or the one under
+    /// every group, whichever is higher.
+    fn floor_of(&self, name: &str) -> u32 {
+        let own = self.floors.get(name).copied().unwrap_or(0);
+        self.generation_floor.max(own)
+    }
+
+    /// Restores groups and offsets loaded from the store: at start, every group the
+    /// shard owns; at runtime, the groups of a shard this core adopts (loaded with
+    /// `Store::load_groups`), which follow the same rules as a restart. Every member
+    /// gets fresh session and progress deadlines counted from `now` (a restart, or a
+    /// move, is no one's fault), takes no new grants until it is heard from, and every
+    /// hold is counted again from `now`.
+    ///
+    /// A group this core already holds is kept as it is: its snapshot and offsets in
+    /// `state` are older than what the core knows.
     pub fn restore(&mut self, now: Instant, state: RestoredState) {
-        let _ = self.tick(now);
-        self.guards.heard(now);
+        let first = self.now.is_none();
+        if self.tick(now) {
+            self.detect_pause(now);
+        }
+        if first {
+            // A restart is not a silence of the server's.
+            self.guards.heard(now);
+        }
         self.generation_floor = self.generation_floor.max(state.generation_floor);
-        let floor = self.generation_floor;
+        for (group, floor) in state.floors {
+            let own = self.floors.entry(group).or_default();
+            *own = (*own).max(floor);
+        }
+        let held: HashSet<String> = state
+            .groups
+            .iter()
+            .map(|g| &g.group)
+            .chain(state.offsets.iter().map(|o| &o.group))
+            .filter(|name| self.groups.contains_key(name.as_str()))
+            .cloned()
+            .collect();
+        let floors = std::mem::take(&mut self.floors);
+        let everyone = self.generation_floor;
+        let floor_of = |name: &str| everyone.max(floors.get(name).copied().unwrap_or(0));
+        let mut restored: Vec<Arc<str>> = Vec::new();
         let (groups, mut ctx) = self.parts(now);
         let config = ctx.config;
         for snapshot in state.groups {
+            if held.contains(&snapshot.group) {
+                continue;
+            }
             let group = Group::restore(&mut ctx, snapshot);
+            restored.push(group.name.clone());
             groups.insert(group.name.clone(), group);
         }
         for o in state.offsets {
+            if held.contains(&o.group) {
+                continue;
+            }
             let group = groups
                 .entry(Arc::from(o.group.as_str()))
-                .or_insert_with_key(|name| Group::new(name.clone(), floor, config));
+                .or_insert_with_key(|name| {
+                    restored.push(name.clone());
+                    Group::new(name.clone(), floor_of(name), config)
+                });
             group.put_offset(o.topic, o.partition, o.offset, o.metadata);
         }
+        self.floors = floors;
         // What was durable is kept whatever the quotas say now; they only refuse more.
-        let names: Vec<Arc<str>> = self.groups.keys().cloned().collect();
-        for name in names {
+        for name in restored {
             self.account(&name);
         }
+    }
+
+    /// Hands back every group `release` accepts (a shard that moves to another owner):
+    /// each one that changed since the last [`Self::take_records`] is snapshotted first,
+    /// so the next take carries its last state to the store, then it is forgotten, with
+    /// its floor. Its members get nothing further from this core: their timers find no
+    /// group, and a request about the group finds none. Returns the released groups, in
+    /// name order.
+    ///
+    /// The shell makes the next take durable before the new owner loads the groups
+    /// (`Store::load_groups`), and routes their members' requests there from then on.
+    pub fn release(&mut self, now: Instant, release: impl Fn(&str) -> bool) -> Vec<Arc<str>> {
+        if self.tick(now) {
+            self.detect_pause(now);
+        }
+        let mut names: Vec<Arc<str>> = self
+            .groups
+            .keys()
+            .filter(|name| release(name))
+            .cloned()
+            .collect();
+        names.sort();
+        for name in &names {
+            if let Some(g) = self.groups.get_mut(name) {
+                if g.listed || g.snapshot_dirty {
+                    g.listed = false;
+                    g.snapshot_dirty = false;
+                    let snapshot = g.snapshot(now);
+                    self.records.push(Record::Group(snapshot));
+                }
+            }
+            self.remove_group(name);
+        }
+        self.floors.retain(|name, _| !release(name));
+        names
     }
 
     /// Handles one request from connection `conn`: returns its response and what else it

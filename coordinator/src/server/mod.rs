@@ -540,6 +540,9 @@ fn restore_cores(config: &ServerConfig, restored: RestoredState) -> Vec<Coordina
     for offset in restored.offsets {
         parts[shard_of(&offset.group, shards)].offsets.push(offset);
     }
+    for (group, floor) in restored.floors {
+        parts[shard_of(&group, shards)].floors.push((group, floor));
+    }
     // Member ids must never repeat across restarts or shards.
     let start = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -559,7 +562,11 @@ fn restore_cores(config: &ServerConfig, restored: RestoredState) -> Vec<Coordina
             core_config.member_id_suffix = format!("-{start:x}{nonce:04x}-{index}");
             // The quotas are the coordinator's: every shard counts into the same totals.
             let mut core = Coordinator::with_totals(core_config, totals.clone());
-            if !part.groups.is_empty() || !part.offsets.is_empty() || part.generation_floor > 0 {
+            if !part.groups.is_empty()
+                || !part.offsets.is_empty()
+                || !part.floors.is_empty()
+                || part.generation_floor > 0
+            {
                 debug!(
                     shard = index,
                     groups = part.groups.len(),

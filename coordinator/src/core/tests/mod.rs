@@ -11,6 +11,7 @@ mod leases;
 mod pages;
 mod quotas;
 mod scenarios;
+mod shards;
 mod simulation;
 
 use std::collections::BTreeMap;
