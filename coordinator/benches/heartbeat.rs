@@ -27,26 +27,28 @@ fn populated(
         let group = format!("group-{g}");
         for _ in 0..per_group {
             token += 1;
-            let resp = core.handle_request(
-                start,
-                token,
-                Request::Join(JoinRequest {
-                    group: group.clone(),
-                    member_id: None,
-                    instance_id: None,
-                    client_id: "bench".into(),
-                    join_token: token,
-                    subscription: vec![TopicSubscription {
-                        topic: "orders".into(),
-                        partitions: per_group as u32 * 10,
-                    }],
-                    session_timeout_ms: 30_000,
-                    progress_timeout_ms: 300_000,
-                    rebalance_timeout_ms: 60_000,
-                    lease_timeout_ms: 0,
-                    detector: String::new(),
-                }),
-            );
+            let resp = core
+                .handle_request(
+                    start,
+                    token,
+                    Request::Join(JoinRequest {
+                        group: group.clone(),
+                        member_id: None,
+                        instance_id: None,
+                        client_id: "bench".into(),
+                        join_token: token,
+                        subscription: vec![TopicSubscription {
+                            topic: "orders".into(),
+                            partitions: per_group as u32 * 10,
+                        }],
+                        session_timeout_ms: 30_000,
+                        progress_timeout_ms: 300_000,
+                        rebalance_timeout_ms: 60_000,
+                        lease_timeout_ms: 0,
+                        detector: String::new(),
+                    }),
+                )
+                .response;
             let Response::Join(j) = resp else {
                 panic!("join refused: {resp:?}")
             };
@@ -109,7 +111,7 @@ fn beat(group: &str, member_id: &str, seq: u64) -> HeartbeatRequest {
 
 /// Hands `req` to the core and drains what it produced, as a shard does.
 fn handle(core: &mut Coordinator, now: Instant, conn: u64, req: Request) {
-    black_box(core.handle_request(now, conn, req));
+    black_box(core.handle_request(now, conn, req).response);
     while let Some(out) = core.poll_output() {
         black_box(out);
     }

@@ -75,7 +75,7 @@ impl Fleet {
                 lease_timeout_ms: 0,
                 detector: String::new(),
             });
-            let j = match core.handle_request(now, conn, join) {
+            let j = match core.handle_request(now, conn, join).response {
                 Response::Join(j) => j,
                 other => panic!("member {i} was not let in: {other:?}"),
             };
@@ -136,7 +136,10 @@ impl Fleet {
         let Body::Request(request) = frame.body else {
             panic!("a request");
         };
-        let response = self.core.handle_request(self.now, conn as u64, request);
+        let response = self
+            .core
+            .handle_request(self.now, conn as u64, request)
+            .response;
         // The shard's timer wakes about as often as frames arrive.
         self.core.handle_timeout(self.now);
         while self.core.poll_output().is_some() {}

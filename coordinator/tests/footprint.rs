@@ -78,7 +78,8 @@ fn settle(core: &mut Coordinator, now: &mut Instant) {
     }
 }
 
-fn accepted(r: &Response) {
+fn accepted(effects: &rollcall_coordinator::core::Effects) {
+    let r = &effects.response;
     assert!(
         matches!(r, Response::Join(_) | Response::CommitOffsets(_)),
         "refused: {r:?}"

@@ -55,7 +55,9 @@ fn one_group(label: &str, members: u64, topics: Vec<(String, u32)>) {
     let mut now = Instant::now();
     let started = Instant::now();
     for m in 0..members {
-        let r = core.handle_request(now, m, join("g", m + 1, topics.clone()));
+        let r = core
+            .handle_request(now, m, join("g", m + 1, topics.clone()))
+            .response;
         assert!(matches!(r, Response::Join(_)), "{r:?}");
     }
     let joined = started.elapsed();
@@ -105,15 +107,17 @@ fn rebalances_due_at_once_run_one_slice_per_call() {
     let mut now = Instant::now();
     let groups = 3;
     for g in 0..groups {
-        let r = core.handle_request(
-            now,
-            1,
-            join(
-                &format!("g{g}"),
-                g + 1,
-                vec![("t".into(), DEFAULT_MAX_PARTITIONS_PER_GROUP)],
-            ),
-        );
+        let r = core
+            .handle_request(
+                now,
+                1,
+                join(
+                    &format!("g{g}"),
+                    g + 1,
+                    vec![("t".into(), DEFAULT_MAX_PARTITIONS_PER_GROUP)],
+                ),
+            )
+            .response;
         assert!(matches!(r, Response::Join(_)), "{r:?}");
     }
     drain(&mut core);

@@ -189,7 +189,7 @@ impl Coordinator {
         let others = self.usage_besides(&r.group);
         let partition_room = self.config.max_partitions.saturating_sub(others.partitions);
         let max_total_members = self.config.max_members;
-        let floor = self.generation_floor;
+        let floor = self.floor_of(&r.group);
         let (groups, mut ctx) = self.parts(now);
         let config = ctx.config;
         let group = groups

@@ -7,6 +7,7 @@
 
 pub mod assignor;
 mod config;
+mod effects;
 mod events;
 mod group;
 pub mod guards;
@@ -25,7 +26,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
-use rollcall_protocol::{ApiKey, CommitOffsetsRequest, ErrorCode, Request, Response};
+use rollcall_protocol::{ApiKey, ErrorCode, Request, Response};
 
 use group::{Ctx, Group, Usage};
 use guards::Guards;
@@ -33,6 +34,7 @@ use timers::{TimerKey, Timers};
 
 pub use assignor::{Assignor, AssignorKind, TopicPartition};
 pub use config::{CoreConfig, UnknownName, MAX_MEMBER_ID_BYTES, MAX_NAME_BYTES};
+pub use effects::{is_member_traffic, Effects};
 pub use events::{CoreStats, Event, Output, Quota, RebalanceCause, ShadowVerdict};
 pub use guards::Guard;
 pub use liveness::{Detector, DetectorKind, DetectorSettings, FixedTimeout};
@@ -59,24 +61,42 @@ pub type ConnId = u64;
 
 /// The coordinator's core: every group of one shard.
 ///
-/// Methods come in four kinds:
+/// Every method that changes the core is an input, which carries `now` (or the instant
+/// it reports), or a poll. A shell calls them in this order:
 ///
-/// - **Inputs**, each carrying `now`: [`Self::restore`] (once, first),
-///   [`Self::handle_request`], [`Self::handle_disconnect`], [`Self::observe_traffic`]
-///   (the whole server's latest request, before each batch), [`Self::handle_timeout`]
-///   and [`Self::remove_offsets`].
-/// - **Polls**, to drain after every batch of inputs, in this order:
-///   [`Self::poll_output`] until `None` (pushes and events, in the order produced),
-///   then [`Self::take_records`] (what must be durable before any response or push of
-///   the batch is sent), then [`Self::poll_timeout`] (when to call
-///   [`Self::handle_timeout`] next).
-/// - **Inspection**, which changes nothing: [`Self::stats`], [`Self::config`],
-///   [`Self::records_pending`], [`Self::timer_entries`].
+/// 1. [`Self::restore`], before anything else: what the store loaded.
+/// 2. Then, as they come, the inputs:
+///    - [`Self::handle_request`]: a request from a connection. It returns its
+///      [`Effects`]: the response, whether it wrote records (the response stands only
+///      once they are durable), and the member a Join admitted.
+///    - [`Self::handle_disconnect`]: a connection closed.
+///    - [`Self::observe_traffic`] then [`Self::observe_lag`], before each run of the
+///      timers: the whole server's latest member frame ([`is_member_traffic`]), and how
+///      late the shell is (the isolation and backlog guards' evidence).
+///    - [`Self::handle_timeout`]: when [`Self::poll_timeout`] is due (again at once if
+///      it still is: one call runs one slice of work).
+///    - [`Self::remove_offsets`]: offsets retention found the group empty long enough.
+///    - [`Self::answers_released`]: the answers to Joins left, after their records were
+///      durable (their sessions count from then).
+///    - [`Self::restore`] again, to adopt a shard's groups at runtime, and
+///      [`Self::release`], to hand a shard's groups back (its last snapshots are in the
+///      next take).
+/// 3. After every input, or batch of inputs, the polls, in this order:
+///    [`Self::poll_output`] until `None` (pushes and events, in the order produced);
+///    [`Self::take_records`], whenever the shell starts a durable write (what must be
+///    durable before any response or push of the inputs since the last take is sent;
+///    [`Self::has_records`] says whether there is anything to take); and
+///    [`Self::poll_timeout`] (when to call [`Self::handle_timeout`] next).
+///
+/// [`Self::is_unflushed`] tells the shell whether what concerns a group may be sent
+/// before the next take is durable. Inspection changes nothing: [`Self::stats`],
+/// [`Self::groups_below_advice`], [`Self::config`], [`Self::totals`],
+/// [`Self::timer_entries`].
 ///
 /// The handlers live beside the state they serve: `membership.rs` (Join, Heartbeat,
 /// Leave, connections), `offsets.rs` (commits, fetches, retention), `inspect.rs`
-/// (ListGroups, DescribeGroup, stats), `guards.rs` (pause and isolation), and
-/// `group.rs` (one group: clocks, assignment, reconciliation, snapshots).
+/// (ListGroups, DescribeGroup, stats), `guards.rs` (pause, isolation, backlog, rate
+/// limit), and `group/` (one group: clocks, assignment, reconciliation, snapshots).
 #[derive(Debug)]
 pub struct Coordinator {
     config: CoreConfig,
@@ -88,10 +108,15 @@ pub struct Coordinator {
     outputs: VecDeque<Output>,
     records: Vec<Record>,
     next_member: u64,
-    /// Every generation this core ever handed out for a group it has since forgotten
-    /// is at most this; a new group starts above it, so a group id never sees a
-    /// generation twice. Made durable through the store (see [`RestoredState`]).
+    /// A floor under every group: the largest generation of every group this core
+    /// forgot itself (one number, however many groups come and go), and the floor an
+    /// earlier store kept for all groups ([`RestoredState::generation_floor`]). A new
+    /// group starts above it and above its own floor ([`Self::floor_of`]), so a group id
+    /// never sees a generation twice.
     generation_floor: u32,
+    /// Per group the store deleted, the largest generation it reached, as restored
+    /// ([`RestoredState::floors`]); dropped with the group's shard when it is released.
+    floors: HashMap<String, u32>,
     /// The latest `now` seen, to express deadlines as durations in snapshots.
     now: Option<Instant>,
     /// The latest instant before `now` at which the core ran: a pause can only have
@@ -101,6 +126,9 @@ pub struct Coordinator {
     /// Groups whose state changed since the last [`Coordinator::take_records`], so that
     /// call snapshots only them instead of scanning every group.
     dirty: Vec<Arc<str>>,
+    /// Set when [`Self::note_dirty`] finds a group changed: the input being handled
+    /// changed durable state (see [`Effects::wrote`]).
+    changed: bool,
     /// Groups with records not yet taken, beyond the dirty ones: those of
     /// `records[..records_seen]` (see [`Coordinator::is_unflushed`]).
     unflushed: HashSet<String>,
@@ -147,10 +175,12 @@ impl Coordinator {
             records: Vec::new(),
             next_member: 0,
             generation_floor: 0,
+            floors: HashMap::new(),
             now: None,
             ran_before: None,
             guards: Guards::default(),
             dirty: Vec::new(),
+            changed: false,
             unflushed: HashSet::new(),
             records_seen: 0,
             next_trace_epoch: 0,
@@ -206,56 +236,130 @@ impl Coordinator {
         )
     }
 
-    /// Restores groups and offsets loaded from the store. Every member gets fresh
-    /// session and progress deadlines counted from `now`: a restart is no one's fault.
+    /// The generation a new group `name` starts above: its own floor, or the one under
+    /// every group, whichever is higher.
+    fn floor_of(&self, name: &str) -> u32 {
+        let own = self.floors.get(name).copied().unwrap_or(0);
+        self.generation_floor.max(own)
+    }
+
+    /// Restores groups and offsets loaded from the store: at start, every group the
+    /// shard owns; at runtime, the groups of a shard this core adopts (loaded with
+    /// `Store::load_groups`), which follow the same rules as a restart. Every member
+    /// gets fresh session and progress deadlines counted from `now` (a restart, or a
+    /// move, is no one's fault), takes no new grants until it is heard from, and every
+    /// hold is counted again from `now`.
+    ///
+    /// A group this core already holds is kept as it is: its snapshot and offsets in
+    /// `state` are older than what the core knows.
     pub fn restore(&mut self, now: Instant, state: RestoredState) {
-        let _ = self.tick(now);
-        self.guards.heard(now);
+        let first = self.now.is_none();
+        if self.tick(now) {
+            self.detect_pause(now);
+        }
+        if first {
+            // A restart is not a silence of the server's.
+            self.guards.heard(now);
+        }
         self.generation_floor = self.generation_floor.max(state.generation_floor);
-        let floor = self.generation_floor;
+        for (group, floor) in state.floors {
+            let own = self.floors.entry(group).or_default();
+            *own = (*own).max(floor);
+        }
+        let held: HashSet<String> = state
+            .groups
+            .iter()
+            .map(|g| &g.group)
+            .chain(state.offsets.iter().map(|o| &o.group))
+            .filter(|name| self.groups.contains_key(name.as_str()))
+            .cloned()
+            .collect();
+        let floors = std::mem::take(&mut self.floors);
+        let everyone = self.generation_floor;
+        let floor_of = |name: &str| everyone.max(floors.get(name).copied().unwrap_or(0));
+        let mut restored: Vec<Arc<str>> = Vec::new();
         let (groups, mut ctx) = self.parts(now);
         let config = ctx.config;
         for snapshot in state.groups {
+            if held.contains(&snapshot.group) {
+                continue;
+            }
             let group = Group::restore(&mut ctx, snapshot);
+            restored.push(group.name.clone());
             groups.insert(group.name.clone(), group);
         }
         for o in state.offsets {
+            if held.contains(&o.group) {
+                continue;
+            }
             let group = groups
                 .entry(Arc::from(o.group.as_str()))
-                .or_insert_with_key(|name| Group::new(name.clone(), floor, config));
+                .or_insert_with_key(|name| {
+                    restored.push(name.clone());
+                    Group::new(name.clone(), floor_of(name), config)
+                });
             group.put_offset(o.topic, o.partition, o.offset, o.metadata);
         }
+        self.floors = floors;
         // What was durable is kept whatever the quotas say now; they only refuse more.
-        let names: Vec<Arc<str>> = self.groups.keys().cloned().collect();
-        for name in names {
+        for name in restored {
             self.account(&name);
         }
     }
 
-    /// Handles one request from connection `conn` and returns its response.
+    /// Hands back every group `release` accepts (a shard that moves to another owner):
+    /// each one that changed since the last [`Self::take_records`] is snapshotted first,
+    /// so the next take carries its last state to the store, then it is forgotten, with
+    /// its floor. Its members get nothing further from this core: their timers find no
+    /// group, and a request about the group finds none. Returns the released groups, in
+    /// name order.
     ///
-    /// `ApiVersions` is the connection's business and is refused here.
-    #[must_use]
-    pub fn handle_request(&mut self, now: Instant, conn: ConnId, request: Request) -> Response {
+    /// The shell makes the next take durable before the new owner loads the groups
+    /// (`Store::load_groups`), and routes their members' requests there from then on.
+    pub fn release(&mut self, now: Instant, release: impl Fn(&str) -> bool) -> Vec<Arc<str>> {
+        if self.tick(now) {
+            self.detect_pause(now);
+        }
+        let mut names: Vec<Arc<str>> = self
+            .groups
+            .keys()
+            .filter(|name| release(name))
+            .cloned()
+            .collect();
+        names.sort();
+        for name in &names {
+            if let Some(g) = self.groups.get_mut(name) {
+                if g.listed || g.snapshot_dirty {
+                    g.listed = false;
+                    g.snapshot_dirty = false;
+                    let snapshot = g.snapshot(now);
+                    self.records.push(Record::Group(snapshot));
+                }
+            }
+            self.remove_group(name);
+        }
+        self.floors.retain(|name, _| !release(name));
+        names
+    }
+
+    /// Handles one request from connection `conn`: returns its response and what else it
+    /// did ([`Effects`]).
+    ///
+    /// `ApiVersions` and `Authenticate` are the connection's business and are refused
+    /// here.
+    pub fn handle_request(&mut self, now: Instant, conn: ConnId, request: Request) -> Effects {
         // A pause must be seen before the frames read on waking are judged (their
         // silence was the coordinator's), whether or not the timers ran first.
         if self.tick(now) {
             self.detect_pause(now);
         }
-        if matches!(
-            request,
-            Request::Join(_)
-                | Request::Heartbeat(_)
-                | Request::Heartbeats(_)
-                | Request::Leave(_)
-                | Request::CommitOffsets(CommitOffsetsRequest {
-                    member_id: Some(_),
-                    ..
-                })
-        ) {
+        if is_member_traffic(&request) {
             self.member_heard(now);
         }
-        match request {
+        self.changed = false;
+        let records = self.records.len();
+        let mut joined = None;
+        let response = match request {
             Request::ApiVersions(_) => refuse(
                 ApiKey::ApiVersions,
                 ErrorCode::InvalidRequest,
@@ -272,6 +376,7 @@ impl Coordinator {
                 let response = self.join(now, conn, r);
                 if let Response::Join(j) = &response {
                     self.bind(conn, &group, &j.member_id);
+                    joined = Some((group.clone(), j.member_id.clone()));
                 } else if !existed {
                     self.forget_unused(&group);
                 }
@@ -307,6 +412,11 @@ impl Coordinator {
                 self.note_dirty(&group);
                 response
             }
+        };
+        Effects {
+            response,
+            wrote: self.changed || self.records.len() > records,
+            joined,
         }
     }
 
@@ -453,8 +563,10 @@ impl Coordinator {
         for name in names {
             let Some(now) = self.now else { break };
             if let Some(g) = self.groups.get_mut(&name) {
-                g.listed = false;
-                if g.snapshot_dirty {
+                if g.listed {
+                    g.listed = false;
+                    // Changed again since it was listed, without being noted: this
+                    // snapshot holds that too.
                     g.snapshot_dirty = false;
                     let snapshot = g.snapshot(now);
                     self.records.push(Record::Group(snapshot));
@@ -464,6 +576,12 @@ impl Coordinator {
         self.unflushed.clear();
         self.records_seen = 0;
         std::mem::take(&mut self.records)
+    }
+
+    /// Whether [`Self::take_records`] has anything to return: the shell's writer has
+    /// something to make durable.
+    pub fn has_records(&self) -> bool {
+        !self.records.is_empty() || !self.dirty.is_empty()
     }
 
     /// Whether `group` changed in a way not yet handed out by [`Self::take_records`]:
@@ -481,20 +599,22 @@ impl Coordinator {
             || (!self.dirty.is_empty() && self.groups.get(group).is_some_and(|g| g.listed))
     }
 
-    /// How many records [`Self::take_records`] would return at least: a shell compares
-    /// it before and after an input to learn whether that input changed durable state.
-    pub fn records_pending(&self) -> usize {
-        self.records.len() + self.dirty.len()
-    }
-
     /// Puts `group` on the list of groups to snapshot if its state changed, and brings
     /// the quotas' totals up to date with it.
+    ///
+    /// The change is taken into the list (the group's flag is cleared, and it stays
+    /// listed until the next take), so a flag found set here was set by the input being
+    /// handled: that is how [`Effects::wrote`] knows.
     fn note_dirty(&mut self, group: &str) {
         self.account(group);
         if let Some(g) = self.groups.get_mut(group) {
-            if g.snapshot_dirty && !g.listed {
-                g.listed = true;
-                self.dirty.push(g.name.clone());
+            if g.snapshot_dirty {
+                g.snapshot_dirty = false;
+                self.changed = true;
+                if !g.listed {
+                    g.listed = true;
+                    self.dirty.push(g.name.clone());
+                }
             }
         }
     }

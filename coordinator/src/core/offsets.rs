@@ -26,7 +26,7 @@ impl Coordinator {
     ) -> Response {
         let max_metadata = self.config.max_metadata_bytes;
         let others = self.usage_besides(&r.group);
-        let floor = self.generation_floor;
+        let floor = self.floor_of(&r.group);
         let (groups, mut ctx) = self.parts(now);
         let config = ctx.config;
         let group_name = r.group.clone();

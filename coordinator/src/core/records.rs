@@ -14,9 +14,9 @@ pub enum Record {
     Group(GroupSnapshot),
     /// The group had no members and its offsets retention expired: the store removes
     /// its offsets, snapshot and metadata. Records after it in the same stream apply
-    /// to the group afresh. The store keeps the deleted group's generation in its
-    /// generation floor ([`RestoredState::generation_floor`]), so a group created again
-    /// under the same id never repeats a generation.
+    /// to the group afresh. The store keeps the deleted group's generation as that
+    /// group's floor ([`RestoredState::floors`]), so a group created again under the
+    /// same id never repeats a generation.
     GroupDeleted {
         /// Group id.
         group: String,
@@ -150,13 +150,29 @@ pub struct MemberSnapshot {
     pub restricted: bool,
 }
 
-/// Everything the core is restored from at start.
+/// What the core is restored from: everything the store holds at start, or the groups
+/// of one shard adopted at runtime ([`crate::core::Coordinator::restore`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RestoredState {
     /// The last snapshot of every group.
     pub groups: Vec<GroupSnapshot>,
     /// Every committed offset.
     pub offsets: Vec<OffsetRecord>,
-    /// The largest generation of any group the store deleted: new groups start above it.
+    /// Per group the store deleted (and that has no snapshot since), the largest
+    /// generation it reached: that group id starts above it if it is created again.
+    pub floors: Vec<(String, u32)>,
+    /// A floor under every group: the largest generation of any group deleted by a
+    /// store written before floors were kept per group (0 in a store that never had
+    /// one). Kept so that old data restores with the promise it was written under.
     pub generation_floor: u32,
+}
+
+impl RestoredState {
+    /// Keeps only what concerns the groups `keep` accepts (one shard's), and the floor
+    /// under every group.
+    pub fn retain(&mut self, keep: impl Fn(&str) -> bool) {
+        self.groups.retain(|g| keep(&g.group));
+        self.offsets.retain(|o| keep(&o.group));
+        self.floors.retain(|(group, _)| keep(group));
+    }
 }

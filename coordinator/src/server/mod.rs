@@ -67,20 +67,10 @@ pub use self::config::{
 };
 pub use self::shard::shard_of;
 
-/// Whether a request of kind `api` is members' traffic: what the server reports to the
-/// isolation guard as the last frame it read (`Coordinator::observe_traffic`).
-pub(crate) fn is_member_traffic(api: rollcall_protocol::ApiKey) -> bool {
-    use rollcall_protocol::ApiKey;
-    matches!(
-        api,
-        ApiKey::Join
-            | ApiKey::Heartbeat
-            | ApiKey::Heartbeats
-            | ApiKey::Leave
-            | ApiKey::CommitOffsets
-    )
-}
 pub use self::tls::{ClientAuth, TlsError, TlsSettings};
+/// What the server reports to the isolation guard as the last member frame it read
+/// (`Coordinator::observe_traffic`): the core's own rule, so both count the same frames.
+pub(crate) use crate::core::is_member_traffic;
 
 use self::auth::Security;
 use self::conn::ConnContext;
@@ -550,6 +540,9 @@ fn restore_cores(config: &ServerConfig, restored: RestoredState) -> Vec<Coordina
     for offset in restored.offsets {
         parts[shard_of(&offset.group, shards)].offsets.push(offset);
     }
+    for (group, floor) in restored.floors {
+        parts[shard_of(&group, shards)].floors.push((group, floor));
+    }
     // Member ids must never repeat across restarts or shards.
     let start = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -569,7 +562,11 @@ fn restore_cores(config: &ServerConfig, restored: RestoredState) -> Vec<Coordina
             core_config.member_id_suffix = format!("-{start:x}{nonce:04x}-{index}");
             // The quotas are the coordinator's: every shard counts into the same totals.
             let mut core = Coordinator::with_totals(core_config, totals.clone());
-            if !part.groups.is_empty() || !part.offsets.is_empty() || part.generation_floor > 0 {
+            if !part.groups.is_empty()
+                || !part.offsets.is_empty()
+                || !part.floors.is_empty()
+                || part.generation_floor > 0
+            {
                 debug!(
                     shard = index,
                     groups = part.groups.len(),

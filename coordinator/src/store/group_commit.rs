@@ -10,6 +10,12 @@
 //! Batches are written in submission order, and a caller is answered only after its
 //! batch and every earlier one were written. A submission with no records is therefore
 //! a barrier: its answer means everything submitted before it is durable (or failed).
+//!
+//! Every submission carries its owner's fencing token
+//! ([`submit_fenced`](GroupCommitter::submit_fenced); [`FencingToken::SOLE`] through
+//! `submit`), and a batch holds submissions of one token only, written with
+//! [`Store::write_fenced`]: a submission with another token than the batch's starts the
+//! next batch.
 
 use std::fmt;
 use std::panic::{self, AssertUnwindSafe};
@@ -20,7 +26,7 @@ use std::time::Instant;
 
 use tokio::sync::oneshot;
 
-use super::{Store, StoreError};
+use super::{FencingToken, Store, StoreError};
 use crate::core::Record;
 
 /// Default bound on the records of one batch.
@@ -30,6 +36,7 @@ pub const DEFAULT_MAX_BATCH_RECORDS: usize = 64 * 1024;
 pub type CommitResult = Result<(), StoreError>;
 
 struct Submission {
+    token: FencingToken,
     records: Vec<Record>,
     done: oneshot::Sender<CommitResult>,
 }
@@ -127,8 +134,22 @@ impl GroupCommitter {
     ///
     /// Never blocks, so it may be called from async code.
     pub fn submit(&self, records: Vec<Record>) -> oneshot::Receiver<CommitResult> {
+        self.submit_fenced(FencingToken::SOLE, records)
+    }
+
+    /// [`Self::submit`] on behalf of the owner holding `token`: the records are written
+    /// with it ([`Store::write_fenced`]), in a batch of that token's submissions only.
+    pub fn submit_fenced(
+        &self,
+        token: FencingToken,
+        records: Vec<Record>,
+    ) -> oneshot::Receiver<CommitResult> {
         let (done, answer) = oneshot::channel();
-        let submission = Submission { records, done };
+        let submission = Submission {
+            token,
+            records,
+            done,
+        };
         let Some(sender) = &self.sender else {
             let _ = submission.done.send(Err(StoreError::Closed));
             return answer;
@@ -203,11 +224,14 @@ impl Writer {
                     Err(mpsc::RecvError) => break,
                 },
             };
+            let token = first.token;
             add(&mut records, &mut waiters, first);
             while records.len() < self.max_records {
                 match self.receiver.try_recv() {
                     Ok(submission) => {
-                        if records.len() + submission.records.len() > self.max_records {
+                        if submission.token != token
+                            || records.len() + submission.records.len() > self.max_records
+                        {
                             carried = Some(submission);
                             break;
                         }
@@ -220,7 +244,7 @@ impl Writer {
             let result = if records.is_empty() {
                 Ok(())
             } else {
-                self.write(&records)
+                self.write(token, &records)
             };
             records.clear();
             self.counters
@@ -233,10 +257,11 @@ impl Writer {
         }
     }
 
-    fn write(&self, records: &[Record]) -> CommitResult {
+    fn write(&self, token: FencingToken, records: &[Record]) -> CommitResult {
         let started = Instant::now();
-        let result = panic::catch_unwind(AssertUnwindSafe(|| self.store.write(records)))
-            .unwrap_or_else(|_| Err(StoreError::Io("the store write panicked".to_owned())));
+        let result =
+            panic::catch_unwind(AssertUnwindSafe(|| self.store.write_fenced(token, records)))
+                .unwrap_or_else(|_| Err(StoreError::Io("the store write panicked".to_owned())));
         let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
         let c = &self.counters;
         c.write_nanos.fetch_add(nanos, Ordering::Relaxed);

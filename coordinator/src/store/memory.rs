@@ -1,7 +1,9 @@
 //! An in-memory [`Store`] for tests.
 //!
-//! It keeps retention's marks like any store, counts its writes so that tests can
-//! assert how records were batched, and can be told to write slowly or to fail.
+//! It keeps retention's marks and per-group generation floors like any store, counts
+//! its writes so that tests can assert how records were batched, and can be told to
+//! write slowly or to fail. It has one writer, so it ignores fencing tokens
+//! ([`Store::write_fenced`]'s default).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -33,8 +35,8 @@ struct State {
     groups: BTreeMap<String, GroupSnapshot>,
     /// Group → wall-clock ms since which it has been empty and idle.
     empty_since: BTreeMap<String, u64>,
-    /// Largest generation of any deleted group.
-    generation_floor: u32,
+    /// Largest generation of each deleted group that has no snapshot since.
+    floors: BTreeMap<String, u32>,
 }
 
 impl fmt::Debug for MemoryStore {
@@ -170,11 +172,14 @@ impl State {
                     );
                 }
                 Record::Group(snapshot) => {
+                    // The snapshot's generation is above the floor: it speaks for it.
+                    self.floors.remove(&snapshot.group);
                     self.groups.insert(snapshot.group.clone(), snapshot.clone());
                 }
                 Record::GroupDeleted { group } => {
                     if let Some(snapshot) = self.groups.remove(group) {
-                        self.generation_floor = self.generation_floor.max(snapshot.generation);
+                        let floor = self.floors.entry(group.clone()).or_default();
+                        *floor = (*floor).max(snapshot.generation);
                     }
                     let first = (group.clone(), String::new(), 0);
                     let keys: Vec<_> = self
@@ -211,7 +216,12 @@ impl Store for MemoryStore {
                     },
                 )
                 .collect(),
-            generation_floor: state.generation_floor,
+            floors: state
+                .floors
+                .iter()
+                .map(|(group, floor)| (group.clone(), *floor))
+                .collect(),
+            generation_floor: 0,
         })
     }
 

@@ -4,6 +4,26 @@
 //! durable in one transaction per call. At start the shell loads a [`RestoredState`]
 //! and gives it to the core.
 //!
+//! # The seam a cluster needs
+//!
+//! - **Fenced writes.** Every write carries the writer's [`FencingToken`]
+//!   ([`Store::write_fenced`], and [`GroupCommitter::submit_fenced`] for a batch's
+//!   records). A store shared by several coordinators refuses a write whose token is
+//!   older than the latest it accepted for the same groups, so a deposed owner cannot
+//!   overwrite its successor. [`RedbStore`] and [`MemoryStore`] have one writer (one
+//!   process holds the file), so they accept any token and ignore it; a single
+//!   coordinator writes with [`FencingToken::SOLE`].
+//! - **One shard's groups.** [`Store::load_groups`] loads only the groups a predicate
+//!   accepts (those hashing to one shard), so a core can adopt a shard at runtime
+//!   (`Coordinator::restore`, with the same rules as a restart) and hand it back
+//!   (`Coordinator::release`, whose last snapshots reach the store before the next owner
+//!   loads).
+//! - **Per-group generation floors.** A deleted group's largest generation is kept under
+//!   its own id ([`RestoredState::floors`]), not folded into one number for the whole
+//!   store, so a shard's groups carry their floors with them. The one number earlier
+//!   stores kept is still read ([`RestoredState::generation_floor`]) and put under
+//!   every group.
+//!
 //! - [`RedbStore`]: the durable store, one redb file in the data directory.
 //! - [`MemoryStore`]: an in-memory store for tests, which counts its writes.
 //! - [`GroupCommitter`]: a writer thread that makes the records of many concurrent
@@ -89,13 +109,43 @@ pub enum StoreError {
     Closed,
 }
 
+/// An owner's fencing token: it grows with every change of owner of a set of groups,
+/// so a store shared by several coordinators can refuse the writes of an owner that was
+/// replaced (see the module documentation).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FencingToken(pub u64);
+
+impl FencingToken {
+    /// The token of a coordinator that owns every group of its store alone.
+    pub const SOLE: Self = Self(0);
+}
+
 /// Durable storage of offsets and group snapshots.
 pub trait Store: Debug + Send + Sync {
     /// Everything stored: every group's last snapshot and every offset.
     fn load(&self) -> Result<RestoredState, StoreError>;
 
+    /// What [`Self::load`] would return about the groups `keep` accepts (one shard's),
+    /// with the floor under every group. The default loads everything and filters; a
+    /// store may skip what it need not decode.
+    fn load_groups(&self, keep: &dyn Fn(&str) -> bool) -> Result<RestoredState, StoreError> {
+        let mut state = self.load()?;
+        state.retain(keep);
+        Ok(state)
+    }
+
     /// Makes `records` durable, all or nothing, before returning.
     fn write(&self, records: &[Record]) -> Result<(), StoreError>;
+
+    /// [`Self::write`] on behalf of the owner holding `token`. A store with one writer
+    /// (the default, and [`RedbStore`] and [`MemoryStore`]) accepts any token and
+    /// ignores it: nobody else can write to it. A store shared by several owners
+    /// refuses a write whose token is older than the latest it accepted for the same
+    /// groups.
+    fn write_fenced(&self, token: FencingToken, records: &[Record]) -> Result<(), StoreError> {
+        let _ = token;
+        self.write(records)
+    }
 
     /// Names of the groups that have had no members for longer than `retention`, in
     /// name order. Changes nothing.

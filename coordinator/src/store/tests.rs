@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+mod seam;
+
 use super::*;
 use crate::core::{
     GroupSnapshot, HeldSnapshot, InstanceSnapshot, MemberSnapshot, OffsetRecord, Record,
@@ -638,11 +640,11 @@ fn redb_purge_expired_at_uses_the_given_time() {
             .unwrap(),
         ["g"]
     );
-    // Everything is gone but the deleted group's generation, kept as the floor.
+    // Everything is gone but the deleted group's generation, kept as its floor.
     assert_eq!(
         store.load().unwrap(),
         RestoredState {
-            generation_floor: 1,
+            floors: vec![("g".to_owned(), 1)],
             ..RestoredState::default()
         }
     );
@@ -678,11 +680,11 @@ fn memory_expired_groups_at_and_purge_expired_at_use_the_given_time() {
             .unwrap(),
         ["g"]
     );
-    // Everything is gone but the deleted group's generation, kept as the floor.
+    // Everything is gone but the deleted group's generation, kept as its floor.
     assert_eq!(
         store.load().unwrap(),
         RestoredState {
-            generation_floor: 1,
+            floors: vec![("g".to_owned(), 1)],
             ..RestoredState::default()
         }
     );

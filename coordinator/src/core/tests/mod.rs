@@ -6,10 +6,12 @@
 
 mod defects;
 mod detection;
+mod effects;
 mod leases;
 mod pages;
 mod quotas;
 mod scenarios;
+mod shards;
 mod simulation;
 mod stops;
 
@@ -132,7 +134,7 @@ impl TestContext {
     }
 
     pub(super) fn request(&mut self, conn: ConnId, request: Request) -> Response {
-        let resp = self.core.handle_request(self.now, conn, request);
+        let resp = self.core.handle_request(self.now, conn, request).response;
         self.drain();
         resp
     }

@@ -747,7 +747,7 @@ impl Connection {
         received: Instant,
     ) -> Option<Exit> {
         let api = request.api_key();
-        if super::is_member_traffic(api) {
+        if super::is_member_traffic(&request) {
             self.ctx.registry.traffic.heard(received);
         }
         let metrics = &self.ctx.metrics;

@@ -8,10 +8,16 @@
 //! | table        | key                                            | value                                   |
 //! |--------------|------------------------------------------------|-----------------------------------------|
 //! | `info`       | `"format"`                                     | format version, one byte                |
-//! | `info`       | `"generation_floor"` (absent until a deletion) | u32 LE: largest generation of a deleted group |
+//! | `info`       | `"generation_floor"` (only in files written before `floors`) | u32 LE: largest generation of any group deleted then; read, never written |
 //! | `offsets`    | u32 BE group len, group, u32 BE topic len, topic, u32 BE partition | format byte, i64 LE offset, metadata |
 //! | `groups`     | group                                          | format byte, JSON of [`GroupSnapshot`] (`snapshot_json.rs`) |
 //! | `group_meta` | group                                          | u64 LE wall-clock ms since empty        |
+//! | `floors`     | group (absent until a deletion)                | u32 LE: largest generation of the deleted group, until it has a snapshot again |
+//!
+//! `floors` was added without a new format version: a file without it (written before)
+//! reads as one with no floor per group, and its `generation_floor` is put under every
+//! group. The store has one writer (the process that holds the file), so the fencing
+//! token of [`Store::write_fenced`] is accepted and ignored.
 //!
 //! The length prefixes make all offsets of one group contiguous in key order, so a group
 //! is deleted with one range scan.
@@ -62,8 +68,8 @@ const VALUE_FORMAT: u8 = 1;
 /// Key of the format version in [`INFO`].
 const FORMAT_KEY: &[u8] = b"format";
 
-/// Key of the generation floor in [`INFO`]: the largest generation of any group that
-/// was deleted, so that a group created again never repeats a generation.
+/// Key of the generation floor in [`INFO`] of files written before [`FLOORS`]: the
+/// largest generation of any group that was deleted then. Read, never written.
 const GENERATION_FLOOR_KEY: &[u8] = b"generation_floor";
 
 /// Page cache limit. The coordinator reads the file at start and for retention's marks,
@@ -78,6 +84,7 @@ const INFO: BytesTable = TableDefinition::new("info");
 const OFFSETS: BytesTable = TableDefinition::new("offsets");
 const GROUPS: BytesTable = TableDefinition::new("groups");
 const GROUP_META: BytesTable = TableDefinition::new("group_meta");
+const FLOORS: BytesTable = TableDefinition::new("floors");
 
 /// The durable store.
 pub struct RedbStore {
@@ -202,8 +209,10 @@ impl RedbStore {
         }
     }
 
-    /// Reads everything; the body of [`Store::load`].
-    fn load_inner(&self) -> Result<RestoredState, StoreError> {
+    /// Reads what concerns the groups `keep` accepts; the body of [`Store::load`] and
+    /// [`Store::load_groups`]. What it does not keep it does not decode (but checks that
+    /// its key does).
+    fn load_inner(&self, keep: &dyn Fn(&str) -> bool) -> Result<RestoredState, StoreError> {
         let txn = self.db.begin_read().map_err(|e| self.fail(e))?;
         let mut state = RestoredState::default();
 
@@ -211,27 +220,43 @@ impl RedbStore {
         for entry in groups.iter().map_err(|e| self.fail(e))? {
             let (key, value) = entry.map_err(|e| self.fail(e))?;
             let group = self.decode_group_key(key.value(), "groups")?;
-            let snapshot = self.decode_snapshot(&group, value.value())?;
-            state.groups.push(snapshot);
+            if keep(&group) {
+                let snapshot = self.decode_snapshot(&group, value.value())?;
+                state.groups.push(snapshot);
+            }
         }
 
         let offsets = txn.open_table(OFFSETS).map_err(|e| self.fail(e))?;
         for entry in offsets.iter().map_err(|e| self.fail(e))? {
             let (key, value) = entry.map_err(|e| self.fail(e))?;
+            let mut rest = key.value();
+            if take_str(&mut rest).is_some_and(|group| !keep(group)) {
+                continue;
+            }
             state
                 .offsets
                 .push(self.decode_offset(key.value(), value.value())?);
         }
 
+        match txn.open_table(FLOORS) {
+            Ok(floors) => {
+                for entry in floors.iter().map_err(|e| self.fail(e))? {
+                    let (key, value) = entry.map_err(|e| self.fail(e))?;
+                    let group = self.decode_group_key(key.value(), "floors")?;
+                    let floor = self.decode_floor(&format!("of group {group:?}"), value.value())?;
+                    if keep(&group) {
+                        state.floors.push((group, floor));
+                    }
+                }
+            }
+            // A file written before floors were kept per group.
+            Err(TableError::TableDoesNotExist(_)) => {}
+            Err(e) => return Err(self.fail(e)),
+        }
+
         let info = txn.open_table(INFO).map_err(|e| self.fail(e))?;
         if let Some(value) = info.get(GENERATION_FLOOR_KEY).map_err(|e| self.fail(e))? {
-            let bytes: [u8; 4] = value.value().try_into().map_err(|_| {
-                self.corrupt(format!(
-                    "generation floor is {} bytes, not 4",
-                    value.value().len()
-                ))
-            })?;
-            state.generation_floor = u32::from_le_bytes(bytes);
+            state.generation_floor = self.decode_floor("under every group", value.value())?;
         }
 
         // Not part of the restored state, but checked so that damage is found at start
@@ -254,7 +279,7 @@ impl RedbStore {
             let mut offsets = txn.open_table(OFFSETS).map_err(|e| self.fail(e))?;
             let mut groups = txn.open_table(GROUPS).map_err(|e| self.fail(e))?;
             let mut meta = txn.open_table(GROUP_META).map_err(|e| self.fail(e))?;
-            let mut info = txn.open_table(INFO).map_err(|e| self.fail(e))?;
+            let mut floors = txn.open_table(FLOORS).map_err(|e| self.fail(e))?;
             let mut key = Vec::with_capacity(256);
             let mut value = Vec::with_capacity(256);
             for record in records {
@@ -286,12 +311,16 @@ impl RedbStore {
                         groups
                             .insert(snapshot.group.as_bytes(), value.as_slice())
                             .map_err(|e| self.fail(e))?;
+                        // The snapshot's generation is above the floor: it speaks for it.
+                        floors
+                            .remove(snapshot.group.as_bytes())
+                            .map_err(|e| self.fail(e))?;
                     }
                     Record::GroupDeleted { group } => {
                         let removed = groups.remove(group.as_bytes()).map_err(|e| self.fail(e))?;
                         if let Some(value) = removed {
                             let generation = self.decode_snapshot(group, value.value())?.generation;
-                            self.raise_generation_floor(&mut info, generation)?;
+                            self.raise_floor(&mut floors, group, generation)?;
                         }
                         self.delete_offsets(group, &mut offsets, &mut key)?;
                     }
@@ -301,13 +330,14 @@ impl RedbStore {
         txn.commit().map_err(|e| self.fail(e))
     }
 
-    /// Keeps `generation` in the generation floor if it is above it.
-    fn raise_generation_floor(
+    /// Keeps `generation` as `group`'s floor if it is above it.
+    fn raise_floor(
         &self,
-        info: &mut Table<'_, &'static [u8], &'static [u8]>,
+        floors: &mut Table<'_, &'static [u8], &'static [u8]>,
+        group: &str,
         generation: u32,
     ) -> Result<(), StoreError> {
-        let floor = match info.get(GENERATION_FLOOR_KEY).map_err(|e| self.fail(e))? {
+        let floor = match floors.get(group.as_bytes()).map_err(|e| self.fail(e))? {
             Some(value) => value
                 .value()
                 .try_into()
@@ -316,10 +346,21 @@ impl RedbStore {
             None => 0,
         };
         if generation > floor {
-            info.insert(GENERATION_FLOOR_KEY, generation.to_le_bytes().as_slice())
+            floors
+                .insert(group.as_bytes(), generation.to_le_bytes().as_slice())
                 .map_err(|e| self.fail(e))?;
         }
         Ok(())
+    }
+
+    fn decode_floor(&self, what: &str, value: &[u8]) -> Result<u32, StoreError> {
+        let bytes: [u8; 4] = value.try_into().map_err(|_| {
+            self.corrupt(format!(
+                "generation floor {what} is {} bytes, not 4",
+                value.len()
+            ))
+        })?;
+        Ok(u32::from_le_bytes(bytes))
     }
 
     /// Removes every offset of `group` (contiguous in key order); `prefix` is scratch.
@@ -481,7 +522,11 @@ impl IdleMarks for Marks<'_, '_> {
 
 impl Store for RedbStore {
     fn load(&self) -> Result<RestoredState, StoreError> {
-        guard(&self.path, || self.load_inner())
+        guard(&self.path, || self.load_inner(&|_| true))
+    }
+
+    fn load_groups(&self, keep: &dyn Fn(&str) -> bool) -> Result<RestoredState, StoreError> {
+        guard(&self.path, || self.load_inner(keep))
     }
 
     fn write(&self, records: &[Record]) -> Result<(), StoreError> {
@@ -548,6 +593,7 @@ impl RedbStore {
             "offsets" => OFFSETS,
             "groups" => GROUPS,
             "group_meta" => GROUP_META,
+            "floors" => FLOORS,
             other => panic!("no table {other}"),
         };
         let txn = self.db.begin_write().unwrap();

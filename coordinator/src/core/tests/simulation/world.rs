@@ -450,10 +450,13 @@ impl World {
             } => {
                 let now = self.now;
                 // As the server reports its traffic.
-                if crate::server::is_member_traffic(request.api_key()) {
+                if crate::core::is_member_traffic(&request) {
                     self.last_frame_at = Some(now);
                 }
-                let response = self.core.handle_request(now, conn, request.clone());
+                let response = self
+                    .core
+                    .handle_request(now, conn, request.clone())
+                    .response;
                 self.vlog(|_| format!("process {proc} conn {conn}: {request:?} -> {response:?}"));
                 let released_all = self.procs[proc]
                     .leave_released_all
@@ -534,7 +537,7 @@ impl World {
                 detection: true,
                 page: None,
             });
-            let described = match self.core.handle_request(now, 0, request) {
+            let described = match self.core.handle_request(now, 0, request).response {
                 Response::DescribeGroup(d) => Some(d),
                 _ => None,
             };
@@ -962,7 +965,7 @@ impl World {
                 detection: true,
                 page: None,
             });
-            let described = match self.core.handle_request(now, 0, request) {
+            let described = match self.core.handle_request(now, 0, request).response {
                 Response::DescribeGroup(d) => Some(d),
                 _ => None,
             };
