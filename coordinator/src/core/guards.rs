@@ -54,10 +54,13 @@
 //!   itself was not running (a stopped process, a stalled runtime). Each member's
 //!   deadlines are shifted by the part of its silence (of its wait for progress, of each
 //!   revocation's wait) the pause overlaps (a member heard in the frames read on waking
-//!   gains nothing), and no member is expelled for silence, progress, a revocation or a
-//!   closed connection until a grace has passed since waking (a quarter of its expel
+//!   gains nothing), and no member whose silence the pause overlapped (last heard no
+//!   later than the wake) is expelled for silence, progress, a revocation or a closed
+//!   connection until a grace has passed since waking (a quarter of its expel
 //!   threshold, at least `PAUSE_FLOOR`, at most `pause_guard`), so frames queued during
-//!   the pause (on any connection, old or new) are read before anyone is judged. Leases
+//!   the pause (on any connection, old or new) are read before anyone is judged. A
+//!   member heard since the wake had nothing of its own queued that its later frames
+//!   do not supersede. Leases
 //!   are never shifted: they bound the members' own clocks. Bound: the grace opens only
 //!   on a measured pause; silence while the coordinator runs counts as usual. What a
 //!   pause shifts is not capped, unlike what an isolation gives back: a pause is the
@@ -541,13 +544,17 @@ impl Coordinator {
         // a member may be expelled after far less silence.
         let expel_after = m.expel_after();
         // After a pause, queued frames may carry heartbeats, progress and
-        // acknowledgements alike, from any member: one whose connection closed (or that
-        // the coordinator has not seen since a restart) may have frames queued on a new
-        // connection.
+        // acknowledgements alike, from any member whose silence the pause overlapped:
+        // one whose connection closed (or that the coordinator has not seen since a
+        // restart) may have frames queued on a new connection. A member heard since the
+        // wake has nothing of its own in the pause: its later frames say more than any
+        // queued one. (Held too, one that joined after the wake and whose connection
+        // then closed was kept past its lease to the end of a grace that was never its
+        // own.)
         if let (Some(_), Some(woken)) = (m.expiry(now), self.guards.pause_woken_at) {
             let grace = self.quarter_of(expel_after);
             let until = woken + grace;
-            if now < until {
+            if now < until && m.heard_at <= woken {
                 return Some(Hold::Pause { until });
             }
         }

@@ -207,6 +207,12 @@
 //!     deadline a pause past the wake; a rejoin with a shorter session then kept a
 //!     crashed member 8 s past two of its sessions. Check 4 \[timeouts changed by a
 //!     rejoin\] (seed 11592; defect 23 too).
+//! 12. The pause guard's grace, opened at the wake, held every member's expiry, also
+//!     that of a member that joined after the wake and whose connection then closed:
+//!     nothing of it could be queued in the pause, yet it was kept past its lease to
+//!     the grace's end. Check 4 \[kept past a coordinator pause\] (seed 50403 of a
+//!     fresh range; defect 24). The grace now holds only members last heard no later
+//!     than the wake.
 //!
 //! # Running it
 //!
