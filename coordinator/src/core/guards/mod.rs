@@ -214,6 +214,7 @@ pub(crate) struct Guards {
 }
 
 /// What a guard says about an expiry.
+#[derive(Debug)]
 enum Verdict {
     /// Held, until the hold says.
     Hold(Hold),
