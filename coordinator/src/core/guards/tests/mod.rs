@@ -1,6 +1,6 @@
 //! Unit tests of each guard, one file per guard, against a core driven by
 //! [`TestContext`](crate::core::tests::TestContext) (scenarios across guards are in
-//! `core/tests/defects/guards.rs`).
+//! `core/tests/defects/` (`pause.rs`, `isolation.rs`, `backlog.rs`)).
 
 mod backlog;
 mod bound;
