@@ -75,7 +75,7 @@ pub type ConnId = u64;
 ///
 /// The handlers live beside the state they serve: `membership.rs` (Join, Heartbeat,
 /// Leave, connections), `offsets.rs` (commits, fetches, retention), `inspect.rs`
-/// (ListGroups, DescribeGroup, stats), `guards.rs` (pause and isolation), and
+/// (ListGroups, DescribeGroup, stats), `guards/` (what holds an expulsion), and
 /// `group.rs` (one group: clocks, assignment, reconciliation, snapshots).
 #[derive(Debug)]
 pub struct Coordinator {

@@ -1,8 +1,8 @@
 //! The backlog guard: the shell reported the coordinator behind (a ready task, or a
 //! queued request, run late), so members' frames may be waiting unread. Also the
 //! breather: an expiry found at the core's first, late, run after its deadline waits a
-//! moment for the shell to read what arrived before it (see the module above for the
-//! rule and its bound).
+//! moment for the shell to read what arrived before it (see `mod.rs` for the rule
+//! and its bound).
 
 use std::time::{Duration, Instant};
 

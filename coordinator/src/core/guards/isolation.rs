@@ -1,8 +1,8 @@
 //! The isolation guard: the whole server heard nothing while most of a shard's
 //! connected members fell silent, so the silence is more likely the coordinator's
 //! (its network went away) than theirs. Holds their expiries while it lasts, and gives
-//! the silence back, capped, when frames return (see the module above for the rule and
-//! its bound).
+//! the silence back, capped, when frames return (see `mod.rs` for the rule and its
+//! bound).
 
 use std::time::{Duration, Instant};
 

@@ -1,7 +1,7 @@
 //! The pause guard: the coordinator was woken later than it asked, so it was not
 //! running. Each member's deadlines move by the part of its wait the pause overlapped,
 //! and a grace lets frames queued in the pause be read before a member whose silence it
-//! overlapped is judged (see the module above for the rule and its bound).
+//! overlapped is judged (see `mod.rs` for the rule and its bound).
 
 use std::time::{Duration, Instant};
 
