@@ -95,8 +95,8 @@ pub type ConnId = u64;
 ///
 /// The handlers live beside the state they serve: `membership.rs` (Join, Heartbeat,
 /// Leave, connections), `offsets.rs` (commits, fetches, retention), `inspect.rs`
-/// (ListGroups, DescribeGroup, stats), `guards.rs` (pause, isolation, backlog, rate
-/// limit), and `group/` (one group: clocks, assignment, reconciliation, snapshots).
+/// (ListGroups, DescribeGroup, stats), `guards/` (what holds an expulsion), and
+/// `group/` (one group: clocks, assignment, reconciliation, snapshots).
 #[derive(Debug)]
 pub struct Coordinator {
     config: CoreConfig,

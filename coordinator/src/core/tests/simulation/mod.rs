@@ -127,7 +127,7 @@
 //! # Defects it found
 //!
 //! Each of these was in the core when the simulation was written, and each is fixed; the
-//! check named is the one that fails when the fix is reverted (`defects.rs` in the tests
+//! check named is the one that fails when the fix is reverted (`defects/` in the tests
 //! holds a focused regression test for each).
 //!
 //! 1. A dead member stays a member: the isolation guard compares the shard's last frame
@@ -184,14 +184,14 @@
 //!
 //! Check 7 was later extended to expulsions for a rebalance timeout whose
 //! acknowledgement had reached the coordinator before the deadline. No seed up to
-//! 20,000 fails it, but the cases it covers showed a gap that `defects.rs` now tests
+//! 20,000 fails it, but the cases it covers showed a gap that `defects/` now tests
 //! (defect 19): the backlog guard and the breather held no member whose connection had
 //! closed, so one resuming on a new connection within its lease was expelled for a
 //! revocation (or silence, or progress) while its first frames there waited unread
 //! behind a stall. They now hold it too, never past its lease.
 //!
 //! Once the faults included the coordinator's network going away again and again
-//! (and check 8 was added), two more showed, each with a focused test in `defects.rs`:
+//! (and check 8 was added), two more showed, each with a focused test in `defects/`:
 //!
 //! 10. A held member was looked at again only at the pace of the expiry held (a
 //!     quarter threshold), so a later deadline whose bound came first was passed: a
@@ -207,6 +207,12 @@
 //!     deadline a pause past the wake; a rejoin with a shorter session then kept a
 //!     crashed member 8 s past two of its sessions. Check 4 \[timeouts changed by a
 //!     rejoin\] (seed 11592; defect 23 too).
+//! 12. The pause guard's grace, opened at the wake, held every member's expiry, also
+//!     that of a member that joined after the wake and whose connection then closed:
+//!     nothing of it could be queued in the pause, yet it was kept past its lease to
+//!     the grace's end. Check 4 \[kept past a coordinator pause\] (seed 50403 of a
+//!     fresh range; defect 24). The grace now holds only members last heard no later
+//!     than the wake.
 //!
 //! # Running it
 //!

@@ -1,0 +1,332 @@
+//! One member's clocks: its timeouts, its session (through its liveness watch), its
+//! progress and revocation deadlines, its lease, and which of them expels it. What the
+//! guards do to these clocks (a pause moves them, an isolation gives silence back) is
+//! in `core/guards/`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::super::assignor::TopicPartition;
+use super::super::liveness::{Detector, Watch};
+use super::super::ConnId;
+use super::PartitionSet;
+
+/// The timeouts a member asked for at join (and may change by rejoining), in whole
+/// milliseconds as the join gives them: 16 bytes where four `Duration`s take 64.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Timeouts {
+    /// Silence longer than this expels the member.
+    pub(crate) session_ms: u32,
+    /// A progress counter stuck this long expels the member.
+    pub(crate) progress_ms: u32,
+    /// A revocation unacknowledged this long expels the member.
+    pub(crate) rebalance_ms: u32,
+    /// How long after a frame from the member it may still be acting on its partitions
+    /// (at most `session`): the partitions of a member expelled, or whose connection
+    /// closed, are granted that long after its last frame.
+    pub(crate) lease_ms: u32,
+}
+
+impl Timeouts {
+    pub(crate) fn session(self) -> Duration {
+        Duration::from_millis(u64::from(self.session_ms))
+    }
+
+    pub(crate) fn progress(self) -> Duration {
+        Duration::from_millis(u64::from(self.progress_ms))
+    }
+
+    pub(crate) fn rebalance(self) -> Duration {
+        Duration::from_millis(u64::from(self.rebalance_ms))
+    }
+
+    pub(crate) fn lease(self) -> Duration {
+        Duration::from_millis(u64::from(self.lease_ms))
+    }
+}
+
+/// One member of a group.
+///
+/// Laid out for the renewal, the coordinator's most frequent work: a member's lines
+/// are rarely in cache when its heartbeat arrives (every member of the shard is
+/// touched once per heartbeat interval), so a renewal costs about one wait for memory
+/// per line it touches. The fields a renewal reads or writes come first, `liveness`
+/// last among them with its own hot fields first, so that they fill the first
+/// five cache lines (`RENEWAL_LINES`) of a 64-byte-aligned member, and the rest (ids,
+/// partition sets, what only a rebalance or a timer reads) follow. Rust lays out a
+/// struct as it likes, which spread a renewal over 7 of the 8 lines of a member, hence
+/// `repr(C)`; `renewal_fields_fill_the_first_lines` checks the layout.
+#[derive(Debug)]
+#[repr(C, align(64))]
+pub(crate) struct Member {
+    // What a renewal touches.
+    pub(crate) conn: Option<ConnId>,
+    pub(crate) timeouts: Timeouts,
+    pub(crate) progress: u64,
+    /// Generation of the member's current assignment.
+    pub(crate) generation: u32,
+    /// The member's process stood down and has not been heard since.
+    pub(crate) stood_down: bool,
+    /// The member's connection closed (its process most likely crashed: a crashed
+    /// process closes its sockets) and it has not been heard on another since: it is
+    /// expelled when its lease runs out instead of at its session deadline.
+    pub(crate) conn_closed: bool,
+    /// Restored from a snapshot and not heard from since: it may have died around the
+    /// restart, so it is granted nothing new until it is heard (it keeps its session).
+    pub(crate) unheard: bool,
+    /// The last target computed while the member was suspect left out partitions it
+    /// would otherwise have been given: it gets a rebalance when it recovers.
+    pub(crate) restricted: bool,
+    /// The latest instant the member's own lease can run to: every answer the
+    /// coordinator sends promises the member its lease timeout from the moment the
+    /// member sent the request, which is never later than the moment it was received.
+    /// Only ever moves later, except when the member stands down (it then ends now).
+    /// Partitions of a removed member are held until then.
+    pub(crate) lease_until: Instant,
+    /// When a frame from the member last arrived. Unlike the liveness policy's view,
+    /// never shifted by a guard: the guards judge real silence by it.
+    pub(crate) heard_at: Instant,
+    /// The slot the expulsion rate limit reserved for the member's expiry.
+    pub(crate) expel_slot: Option<Instant>,
+    pub(crate) timer_at: Option<Instant>,
+    pub(crate) progress_deadline: Instant,
+    pub(crate) last_progress_at: Instant,
+    /// The partitions the member is asked to release, in order, each with when it was
+    /// first asked (shifted by the coordinator's own pauses and by what isolations gave
+    /// back); empty when it releases nothing. Each revocation has its own rebalance
+    /// timeout: the oldest one still unanswered decides when the member is expelled
+    /// ([`Self::revoke_deadline`]).
+    pub(crate) revoking_since: Box<[Revocation]>,
+    /// Its hot fields first, its cold ones last (see [`Watch`]).
+    pub(crate) liveness: Watch,
+    // What a renewal does not touch.
+    pub(crate) id: Arc<str>,
+    pub(crate) instance_id: Option<Box<str>>,
+    pub(crate) client_id: Box<str>,
+    pub(crate) join_token: u64,
+    /// Topic indexes, ascending.
+    pub(crate) subscription: Box<[u32]>,
+    /// Partitions granted to the member and not yet released.
+    pub(crate) owned: PartitionSet,
+    /// What the last rebalance wants the member to own.
+    pub(crate) target: PartitionSet,
+    /// The revoke set last pushed, to push again only when it changes.
+    pub(crate) revoke_pushed: Box<[TopicPartition]>,
+    /// Partitions the member released, to tell a late commit "revoked" from "not owner".
+    pub(crate) released: PartitionSet,
+    /// The assignment changed since it was last pushed.
+    pub(crate) assignment_dirty: bool,
+    /// What isolations have given back to the current wait for progress, in all: at
+    /// most one expel threshold (whole milliseconds, rounded up, so that the field
+    /// takes padding and a member still fits 512 bytes).
+    pub(crate) progress_credit_ms: u32,
+    /// The progress counter the wait `progress_credit_ms` belongs to began at: progress
+    /// that moves the counter starts a new wait with nothing given back, without a write
+    /// on the heartbeat path.
+    pub(crate) progress_credit_at: u64,
+}
+
+/// Cache lines of a [`Member`] that a renewal touches (see its layout).
+#[cfg(test)]
+pub(crate) const RENEWAL_LINES: usize = 5;
+
+impl Member {
+    pub(crate) fn session_timeout(&self) -> Duration {
+        self.timeouts.session()
+    }
+
+    pub(crate) fn progress_timeout(&self) -> Duration {
+        self.timeouts.progress()
+    }
+
+    pub(crate) fn rebalance_timeout(&self) -> Duration {
+        self.timeouts.rebalance()
+    }
+
+    pub(crate) fn lease_timeout(&self) -> Duration {
+        self.timeouts.lease()
+    }
+
+    /// The silence that expels the member: its session timeout under the fixed rule,
+    /// what the adaptive detector learned (at most the session timeout) under the
+    /// other. The guards scale by it: a pause, an isolation and how long they hold a
+    /// member are measured against what would expel it, not against a session timeout
+    /// its detector may never let it reach.
+    pub(crate) fn expel_after(&self) -> Duration {
+        self.liveness.thresholds().expel_after
+    }
+
+    /// Loads a field from each of the five cache lines a renewal touches,
+    /// ahead of the renewal (see `Coordinator::touch_members`).
+    pub(crate) fn touch(&self) {
+        std::hint::black_box((self.conn, self.heard_at, self.liveness.touch()));
+    }
+
+    pub(crate) fn session_deadline(&self) -> Instant {
+        self.liveness.deadline()
+    }
+
+    /// Whether a deadline that expels the member has passed at `now`: its session
+    /// (silence), its progress, or its oldest unanswered revocation.
+    pub(crate) fn expired(&self, now: Instant) -> bool {
+        self.session_deadline() <= now
+            || self.progress_deadline <= now
+            || self.revoke_deadline().is_some_and(|r| r <= now)
+    }
+
+    /// Of the member's deadlines that have passed at `now` (silence, its lease after its
+    /// connection closed, progress, its oldest unanswered revocation), the one that
+    /// passed first, and when; at the same instant in that order. A guard may hold a
+    /// member past one deadline until another passes too: the expulsion names the one
+    /// the member failed first, not whichever is looked at first.
+    pub(crate) fn expiry(&self, now: Instant) -> Option<(Expiry, Instant)> {
+        [
+            (Expiry::Silence, Some(self.session_deadline())),
+            (Expiry::Closed, self.conn_closed.then_some(self.lease_until)),
+            (Expiry::Progress, Some(self.progress_deadline)),
+            (Expiry::Revocation, self.revoke_deadline()),
+        ]
+        .into_iter()
+        .filter_map(|(expiry, deadline)| Some((expiry, deadline.filter(|&d| d <= now)?)))
+        .min_by_key(|&(_, deadline)| deadline)
+    }
+
+    pub(crate) fn next_deadline(&self) -> Instant {
+        let mut next = self.session_deadline().min(self.progress_deadline);
+        if let Some(s) = self.liveness.suspect_at() {
+            next = next.min(s);
+        }
+        if let Some(r) = self.revoke_deadline() {
+            next = next.min(r);
+        }
+        if self.conn_closed {
+            next = next.min(self.lease_until);
+        }
+        next
+    }
+
+    /// Any frame from the member renews its session (and, with the answer, its lease).
+    /// Returns whether it had stood down: the snapshot must say it no longer has.
+    #[must_use]
+    pub(crate) fn heard(&mut self, now: Instant) -> bool {
+        self.renew_session(now);
+        self.lease_until = self.lease_until.max(now + self.lease_timeout());
+        std::mem::take(&mut self.stood_down)
+    }
+
+    /// The member's session runs from `now` (its lease is another matter: see
+    /// [`Self::heard`]).
+    pub(crate) fn renew_session(&mut self, now: Instant) {
+        self.liveness.heard(now);
+        self.heard_at = self.heard_at.max(now);
+        self.expel_slot = None;
+    }
+
+    /// The member now talks over `conn` (a join, or a request on a new connection).
+    /// Returns whether it was waiting to be heard (its connection had closed, or it was
+    /// not heard since a restore): it takes grants again, so the caller reconciles.
+    #[must_use]
+    pub(crate) fn bind(&mut self, conn: ConnId) -> bool {
+        self.conn = Some(conn);
+        let closed = std::mem::take(&mut self.conn_closed);
+        let unheard = std::mem::take(&mut self.unheard);
+        closed || unheard
+    }
+
+    /// Whether new partitions may be granted to the member at `now`: not while its
+    /// process stood down (it is gone until its replacement arrives), its connection is
+    /// closed (it is most likely gone, and expelled when its lease runs out), it has not
+    /// been heard since a restore, or it is suspect (it keeps what it owns).
+    pub(crate) fn takes_grants(&self, now: Instant) -> bool {
+        !self.stood_down && !self.conn_closed && !self.unheard && !self.liveness.is_suspect(now)
+    }
+
+    /// Applies the timeouts of a rejoin. The session deadline follows the new session
+    /// timeout at once; the lease already promised is kept (it only grows), so a shorter
+    /// timeout never frees partitions before the member's longer lease ran out. New
+    /// session or lease timeouts (so a new heartbeat rhythm) start the member's arrivals
+    /// over. Returns whether anything changed.
+    pub(crate) fn set_timeouts(
+        &mut self,
+        timeouts: Timeouts,
+        detector: &dyn Detector,
+        shadow: Option<&dyn Detector>,
+    ) -> bool {
+        let old = self.timeouts;
+        let changed = timeouts != old;
+        self.timeouts = timeouts;
+        if (timeouts.session_ms, timeouts.lease_ms) != (old.session_ms, old.lease_ms) {
+            self.liveness.reset(timeouts.session(), detector, shadow);
+        }
+        if timeouts.progress_ms != old.progress_ms {
+            // What the guards added (a pause or an isolation the wait overlapped) is the
+            // coordinator's, not the member's: it stays with the new timeout.
+            let shifted = self
+                .progress_deadline
+                .saturating_duration_since(self.last_progress_at + old.progress());
+            self.progress_deadline = self.last_progress_at + timeouts.progress() + shifted;
+        }
+        changed
+    }
+
+    /// The progress clock renews only when the counter advances.
+    pub(crate) fn report_progress(&mut self, now: Instant, progress: u64) {
+        if progress > self.progress {
+            self.progress = progress;
+            self.progress_deadline = now + self.progress_timeout();
+            self.last_progress_at = now;
+        }
+    }
+
+    pub(crate) fn revoking(&self) -> Vec<TopicPartition> {
+        self.owned.difference(&self.target).copied().collect()
+    }
+
+    /// When the member is expelled for not releasing a partition: a rebalance timeout
+    /// (the one it asked for last) after the oldest revocation it has not answered.
+    pub(crate) fn revoke_deadline(&self) -> Option<Instant> {
+        let oldest = self.revoking_since.iter().map(|r| r.since).min()?;
+        Some(oldest + self.rebalance_timeout())
+    }
+
+    /// Brings [`Self::revoking_since`] up to what the member is asked to release now: a
+    /// partition newly asked is waited for from `now`, one still asked keeps its start
+    /// (and what isolations gave it), one released or no longer asked is dropped.
+    pub(crate) fn note_revocations(&mut self, now: Instant) {
+        let old = &self.revoking_since;
+        let kept = |tp: &TopicPartition| match old.binary_search_by(|r| r.tp.cmp(tp)) {
+            Ok(i) => old[i],
+            Err(_) => Revocation {
+                tp: *tp,
+                since: now,
+                credit: Duration::ZERO,
+            },
+        };
+        let revoking: Box<[Revocation]> = self.owned.difference(&self.target).map(kept).collect();
+        self.revoking_since = revoking;
+    }
+}
+
+/// Which of a member's deadlines expels it ([`Member::expiry`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Expiry {
+    /// Its session: silence.
+    Silence,
+    /// Its connection closed and its lease ran out.
+    Closed,
+    /// Its progress counter did not move for its progress timeout.
+    Progress,
+    /// It did not acknowledge a revocation within its rebalance timeout.
+    Revocation,
+}
+
+/// A partition a member is asked to release.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Revocation {
+    pub(crate) tp: TopicPartition,
+    /// When it was first asked, moved later by the coordinator's pauses and by what
+    /// isolations gave back to its wait.
+    pub(crate) since: Instant,
+    /// What isolations gave back to its wait, in all: at most one expel threshold.
+    pub(crate) credit: Duration,
+}

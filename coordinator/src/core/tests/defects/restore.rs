@@ -1,0 +1,316 @@
+//! Defects of restore: what a restart must carry over from the store (held partitions,
+//! pending rebalances, what members released, offsets retention).
+
+use super::*;
+
+// ------------------------------------------------------------------------------------
+// 3. Restore forgets partitions held for an expelled member.
+// ------------------------------------------------------------------------------------
+
+/// A member expelled for progress is still inside its lease, so its partitions are
+/// held. A restart keeps holding them until that lease has run out.
+#[test]
+fn defect_3_a_restart_keeps_partitions_held_for_an_expelled_member() {
+    let mut t = TestContext::new();
+    let mut stuck = t.join(1, "g", &[("orders", 4)]);
+    t.advance(SETTLE);
+    t.expect_beat_ok(&mut stuck);
+    let owned = flatten(&t.owned(&stuck));
+    let mut other = t.join(2, "g", &[("orders", 4)]);
+    t.advance(SETTLE);
+    // `stuck` beats without progress until the progress timeout expels it; its lease
+    // runs a session from its last beat.
+    let mut last_beat = t.now;
+    while t.expelled(&stuck).is_none() {
+        t.advance(Duration::from_secs(1));
+        if t.expelled(&stuck).is_none() {
+            t.beat_stalled(&mut stuck);
+            last_beat = t.now;
+        }
+        t.expect_beat_ok(&mut other);
+    }
+    // Expelled for not releasing what `other` is to get, or for progress: either way
+    // while its lease still runs.
+    assert!(matches!(
+        t.expelled(&stuck),
+        Some(ExpelReason::RebalanceTimeout | ExpelReason::ProgressExpired)
+    ));
+    restart(&mut t);
+    other.conn = 12;
+    for _ in 0..20 {
+        t.advance(Duration::from_millis(500));
+        t.expect_beat_ok(&mut other);
+        t.ack_all(&mut other);
+    }
+    let granted = first_grant_elsewhere(&t, &stuck, &owned).expect("granted in the end");
+    let lease_end = last_beat - t.start + SESSION;
+    assert!(
+        granted >= lease_end,
+        "granted at {granted:?}, lease to {lease_end:?}"
+    );
+}
+
+// ------------------------------------------------------------------------------------
+// 4a. Restore drops a pending rebalance.
+// ------------------------------------------------------------------------------------
+
+/// A restart inside the coalescing window after a join: the new member still gets
+/// its share (it once got nothing, with the group reporting Stable).
+#[test]
+fn defect_4a_a_restart_inside_the_coalescing_window_after_a_join_still_rebalances() {
+    let mut t = TestContext::new();
+    let mut a = t.join(1, "g", &[("orders", 8)]);
+    t.advance(SETTLE);
+    t.expect_beat_ok(&mut a);
+    let mut b = t.join(2, "g", &[("orders", 8)]);
+    restart(&mut t);
+    a.conn = 11;
+    b.conn = 12;
+    for _ in 0..10 {
+        t.advance(Duration::from_millis(100));
+        t.ack_all(&mut a);
+        t.expect_beat_ok(&mut b);
+    }
+    assert_eq!(count(&t.owned(&a)), 4);
+    assert_eq!(count(&t.owned(&b)), 4);
+    t.assert_exclusive("g");
+}
+
+/// The same after a leave: the leaver's partitions do not stay owned by nobody.
+#[test]
+fn defect_4a_a_restart_inside_the_coalescing_window_after_a_leave_still_rebalances() {
+    let mut t = TestContext::new();
+    let mut a = t.join(1, "g", &[("orders", 8)]);
+    let mut b = t.join(2, "g", &[("orders", 8)]);
+    t.advance(SETTLE);
+    t.ack_all(&mut a);
+    t.ack_all(&mut b);
+    t.advance(SETTLE);
+    assert_eq!(count(&t.owned(&a)), 4);
+    t.leave(&b);
+    restart(&mut t);
+    a.conn = 11;
+    for _ in 0..5 {
+        t.advance(Duration::from_millis(100));
+        t.expect_beat_ok(&mut a);
+    }
+    assert_eq!(count(&t.owned(&a)), 8);
+}
+
+// ------------------------------------------------------------------------------------
+// 4b. A recovery rebalance is not made durable.
+// ------------------------------------------------------------------------------------
+
+/// `b` is suspect when `a` leaves, so `c` takes all of `a`'s partitions and `b`'s
+/// target is cut (it is marked for a rebalance when it recovers). `b` recovers after
+/// three on-time beats, which asks for a `Recovery` rebalance; the coordinator restarts
+/// inside the coalescing window. The snapshot written for that batch does not say a
+/// rebalance is pending (`trigger_rebalance` does not mark the group dirty, and the
+/// recovery path marks nothing else), and the restored members are not suspect, so the
+/// rebalance never comes: `b` stays at 3 partitions and `c` at 6, for good.
+///
+/// Promise broken: a snapshot carries a pending rebalance, so restore makes the
+/// decisions the running coordinator would have made (cf. `defect_4a` for joins and
+/// leaves). Cause: `Group::after_beat` (members.rs) calls `trigger_rebalance` for
+/// `Recovery` without setting `snapshot_dirty`; `trigger_rebalance` (rebalance.rs)
+/// never sets it itself.
+#[test]
+fn defect_4b_a_restart_inside_the_coalescing_window_after_a_recovery_still_rebalances() {
+    const BEAT: Duration = Duration::from_secs(1);
+    let mut t = TestContext::new();
+    let mut a = t.join(1, "g", &[("orders", 9)]);
+    let mut b = t.join(2, "g", &[("orders", 9)]);
+    let mut c = t.join(3, "g", &[("orders", 9)]);
+    for _ in 0..4 {
+        t.advance(BEAT);
+        t.ack_all(&mut a);
+        t.ack_all(&mut b);
+        t.ack_all(&mut c);
+    }
+    assert_eq!([&a, &b, &c].map(|m| count(&t.owned(m))), [3, 3, 3]);
+    // `b` falls silent past half its session: suspect.
+    for _ in 0..6 {
+        t.advance(BEAT);
+        t.expect_beat_ok(&mut a);
+        t.expect_beat_ok(&mut c);
+    }
+    t.leave(&a);
+    t.advance(Duration::from_millis(500));
+    t.expect_beat_ok(&mut c);
+    t.ack_all(&mut c);
+    assert_eq!(count(&t.owned(&b)), 3);
+    assert_eq!(count(&t.owned(&c)), 6);
+    // Three on-time beats: `b` recovers and a rebalance is asked for.
+    t.expect_beat_ok(&mut b);
+    for _ in 0..3 {
+        t.advance(BEAT);
+        t.expect_beat_ok(&mut b);
+        t.expect_beat_ok(&mut c);
+    }
+    assert!(t
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::MemberRecovered { .. })));
+    // The coordinator restarts inside the coalescing window.
+    restart(&mut t);
+    b.conn = 12;
+    c.conn = 13;
+    for _ in 0..5 {
+        t.advance(BEAT);
+        t.ack_all(&mut b);
+        t.ack_all(&mut c);
+    }
+    assert!(
+        t.events.iter().any(|e| matches!(
+            e,
+            Event::RebalanceStarted {
+                cause: RebalanceCause::Recovery,
+                ..
+            }
+        )),
+        "the recovery rebalance was lost in the restart"
+    );
+    let shares = [&b, &c].map(|m| count(&t.owned(m)));
+    assert!(shares.iter().all(|&s| s >= 4), "not rebalanced: {shares:?}");
+    t.assert_exclusive("g");
+}
+
+// ------------------------------------------------------------------------------------
+// 13. Offsets retention deletes an offset it has just acknowledged.
+// ------------------------------------------------------------------------------------
+
+/// The store finds a group empty past the offsets retention (it reads what is
+/// durable), and before the core is asked to delete the group an admin commit to it
+/// is accepted. The group is kept, with the offset the commit was told was accepted;
+/// once the retention has passed since that commit, it can go. It was deleted with the
+/// offset just acknowledged.
+#[test]
+fn defect_13_offsets_retention_keeps_an_offset_committed_since_the_store_looked() {
+    const RETENTION: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+    let mut t = TestContext::new();
+    let commit = Request::CommitOffsets(rollcall_protocol::CommitOffsetsRequest {
+        group: "g".into(),
+        member_id: None,
+        generation: 0,
+        offsets: vec![rollcall_protocol::OffsetCommit {
+            topic: "orders".into(),
+            partition: 0,
+            offset: 42,
+            metadata: String::new(),
+        }],
+    });
+    match t.request(9, commit) {
+        Response::CommitOffsets(c) => assert_eq!(c.results[0].error, ErrorCode::None),
+        other => panic!("{other:?}"),
+    }
+    t.advance(SETTLE);
+    assert!(
+        !t.core.remove_offsets(t.now, "g", RETENTION),
+        "deleted with an offset committed {SETTLE:?} ago"
+    );
+    let fetch = Request::FetchOffsets(rollcall_protocol::FetchOffsetsRequest {
+        group: "g".into(),
+        topics: vec![],
+        page: None,
+    });
+    match t.request(9, fetch) {
+        Response::FetchOffsets(f) => assert_eq!(f.offsets[0].offset, 42),
+        other => panic!("{other:?}"),
+    }
+    t.advance(RETENTION);
+    assert!(t.core.remove_offsets(t.now, "g", RETENTION));
+}
+
+// ------------------------------------------------------------------------------------
+// 14. A restore forgets what a member released and that its share was cut.
+// ------------------------------------------------------------------------------------
+
+/// `b` is suspect when `a` leaves, so the rebalance gives `a`'s partitions to `c` only
+/// (6 against `b`'s 3) and marks `b` for a rebalance when it recovers. The coordinator
+/// restarts before `b` recovers. `b` must still earn its recovery and its rebalance:
+/// the restore once brought it back alive and unmarked, so its first beat only
+/// reconciled, and the 3/6 split stayed for good.
+#[test]
+fn defect_14_a_member_whose_share_was_cut_still_gets_its_rebalance_after_a_restart() {
+    const BEAT: Duration = Duration::from_secs(1);
+    let mut t = TestContext::new();
+    let mut a = t.join(1, "g", &[("orders", 9)]);
+    let mut b = t.join(2, "g", &[("orders", 9)]);
+    let mut c = t.join(3, "g", &[("orders", 9)]);
+    for _ in 0..4 {
+        t.advance(BEAT);
+        t.ack_all(&mut a);
+        t.ack_all(&mut b);
+        t.ack_all(&mut c);
+    }
+    assert_eq!([&a, &b, &c].map(|m| count(&t.owned(m))), [3, 3, 3]);
+    // `b` falls silent past half its session: suspect.
+    for _ in 0..6 {
+        t.advance(BEAT);
+        t.expect_beat_ok(&mut a);
+        t.expect_beat_ok(&mut c);
+    }
+    t.leave(&a);
+    t.advance(Duration::from_millis(500));
+    t.expect_beat_ok(&mut c);
+    t.ack_all(&mut c);
+    assert_eq!([&b, &c].map(|m| count(&t.owned(m))), [3, 6]);
+    restart(&mut t);
+    b.conn = 12;
+    c.conn = 13;
+    let recovered_before = recovered(&t);
+    // The restore starts every silence over, so these beats are on time.
+    for _ in 0..6 {
+        t.advance(BEAT);
+        t.ack_all(&mut b);
+        t.ack_all(&mut c);
+    }
+    assert!(
+        recovered(&t) > recovered_before,
+        "restored suspect, it recovers"
+    );
+    assert!(
+        t.events.iter().any(|e| matches!(
+            e,
+            Event::RebalanceStarted {
+                cause: RebalanceCause::Recovery,
+                ..
+            }
+        )),
+        "the recovery rebalance was forgotten in the restart"
+    );
+    let shares = [&b, &c].map(|m| count(&t.owned(m)));
+    assert!(shares.iter().all(|&s| s >= 4), "not rebalanced: {shares:?}");
+    t.assert_exclusive("g");
+}
+
+/// A member releases a partition; a commit for it that arrives late is told
+/// `partition_revoked` (its ownership ended), after a restart as before it (the restore
+/// once forgot what members released, and answered `not_owner`).
+#[test]
+fn defect_14_a_late_commit_for_a_released_partition_is_revoked_after_a_restart() {
+    let mut t = TestContext::new();
+    let mut a = t.join(1, "g", &[("orders", 4)]);
+    t.advance(SETTLE);
+    t.expect_beat_ok(&mut a);
+    let mut b = t.join(2, "g", &[("orders", 4)]);
+    t.advance(SETTLE);
+    let asked = flatten(&t.revoking(&a));
+    assert_eq!(asked.len(), 2);
+    t.ack_all(&mut a);
+    t.expect_beat_ok(&mut b);
+    let moved = asked[0].1;
+    assert_eq!(
+        t.commit_result(&a, "orders", moved, 5),
+        ErrorCode::PartitionRevoked
+    );
+    restart(&mut t);
+    a.conn = 11;
+    b.conn = 12;
+    t.expect_beat_ok(&mut a);
+    t.expect_beat_ok(&mut b);
+    assert_eq!(
+        t.commit_result(&a, "orders", moved, 5),
+        ErrorCode::PartitionRevoked
+    );
+}
