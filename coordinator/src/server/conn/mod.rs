@@ -47,8 +47,10 @@ use tracing::{debug, warn};
 
 use self::counted::{Counted, Slot};
 use super::auth::{ConnAuth, Operation, Security};
+use super::budget::BufferBudget;
 use super::metrics::{Metrics, ProtocolError};
-use super::registry::{BufferBudget, ConnHandle, ConnState, Registry, SendLimits};
+use super::outbox::{ConnHandle, ConnState, SendLimits};
+use super::registry::Registry;
 use super::shard::{shard_of, Handled, Joiner, Reply, Shard};
 use super::tls::TlsContext;
 use crate::core::ConnId;
