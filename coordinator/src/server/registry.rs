@@ -10,9 +10,15 @@ use rollcall_protocol::Frame;
 
 use crate::core::ConnId;
 
-pub(crate) use super::budget::BufferBudget;
 use super::evidence::{Lag, Traffic};
-pub(crate) use super::outbox::{ConnHandle, ConnState, SendLimits, Sent};
+use super::outbox::Sent;
+// Where the shard finds the handle (and its tests the rest) it names with the registry.
+pub(crate) use super::outbox::ConnHandle;
+#[cfg(test)]
+pub(crate) use super::{
+    budget::BufferBudget,
+    outbox::{ConnState, SendLimits},
+};
 
 /// Open connections, by id. Split into independently locked parts so that connections
 /// opening and closing do not contend with pushes to other connections.
