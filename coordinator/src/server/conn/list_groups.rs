@@ -1,6 +1,8 @@
 //! ListGroups across shards: every shard lists its own groups, and the answer merges
 //! them.
 
+use rollcall_protocol::PageFit;
+
 use super::*;
 
 impl Connection {
@@ -47,28 +49,19 @@ impl Connection {
                 if let Some(cut) = &cut {
                     groups.retain(|g| g.group <= *cut);
                 }
-                let limit = if page.limit == 0 {
-                    usize::MAX
-                } else {
-                    page.limit as usize
-                };
-                let mut room = self.ctx.codec.max_frame_size().saturating_sub(
-                    rollcall_protocol::HEADER_SIZE
-                        + ListGroupsResponse {
-                            groups: Vec::new(),
-                            more: Some(false),
-                        }
-                        .encoded_len(),
-                );
-                let mut kept = 0;
-                for g in &groups {
-                    let size = g.encoded_len();
-                    if kept == limit || (kept > 0 && size > room) {
-                        break;
+                let mut fit = PageFit::new(
+                    page.limit,
+                    self.ctx.codec.max_frame_size(),
+                    ListGroupsResponse {
+                        groups: Vec::new(),
+                        more: Some(false),
                     }
-                    room = room.saturating_sub(size);
-                    kept += 1;
-                }
+                    .encoded_len(),
+                );
+                let kept = groups
+                    .iter()
+                    .take_while(|g| fit.take(g.encoded_len()))
+                    .count();
                 more |= kept < groups.len();
                 groups.truncate(kept);
                 Response::ListGroups(ListGroupsResponse {
