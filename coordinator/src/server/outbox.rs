@@ -8,7 +8,7 @@
 //! server's memory grow.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -19,7 +19,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, warn};
 
-use super::budget::BufferBudget;
+use super::budget::{BufferBudget, FREE_BUFFER_BYTES};
 
 /// Spare capacity an encoded frame may keep; a buffer with more is copied to its size,
 /// so that what a queue holds is what it counts.
@@ -66,14 +66,23 @@ pub(crate) struct ConnState {
     /// Wakes the connection's task when another task queued frames.
     pub(crate) ready: Notify,
     outbox: Mutex<Outbox>,
+    /// Frames and bytes the connection handed to its socket and the outbox has not
+    /// counted off yet: whoever next takes the outbox's lock does (see
+    /// [`ConnState::written`]).
+    written_frames: AtomicUsize,
+    written_bytes: AtomicUsize,
+    /// Whether the outbox holds more than the free allowance, so that its bytes count
+    /// against the shared budget: then what is written is counted off at once.
+    budgeted: AtomicBool,
     /// Where the outbox's bytes are counted; `None` in tests that need no budget.
     budget: Option<Arc<BufferBudget>>,
 }
 
 impl Drop for ConnState {
     fn drop(&mut self) {
+        let bytes = self.outbox.get_mut().bytes;
         if let Some(budget) = &self.budget {
-            budget.resize(self.outbox.get_mut().bytes, 0);
+            budget.resize(bytes, 0);
         }
     }
 }
@@ -116,23 +125,77 @@ impl ConnState {
         self.ready.notify_one();
     }
 
-    /// Moves every queued frame to the end of `into`, skipping superseded ones.
-    pub(crate) fn take(&self, into: &mut VecDeque<Bytes>) {
+    /// Moves the oldest queued frames into `into`, as many as it has room for,
+    /// skipping superseded ones; returns how many, and whether more wait.
+    pub(crate) fn take_some(&self, into: &mut [Option<Bytes>]) -> (usize, bool) {
         let mut outbox = self.outbox.lock();
-        outbox.taken += outbox.frames.len() as u64;
-        outbox.latest.clear();
-        into.extend(outbox.frames.drain(..).filter(|b| !b.is_empty()));
+        self.settle(&mut outbox);
+        let mut taken = 0;
+        while taken < into.len() {
+            let Some(frame) = outbox.frames.pop_front() else {
+                break;
+            };
+            outbox.taken += 1;
+            if !frame.is_empty() {
+                into[taken] = Some(frame);
+                taken += 1;
+            }
+        }
+        let more = !outbox.frames.is_empty();
+        if !more && !outbox.latest.is_empty() {
+            outbox.latest.clear();
+        }
+        (taken, more)
     }
 
-    /// `frames` frames of `bytes` bytes were handed to the socket.
+    /// Moves every queued frame to the end of `into`, skipping superseded ones.
+    #[cfg(test)]
+    pub(crate) fn take(&self, into: &mut VecDeque<Bytes>) {
+        loop {
+            let mut batch: [Option<Bytes>; 16] = Default::default();
+            let (taken, more) = self.take_some(&mut batch);
+            into.extend(batch.into_iter().take(taken).flatten());
+            if !more {
+                return;
+            }
+        }
+    }
+
+    /// `frames` frames of `bytes` bytes were handed to the socket. Counted off without
+    /// the lock (by whoever takes it next: a heartbeat's answer costs the connection's
+    /// task one lock to queue and one to take, not a third to count off), unless the
+    /// outbox's bytes count against the shared budget, which then gets them back at once.
     pub(crate) fn written(&self, frames: usize, bytes: usize) {
-        let mut outbox = self.outbox.lock();
+        self.written_frames.fetch_add(frames, Ordering::Relaxed);
+        self.written_bytes.fetch_add(bytes, Ordering::Relaxed);
+        if self.budgeted.load(Ordering::Relaxed) {
+            let mut outbox = self.outbox.lock();
+            self.settle(&mut outbox);
+        }
+    }
+
+    /// Counts off what was written since the outbox last did; with its lock held.
+    fn settle(&self, outbox: &mut Outbox) {
+        let frames = self.written_frames.swap(0, Ordering::Relaxed);
+        let bytes = self.written_bytes.swap(0, Ordering::Relaxed);
+        if frames == 0 && bytes == 0 {
+            return;
+        }
         outbox.count = outbox.count.saturating_sub(frames);
         let left = outbox.bytes.saturating_sub(bytes);
         if let Some(budget) = &self.budget {
             budget.resize(outbox.bytes, left);
         }
         outbox.bytes = left;
+        self.note_budgeted(outbox);
+    }
+
+    /// Keeps [`ConnState::budgeted`] up to date; with the lock held.
+    fn note_budgeted(&self, outbox: &Outbox) {
+        let over = outbox.bytes > FREE_BUFFER_BYTES;
+        if self.budgeted.load(Ordering::Relaxed) != over {
+            self.budgeted.store(over, Ordering::Relaxed);
+        }
     }
 
     /// Whether frames wait in the queue.
@@ -144,16 +207,20 @@ impl ConnState {
     pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::Release);
         let mut outbox = self.outbox.lock();
+        self.settle(&mut outbox);
         if let Some(budget) = &self.budget {
             budget.resize(outbox.bytes, 0);
         }
         *outbox = Outbox::default();
+        self.note_budgeted(&outbox);
     }
 
     /// Bytes queued or being written.
     #[cfg(test)]
     pub(crate) fn queued_bytes(&self) -> usize {
-        self.outbox.lock().bytes
+        let mut outbox = self.outbox.lock();
+        self.settle(&mut outbox);
+        outbox.bytes
     }
 }
 
@@ -220,9 +287,16 @@ impl ConnHandle {
         };
         let len = bytes.len();
         let mut outbox = self.state.outbox.lock();
+        self.state.settle(&mut outbox);
         let mut freed = (0, 0);
         if let Some(key) = &supersede {
-            if let Some(at) = outbox.latest.get(key).copied() {
+            // A position before `taken` was taken for writing: no longer superseded.
+            let queued = outbox
+                .latest
+                .get(key)
+                .copied()
+                .filter(|&at| at >= outbox.taken);
+            if let Some(at) = queued {
                 let index = (at - outbox.taken) as usize;
                 if let Some(old) = outbox.frames.get_mut(index) {
                     freed = (1, old.len());
@@ -245,6 +319,7 @@ impl ConnHandle {
         }
         outbox.count = count + 1;
         outbox.bytes = bytes_before + len;
+        self.state.note_budgeted(&outbox);
         if let Some(key) = supersede {
             let at = outbox.taken + outbox.frames.len() as u64;
             outbox.latest.insert(key, at);

@@ -32,6 +32,11 @@ impl Connection {
         for &shard in &to {
             sizes[shard] += 1;
         }
+        if let Some(full) = (0..shards).find(|&s| sizes[s] > 0 && self.ctx.shards[s].is_full()) {
+            let request = routing::Held::Split(request, denied.to_vec());
+            self.hold(full, correlation_id, received, request);
+            return None;
+        }
         let mut parts: Vec<(Vec<usize>, Vec<_>)> = sizes[..shards]
             .iter()
             .map(|&n| (Vec::with_capacity(n), Vec::with_capacity(n)))

@@ -208,6 +208,8 @@ struct Connection {
     /// The joiner of the last Heartbeats request split across shards: the next one's
     /// pushes follow its response too while it is open.
     last_joiner: Option<Arc<Joiner>>,
+    /// A request waiting for its shard's open batch to have room, if one is.
+    held: Option<Box<routing::Holding>>,
     /// What has arrived and is not a whole frame yet (empty, and unallocated, between
     /// frames).
     read: BytesMut,
@@ -251,6 +253,7 @@ impl Connection {
             principal_slot: None,
             used_shards,
             last_joiner: None,
+            held: None,
             read: BytesMut::new(),
             read_hint: 0,
             read_counted: 0,

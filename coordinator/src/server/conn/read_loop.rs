@@ -1,7 +1,22 @@
 //! The read loop: one task waits on the socket, its queue and one timer for every
 //! deadline, reads what has arrived and hands each whole frame on.
 
+use std::cell::Cell;
+
 use super::*;
+
+thread_local! {
+    /// The read buffer of the connections this thread serves, for whichever is
+    /// reading with no frame partly read.
+    static THREAD_READ: Cell<BytesMut> = Cell::new(BytesMut::new());
+}
+
+/// Bytes the thread's read buffer holds room for at the start of a read.
+const THREAD_READ_SIZE: usize = 4096;
+
+/// A thread's read buffer grown past this (by a large read, or to the size of a frame
+/// begun in it) is not kept for the next connection.
+const THREAD_READ_MAX: usize = 64 * 1024 + 4096;
 
 impl Connection {
     /// When the deadline in force falls: the handshake's until the handshake, a partly
@@ -43,13 +58,17 @@ impl Connection {
             if self.ctx.stopping.load(Ordering::Acquire) {
                 return Exit::Shutdown;
             }
-            // Nothing more is read while a shard's open batch is full (its records are
-            // slow to become durable): the time spent waiting is the coordinator's
-            // backlog.
-            if let Some(shard) = self.ctx.shards.iter().find(|s| s.is_full()) {
-                let shard = shard.clone();
+            // A request for a shard whose open batch is full (its records are slow to
+            // become durable) waits, and nothing more is read behind it, until the
+            // batch has room: the time spent waiting is the coordinator's backlog.
+            // Connections that send nothing to that shard read on.
+            if let Some(shard) = self.held.as_ref().map(|h| h.shard) {
+                let shard = self.ctx.shards[shard].clone();
                 if let Some(waited) = shard.wait_for_room().await {
                     self.ctx.registry.lag.saw(waited);
+                }
+                if let Some(exit) = self.release_held() {
+                    return exit;
                 }
                 continue;
             }
@@ -96,11 +115,13 @@ impl Connection {
         }
     }
 
-    /// Reads what has arrived and handles every whole frame in it.
+    /// Reads what has arrived and handles every whole frame in it (until a request
+    /// waits for its shard's room, see [`Connection::held`]).
     fn read_frames(&mut self, stream: &TcpStream) -> Option<Exit> {
         let mut closed = false;
         match &self.transport {
-            Transport::Plain => match self.read_some(stream) {
+            Transport::Plain if self.read.is_empty() => return self.read_frames_shared(stream),
+            Transport::Plain => match io::read_some(stream, &mut self.read, &mut self.read_hint) {
                 Ok(0) => return Some(Exit::Eof),
                 Ok(_) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return None,
@@ -115,10 +136,79 @@ impl Connection {
                 Err(exit) => return Some(exit),
             },
         }
-        let mut codec = self.ctx.codec;
         let now = Instant::now();
-        loop {
-            match codec.decode(&mut self.read) {
+        if let Some(exit) = self.decode_buffered(now) {
+            return Some(exit);
+        }
+        if let Some(exit) = self.after_decode(now) {
+            return Some(exit);
+        }
+        closed.then_some(Exit::Eof)
+    }
+
+    /// [`Connection::read_frames`] on a plain connection with no frame partly read
+    /// (nearly every wake): what arrived is read into the connection thread's buffer,
+    /// kept from wake to wake, and only the beginning of a frame not yet whole (or
+    /// what follows a held request) is copied into the connection's own buffer. A
+    /// heartbeat allocates no read buffer, and an idle connection holds none.
+    fn read_frames_shared(&mut self, stream: &TcpStream) -> Option<Exit> {
+        let mut buffer = THREAD_READ.take();
+        // Takes back the space of frames already dropped, or starts a new buffer if
+        // one is still held (a request waiting for its shard).
+        buffer.reserve(THREAD_READ_SIZE);
+        let read = io::read_some(stream, &mut buffer, &mut self.read_hint);
+        let exit = match read {
+            Ok(0) => Some(Exit::Eof),
+            Ok(_) => None,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                THREAD_READ.set(buffer);
+                return None;
+            }
+            Err(e) => {
+                debug!(conn = self.id, peer = %self.peer, error = %e, "read failed");
+                Some(Exit::Eof)
+            }
+        };
+        let now = Instant::now();
+        let exit = exit.or_else(|| self.decode(&mut buffer, now));
+        if exit.is_none() && !buffer.is_empty() {
+            if buffer.capacity() > THREAD_READ_MAX {
+                // The codec made it the size of the frame begun in it: it is the
+                // connection's now.
+                self.read = std::mem::take(&mut buffer);
+            } else {
+                self.read = BytesMut::from(&buffer[..]);
+                buffer.clear();
+                if self.held.is_none() {
+                    // What remains is less than a frame: the codec reserves the rest
+                    // of it once its length is known (it returns nothing else).
+                    let mut codec = self.ctx.codec;
+                    let _ = codec.decode(&mut self.read);
+                }
+            }
+        }
+        if buffer.capacity() <= THREAD_READ_MAX {
+            THREAD_READ.set(buffer);
+        }
+        if exit.is_some() {
+            return exit;
+        }
+        self.after_decode(now)
+    }
+
+    /// Handles every whole frame in the connection's buffer, until a request is held.
+    pub(super) fn decode_buffered(&mut self, now: Instant) -> Option<Exit> {
+        let mut buffer = std::mem::take(&mut self.read);
+        let exit = self.decode(&mut buffer, now);
+        self.read = buffer;
+        exit
+    }
+
+    /// Handles every whole frame in `buffer`, until a request is held.
+    fn decode(&mut self, buffer: &mut BytesMut, now: Instant) -> Option<Exit> {
+        let mut codec = self.ctx.codec;
+        while self.held.is_none() {
+            match codec.decode(buffer) {
                 Ok(Some(frame)) => {
                     self.last_frame = now;
                     self.frame_started = None;
@@ -130,10 +220,16 @@ impl Connection {
                 Err(e) => return Some(self.on_frame_error(e)),
             }
         }
+        None
+    }
+
+    /// After frames were handled: the frame deadline starts with a frame's first byte,
+    /// an empty buffer is dropped, and the buffer's size is counted against the budget.
+    pub(super) fn after_decode(&mut self, now: Instant) -> Option<Exit> {
         if self.read.is_empty() {
             self.frame_started = None;
             self.release_read_buffer();
-        } else if self.frame_started.is_none() {
+        } else if self.frame_started.is_none() && self.held.is_none() {
             self.frame_started = Some(now);
         }
         let size = self.read.capacity();
@@ -143,7 +239,7 @@ impl Connection {
             }
             self.read_counted = size;
         }
-        closed.then_some(Exit::Eof)
+        None
     }
 
     fn on_frame(&mut self, frame: Frame, received: Instant) -> Option<Exit> {

@@ -4,7 +4,60 @@
 
 use super::*;
 
+/// A request read while its shard's open batch was full: it waits, and the connection
+/// reads nothing behind it, until the batch has room (see `read_loop.rs`).
+#[derive(Debug)]
+pub(super) struct Holding {
+    /// The shard it waits for.
+    pub(super) shard: usize,
+    correlation_id: u32,
+    received: Instant,
+    request: Held,
+}
+
+/// What a held request is, past the access check.
+#[derive(Debug)]
+pub(super) enum Held {
+    /// A request for one shard.
+    Route(Request),
+    /// A Heartbeats request to split, with the beats access denied.
+    Split(HeartbeatsRequest, Vec<bool>),
+}
+
 impl Connection {
+    /// Holds `request` until `shard` has room.
+    pub(super) fn hold(
+        &mut self,
+        shard: usize,
+        correlation_id: u32,
+        received: Instant,
+        request: Held,
+    ) {
+        self.held = Some(Box::new(Holding {
+            shard,
+            correlation_id,
+            received,
+            request,
+        }));
+    }
+
+    /// Sends on the held request once its shard has room, then handles the frames
+    /// read behind it (until one is held again).
+    pub(super) fn release_held(&mut self) -> Option<Exit> {
+        let held = *self.held.take()?;
+        let exit = match held.request {
+            Held::Route(request) => self.route(held.correlation_id, request, held.received),
+            Held::Split(request, denied) => {
+                self.split_heartbeats(held.correlation_id, request, held.received, &denied)
+            }
+        };
+        if exit.is_some() || self.held.is_some() {
+            return exit;
+        }
+        let now = Instant::now();
+        self.decode_buffered(now).or_else(|| self.after_decode(now))
+    }
+
     pub(super) fn on_request(
         &mut self,
         correlation_id: u32,
@@ -51,6 +104,13 @@ impl Connection {
             access::Access::Answered => return None,
             access::Access::Exit(exit) => return Some(exit),
         };
+        self.route(correlation_id, request, received)
+    }
+
+    /// Sends a request access allows to its group's shard, or holds it while that
+    /// shard's open batch is full.
+    fn route(&mut self, correlation_id: u32, request: Request, received: Instant) -> Option<Exit> {
+        let api = request.api_key();
         let shard = match &request {
             Request::Heartbeats(r) => {
                 if r.beats.is_empty() || r.beats.len() > MAX_BEATS {
@@ -101,6 +161,10 @@ impl Connection {
                 }
             },
         };
+        if self.ctx.shards[shard].is_full() {
+            self.hold(shard, correlation_id, received, Held::Route(request));
+            return None;
+        }
         let reply = Reply::Frame {
             to: self.handle.clone(),
             correlation_id,

@@ -57,9 +57,15 @@ fn a_backlog_past_the_shared_budget_kills_the_connection_that_grows_it() {
 }
 
 pub(crate) fn drain(state: &ConnState) -> Vec<Bytes> {
-    let mut out = VecDeque::new();
-    state.take(&mut out);
-    out.into()
+    let mut out = Vec::new();
+    loop {
+        let mut batch: [Option<Bytes>; 2] = Default::default();
+        let (taken, more) = state.take_some(&mut batch);
+        out.extend(batch.into_iter().take(taken).flatten());
+        if !more {
+            return out;
+        }
+    }
 }
 
 fn assignment(member: &str, generation: u32) -> Frame {
