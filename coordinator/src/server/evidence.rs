@@ -71,13 +71,19 @@ const PROBE_EVERY: std::time::Duration = std::time::Duration::from_millis(25);
 
 /// Wakes every [`PROBE_EVERY`] and records, as probe `probe`, how much later than
 /// asked it ran: a task ready to run on the same runtime (a connection with frames to
-/// read) waits about as long. Runs until `stop`.
+/// read) waits about as long. Probe 0 also lets the allocator give memory back (see
+/// `memory.rs`). Runs until `stop`.
 pub(crate) async fn probe_lag(
     lag: Arc<Lag>,
     probe: usize,
     stop: tokio_util::sync::CancellationToken,
 ) {
     let mut next = tokio::time::Instant::now() + PROBE_EVERY;
+    // The first probe's wake also gives the allocator its chance to return memory
+    // (see `memory.rs`), so that it costs no wake of its own.
+    let give_back_every =
+        (super::memory::GIVE_BACK_EVERY.as_millis() / PROBE_EVERY.as_millis()).max(1) as u32;
+    let mut until_give_back = give_back_every;
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
@@ -85,6 +91,13 @@ pub(crate) async fn probe_lag(
         }
         let now = tokio::time::Instant::now();
         lag.probe_woke(probe, now.saturating_duration_since(next));
+        until_give_back -= 1;
+        if until_give_back == 0 {
+            until_give_back = give_back_every;
+            if probe == 0 {
+                super::memory::give_back();
+            }
+        }
         next = now + PROBE_EVERY;
     }
 }

@@ -45,6 +45,7 @@ mod conn;
 mod events;
 mod evidence;
 mod io_threads;
+mod memory;
 mod metrics;
 mod outbox;
 mod registry;
