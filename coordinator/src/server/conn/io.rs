@@ -1,6 +1,7 @@
 //! A connection's socket work, all on the connection's own task: reading what has
-//! arrived into a buffer that exists only while a frame is incomplete, and writing the
-//! connection's queue with vectored writes that never wait. Over TLS, reading and
+//! arrived (into the connection thread's buffer, or into the connection's own while a
+//! frame is incomplete, see `read_loop.rs`), and writing the connection's queue with
+//! vectored writes that never wait. Over TLS, reading and
 //! writing go through the session instead (`tls_io.rs`); waiting, draining and
 //! closing are the same.
 

@@ -63,6 +63,10 @@ impl Connection {
             // batch has room: the time spent waiting is the coordinator's backlog.
             // Connections that send nothing to that shard read on.
             if let Some(shard) = self.held.as_ref().map(|h| h.shard) {
+                // What was answered before it goes out first.
+                if let Err(exit) = self.flush(stream) {
+                    return exit;
+                }
                 let shard = self.ctx.shards[shard].clone();
                 if let Some(waited) = shard.wait_for_room().await {
                     self.ctx.registry.lag.saw(waited);
