@@ -10,7 +10,8 @@
 //! [`super::evidence::probe_lag`]), which wakes anyway, allocates and frees one block
 //! large enough to be a page of its own: freeing it runs the allocator's purge of
 //! whatever has waited past its delay. Memory freed after a burst is back with the
-//! system within about two seconds (the purge delay and this period).
+//! system within about three seconds (the purge delay, this period, and the
+//! allocator's pacing of purges).
 //!
 //! The workspace forbids unsafe code, so the allocator's own collection call cannot be
 //! made; this reaches the same purge through the ordinary allocation interface. Under
