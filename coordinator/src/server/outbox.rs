@@ -7,6 +7,7 @@
 //! belongs to a client that does not read, and is disconnected instead of letting the
 //! server's memory grow.
 
+use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -176,6 +177,11 @@ impl ConnState {
 
     /// Counts off what was written since the outbox last did; with its lock held.
     fn settle(&self, outbox: &mut Outbox) {
+        if self.written_frames.load(Ordering::Relaxed) == 0
+            && self.written_bytes.load(Ordering::Relaxed) == 0
+        {
+            return;
+        }
         let frames = self.written_frames.swap(0, Ordering::Relaxed);
         let bytes = self.written_bytes.swap(0, Ordering::Relaxed);
         if frames == 0 && bytes == 0 {
@@ -349,17 +355,32 @@ fn supersede_key(frame: &Frame) -> Option<SupersedeKey> {
     }
 }
 
+thread_local! {
+    /// Where this thread encodes frames, kept from frame to frame.
+    static SCRATCH: Cell<BytesMut> = Cell::new(BytesMut::new());
+}
+
+/// Frames up to this size are encoded in the thread's scratch buffer and copied out at
+/// their size: one allocation per frame, of what it holds. A larger one keeps the
+/// buffer it was encoded in.
+const SMALL_FRAME: usize = 4096;
+
 /// `frame` encoded, length prefix included; for a response that cannot be encoded, an
 /// error answer in its place; `None` for a push that cannot be.
 fn encode(frame: &Frame, limits: &SendLimits) -> Option<Bytes> {
-    // Most frames fit; larger ones grow the buffer as they are written.
-    let mut buf = BytesMut::with_capacity(128);
-    let Err(e) = frame.encode(&mut buf, limits.max_frame_size) else {
-        return Some(if buf.capacity() - buf.len() > SLACK {
-            Bytes::copy_from_slice(&buf)
-        } else {
-            buf.freeze()
-        });
+    let mut buf = SCRATCH.take();
+    buf.clear();
+    buf.reserve(SMALL_FRAME);
+    let encoded = encode_into(frame, limits, &mut buf);
+    if buf.capacity() <= 2 * SMALL_FRAME {
+        SCRATCH.set(buf);
+    }
+    encoded
+}
+
+fn encode_into(frame: &Frame, limits: &SendLimits, buf: &mut BytesMut) -> Option<Bytes> {
+    let Err(e) = frame.encode(buf, limits.max_frame_size) else {
+        return Some(take_encoded(buf));
     };
     let header = frame.header();
     let (code, message) = match &e {
@@ -386,8 +407,23 @@ fn encode(frame: &Frame, limits: &SendLimits) -> Option<Bytes> {
         Response::error(header.api_key, code, message),
     );
     buf.clear();
-    substitute.encode(&mut buf, limits.max_frame_size).ok()?;
-    Some(buf.freeze())
+    substitute.encode(buf, limits.max_frame_size).ok()?;
+    Some(take_encoded(buf))
+}
+
+/// What `buf` holds, as a frame to queue: copied at its size if small (`buf` is kept
+/// for the next frame) or if its buffer has much room to spare (so that what a queue
+/// holds is what it counts), else the buffer itself.
+fn take_encoded(buf: &mut BytesMut) -> Bytes {
+    if buf.len() <= SMALL_FRAME {
+        return Bytes::copy_from_slice(buf);
+    }
+    let whole = std::mem::take(buf);
+    if whole.capacity() - whole.len() > SLACK {
+        Bytes::copy_from_slice(&whole)
+    } else {
+        whole.freeze()
+    }
 }
 
 #[cfg(test)]
