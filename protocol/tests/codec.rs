@@ -375,3 +375,23 @@ fn an_overlong_string_fails_and_leaves_the_buffer_unchanged() {
     let (result, _) = decode_one(&bytes);
     assert_eq!(result.expect("decodes"), Some(frame));
 }
+
+#[test]
+fn a_page_takes_its_first_entry_then_what_fits_its_limit_and_frame() {
+    use rollcall_protocol::{PageFit, HEADER_SIZE};
+    // Room for 100 bytes of entries after the header and a 10-byte base.
+    let frame = HEADER_SIZE + 10 + 100;
+    let mut fit = PageFit::new(0, frame, 10);
+    assert!(fit.take(60));
+    assert!(fit.take(40));
+    assert!(!fit.take(1), "the frame is full");
+    // The first entry is taken whatever its size, so every page makes progress.
+    let mut fit = PageFit::new(0, frame, 10);
+    assert!(fit.take(1000));
+    assert!(!fit.take(1));
+    // A limit stops the page before the frame does; 0 is no limit.
+    let mut fit = PageFit::new(2, frame, 10);
+    assert!(fit.take(1));
+    assert!(fit.take(1));
+    assert!(!fit.take(1));
+}

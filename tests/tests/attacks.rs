@@ -493,3 +493,62 @@ async fn connections_from_one_address_past_its_limit_are_refused() {
     assert_within(&server, base, 0, "20 connections");
     steady.finish().await;
 }
+
+/// A burst of large frames left unfinished takes memory while it lasts; once their
+/// connections close, the coordinator gives it back to the system within a bound
+/// (ARCHITECTURE.md, "Resource limits"), even if nothing else happens after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_of_a_burst_of_unfinished_frames_is_given_back() {
+    const CONNS: usize = 200;
+    const SENT: usize = 768 << 10;
+    let _one = ONE_AT_A_TIME.lock().await;
+    let dir = TempDir::new("attack-burst");
+    let server = ServeProcess::start(BIN, dir.path(), &[]).await;
+    let base = rss(server.pid());
+
+    // Each connection announces a 1 MiB frame and sends three quarters of it.
+    let mut partial = Vec::with_capacity(4 + SENT);
+    partial.extend_from_slice(&(1u32 << 20).to_be_bytes());
+    partial.resize(4 + SENT, 0x5a);
+    let mut burst = Vec::with_capacity(CONNS);
+    for _ in 0..CONNS {
+        let mut c = RawClient::connected(server.addr()).await;
+        c.send_raw(&partial).await;
+        burst.push(c);
+    }
+    let held = (CONNS * SENT) as u64 / 2;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while rss(server.pid()).saturating_sub(base) < held {
+        assert!(
+            Instant::now() < deadline,
+            "the burst never took memory: {} KiB over {} KiB",
+            rss(server.pid()).saturating_sub(base) >> 10,
+            base >> 10
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let peak = rss(server.pid());
+    drop(burst);
+
+    // Given back within the bound (2 s), with a margin for a loaded machine.
+    let closed = Instant::now();
+    let left = loop {
+        let grown = rss(server.pid()).saturating_sub(base);
+        if grown <= 32 << 20 || closed.elapsed() > Duration::from_secs(5) {
+            break grown;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    eprintln!(
+        "burst: peak {} KiB over {} KiB; {} KiB left after {:?}",
+        peak.saturating_sub(base) >> 10,
+        base >> 10,
+        left >> 10,
+        closed.elapsed()
+    );
+    assert!(
+        left <= 32 << 20,
+        "{} KiB of the burst still resident 5 s after its connections closed",
+        left >> 10
+    );
+}

@@ -4,33 +4,11 @@ use std::time::Instant;
 
 use rollcall_protocol::{
     ApiKey, DescribeGroupResponse, ErrorCode, GroupDetection, GroupListing, ListGroupsResponse,
-    Page, Response,
+    Page, PageFit, Response,
 };
 
 use super::group::{Group, Member};
 use super::{refuse, Coordinator, CoreStats};
-
-/// Counts what a page has room for: entries up to its limit, bytes up to the answer's
-/// frame. The first entry is always taken (one entry alone must fit the frame: the
-/// server's configuration sees to it), so every page makes progress.
-#[derive(Debug)]
-pub(super) struct PageFit {
-    entries: usize,
-    limit: usize,
-    room: usize,
-}
-
-impl PageFit {
-    /// Takes an entry of `size` bytes if the page has room for it.
-    pub(super) fn take(&mut self, size: usize) -> bool {
-        if self.entries >= self.limit || (self.entries > 0 && size > self.room) {
-            return false;
-        }
-        self.entries += 1;
-        self.room = self.room.saturating_sub(size);
-        true
-    }
-}
 
 impl Coordinator {
     /// Every group (`page` is `None`, ListGroups version 0), or a page of them: those
@@ -126,18 +104,7 @@ impl Coordinator {
     /// What fits in a page of at most `limit` entries (0: no limit) whose answer without
     /// entries takes `base` bytes of the body.
     pub(super) fn page_fit(&self, limit: u32, base: usize) -> PageFit {
-        PageFit {
-            entries: 0,
-            limit: if limit == 0 {
-                usize::MAX
-            } else {
-                limit as usize
-            },
-            room: self
-                .config
-                .max_answer_bytes
-                .saturating_sub(rollcall_protocol::HEADER_SIZE + base),
-        }
+        PageFit::new(limit, self.config.max_answer_bytes, base)
     }
 
     /// Counts for gauges at `now`.

@@ -24,7 +24,8 @@ use std::sync::Arc;
 use tokio::runtime::Handle;
 use tokio_util::sync::CancellationToken;
 
-use super::registry::{probe_lag, Registry};
+use super::evidence::probe_lag;
+use super::registry::Registry;
 
 /// The connection threads. Dropping this stops them; a thread that stops drops the
 /// connections it still serves.
@@ -61,11 +62,11 @@ impl IoThreads {
                 serving: Arc::default(),
             });
             let stop = stop.clone();
-            let registry = registry.clone();
+            let lag = registry.lag.clone();
             std::thread::Builder::new()
                 .name(format!("rollcall-io-{index}"))
                 .spawn(move || {
-                    runtime.block_on(probe_lag(registry, index, stop));
+                    runtime.block_on(probe_lag(lag, index, stop));
                     // The runtime is dropped here, with any connection still on it.
                 })?;
         }

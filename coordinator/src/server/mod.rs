@@ -39,11 +39,15 @@
 //!   shutdown push, and closes them; members keep their sessions.
 
 mod auth;
+mod budget;
 mod config;
 mod conn;
 mod events;
+mod evidence;
 mod io_threads;
+mod memory;
 mod metrics;
+mod outbox;
 mod registry;
 mod shard;
 mod tls;
@@ -308,8 +312,8 @@ impl Server {
         }
         if io.is_none() {
             // The connections run here: this runtime's lateness is theirs.
-            helpers.push(tokio::spawn(registry::probe_lag(
-                registry.clone(),
+            helpers.push(tokio::spawn(evidence::probe_lag(
+                registry.lag.clone(),
                 0,
                 background.clone(),
             )));

@@ -29,6 +29,44 @@ impl<C> Default for Page<C> {
     }
 }
 
+/// Counts what a page has room for: entries up to its limit, bytes up to the answer's
+/// frame. The first entry is always taken (one entry alone must fit the frame: the
+/// server's configuration sees to it), so every page makes progress. One rule for every
+/// paged answer, whoever assembles it.
+#[derive(Debug)]
+pub struct PageFit {
+    entries: usize,
+    limit: usize,
+    room: usize,
+}
+
+impl PageFit {
+    /// A page of at most `limit` entries (0: no limit) in a frame of at most
+    /// `max_frame_size` bytes (header included, length prefix not), whose answer
+    /// without entries takes `base` bytes of the body.
+    pub fn new(limit: u32, max_frame_size: usize, base: usize) -> Self {
+        Self {
+            entries: 0,
+            limit: if limit == 0 {
+                usize::MAX
+            } else {
+                limit as usize
+            },
+            room: max_frame_size.saturating_sub(crate::HEADER_SIZE + base),
+        }
+    }
+
+    /// Takes an entry of `size` bytes if the page has room for it.
+    pub fn take(&mut self, size: usize) -> bool {
+        if self.entries >= self.limit || (self.entries > 0 && size > self.room) {
+            return false;
+        }
+        self.entries += 1;
+        self.room = self.room.saturating_sub(size);
+        true
+    }
+}
+
 /// List the coordinator's groups.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ListGroupsRequest {

@@ -44,7 +44,7 @@ pub use self::heartbeats::{HeartbeatResult, HeartbeatsRequest, HeartbeatsRespons
 pub use self::join::{JoinRequest, JoinResponse, TopicSubscription};
 pub use self::leave::{LeaveMode, LeaveRequest};
 pub use self::list_groups::{
-    GroupListing, GroupState, ListGroupsRequest, ListGroupsResponse, Page,
+    GroupListing, GroupState, ListGroupsRequest, ListGroupsResponse, Page, PageFit,
 };
 pub use self::relinquish::RelinquishRequest;
 pub use self::revoke::RevokePush;

@@ -4,6 +4,11 @@
 
 #![forbid(unsafe_code)]
 
+/// The allocator of the real binary (`coordinator/src/main.rs`), so that what the
+/// tests measure of a coordinator's memory is what it would hold.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     rollcall_coordinator::cli::main()
 }

@@ -1,10 +1,13 @@
 //! A connection's socket work, all on the connection's own task: reading what has
-//! arrived into a buffer that exists only while a frame is incomplete, and writing the
-//! connection's queue with vectored writes that never wait. Over TLS, reading and
+//! arrived (into the connection thread's buffer, or into the connection's own while a
+//! frame is incomplete, see `read_loop.rs`), and writing the connection's queue with
+//! vectored writes that never wait. Over TLS, reading and
 //! writing go through the session instead (`tls_io.rs`); waiting, draining and
 //! closing are the same.
 
 use std::io::{self, IoSlice};
+
+use crate::server::outbox::ConnState;
 
 use tokio::io::Interest;
 
@@ -20,61 +23,6 @@ const READ_LIMIT: usize = 64 * 1024;
 const WRITE_SLICES: usize = 64;
 
 impl Connection {
-    /// Reads what the socket holds without waiting. `Ok(0)`: the peer closed.
-    ///
-    /// A read that returns less than it asked for has emptied the socket's receive
-    /// queue, so the socket is marked not readable at once (through `try_io`, which
-    /// clears readiness only if no new event arrived since it was observed, and never
-    /// clears a hang-up) instead of by one more system call that would fail with
-    /// `WouldBlock`: one system call per request instead of two.
-    ///
-    /// A small read goes through a buffer on the stack and leaves the connection's
-    /// buffer exactly as large as what arrived. A read that fills what it asked for is
-    /// followed by one asking for twice as much, straight into the connection's
-    /// buffer; and the next wake starts by asking for what this one took, with a
-    /// chunk to spare so that the read comes back short. A peer that sends large
-    /// frames (Heartbeats of many beats) is read with one system call per frame, not
-    /// one per kilobyte.
-    pub(super) fn read_some(&mut self, stream: &TcpStream) -> io::Result<usize> {
-        let socket = socket2::SockRef::from(stream);
-        let buffer = &mut self.read;
-        let mut want = self.read_hint.max(READ_CHUNK);
-        let mut total = 0;
-        let read = stream.try_io(Interest::READABLE, || loop {
-            let ask = want.min(READ_LIMIT - total);
-            let n = if ask <= READ_CHUNK {
-                let mut scratch = [0u8; READ_CHUNK];
-                let n = io::Read::read(&mut &*socket, &mut scratch[..ask])?;
-                buffer.extend_from_slice(&scratch[..n]);
-                n
-            } else {
-                let start = buffer.len();
-                buffer.resize(start + ask, 0);
-                let read = io::Read::read(&mut &*socket, &mut buffer[start..]);
-                buffer.truncate(start + read.as_ref().map_or(0, |n| *n));
-                read?
-            };
-            total += n;
-            if n == 0 || total >= READ_LIMIT {
-                return Ok(());
-            }
-            if n < ask {
-                return Err(io::ErrorKind::WouldBlock.into());
-            }
-            want = ask * 2;
-        });
-        self.read_hint = if total > READ_CHUNK {
-            (total + READ_CHUNK).min(READ_LIMIT)
-        } else {
-            0
-        };
-        match read {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock && total > 0 => Ok(total),
-            Err(e) => Err(e),
-            Ok(()) => Ok(total),
-        }
-    }
-
     /// Drops the read buffer once it holds nothing: an idle connection keeps none.
     pub(super) fn release_read_buffer(&mut self) {
         if self.read.is_empty() && self.read.capacity() > 0 {
@@ -89,53 +37,21 @@ impl Connection {
             return self.flush_tls(stream);
         }
         loop {
-            if self.writing.is_empty() {
-                self.state.take(&mut self.writing);
-                if self.writing.is_empty() {
-                    self.writing = VecDeque::new();
-                    return Ok(());
-                }
-            }
-            let mut slices = [IoSlice::new(&[]); WRITE_SLICES];
-            let mut count = 0;
-            for (slot, frame) in slices.iter_mut().zip(&self.writing) {
-                let from = if count == 0 { self.write_pos } else { 0 };
-                *slot = IoSlice::new(&frame[from..]);
-                count += 1;
-            }
-            match stream.try_write_vectored(&slices[..count]) {
-                Ok(n) => self.advance(n),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            let round = write_round(
+                &mut self.writing,
+                &mut self.write_pos,
+                &self.state,
+                |slices| stream.try_write_vectored(slices),
+            );
+            match round {
+                Ok(Round::Wrote) => {}
+                Ok(Round::Done | Round::Empty | Round::Blocked) => return Ok(()),
                 Err(e) => {
                     debug!(conn = self.id, error = %e, "write failed; closing connection");
                     self.state.terminate();
                     return Err(Exit::Killed);
                 }
             }
-        }
-    }
-
-    /// `n` more bytes were written: drops the frames now written in full.
-    pub(super) fn advance(&mut self, mut n: usize) {
-        let (mut frames, mut bytes) = (0, 0);
-        while n > 0 {
-            let Some(front) = self.writing.front() else {
-                break;
-            };
-            let left = front.len() - self.write_pos;
-            if n < left {
-                self.write_pos += n;
-                break;
-            }
-            n -= left;
-            frames += 1;
-            bytes += front.len();
-            self.write_pos = 0;
-            self.writing.pop_front();
-        }
-        if frames > 0 {
-            self.state.written(frames, bytes);
         }
     }
 
@@ -200,6 +116,170 @@ impl Connection {
         }
         self.state.close();
     }
+}
+
+/// Reads what the socket holds into `buffer` without waiting. `Ok(0)`: the peer
+/// closed. `read_hint` is the connection's: what its next wake asks for first.
+///
+/// A read that returns less than it asked for has emptied the socket's receive
+/// queue, so the socket is marked not readable at once (through `try_io`, which
+/// clears readiness only if no new event arrived since it was observed, and never
+/// clears a hang-up) instead of by one more system call that would fail with
+/// `WouldBlock`: one system call per request instead of two.
+///
+/// A small read goes through a buffer on the stack and leaves the connection's
+/// buffer exactly as large as what arrived. A read that fills what it asked for is
+/// followed by one asking for twice as much, straight into the connection's
+/// buffer; and the next wake starts by asking for what this one took, with a
+/// chunk to spare so that the read comes back short. A peer that sends large
+/// frames (Heartbeats of many beats) is read with one system call per frame, not
+/// one per kilobyte.
+pub(super) fn read_some(
+    stream: &TcpStream,
+    buffer: &mut BytesMut,
+    read_hint: &mut usize,
+) -> io::Result<usize> {
+    let socket = socket2::SockRef::from(stream);
+    let mut want = (*read_hint).max(READ_CHUNK);
+    let mut total = 0;
+    let read = stream.try_io(Interest::READABLE, || loop {
+        let ask = want.min(READ_LIMIT - total);
+        let n = if ask <= READ_CHUNK {
+            let mut scratch = [0u8; READ_CHUNK];
+            let n = io::Read::read(&mut &*socket, &mut scratch[..ask])?;
+            buffer.extend_from_slice(&scratch[..n]);
+            n
+        } else {
+            let start = buffer.len();
+            buffer.resize(start + ask, 0);
+            let read = io::Read::read(&mut &*socket, &mut buffer[start..]);
+            buffer.truncate(start + read.as_ref().map_or(0, |n| *n));
+            read?
+        };
+        total += n;
+        if n == 0 || total >= READ_LIMIT {
+            return Ok(());
+        }
+        if n < ask {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        want = ask * 2;
+    });
+    *read_hint = if total > READ_CHUNK {
+        (total + READ_CHUNK).min(READ_LIMIT)
+    } else {
+        0
+    };
+    match read {
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock && total > 0 => Ok(total),
+        Err(e) => Err(e),
+        Ok(()) => Ok(total),
+    }
+}
+
+/// What one [`write_round`] came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Round {
+    /// Nothing was queued.
+    Empty,
+    /// Everything taken was written, and nothing more waited when it was taken.
+    Done,
+    /// Something was written; more may wait.
+    Wrote,
+    /// The sink took nothing: it is full.
+    Blocked,
+}
+
+/// Writes one round of frames through `write` (the socket, or a TLS session): the
+/// rest of a write the sink did not take whole, else the oldest queued frames, taken
+/// from the outbox into slots on the stack. A frame the sink does not take whole waits
+/// in `writing` (from `write_pos`), which holds nothing, and no allocation, unless the
+/// sink pushed back.
+pub(super) fn write_round(
+    writing: &mut VecDeque<Bytes>,
+    write_pos: &mut usize,
+    state: &ConnState,
+    mut write: impl FnMut(&[IoSlice<'_>]) -> io::Result<usize>,
+) -> io::Result<Round> {
+    let mut slices = [IoSlice::new(&[]); WRITE_SLICES];
+    if !writing.is_empty() {
+        let mut count = 0;
+        for (slot, frame) in slices.iter_mut().zip(writing.iter()) {
+            let from = if count == 0 { *write_pos } else { 0 };
+            *slot = IoSlice::new(&frame[from..]);
+            count += 1;
+        }
+        let mut n = match write(&slices[..count]) {
+            Ok(0) => return Ok(Round::Blocked),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Round::Blocked),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(Round::Wrote),
+            Err(e) => return Err(e),
+        };
+        let (mut frames, mut bytes) = (0, 0);
+        while let Some(front) = writing.front() {
+            let left = front.len() - *write_pos;
+            if n < left {
+                *write_pos += n;
+                break;
+            }
+            n -= left;
+            frames += 1;
+            bytes += front.len();
+            *write_pos = 0;
+            writing.pop_front();
+        }
+        if writing.is_empty() {
+            *writing = VecDeque::new();
+        }
+        if frames > 0 {
+            state.written(frames, bytes);
+        }
+        return Ok(Round::Wrote);
+    }
+    let mut batch: [Option<Bytes>; WRITE_SLICES] = [const { None }; WRITE_SLICES];
+    let (taken, more) = state.take_some(&mut batch);
+    if taken == 0 {
+        return Ok(Round::Empty);
+    }
+    for (slot, frame) in slices.iter_mut().zip(batch.iter().flatten()) {
+        *slot = IoSlice::new(frame);
+    }
+    let result = write(&slices[..taken]);
+    let mut n = match result {
+        Ok(n) => n,
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+            ) =>
+        {
+            0
+        }
+        Err(e) => return Err(e),
+    };
+    let (mut frames, mut bytes) = (0, 0);
+    for frame in batch.into_iter().flatten() {
+        if writing.is_empty() && n >= frame.len() {
+            n -= frame.len();
+            frames += 1;
+            bytes += frame.len();
+            continue;
+        }
+        if writing.is_empty() {
+            *write_pos = n;
+            n = 0;
+        }
+        writing.push_back(frame);
+    }
+    if frames > 0 {
+        state.written(frames, bytes);
+    }
+    Ok(match (frames, writing.is_empty(), more) {
+        (0, false, _) => Round::Blocked,
+        (_, true, false) => Round::Done,
+        _ => Round::Wrote,
+    })
 }
 
 /// Reads and discards input until the peer closes or [`LINGER`] passes, so the peer

@@ -6,7 +6,9 @@
 //! for a plain connection, and on its writability while the session has records to
 //! send.
 
-use std::io::{self, IoSlice, Read};
+use std::io::{self, Read};
+
+use super::io::{write_round, Round};
 
 use tokio::io::Interest;
 
@@ -17,9 +19,6 @@ const READ_LIMIT: usize = 64 * 1024;
 
 /// Plaintext taken out of the session per call.
 const PLAINTEXT_CHUNK: usize = 4096;
-
-/// Frames handed to the session per write, at most.
-const WRITE_SLICES: usize = 64;
 
 impl Connection {
     /// Whether the session has records to send (handshake messages, alerts, encrypted
@@ -131,6 +130,7 @@ impl Connection {
     /// Fails (and kills the connection) if the socket fails.
     pub(super) fn flush_tls(&mut self, stream: &TcpStream) -> Result<(), Exit> {
         let socket = socket2::SockRef::from(stream);
+        let mut done = false;
         loop {
             let Transport::Tls(tls) = &mut self.transport else {
                 return Ok(());
@@ -152,25 +152,22 @@ impl Connection {
                 // never written (see `has_output`).
                 return Ok(());
             }
-            if self.writing.is_empty() {
-                self.state.take(&mut self.writing);
-                if self.writing.is_empty() {
-                    self.writing = VecDeque::new();
-                    return Ok(());
-                }
-            }
-            let mut slices = [IoSlice::new(&[]); WRITE_SLICES];
-            let mut count = 0;
-            for (slot, frame) in slices.iter_mut().zip(&self.writing) {
-                let from = if count == 0 { self.write_pos } else { 0 };
-                *slot = IoSlice::new(&frame[from..]);
-                count += 1;
+            if done {
+                // The records of the last frames are written above.
+                return Ok(());
             }
             // The session takes what fits its buffer (and encrypts it); the frames it took
             // count as written, the rest stays queued.
-            match io::Write::write_vectored(&mut tls.writer(), &slices[..count]) {
-                Ok(0) => return Ok(()),
-                Ok(n) => self.advance(n),
+            let round = write_round(
+                &mut self.writing,
+                &mut self.write_pos,
+                &self.state,
+                |slices| io::Write::write_vectored(&mut tls.writer(), slices),
+            );
+            match round {
+                Ok(Round::Empty | Round::Blocked) => return Ok(()),
+                Ok(Round::Done) => done = true,
+                Ok(Round::Wrote) => {}
                 Err(e) => {
                     debug!(conn = self.id, error = %e, "TLS write failed; closing connection");
                     self.state.terminate();
