@@ -281,11 +281,57 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    fn new(plan: &Plan, observations: Option<mpsc::UnboundedSender<Obs>>) -> Self {
+        let join_go = CancellationToken::new();
+        if plan.auto_join {
+            join_go.cancel();
+        }
+        let shards = 64;
+        Self {
+            start: Instant::now(),
+            counters: Counters::default(),
+            hb_intended: SharedHistogram::new(shards),
+            hb_service: SharedHistogram::new(shards),
+            commit_latency: SharedHistogram::new(shards),
+            join_latency: SharedHistogram::new(shards),
+            window_from: AtomicU64::new(u64::MAX),
+            window_until: AtomicU64::new(u64::MAX),
+            stop: CancellationToken::new(),
+            join_go,
+            connect_permits: Arc::new(Semaphore::new(plan.connect_concurrency.max(1))),
+            join_permits: Arc::new(Semaphore::new(plan.join_concurrency.max(1))),
+            observations,
+            load: plan.load,
+            members: plan.members.len(),
+            relinquish: plan.relinquish,
+            batch: plan.batch_heartbeats,
+        }
+    }
+
+    /// What the connections of a generator of heartbeats alone share (`floor`'s, which
+    /// joins no member): the counters, latency histograms, measurement window and stop
+    /// that the driver's connections share, counted and read the same way.
+    pub(crate) fn heartbeats_only(load: Load, batch_heartbeats: bool) -> Self {
+        let plan = Plan {
+            members: Vec::new(),
+            per_conn: 1,
+            load,
+            connect_concurrency: 1,
+            join_concurrency: 1,
+            auto_join: true,
+            observe: false,
+            relinquish: false,
+            batch_heartbeats,
+        };
+        Self::new(&plan, None)
+    }
+
     fn nanos(&self, t: Instant) -> u64 {
         u64::try_from(t.saturating_duration_since(self.start).as_nanos()).unwrap_or(u64::MAX)
     }
 
-    fn in_window(&self, t: Instant) -> bool {
+    /// Whether a heartbeat intended at `t` is measured (see [`Shared::set_window`]).
+    pub(crate) fn in_window(&self, t: Instant) -> bool {
         let n = self.nanos(t);
         n >= self.window_from.load(Ordering::Relaxed)
             && n < self.window_until.load(Ordering::Relaxed)
@@ -342,30 +388,7 @@ impl Driver {
         } else {
             (None, None)
         };
-        let join_go = CancellationToken::new();
-        if plan.auto_join {
-            join_go.cancel();
-        }
-        let shards = 64;
-        let shared = Arc::new(Shared {
-            start: Instant::now(),
-            counters: Counters::default(),
-            hb_intended: SharedHistogram::new(shards),
-            hb_service: SharedHistogram::new(shards),
-            commit_latency: SharedHistogram::new(shards),
-            join_latency: SharedHistogram::new(shards),
-            window_from: AtomicU64::new(u64::MAX),
-            window_until: AtomicU64::new(u64::MAX),
-            stop: CancellationToken::new(),
-            join_go,
-            connect_permits: Arc::new(Semaphore::new(plan.connect_concurrency.max(1))),
-            join_permits: Arc::new(Semaphore::new(plan.join_concurrency.max(1))),
-            observations: obs_tx,
-            load: plan.load,
-            members: plan.members.len(),
-            relinquish: plan.relinquish,
-            batch: plan.batch_heartbeats,
-        });
+        let shared = Arc::new(Shared::new(&plan, obs_tx));
         let mut conns = Vec::new();
         let mut tasks = Vec::new();
         for (conn_index, chunk) in plan.members.chunks(per_conn).enumerate() {
