@@ -1,6 +1,8 @@
 //! Heartbeat traces for the detector lab: arrival times (seconds, on the coordinator's
 //! clock, in order) read from a CSV file or made by a synthetic generator, one at a
-//! time: nothing holds a whole trace.//! Trace files are read in `csv.rs`, synthetic traces made in `synthetic.rs`.
+//! time: nothing holds a whole trace.
+//!
+//! Trace files are read in `csv.rs`, synthetic traces made in `synthetic.rs`.
 
 mod csv;
 mod synthetic;
