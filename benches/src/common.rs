@@ -448,7 +448,9 @@ pub(crate) struct Progress {
 }
 
 impl Progress {
-    pub(crate) fn start(shared: Arc<Shared>, members: usize, quiet: bool) -> Self {
+    /// Lines about the connections and heartbeats of `shared`, and about the joins of
+    /// `members` when they join (`None`: heartbeats without joins, as `floor` sends).
+    pub(crate) fn start(shared: Arc<Shared>, members: Option<usize>, quiet: bool) -> Self {
         let phase = Arc::new(Mutex::new("connecting".to_owned()));
         let stop = CancellationToken::new();
         if !quiet {
@@ -470,12 +472,17 @@ impl Progress {
                     let hb = Counters::get(&c.hb_ok) + Counters::get(&c.hb_err);
                     let commits = Counters::get(&c.commit_offsets_ok);
                     let label = phase.lock().map(|p| p.clone()).unwrap_or_default();
+                    let joined = members.map_or_else(String::new, |members| {
+                        format!(
+                            " joined {}/{}",
+                            fmt_count(Counters::get(&c.joins_ok) as f64),
+                            fmt_count(members as f64),
+                        )
+                    });
                     let mut line = format!(
-                        "[{:6.1}s] {label}: conns {} joined {}/{} hb/s {} errors {} expelled {}",
+                        "[{:6.1}s] {label}: conns {}{joined} hb/s {} errors {} expelled {}",
                         begin.elapsed().as_secs_f64(),
                         fmt_count(Counters::get(&c.conns_ready) as f64),
-                        fmt_count(Counters::get(&c.joins_ok) as f64),
-                        fmt_count(members as f64),
                         fmt_count((hb - last_hb) as f64),
                         Counters::get(&c.hb_err) + Counters::get(&c.joins_err),
                         c.expelled(),
@@ -506,7 +513,27 @@ impl Progress {
     }
 }
 
-/// CPU seconds and wall time between two marks of a coordinator.
+/// A process whose CPU time a scenario measures (the coordinator, or `floor`'s echo
+/// server), and the load generator's beside it.
+pub(crate) trait CpuSource {
+    /// CPU seconds the measured process has used so far.
+    fn cpu_seconds(&self) -> Option<f64>;
+    /// CPU seconds of the load generator so far, when it can be told apart.
+    fn generator_cpu_seconds(&self) -> Option<f64>;
+}
+
+impl CpuSource for Target {
+    fn cpu_seconds(&self) -> Option<f64> {
+        Self::cpu_seconds(self)
+    }
+
+    fn generator_cpu_seconds(&self) -> Option<f64> {
+        Self::generator_cpu_seconds(self)
+    }
+}
+
+/// CPU seconds and wall time between two marks of a coordinator (or another measured
+/// process).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct CpuMark {
     at: Instant,
@@ -515,7 +542,7 @@ pub(crate) struct CpuMark {
 }
 
 impl CpuMark {
-    pub(crate) fn take(target: &Target) -> Self {
+    pub(crate) fn take(target: &impl CpuSource) -> Self {
         Self {
             at: Instant::now(),
             coordinator: target.cpu_seconds(),
@@ -524,7 +551,7 @@ impl CpuMark {
     }
 
     /// (wall seconds, coordinator CPU seconds, generator CPU seconds) since `self`.
-    pub(crate) fn since(&self, target: &Target) -> (f64, Option<f64>, Option<f64>) {
+    pub(crate) fn since(&self, target: &impl CpuSource) -> (f64, Option<f64>, Option<f64>) {
         let now = Self::take(target);
         let wall = now.at.duration_since(self.at).as_secs_f64();
         let diff = |a: Option<f64>, b: Option<f64>| Some(a? - b?);

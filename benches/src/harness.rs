@@ -4,6 +4,7 @@
 //! its report. A scenario says only what is particular to it: its options, its
 //! members, what it does once they are up, its figures and its checks.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,6 +25,31 @@ pub(crate) const MARGIN: Duration = Duration::from_secs(90);
 /// Time the driver is given to close its connections at the end of a run.
 const DRIVER_STOP: Duration = Duration::from_secs(10);
 
+/// What the harness reads of a scenario's options: its time bounds and where its
+/// report goes. [`CommonArgs`] has them, and so does a scenario with options of its own.
+pub(crate) trait RunOptions {
+    /// Time allowed to set everything up before giving up.
+    fn setup_timeout(&self) -> Duration;
+    /// The measured duration, when given.
+    fn duration(&self) -> Option<Duration>;
+    /// Where the report is also written as JSON, when asked.
+    fn json(&self) -> Option<&PathBuf>;
+}
+
+impl RunOptions for CommonArgs {
+    fn setup_timeout(&self) -> Duration {
+        self.setup_timeout
+    }
+
+    fn duration(&self) -> Option<Duration> {
+        self.duration
+    }
+
+    fn json(&self) -> Option<&PathBuf> {
+        self.json.as_ref()
+    }
+}
+
 /// One scenario: a subcommand's options, and how to run it once.
 pub(crate) trait Scenario {
     /// The name in the report's title and its JSON `scenario`.
@@ -31,8 +57,8 @@ pub(crate) trait Scenario {
     /// What the scenario measured: the report's JSON `figures`.
     type Figures: Serialize;
 
-    /// The options every scenario takes.
-    fn common(&self) -> &CommonArgs;
+    /// The options the harness reads (most scenarios: their [`CommonArgs`]).
+    fn options(&self) -> &dyn RunOptions;
 
     /// Time the scenario may take besides the setup timeout, the measured duration
     /// (60 s when not given) and [`MARGIN`].
@@ -40,9 +66,9 @@ pub(crate) trait Scenario {
 
     /// The longest the scenario may take, all phases included.
     fn hard_cap(&self) -> Duration {
-        let common = self.common();
-        common.setup_timeout
-            + common.duration.unwrap_or(Duration::from_secs(60))
+        let options = self.options();
+        options.setup_timeout()
+            + options.duration().unwrap_or(Duration::from_secs(60))
             + self.extra_time()
             + MARGIN
     }
@@ -82,7 +108,7 @@ pub(crate) async fn run<S: Scenario>(scenario: &S) -> Result<bool, String> {
         figures: outcome.figures,
         notes: outcome.notes,
     };
-    report.emit(scenario.common().json.as_ref())
+    report.emit(scenario.options().json())
 }
 
 /// The members a scenario speaks for and what they do: what [`Rig::start`] needs.
@@ -217,7 +243,7 @@ impl Rig {
         let started = Instant::now();
         let driver = Driver::start(target.endpoint(), setup.plan());
         let shared = driver.shared.clone();
-        let progress = Progress::start(shared.clone(), setup.members, common.quiet);
+        let progress = Progress::start(shared.clone(), Some(setup.members), common.quiet);
         Ok(Self {
             setup,
             target,

@@ -119,7 +119,7 @@ impl Command {
             Self::Scale(a) => harness::run(a).await,
             Self::Connections(a) => harness::run(a).await,
             Self::Detector(a) => scenarios::detector::run(a).await,
-            Self::Floor(a) => scenarios::floor::run(a).await,
+            Self::Floor(a) => harness::run(a).await,
             // Served on a runtime of its own, before this one is built (see `main`).
             Self::FloorServer(_) => {
                 Err("floor-server does not run on the generator's runtime".into())

@@ -27,10 +27,14 @@
 //! may ask for every push and join outcome as an [`Obs`]ervation.
 
 mod events;
+mod plan;
+mod shared;
 mod task;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{BinaryHeap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -41,11 +45,9 @@ use rollcall_protocol::{
     HeartbeatResult, HeartbeatsRequest, JoinRequest, OffsetCommit, Push, RelinquishRequest,
     Request, Response, TopicPartitions, TopicSubscription, CURRENT_VERSION, DEFAULT_MAX_FRAME_SIZE,
 };
-use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
-use crate::stats::SharedHistogram;
 use crate::target::Endpoint;
 
 /// The one topic every member subscribes to.
@@ -60,266 +62,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 /// Connect attempts per connection before giving up.
 const CONNECT_ATTEMPTS: u32 = 5;
 
-/// What each member does once joined.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Load {
-    /// A heartbeat every `period`, on the global timeline.
-    Periodic { period: Duration },
-    /// One heartbeat outstanding per member, the next sent when the last is answered.
-    ClosedLoop,
-    /// `inflight` commits outstanding per member (each of `offsets` owned partitions),
-    /// and a heartbeat every `period`.
-    Commits {
-        inflight: usize,
-        offsets: usize,
-        period: Duration,
-    },
-}
-
-/// One member to speak for.
-#[derive(Debug, Clone)]
-pub(crate) struct MemberSpec {
-    pub(crate) group: String,
-    pub(crate) instance_id: Option<String>,
-    pub(crate) partitions: u32,
-    pub(crate) session_timeout: Duration,
-    pub(crate) progress_timeout: Duration,
-    pub(crate) rebalance_timeout: Duration,
-    /// The lease timeout the member asks for; `None`: the session timeout (the Join is
-    /// then sent at version 0).
-    pub(crate) lease_timeout: Option<Duration>,
-    /// The failure detector the member asks its group to use; `None`: the
-    /// coordinator's.
-    pub(crate) detector: Option<String>,
-}
-
-/// Everything the driver needs to start.
-#[derive(Debug, Clone)]
-pub(crate) struct Plan {
-    pub(crate) members: Vec<MemberSpec>,
-    pub(crate) per_conn: usize,
-    pub(crate) load: Load,
-    /// Connections being opened at once.
-    pub(crate) connect_concurrency: usize,
-    /// Joins outstanding at once (over all connections).
-    pub(crate) join_concurrency: usize,
-    /// Join as soon as connected; otherwise wait for [`Driver::release_joins`].
-    pub(crate) auto_join: bool,
-    /// Deliver [`Obs`]ervations.
-    pub(crate) observe: bool,
-    /// Confirm every expulsion of a live member with a Relinquish at once.
-    pub(crate) relinquish: bool,
-    /// One Heartbeats request per connection per round instead of one Heartbeat per
-    /// member (see the module documentation).
-    pub(crate) batch_heartbeats: bool,
-}
-
-/// Something a member saw, for scenarios that follow semantics.
-#[derive(Debug)]
-pub(crate) enum Obs {
-    Joined {
-        member: usize,
-        at: Instant,
-    },
-    JoinFailed {
-        member: usize,
-        code: ErrorCode,
-        message: String,
-    },
-    Assigned {
-        member: usize,
-        at: Instant,
-        generation: u32,
-        partitions: Vec<u32>,
-    },
-    Revoked {
-        member: usize,
-        at: Instant,
-        generation: u32,
-        partitions: Vec<u32>,
-    },
-    Expelled {
-        member: usize,
-        at: Instant,
-        reason: ExpelReason,
-        /// The send time of the member's last heartbeat answered as a member (the
-        /// coordinator counted it: the lease it promised runs from no earlier).
-        last_answered: Option<Instant>,
-    },
-    /// The member confirmed its stand-down: a Relinquish for it was sent `at`.
-    Relinquished {
-        member: usize,
-        at: Instant,
-    },
-    HeartbeatError {
-        member: usize,
-        at: Instant,
-        code: ErrorCode,
-    },
-    /// The member's connection closed and its membership is being rejoined.
-    Restarting {
-        member: usize,
-    },
-}
-
-/// A command to one member.
-#[derive(Debug)]
-pub(crate) enum Cmd {
-    /// Stop at once and send nothing more. With `close`, the connection closes once
-    /// every member on it is stopped (at once when the member is alone on it); without,
-    /// it stays open (a hung process) and still takes pushes. Answers the send time of
-    /// the member's last heartbeat.
-    Kill {
-        member: usize,
-        close: bool,
-        reply: oneshot::Sender<Option<Instant>>,
-    },
-    /// Keep heartbeating but stop advancing the progress counter. Answers the send time
-    /// of the last heartbeat that advanced it.
-    Stall {
-        member: usize,
-        reply: oneshot::Sender<Option<Instant>>,
-    },
-    /// Send nothing for `silence` counted from the last heartbeat, then carry on.
-    /// Answers the send time of that last heartbeat.
-    Pause {
-        member: usize,
-        silence: Duration,
-        reply: oneshot::Sender<Option<Instant>>,
-    },
-    /// Close the connection (the member must be alone on it), wait `down`, reconnect
-    /// and join again with the same instance id. Answers when the connection is closed.
-    Restart {
-        member: usize,
-        down: Duration,
-        reply: oneshot::Sender<Option<Instant>>,
-    },
-}
-
-/// Counters shared by every connection.
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    pub(crate) conns_ready: AtomicU64,
-    pub(crate) conns_failed: AtomicU64,
-    pub(crate) conns_lost: AtomicU64,
-    pub(crate) joins_sent: AtomicU64,
-    pub(crate) joins_ok: AtomicU64,
-    pub(crate) joins_err: AtomicU64,
-    /// Heartbeats sent: renewals, each member's beat counted once, batched or not.
-    pub(crate) hb_sent: AtomicU64,
-    /// Frames that carried the periodic or closed-loop heartbeats (a Heartbeat, or a
-    /// Heartbeats request with many beats); revocation acknowledgements not included.
-    pub(crate) hb_frames_sent: AtomicU64,
-    /// Of those, frames whose (first) beat was intended in the measured window.
-    pub(crate) hb_window_frames: AtomicU64,
-    pub(crate) hb_ok: AtomicU64,
-    pub(crate) hb_err: AtomicU64,
-    pub(crate) hb_window_sent: AtomicU64,
-    pub(crate) hb_window_answered: AtomicU64,
-    pub(crate) hb_window_late: AtomicU64,
-    pub(crate) acks_sent: AtomicU64,
-    pub(crate) commit_requests: AtomicU64,
-    pub(crate) commit_answers: AtomicU64,
-    pub(crate) commit_offsets_ok: AtomicU64,
-    pub(crate) commit_offsets_err: AtomicU64,
-    pub(crate) commit_window_ok: AtomicU64,
-    pub(crate) commit_window_answers: AtomicU64,
-    pub(crate) commit_window_err: AtomicU64,
-    pub(crate) pushes_assignment: AtomicU64,
-    pub(crate) pushes_revoke: AtomicU64,
-    pub(crate) expelled_session: AtomicU64,
-    pub(crate) expelled_progress: AtomicU64,
-    pub(crate) expelled_rebalance: AtomicU64,
-    pub(crate) expelled_fenced: AtomicU64,
-    pub(crate) shutdown_pushes: AtomicU64,
-    pub(crate) relinquish_sent: AtomicU64,
-    pub(crate) relinquish_ok: AtomicU64,
-    pub(crate) relinquish_err: AtomicU64,
-    pub(crate) protocol_errors: AtomicU64,
-}
-
-fn inc(c: &AtomicU64) {
-    c.fetch_add(1, Ordering::Relaxed);
-}
-
-impl Counters {
-    pub(crate) fn get(c: &AtomicU64) -> u64 {
-        c.load(Ordering::Relaxed)
-    }
-
-    pub(crate) fn expelled(&self) -> u64 {
-        Self::get(&self.expelled_session)
-            + Self::get(&self.expelled_progress)
-            + Self::get(&self.expelled_rebalance)
-            + Self::get(&self.expelled_fenced)
-    }
-}
-
-/// What every connection task shares.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    /// The time base of the heartbeat timeline and of the measurement window.
-    pub(crate) start: Instant,
-    pub(crate) counters: Counters,
-    /// Heartbeat latency from the intended send time.
-    pub(crate) hb_intended: SharedHistogram,
-    /// Heartbeat latency from the actual send time.
-    pub(crate) hb_service: SharedHistogram,
-    pub(crate) commit_latency: SharedHistogram,
-    pub(crate) join_latency: SharedHistogram,
-    window_from: AtomicU64,
-    window_until: AtomicU64,
-    pub(crate) stop: CancellationToken,
-    join_go: CancellationToken,
-    connect_permits: Arc<Semaphore>,
-    join_permits: Arc<Semaphore>,
-    observations: Option<mpsc::UnboundedSender<Obs>>,
-    load: Load,
-    members: usize,
-    relinquish: bool,
-    batch: bool,
-}
-
-impl Shared {
-    fn nanos(&self, t: Instant) -> u64 {
-        u64::try_from(t.saturating_duration_since(self.start).as_nanos()).unwrap_or(u64::MAX)
-    }
-
-    fn in_window(&self, t: Instant) -> bool {
-        let n = self.nanos(t);
-        n >= self.window_from.load(Ordering::Relaxed)
-            && n < self.window_until.load(Ordering::Relaxed)
-    }
-
-    /// Measure heartbeats intended (and commits sent) in `[from, until)`.
-    pub(crate) fn set_window(&self, from: Instant, until: Instant) {
-        self.window_until
-            .store(self.nanos(until), Ordering::Relaxed);
-        self.window_from.store(self.nanos(from), Ordering::Relaxed);
-    }
-
-    /// The first heartbeat slot of `member` on the global timeline at or after `t`:
-    /// member `i` of `n` beats at `start + (i / n) * period + k * period`.
-    pub(crate) fn slot_at_or_after(&self, member: usize, period: Duration, t: Instant) -> Instant {
-        let index = member as u128;
-        let members = self.members.max(1) as u128;
-        let period_ns = period.as_nanos().max(1);
-        let phase = Duration::from_nanos(u64::try_from(period_ns * index / members).unwrap_or(0));
-        let origin = self.start + phase;
-        if t <= origin {
-            return origin;
-        }
-        let since = (t - origin).as_nanos();
-        let k = since.div_ceil(period_ns);
-        origin + Duration::from_nanos(u64::try_from(k * period_ns).unwrap_or(u64::MAX / 2))
-    }
-
-    fn observe(&self, obs: Obs) {
-        if let Some(tx) = &self.observations {
-            let _ = tx.send(obs);
-        }
-    }
-}
+pub(crate) use self::plan::{default_members_per_conn, Cmd, Load, MemberSpec, Obs, Plan};
+use self::shared::inc;
+pub(crate) use self::shared::{Counters, Shared};
 
 /// A running load generator.
 #[derive(Debug)]
@@ -342,30 +87,7 @@ impl Driver {
         } else {
             (None, None)
         };
-        let join_go = CancellationToken::new();
-        if plan.auto_join {
-            join_go.cancel();
-        }
-        let shards = 64;
-        let shared = Arc::new(Shared {
-            start: Instant::now(),
-            counters: Counters::default(),
-            hb_intended: SharedHistogram::new(shards),
-            hb_service: SharedHistogram::new(shards),
-            commit_latency: SharedHistogram::new(shards),
-            join_latency: SharedHistogram::new(shards),
-            window_from: AtomicU64::new(u64::MAX),
-            window_until: AtomicU64::new(u64::MAX),
-            stop: CancellationToken::new(),
-            join_go,
-            connect_permits: Arc::new(Semaphore::new(plan.connect_concurrency.max(1))),
-            join_permits: Arc::new(Semaphore::new(plan.join_concurrency.max(1))),
-            observations: obs_tx,
-            load: plan.load,
-            members: plan.members.len(),
-            relinquish: plan.relinquish,
-            batch: plan.batch_heartbeats,
-        });
+        let shared = Arc::new(Shared::new(&plan, obs_tx));
         let mut conns = Vec::new();
         let mut tasks = Vec::new();
         for (conn_index, chunk) in plan.members.chunks(per_conn).enumerate() {
@@ -642,63 +364,5 @@ fn split_answer(count: usize, response: Response) -> Vec<Response> {
             .map(HeartbeatResult::into_response)
             .collect(),
         other => vec![other; count],
-    }
-}
-
-/// The default number of members per connection: one up to 5,000 members, otherwise
-/// enough to stay under `max_connections`.
-pub(crate) fn default_members_per_conn(members: usize, max_connections: usize) -> usize {
-    if members <= 5_000 {
-        1
-    } else {
-        members.div_ceil(max_connections.max(1)).max(1)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_heartbeats_answer_is_split_into_lone_answers() {
-        use rollcall_protocol::{HeartbeatResponse, HeartbeatsResponse};
-        let results = vec![
-            HeartbeatResult {
-                code: ErrorCode::None,
-                generation: 3,
-                session_timeout_ms: 10_000,
-                message: String::new(),
-            },
-            HeartbeatResult {
-                code: ErrorCode::MemberExpelled,
-                generation: 0,
-                session_timeout_ms: 0,
-                message: "gone".into(),
-            },
-        ];
-        let answer = Response::Heartbeats(HeartbeatsResponse { results });
-        assert_eq!(
-            split_answer(2, answer.clone()),
-            [
-                Response::Heartbeat(HeartbeatResponse {
-                    generation: 3,
-                    session_timeout_ms: 10_000,
-                }),
-                Response::error(ApiKey::Heartbeat as u16, ErrorCode::MemberExpelled, "gone"),
-            ]
-        );
-        // Another length, or an answer to the whole request, is every beat's answer.
-        assert_eq!(split_answer(3, answer.clone()), vec![answer; 3]);
-        let refused = Response::error(ApiKey::Heartbeats as u16, ErrorCode::InvalidRequest, "x");
-        assert_eq!(split_answer(2, refused.clone()), vec![refused; 2]);
-    }
-
-    #[test]
-    fn members_per_connection_defaults() {
-        assert_eq!(default_members_per_conn(100, 15_000), 1);
-        assert_eq!(default_members_per_conn(5_000, 15_000), 1);
-        assert_eq!(default_members_per_conn(10_000, 15_000), 1);
-        assert_eq!(default_members_per_conn(100_000, 15_000), 7);
-        assert_eq!(default_members_per_conn(100_000, 9_000), 12);
     }
 }

@@ -14,7 +14,7 @@ use tokio::sync::oneshot;
 
 use crate::common::{group_name, Check, CommonArgs, StandDownArgs};
 use crate::driver::{Cmd, Load, Obs};
-use crate::harness::{Outcome, Rig, Scenario, Setup};
+use crate::harness::{Outcome, Rig, RunOptions, Scenario, Setup};
 use crate::probe::spawn_poller;
 use crate::stats::{fmt_count, median, summary, Percentiles};
 
@@ -123,7 +123,7 @@ impl Scenario for ChurnArgs {
     const NAME: &'static str = "churn";
     type Figures = ChurnFigures;
 
-    fn common(&self) -> &CommonArgs {
+    fn options(&self) -> &dyn RunOptions {
         &self.common
     }
 

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::common::{Check, CommonArgs, CpuMark};
 use crate::driver::{Counters, Load};
-use crate::harness::{Outcome, Rig, Scenario, Setup};
+use crate::harness::{Outcome, Rig, RunOptions, Scenario, Setup};
 use crate::stats::{fmt_count, summary, Percentiles};
 use crate::target::StoreKind;
 
@@ -52,7 +52,7 @@ impl Scenario for CommitArgs {
     const NAME: &'static str = "commit";
     type Figures = CommitFigures;
 
-    fn common(&self) -> &CommonArgs {
+    fn options(&self) -> &dyn RunOptions {
         &self.common
     }
 

@@ -15,7 +15,7 @@ use serde::Serialize;
 use tokio::net::TcpStream;
 
 use crate::common::{Check, CommonArgs};
-use crate::harness::{Outcome, Scenario, MARGIN};
+use crate::harness::{Outcome, RunOptions, Scenario, MARGIN};
 use crate::procfs;
 use crate::stats::{fmt_bytes, fmt_count, kv};
 use crate::target::Target;
@@ -227,7 +227,7 @@ impl Scenario for ConnectionsArgs {
     const NAME: &'static str = "connections";
     type Figures = ConnectionsFigures;
 
-    fn common(&self) -> &CommonArgs {
+    fn options(&self) -> &dyn RunOptions {
         &self.common
     }
 

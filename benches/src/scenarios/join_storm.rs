@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::common::{group_name, Check, CommonArgs, CpuMark};
 use crate::driver::{Counters, Load};
-use crate::harness::{Outcome, Rig, Scenario, Setup};
+use crate::harness::{Outcome, Rig, RunOptions, Scenario, Setup};
 use crate::probe::spawn_poller;
 use crate::stats::{fmt_count, median, summary, Percentiles};
 
@@ -46,7 +46,7 @@ impl Scenario for JoinStormArgs {
     const NAME: &'static str = "join-storm";
     type Figures = JoinStormFigures;
 
-    fn common(&self) -> &CommonArgs {
+    fn options(&self) -> &dyn RunOptions {
         &self.common
     }
 

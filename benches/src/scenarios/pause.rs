@@ -14,7 +14,7 @@ use tokio::sync::oneshot;
 
 use crate::common::{Check, CommonArgs};
 use crate::driver::{Cmd, Counters, Load, Shared};
-use crate::harness::{Outcome, Rig, Scenario, Setup};
+use crate::harness::{Outcome, Rig, RunOptions, Scenario, Setup};
 use crate::stats::{fmt_count, fmt_ms, summary, table, Percentiles};
 use crate::tracker::Tracker;
 
@@ -175,7 +175,7 @@ impl Scenario for PauseArgs {
     const NAME: &'static str = "pause";
     type Figures = PauseFigures;
 
-    fn common(&self) -> &CommonArgs {
+    fn options(&self) -> &dyn RunOptions {
         &self.common
     }
 

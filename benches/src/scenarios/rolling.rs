@@ -10,7 +10,7 @@ use tokio::sync::oneshot;
 
 use crate::common::{group_name, Check, CommonArgs};
 use crate::driver::{Cmd, Load, Obs};
-use crate::harness::{Outcome, Rig, Scenario, Setup};
+use crate::harness::{Outcome, Rig, RunOptions, Scenario, Setup};
 use crate::probe::Admin;
 use crate::stats::{summary, Percentiles};
 
@@ -67,7 +67,7 @@ impl Scenario for RollingArgs {
     const NAME: &'static str = "rolling-restart";
     type Figures = RollingFigures;
 
-    fn common(&self) -> &CommonArgs {
+    fn options(&self) -> &dyn RunOptions {
         &self.common
     }
 

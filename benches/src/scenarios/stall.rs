@@ -15,7 +15,7 @@ use tokio::sync::oneshot;
 
 use crate::common::{Check, CommonArgs, StandDownArgs};
 use crate::driver::{Cmd, Load, Obs};
-use crate::harness::{Outcome, Rig, Scenario, Setup};
+use crate::harness::{Outcome, Rig, RunOptions, Scenario, Setup};
 use crate::stats::{fmt_ms, summary, table, Percentiles};
 use crate::tracker::Tracker;
 
@@ -102,7 +102,7 @@ impl Scenario for StallArgs {
     const NAME: &'static str = "stall";
     type Figures = StallFigures;
 
-    fn common(&self) -> &CommonArgs {
+    fn options(&self) -> &dyn RunOptions {
         &self.common
     }
 

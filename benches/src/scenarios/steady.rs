@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::common::{drain_window, Check, CommonArgs, CpuMark, GeneratorInfo};
 use crate::driver::{Counters, Load};
-use crate::harness::{Outcome, Rig, Scenario, Setup, MARGIN};
+use crate::harness::{Outcome, Rig, RunOptions, Scenario, Setup, MARGIN};
 use crate::stats::{fmt_bytes, fmt_count, summary, table, Percentiles};
 use crate::target::TargetInfo;
 
@@ -340,7 +340,7 @@ impl Scenario for SteadyArgs {
     const NAME: &'static str = "steady";
     type Figures = SteadyFigures;
 
-    fn common(&self) -> &CommonArgs {
+    fn options(&self) -> &dyn RunOptions {
         &self.common
     }
 
@@ -398,7 +398,7 @@ impl Scenario for ScaleArgs {
     const NAME: &'static str = "scale";
     type Figures = ScaleFigures;
 
-    fn common(&self) -> &CommonArgs {
+    fn options(&self) -> &dyn RunOptions {
         &self.common
     }
 

@@ -7,12 +7,17 @@
 //! the coordinator supports it, the heartbeats of its memberships go out in rounds, one
 //! Heartbeats frame each ([`round`]).
 
+mod commands;
 mod connection;
+mod inbound;
 mod round;
 
 use connection::*;
 pub(crate) use connection::{open, Connection};
 use round::{Beat, Outgoing};
+
+pub(crate) use commands::Command;
+use commands::{fetch_result, FetchPages};
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -81,48 +86,6 @@ pub(crate) struct View {
 /// event), if the membership waits for that.
 pub(crate) type Delivery = (Event, Option<Ticket>);
 
-/// A request from the application to the task.
-#[derive(Debug)]
-pub(crate) enum Command {
-    Join {
-        key: u64,
-        settings: Box<Settings>,
-        shared: Arc<MemberShared>,
-        events: mpsc::UnboundedSender<Delivery>,
-        reply: oneshot::Sender<Result<(), FatalError>>,
-    },
-    /// The application asked for the event after the one that carried `ticket`: it has
-    /// stopped acting on what that event said was lost.
-    Taken {
-        key: u64,
-        ticket: Ticket,
-    },
-    Commit {
-        key: u64,
-        offsets: Vec<Offset>,
-        reply: oneshot::Sender<Result<(), CommitError>>,
-    },
-    /// The application released these partitions, each answering the
-    /// `RevokeRequested` of the generation given with it.
-    Ack {
-        key: u64,
-        partitions: Vec<(TopicPartition, u32)>,
-    },
-    Leave {
-        key: u64,
-        timeout: Duration,
-        reply: oneshot::Sender<Result<(), LeaveError>>,
-    },
-    Drop {
-        key: u64,
-    },
-    Fetch {
-        group: String,
-        topics: Vec<String>,
-        reply: oneshot::Sender<Result<BTreeMap<TopicPartition, Committed>, RequestError>>,
-    },
-}
-
 struct Slot {
     m: Membership,
     shared: Arc<MemberShared>,
@@ -146,27 +109,6 @@ enum Pending {
     Beats(Vec<Beat>),
     /// The `unconfirmed` leave of a member the application dropped: nobody waits for it.
     Abandoned,
-}
-
-/// A fetch of committed offsets under way: a page at a time where the coordinator
-/// reads them so (FetchOffsets version 1), in one answer otherwise.
-struct FetchPages {
-    reply: oneshot::Sender<Result<BTreeMap<TopicPartition, Committed>, RequestError>>,
-    group: String,
-    topics: Vec<String>,
-    got: BTreeMap<TopicPartition, Committed>,
-}
-
-impl FetchPages {
-    /// The request for the page after `after` (the first page if `None`), or the whole
-    /// answer at version 0.
-    fn request(&self, paged: bool, after: Option<OffsetCursor>) -> Request {
-        Request::FetchOffsets(FetchOffsetsRequest {
-            group: self.group.clone(),
-            topics: self.topics.clone(),
-            page: paged.then_some(Page { after, limit: 0 }),
-        })
-    }
 }
 
 /// The connection task.
@@ -471,279 +413,6 @@ impl Driver {
             self.pending.insert(correlation, (pending, Instant::now()));
         }
     }
-
-    fn on_command(&mut self, command: Command, now: Instant) {
-        let std_now = now.into_std();
-        match command {
-            Command::Join {
-                key,
-                settings,
-                shared,
-                events,
-                reply,
-            } => {
-                let backoff = BackoffConfig {
-                    base: self.config.reconnect_base,
-                    max: self.config.reconnect_max,
-                };
-                let mut m = Membership::new(*settings, backoff, self.rng.gen(), std_now);
-                if let Some(conn) = &self.conn {
-                    m.handle_connected(std_now, conn.features);
-                }
-                self.slots.insert(
-                    key,
-                    Slot {
-                        m,
-                        shared,
-                        events,
-                        join_reply: Some(reply),
-                        leave_replies: Vec::new(),
-                        commits: HashMap::new(),
-                    },
-                );
-            }
-            Command::Commit {
-                key,
-                offsets,
-                reply,
-            } => {
-                let Some(slot) = self.slots.get_mut(&key) else {
-                    let _ = reply.send(Err(CommitError::Closed));
-                    return;
-                };
-                if offsets.is_empty() {
-                    let _ = reply.send(Ok(()));
-                    return;
-                }
-                match slot.m.commit(offsets, std_now) {
-                    Err(e) => {
-                        let _ = reply.send(Err(e));
-                    }
-                    Ok((id, request)) => {
-                        let max = self.conn.as_ref().map_or(usize::MAX, |c| c.max_frame_size);
-                        let frame = Frame::request(0, request);
-                        if let Err(e) = frame.encode(&mut BytesMut::new(), max) {
-                            slot.m.forget(id);
-                            let _ = reply.send(Err(CommitError::Rejected {
-                                code: ErrorCode::InvalidRequest,
-                                message: format!("the commit cannot be sent: {e}"),
-                            }));
-                            return;
-                        }
-                        let Body::Request(request) = frame.body else {
-                            return;
-                        };
-                        slot.commits.insert(id, reply);
-                        self.send(Pending::Commit { key, id }, request);
-                    }
-                }
-            }
-            Command::Taken { key, ticket } => {
-                // Handled before the `Drop` the same handle may send next (one channel,
-                // in order), and the Relinquish it makes due goes out with the `drive`
-                // that follows every command.
-                if let Some(slot) = self.slots.get_mut(&key) {
-                    slot.m.handle_taken(ticket, std_now);
-                }
-            }
-            Command::Ack { key, partitions } => {
-                if let Some(slot) = self.slots.get_mut(&key) {
-                    slot.m.ack(partitions, std_now);
-                }
-            }
-            Command::Leave {
-                key,
-                timeout,
-                reply,
-            } => match self.slots.get_mut(&key) {
-                Some(slot) => {
-                    slot.leave_replies.push(reply);
-                    slot.m.leave(timeout, std_now);
-                }
-                None => {
-                    let _ = reply.send(Ok(()));
-                }
-            },
-            Command::Drop { key } => {
-                if let Some(slot) = self.slots.remove(&key) {
-                    debug!(key, "member dropped without leaving");
-                    if let Some(leave) = slot.m.abandon() {
-                        self.send(Pending::Abandoned, leave);
-                    }
-                }
-            }
-            Command::Fetch {
-                group,
-                topics,
-                reply,
-            } => {
-                if self.conn.is_none() {
-                    let _ = reply.send(Err(RequestError::Unavailable {
-                        reason: "not connected to the coordinator".into(),
-                    }));
-                    return;
-                }
-                let paged = self.conn.as_ref().is_some_and(|c| c.features.paged_fetch);
-                let pages = Box::new(FetchPages {
-                    reply,
-                    group,
-                    topics,
-                    got: BTreeMap::new(),
-                });
-                let request = pages.request(paged, None);
-                self.send(Pending::Fetch(pages), request);
-            }
-        }
-    }
-
-    fn on_frame(&mut self, frame: Frame, now: Instant) {
-        self.last_frame_at = now;
-        let std_now = now.into_std();
-        match frame.body {
-            Body::Response(response) => {
-                let Some((pending, _)) = self.pending.remove(&frame.correlation_id) else {
-                    debug!(
-                        correlation = frame.correlation_id,
-                        "response to an unknown request"
-                    );
-                    return;
-                };
-                match pending {
-                    Pending::Member { key, id } => {
-                        if let Some(slot) = self.slots.get_mut(&key) {
-                            slot.m.handle_response(id, response, std_now);
-                        }
-                    }
-                    Pending::Commit { key, id } => {
-                        if let Some(slot) = self.slots.get_mut(&key) {
-                            let result = slot.m.handle_commit_response(id, response, std_now);
-                            if let Some(reply) = slot.commits.remove(&id) {
-                                let _ = reply.send(result);
-                            }
-                        }
-                    }
-                    Pending::Fetch(mut pages) => {
-                        let more = match &response {
-                            Response::FetchOffsets(r) => r.more == Some(true),
-                            _ => false,
-                        };
-                        match fetch_result(response) {
-                            Ok(offsets) => {
-                                let last = offsets.keys().next_back().map(|tp| OffsetCursor {
-                                    topic: tp.topic.clone(),
-                                    partition: tp.partition,
-                                });
-                                pages.got.extend(offsets);
-                                match last {
-                                    Some(after) if more => {
-                                        let request = pages.request(true, Some(after));
-                                        self.send(Pending::Fetch(pages), request);
-                                    }
-                                    _ => {
-                                        let _ = pages.reply.send(Ok(pages.got));
-                                    }
-                                }
-                            }
-                            Err(e) => {
-                                let _ = pages.reply.send(Err(e));
-                            }
-                        }
-                    }
-                    Pending::Beats(beats) => self.on_beats_answer(beats, response, std_now),
-                    Pending::Abandoned => {
-                        debug!(?response, "answer to a dropped member's leave");
-                    }
-                }
-            }
-            Body::Push(Push::Shutdown(p)) => {
-                info!(message = %p.message, "coordinator shutting down; reconnecting");
-                self.disconnect("coordinator shutting down", now);
-            }
-            Body::Push(push) => self.route_push(push, std_now),
-            Body::Request(_) | Body::Unsupported(_) => {
-                debug!(header = ?frame.body, "ignoring an unexpected frame");
-            }
-        }
-    }
-
-    fn route_push(&mut self, push: Push, now: std::time::Instant) {
-        let exact: Vec<u64> = self
-            .slots
-            .iter()
-            .filter(|(_, s)| s.m.accepts_push(&push))
-            .map(|(k, _)| *k)
-            .collect();
-        let targets = if exact.is_empty() {
-            self.slots
-                .iter()
-                .filter(|(_, s)| s.m.accepts_early_push(&push))
-                .map(|(k, _)| *k)
-                .collect()
-        } else {
-            exact
-        };
-        for key in targets {
-            if let Some(slot) = self.slots.get_mut(&key) {
-                slot.m.handle_push(push.clone(), now);
-            }
-        }
-    }
-
-    fn on_connected(&mut self, conn: Connection, now: Instant) {
-        info!(addr = %self.addr, "connected");
-        let features = conn.features;
-        self.conn = Some(conn);
-        self.last_frame_at = now;
-        self.backoff.reset();
-        self.next_correlation = HANDSHAKE_CORRELATION + 1;
-        self.beats_refused = false;
-        self.note_features(features);
-        for slot in self.slots.values_mut() {
-            slot.m.handle_connected(now.into_std(), features);
-        }
-    }
-
-    fn disconnect(&mut self, reason: &str, now: Instant) {
-        if self.conn.take().is_none() {
-            return;
-        }
-        warn!(addr = %self.addr, reason, "connection lost");
-        for (_, (pending, _)) in self.pending.drain() {
-            if let Pending::Fetch(pages) = pending {
-                let _ = pages.reply.send(Err(RequestError::Unavailable {
-                    reason: format!("connection lost: {reason}"),
-                }));
-            }
-        }
-        for slot in self.slots.values_mut() {
-            slot.m.handle_disconnected(now.into_std());
-            for (_, reply) in slot.commits.drain() {
-                let _ = reply.send(Err(CommitError::Unavailable {
-                    reason: format!("connection lost before the answer: {reason}"),
-                }));
-            }
-        }
-        self.schedule_reconnect(reason, now);
-    }
-
-    /// A connection attempt failed: retried with backoff. TLS failures (a certificate
-    /// expired or refused) are logged as warnings: they do not pass by themselves.
-    fn connect_failed(&mut self, error: &ConnectError, now: Instant) {
-        if let ConnectError::Tls(_) = error {
-            warn!(addr = %self.addr, %error, "cannot connect over TLS; retrying with backoff");
-        }
-        self.schedule_reconnect(&error.to_string(), now);
-    }
-
-    /// The first attempt after a working connection was lost waits at most
-    /// `reconnect_base` (50 ms by default; the backoff is reset on every successful
-    /// connection), well within any lease: suspended members resume as soon as the
-    /// coordinator answers again.
-    fn schedule_reconnect(&mut self, reason: &str, now: Instant) {
-        let delay = self.backoff.next_delay(&mut self.rng);
-        debug!(reason, ?delay, "reconnecting");
-        self.reconnect_at = Some(now + delay);
-    }
 }
 
 trait BeforeOrNone {
@@ -756,36 +425,6 @@ impl BeforeOrNone for Option<Instant> {
             None => true,
             Some(t) => *t <= now,
         }
-    }
-}
-
-fn fetch_result(response: Response) -> Result<BTreeMap<TopicPartition, Committed>, RequestError> {
-    match response {
-        Response::FetchOffsets(r) => Ok(r
-            .offsets
-            .into_iter()
-            .map(|o| {
-                (
-                    TopicPartition::new(o.topic, o.partition),
-                    Committed {
-                        offset: o.offset,
-                        metadata: o.metadata,
-                    },
-                )
-            })
-            .collect()),
-        Response::Error(e) => Err(match e.code.action() {
-            ClientAction::Retry => RequestError::Unavailable {
-                reason: format!("{}: {}", e.code, e.message),
-            },
-            _ => RequestError::Refused {
-                code: e.code,
-                message: e.message,
-            },
-        }),
-        other => Err(RequestError::Unavailable {
-            reason: format!("unexpected answer (api key {})", other.api_key()),
-        }),
     }
 }
 
