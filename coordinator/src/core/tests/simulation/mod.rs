@@ -217,7 +217,6 @@
 //! `ROLLCALL_SIM_KEEP_GOING=1` runs every seed to the end and lists every failing seed
 //! with the checks it broke instead of stopping at the first.
 
-mod client;
 mod faults;
 mod oracle;
 mod process;
