@@ -7,14 +7,15 @@ use rand::Rng;
 /// Exponential backoff with full jitter: attempt `n` waits a uniformly random time in
 /// `[0, min(max, base * 2^n)]`.
 #[derive(Debug, Clone)]
-pub(crate) struct Backoff {
+pub struct Backoff {
     base: Duration,
     max: Duration,
     attempt: u32,
 }
 
 impl Backoff {
-    pub(crate) fn new(base: Duration, max: Duration) -> Self {
+    /// Delays bounded by `base` at first, doubling up to `max`.
+    pub fn new(base: Duration, max: Duration) -> Self {
         Self {
             base,
             max: max.max(base),
@@ -23,7 +24,7 @@ impl Backoff {
     }
 
     /// The next delay; each call doubles the bound until it reaches the maximum.
-    pub(crate) fn next_delay(&mut self, rng: &mut impl Rng) -> Duration {
+    pub fn next_delay(&mut self, rng: &mut impl Rng) -> Duration {
         let factor = 1u32 << self.attempt.min(20);
         let bound = self.base.saturating_mul(factor).min(self.max);
         self.attempt = self.attempt.saturating_add(1);
@@ -32,7 +33,7 @@ impl Backoff {
     }
 
     /// Back to the first delay, after a success.
-    pub(crate) fn reset(&mut self) {
+    pub fn reset(&mut self) {
         self.attempt = 0;
     }
 }

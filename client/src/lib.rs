@@ -97,18 +97,57 @@
 //! arrive, so that an application sees exactly what the coordinator said, and each
 //! code's documentation says what a client should do about it. The [`raw`] module is
 //! the protocol level itself and speaks in protocol types throughout.
+//!
+//! # The `testing` feature
+//!
+//! With the `testing` feature, the [`testing`] module exposes the client's sans-IO
+//! membership state machine, the one the connection task drives for every member, so
+//! that a test can drive it itself: feed it responses, pushes, application commands and
+//! simulated time, and read what it sends and reports. The coordinator's fault
+//! simulation plays its clients with it. It is **not part of the stable API**: it
+//! follows the client's internals and changes with them, in any release.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+// Their `pub` items are what the `testing` feature exposes.
+#[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
 mod backoff;
 mod client;
 mod config;
 mod driver;
 mod error;
+#[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
 mod membership;
 pub mod raw;
 mod tls;
 mod types;
+
+/// The membership state machine and the backoff the connection task uses, for tests that
+/// drive them themselves (the `testing` feature). **Not part of the stable API**: see
+/// [The `testing` feature](crate#the-testing-feature).
+///
+/// A [`Membership`](testing::Membership) performs no I/O and reads no clock: every input
+/// carries `now`, so a test runs it in simulated time. What a client's connection task
+/// does with it, a test does in its stead: connect it ([`handle_connected`]), send what
+/// [`poll_transmit`] produces and hand back the answers ([`handle_response`], or
+/// [`handle_commit_response`] for commits) and the pushes ([`handle_push`]), run
+/// [`handle_timeout`] when [`poll_timeout`] says, take the events ([`poll_event`]) and
+/// confirm each ticket with [`handle_taken`] once the application moved past its event.
+///
+/// [`handle_connected`]: testing::Membership::handle_connected
+/// [`poll_transmit`]: testing::Membership::poll_transmit
+/// [`handle_response`]: testing::Membership::handle_response
+/// [`handle_commit_response`]: testing::Membership::handle_commit_response
+/// [`handle_push`]: testing::Membership::handle_push
+/// [`handle_timeout`]: testing::Membership::handle_timeout
+/// [`poll_timeout`]: testing::Membership::poll_timeout
+/// [`poll_event`]: testing::Membership::poll_event
+/// [`handle_taken`]: testing::Membership::handle_taken
+#[cfg(feature = "testing")]
+pub mod testing {
+    pub use crate::backoff::Backoff;
+    pub use crate::membership::{BackoffConfig, Features, Membership, RequestId, Stage, Ticket};
+}
 
 pub use client::{Client, Events, Member};
 pub use config::{ClientConfig, Credentials, MemberConfig};

@@ -6,7 +6,7 @@ use super::*;
 impl Membership {
     /// Timers due at `now`: the session bound, the lease, leave bounds and relinquishes
     /// given up. Heartbeats and joins due are produced by [`Membership::poll_transmit`].
-    pub(crate) fn handle_timeout(&mut self, now: Instant) {
+    pub fn handle_timeout(&mut self, now: Instant) {
         self.relinquishes.retain(|r| now < r.give_up_at);
         if !matches!(self.phase, Phase::Active) {
             return;
@@ -39,7 +39,7 @@ impl Membership {
     /// next one, so it stopped acting on the partitions it lost): a Relinquish waiting
     /// for it goes out with the next [`Membership::poll_transmit`] (at once if
     /// connected, otherwise after reconnecting), unless given up already.
-    pub(crate) fn handle_taken(&mut self, ticket: Ticket, now: Instant) {
+    pub fn handle_taken(&mut self, ticket: Ticket, now: Instant) {
         for r in &mut self.relinquishes {
             if r.ticket == ticket && r.state == RelinquishState::Untaken && now < r.give_up_at {
                 r.state = RelinquishState::Due;
@@ -49,7 +49,7 @@ impl Membership {
 
     /// The application's progress counter. Once expelled for lack of progress, the
     /// member rejoins when it advances.
-    pub(crate) fn set_progress(&mut self, progress: u64, now: Instant) {
+    pub fn set_progress(&mut self, progress: u64, now: Instant) {
         if progress <= self.progress {
             return;
         }
@@ -72,7 +72,7 @@ impl Membership {
     /// `Assigned` before it sees the new request. A partition whose revocation the
     /// coordinator has withdrawn since (its latest revoke set no longer lists it) stays
     /// the member's and is announced again.
-    pub(crate) fn ack(
+    pub fn ack(
         &mut self,
         partitions: impl IntoIterator<Item = (TopicPartition, u32)>,
         now: Instant,
@@ -114,7 +114,7 @@ impl Membership {
     /// Starts a graceful leave: every owned partition is revoked locally (the application
     /// gets a [`Event::RevokeRequested`]); the leave is sent once all are acknowledged or
     /// at `now + timeout`, whichever is first.
-    pub(crate) fn leave(&mut self, timeout: Duration, now: Instant) {
+    pub fn leave(&mut self, timeout: Duration, now: Instant) {
         match self.phase {
             Phase::Active if self.leaving.is_none() => {
                 let mut newly = PartitionSet::new();
@@ -147,7 +147,7 @@ impl Membership {
 
     /// A commit from the application: checked against what the member holds, then turned
     /// into a request for the caller to send.
-    pub(crate) fn commit(
+    pub fn commit(
         &mut self,
         offsets: Vec<Offset>,
         _now: Instant,
@@ -212,7 +212,7 @@ impl Membership {
     }
 
     /// The response to a commit issued by [`Membership::commit`].
-    pub(crate) fn handle_commit_response(
+    pub fn handle_commit_response(
         &mut self,
         id: RequestId,
         response: Response,

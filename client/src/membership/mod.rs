@@ -41,7 +41,12 @@
 mod app;
 mod pushes;
 mod responses;
+#[cfg(feature = "testing")]
+mod testing;
 mod transmit;
+
+#[cfg(feature = "testing")]
+pub use testing::Stage;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::mem;
@@ -64,35 +69,35 @@ use crate::types::{
 
 /// Identifies a request issued by one membership; the connection maps correlation ids to
 /// it.
-pub(crate) type RequestId = u64;
+pub type RequestId = u64;
 
 /// Identifies an event whose taking by the application the membership waits for.
-pub(crate) type Ticket = u64;
+pub type Ticket = u64;
 
 /// Most pushes kept while a join's response is outstanding.
 const MAX_EARLY_PUSHES: usize = 64;
 
 /// What the coordinator of the current connection supports beyond version 0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Features {
+pub struct Features {
     /// Join version 1: the lease timeout.
-    pub(crate) lease_timeout: bool,
+    pub lease_timeout: bool,
     /// The Relinquish request.
-    pub(crate) relinquish: bool,
+    pub relinquish: bool,
     /// Join version 2: the group's failure detector.
-    pub(crate) join_detector: bool,
+    pub join_detector: bool,
     /// The Heartbeats request: the connection task may renew several members in one
     /// frame (the membership itself always produces lone heartbeats).
-    pub(crate) heartbeats: bool,
+    pub heartbeats: bool,
     /// FetchOffsets version 1: offsets read a page at a time, so any number of them
     /// can be fetched.
-    pub(crate) paged_fetch: bool,
+    pub paged_fetch: bool,
 }
 
 impl Features {
     /// Everything this client knows of.
-    #[cfg(test)]
-    pub(crate) const ALL: Self = Self {
+    #[cfg(any(test, feature = "testing"))]
+    pub const ALL: Self = Self {
         lease_timeout: true,
         relinquish: true,
         join_detector: true,
@@ -188,14 +193,16 @@ enum InFlight {
 
 /// Reconnection and rejoin backoff bounds.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct BackoffConfig {
-    pub(crate) base: Duration,
-    pub(crate) max: Duration,
+pub struct BackoffConfig {
+    /// The first delay bound.
+    pub base: Duration,
+    /// The largest delay bound.
+    pub max: Duration,
 }
 
 /// One member's state. See the module documentation.
 #[derive(Debug)]
-pub(crate) struct Membership {
+pub struct Membership {
     settings: Settings,
     rng: SmallRng,
     backoff: Backoff,
@@ -292,17 +299,17 @@ impl Membership {
     // -----------------------------------------------------------------------------------
 
     /// The group.
-    pub(crate) fn group(&self) -> &str {
+    pub fn group(&self) -> &str {
         &self.settings.group
     }
 
     /// The member id, while a member.
-    pub(crate) fn member_id(&self) -> Option<&str> {
+    pub fn member_id(&self) -> Option<&str> {
         self.member_id.as_deref()
     }
 
     /// The partitions held and the generation.
-    pub(crate) fn assignment(&self) -> Assignment {
+    pub fn assignment(&self) -> Assignment {
         let mut a = Assignment {
             generation: self.generation,
             ..Assignment::default()
@@ -323,19 +330,19 @@ impl Membership {
     }
 
     /// The session timeout the member asked for.
-    pub(crate) fn session_timeout(&self) -> Duration {
+    pub fn session_timeout(&self) -> Duration {
         self.settings.session_timeout
     }
 
     /// Until when no other member can own this member's partitions, if it is a member.
     /// In the past once the lease has run out (the member is then suspended).
-    pub(crate) fn lease_deadline(&self) -> Option<Instant> {
+    pub fn lease_deadline(&self) -> Option<Instant> {
         self.lease
     }
 
     /// Whether the member is suspended: its lease ran out or its connection was lost, and
     /// no acknowledgement has renewed it since.
-    pub(crate) fn is_suspended(&self) -> bool {
+    pub fn is_suspended(&self) -> bool {
         self.suspended
     }
 
@@ -356,13 +363,13 @@ impl Membership {
     }
 
     /// Whether the membership waits for the application to make progress.
-    pub(crate) fn wants_progress(&self) -> bool {
+    pub fn wants_progress(&self) -> bool {
         matches!(self.phase, Phase::AwaitingProgress { .. })
     }
 
     /// Whether the membership is over, every event has been drained and no Relinquish
     /// is pending.
-    pub(crate) fn is_finished(&self) -> bool {
+    pub fn is_finished(&self) -> bool {
         matches!(self.phase, Phase::Finished)
             && self.events.is_empty()
             && self.relinquishes.is_empty()
@@ -375,7 +382,7 @@ impl Membership {
     /// A connection is up and its handshake done, to a coordinator supporting
     /// `features`. An active member probes it at once with a heartbeat carrying its
     /// member id and generation.
-    pub(crate) fn handle_connected(&mut self, now: Instant, features: Features) {
+    pub fn handle_connected(&mut self, now: Instant, features: Features) {
         self.connected = true;
         self.features = features;
         if matches!(self.phase, Phase::Active) {
@@ -385,7 +392,7 @@ impl Membership {
 
     /// The connection is gone, and every request in flight with it. An active member
     /// suspends at once: nothing can renew its lease until it reconnects.
-    pub(crate) fn handle_disconnected(&mut self, _now: Instant) {
+    pub fn handle_disconnected(&mut self, _now: Instant) {
         self.connected = false;
         self.next_beat = None;
         for (_, f) in mem::take(&mut self.in_flight) {

@@ -4,7 +4,7 @@ use super::*;
 
 impl Membership {
     /// Whether `push` addresses this member.
-    pub(crate) fn accepts_push(&self, push: &Push) -> bool {
+    pub fn accepts_push(&self, push: &Push) -> bool {
         match push_target(push) {
             Some((group, member)) => {
                 group == self.settings.group && self.member_id.as_deref() == Some(member)
@@ -14,7 +14,7 @@ impl Membership {
     }
 
     /// Whether `push` may address this member once its pending join is answered.
-    pub(crate) fn accepts_early_push(&self, push: &Push) -> bool {
+    pub fn accepts_early_push(&self, push: &Push) -> bool {
         match (&self.phase, push_target(push)) {
             (Phase::Joining(j), Some((group, _))) => {
                 j.in_flight.is_some() && group == self.settings.group
@@ -25,7 +25,7 @@ impl Membership {
 
     /// A push accepted by [`Membership::accepts_push`] or
     /// [`Membership::accepts_early_push`].
-    pub(crate) fn handle_push(&mut self, push: Push, now: Instant) {
+    pub fn handle_push(&mut self, push: Push, now: Instant) {
         if let Phase::Joining(j) = &mut self.phase {
             if j.in_flight.is_some() && j.early_pushes.len() < MAX_EARLY_PUSHES {
                 j.early_pushes.push(push);

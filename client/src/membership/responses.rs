@@ -5,7 +5,7 @@ use super::*;
 
 impl Membership {
     /// The response to a join, heartbeat, leave or relinquish this membership issued.
-    pub(crate) fn handle_response(&mut self, id: RequestId, response: Response, now: Instant) {
+    pub fn handle_response(&mut self, id: RequestId, response: Response, now: Instant) {
         match self.in_flight.remove(&id) {
             Some(InFlight::Join { sent }) => self.on_join_response(id, sent, response, now),
             Some(InFlight::Heartbeat {

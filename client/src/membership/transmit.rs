@@ -6,7 +6,7 @@ use super::*;
 impl Membership {
     /// The next event for the application, with the ticket to pass to
     /// [`Membership::handle_taken`] once the application has taken it, if any.
-    pub(crate) fn poll_event(&mut self) -> Option<(Event, Option<Ticket>)> {
+    pub fn poll_event(&mut self) -> Option<(Event, Option<Ticket>)> {
         self.events.pop_front()
     }
 
@@ -15,17 +15,17 @@ impl Membership {
     }
 
     /// The outcome of the first join, once known.
-    pub(crate) fn take_join_result(&mut self) -> Option<Result<(), FatalError>> {
+    pub fn take_join_result(&mut self) -> Option<Result<(), FatalError>> {
         self.join_result.take()
     }
 
     /// The outcome of a leave, once known.
-    pub(crate) fn take_leave_result(&mut self) -> Option<Result<(), LeaveError>> {
+    pub fn take_leave_result(&mut self) -> Option<Result<(), LeaveError>> {
         self.leave_result.take()
     }
 
     /// When [`Membership::handle_timeout`] (and then `poll_transmit`) should next run.
-    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+    pub fn poll_timeout(&self) -> Option<Instant> {
         // A due Relinquish needs no wake-up: it goes out with the next `poll_transmit`,
         // which follows every input.
         let give_up = self.relinquishes.iter().map(|r| r.give_up_at).min();
@@ -64,7 +64,7 @@ impl Membership {
 
     /// The next request to send, if any is due at `now`. The caller writes it at once:
     /// `now` is recorded as its send instant, which the lease is measured from.
-    pub(crate) fn poll_transmit(&mut self, now: Instant) -> Option<(RequestId, Request)> {
+    pub fn poll_transmit(&mut self, now: Instant) -> Option<(RequestId, Request)> {
         if !self.connected {
             return None;
         }

@@ -4,10 +4,11 @@
 use std::time::{Duration, Instant};
 
 use rand::Rng;
-use rollcall_protocol::{ExpelReason, TopicSubscription};
+use rollcall_client::MemberConfig;
+use rollcall_protocol::ExpelReason;
 
-use super::client::{Membership, Settings, Tp};
-use super::process::AckPolicy;
+use super::oracle::Tp;
+use super::process::{membership, AckPolicy};
 use super::world::{Action, Ev, GroupSpec, World};
 use crate::core::Event;
 
@@ -132,62 +133,51 @@ impl World {
     /// others with one between two heartbeat intervals and the session; the client's
     /// default margin (5 % of the lease); progress and rebalance timeouts of a few
     /// seconds.
-    fn with_session(&mut self, settings: &mut Settings, session: Duration) {
-        settings.session_timeout = session;
-        settings.heartbeat_interval = if self.fast_beats {
+    fn with_session(&mut self, config: &mut MemberConfig, session: Duration) {
+        config.session_timeout = session;
+        let interval = if self.fast_beats {
             (session / self.rng.gen_range(10..=40)).max(ms(50))
         } else if self.rng.gen_bool(0.7) {
             session / 3
         } else {
             session / 5
         };
-        settings.lease_timeout = if self.rng.gen_bool(0.5) {
+        config.heartbeat_interval = Some(interval);
+        let lease = if self.rng.gen_bool(0.5) {
             session
         } else {
-            let shortest = (settings.heartbeat_interval * 2).max(ms(100));
+            let shortest = (interval * 2).max(ms(100));
             ms(self
                 .rng
                 .gen_range(shortest.as_millis() as u64..=session.as_millis() as u64))
         };
-        settings.lease_margin = (settings.lease_timeout / 20).max(ms(5));
-        settings.progress_timeout = self
+        config.lease_timeout = Some(lease);
+        config.lease_margin = Some((lease / 20).max(ms(5)));
+        config.progress_timeout = self
             .rng
             .gen_range(Duration::from_secs(2)..Duration::from_secs(20))
-            .max(settings.heartbeat_interval * 3);
-        settings.rebalance_timeout = self.rng.gen_range(ms(1000)..ms(6000));
+            .max(interval * 3);
+        config.rebalance_timeout = self.rng.gen_range(ms(1000)..ms(6000));
     }
 
-    fn new_settings(&mut self, group: usize, instance: Option<String>) -> Settings {
+    fn new_config(&mut self, group: usize, instance: Option<String>) -> MemberConfig {
         let spec = &self.groups[group];
         let topics = spec.topics.clone();
         let name = spec.name.clone();
-        let mut subscription: Vec<TopicSubscription> = topics
+        let mut subscription: Vec<(String, u32)> = topics
             .iter()
             .filter(|_| self.rng.gen_bool(0.7))
-            .map(|(topic, partitions)| TopicSubscription {
-                topic: topic.clone(),
-                partitions: *partitions,
-            })
+            .cloned()
             .collect();
         if subscription.is_empty() {
-            let (topic, partitions) = topics[self.rng.gen_range(0..topics.len())].clone();
-            subscription.push(TopicSubscription { topic, partitions });
+            subscription.push(topics[self.rng.gen_range(0..topics.len())].clone());
         }
-        let mut settings = Settings {
-            group: name,
-            subscription,
-            instance_id: instance,
-            client_id: format!("p{}", self.procs.len()),
-            session_timeout: Duration::ZERO,
-            heartbeat_interval: Duration::ZERO,
-            progress_timeout: Duration::ZERO,
-            rebalance_timeout: Duration::ZERO,
-            lease_timeout: Duration::ZERO,
-            lease_margin: Duration::ZERO,
-        };
+        let mut config =
+            MemberConfig::new(name, subscription).with_client_id(format!("p{}", self.procs.len()));
+        config.instance_id = instance;
         let session = self.pick_session(None);
-        self.with_session(&mut settings, session);
-        settings
+        self.with_session(&mut config, session);
+        config
     }
 
     /// A new process starts in `group`, with `instance` as its static instance id.
@@ -196,7 +186,7 @@ impl World {
         if instance.is_none() && live >= MAX_PER_GROUP {
             return;
         }
-        let settings = self.new_settings(group, instance.clone());
+        let config = self.new_config(group, instance.clone());
         let epoch = match &instance {
             Some(i) => {
                 let next = self.instances.entry(i.clone()).or_insert(0);
@@ -209,18 +199,18 @@ impl World {
         let line = format!(
             "process {} starts in {} ({}, session {:?}, rebalance {:?}, progress {:?})",
             self.procs.len(),
-            settings.group,
+            config.group,
             instance
                 .as_ref()
                 .map_or_else(|| "dynamic".to_owned(), |i| format!("static {i} #{epoch}")),
-            settings.session_timeout,
-            settings.rebalance_timeout,
-            settings.progress_timeout,
+            config.session_timeout,
+            config.rebalance_timeout,
+            config.progress_timeout,
         );
         self.log(line);
-        let m = Membership::new(settings, seed, self.now);
+        let m = membership(&config, seed, self.now);
         let ack = self.ack_policy();
-        self.add_process(group, m, epoch, ack);
+        self.add_process(group, config, m, epoch, ack);
     }
 
     fn ack_policy(&mut self) -> AckPolicy {
@@ -340,7 +330,7 @@ impl World {
                 let Some(p) = self.pick(|_, _| true) else {
                     return;
                 };
-                let session = self.procs[p].m.settings.session_timeout;
+                let session = self.procs[p].config.session_timeout;
                 let len = session.mul_f64(self.rng.gen_range(0.1..2.5));
                 let hold = self.rng.gen_bool(0.5);
                 self.cut(p, len, hold);
@@ -364,7 +354,7 @@ impl World {
                 let Some(conn) = self.procs[p].conn else {
                     return;
                 };
-                let session = self.procs[p].m.settings.session_timeout;
+                let session = self.procs[p].config.session_timeout;
                 let len = session
                     .mul_f64(self.rng.gen_range(0.5..4.0))
                     .min(Duration::from_secs(40));
@@ -382,8 +372,8 @@ impl World {
                 let close = self.rng.gen_bool(0.5);
                 self.crash(p, close);
                 let group = self.procs[p].group;
-                let session = self.procs[p].m.settings.session_timeout;
-                match self.procs[p].m.settings.instance_id.clone() {
+                let session = self.procs[p].config.session_timeout;
+                match self.procs[p].config.instance_id.clone() {
                     // A static process comes back under its instance id, before or after
                     // its old member is expelled.
                     Some(instance) if self.rng.gen_bool(0.8) => {
@@ -416,27 +406,26 @@ impl World {
                 }
             }
             Fault::StaticReplace => {
-                let Some(p) = self.pick(|w, p| {
-                    w.procs[p].m.settings.instance_id.is_some() && w.procs[p].m.is_active()
-                }) else {
+                let Some(p) = self
+                    .pick(|w, p| w.procs[p].config.instance_id.is_some() && w.procs[p].is_active())
+                else {
                     return;
                 };
                 // The old process is alive; now and then it is also cut off, so that it
                 // misses the news and comes back with its old member id later.
                 if self.rng.gen_bool(0.5) {
-                    let session = self.procs[p].m.settings.session_timeout;
+                    let session = self.procs[p].config.session_timeout;
                     let len = session.mul_f64(self.rng.gen_range(0.3..1.5));
                     let hold = self.rng.gen_bool(0.5);
                     self.cut(p, len, hold);
                 }
                 self.counts.replacements += 1;
-                let instance = self.procs[p].m.settings.instance_id.clone();
+                let instance = self.procs[p].config.instance_id.clone();
                 self.log(format!("process {p} is replaced by a new process"));
                 self.spawn(self.procs[p].group, instance);
             }
             Fault::Leave => {
-                let Some(p) =
-                    self.pick(|w, p| w.procs[p].m.is_active() && !w.procs[p].m.is_leaving())
+                let Some(p) = self.pick(|w, p| w.procs[p].is_active() && !w.procs[p].is_leaving())
                 else {
                     return;
                 };
@@ -449,23 +438,22 @@ impl World {
                 }
             }
             Fault::Reconfigure => {
-                let Some(p) =
-                    self.pick(|w, p| w.procs[p].m.is_active() && !w.procs[p].m.is_leaving())
+                let Some(p) = self.pick(|w, p| w.procs[p].is_active() && !w.procs[p].is_leaving())
                 else {
                     return;
                 };
-                let mut settings = self.procs[p].m.settings.clone();
-                let session = self.pick_session(Some(settings.session_timeout));
-                let old = settings.session_timeout;
-                self.with_session(&mut settings, session);
+                let mut config = self.procs[p].config.clone();
+                let session = self.pick_session(Some(config.session_timeout));
+                let old = config.session_timeout;
+                self.with_session(&mut config, session);
                 self.log(format!(
                     "process {p} ({}) rejoins with session {old:?} -> {session:?}, rebalance \
                      {:?}, progress {:?}",
                     self.procs[p].m.member_id().unwrap_or("-"),
-                    settings.rebalance_timeout,
-                    settings.progress_timeout
+                    config.rebalance_timeout,
+                    config.progress_timeout
                 ));
-                if self.procs[p].m.reconfigure(settings, now) {
+                if self.reconfigure(p, config) {
                     self.counts.reconfigurations += 1;
                     self.process_wake(p);
                 }
@@ -474,7 +462,7 @@ impl World {
                 let Some(p) = self.pick(|_, _| true) else {
                     return;
                 };
-                let progress = self.procs[p].m.settings.progress_timeout;
+                let progress = self.procs[p].config.progress_timeout;
                 let len = progress.mul_f64(self.rng.gen_range(0.5..2.0));
                 self.procs[p].stalled_until = Some(now + len);
                 self.log(format!("process {p}: application stalls for {len:?}"));
@@ -492,7 +480,7 @@ impl World {
                     self.rng.gen_range(ms(100)..ms(2500))
                 } else {
                     let session = match self.pick(|_, _| true) {
-                        Some(p) => self.procs[p].m.settings.session_timeout,
+                        Some(p) => self.procs[p].config.session_timeout,
                         None => ms(1000),
                     };
                     session
@@ -511,7 +499,7 @@ impl World {
                 let g = self.rng.gen_range(0..self.groups.len());
                 self.log(format!("every process of g{g} leaves"));
                 for p in self.live_in(g) {
-                    if self.procs[p].m.is_active() {
+                    if self.procs[p].is_active() {
                         self.leave(p);
                     } else {
                         self.procs[p].m.leave(Duration::ZERO, now);
@@ -607,8 +595,7 @@ impl World {
             }
             return;
         }
-        let Some(p) = self.pick(|w, p| w.procs[p].conn.is_some() && w.procs[p].m.is_active())
-        else {
+        let Some(p) = self.pick(|w, p| w.procs[p].conn.is_some() && w.procs[p].is_active()) else {
             return;
         };
         let Some(deadline) = self.procs[p]
@@ -623,7 +610,7 @@ impl World {
         // The application resumes inside the stall, early enough for one heartbeat to
         // carry its progress before the deadline.
         let now = self.now;
-        let beat = self.procs[p].m.settings.heartbeat_interval + ms(60);
+        let beat = self.procs[p].config.effective_heartbeat_interval() + ms(60);
         let start = deadline
             .checked_sub(beat.mul_f64(self.rng.gen_range(1.05..1.6)))
             .unwrap_or(now)
@@ -654,12 +641,12 @@ impl World {
             // evidence.
             let sessions: Vec<Duration> = (0..self.procs.len())
                 .filter(|&p| self.procs[p].is_live())
-                .map(|p| self.procs[p].m.settings.session_timeout)
+                .map(|p| self.procs[p].config.session_timeout)
                 .collect();
             let candidates: Vec<usize> = (0..self.procs.len())
                 .filter(|&p| {
                     let proc = &self.procs[p];
-                    let session = proc.m.settings.session_timeout;
+                    let session = proc.config.session_timeout;
                     proc.is_live()
                         && session <= Duration::from_secs(10)
                         && sessions.iter().filter(|s| **s <= session).count() * 5
@@ -680,7 +667,7 @@ impl World {
                 for due in self.procs[p].acks_due.values_mut() {
                     *due = never;
                 }
-                let session = self.procs[p].m.settings.session_timeout;
+                let session = self.procs[p].config.session_timeout;
                 self.log(format!(
                     "process {p} stops acknowledging; isolations aimed at its revocation"
                 ));
@@ -709,7 +696,7 @@ impl World {
             .collect();
         let mut sessions: Vec<Duration> = live
             .iter()
-            .map(|&p| self.procs[p].m.settings.session_timeout)
+            .map(|&p| self.procs[p].config.session_timeout)
             .collect();
         sessions.sort();
         let Some(&shortest) = sessions.first() else {
@@ -751,7 +738,7 @@ impl World {
     /// the deadline leaves time to aim a stall at it.
     fn revocation_target(&self, p: usize) -> Option<(Instant, Vec<Tp>)> {
         let proc = &self.procs[p];
-        if !proc.is_live() || proc.conn.is_none() || !proc.m.is_active() || proc.m.is_leaving() {
+        if !proc.is_live() || proc.conn.is_none() || !proc.is_active() || proc.is_leaving() {
             return None;
         }
         let info = self.oracle.members.get(proc.m.member_id()?)?;
@@ -830,7 +817,7 @@ impl World {
                 1 => false,
                 _ => self.rng.gen_bool(0.5),
             };
-            if let Some(i) = self.procs[p].m.settings.instance_id.clone() {
+            if let Some(i) = self.procs[p].config.instance_id.clone() {
                 instances.push(i);
             }
             self.crash(p, close);

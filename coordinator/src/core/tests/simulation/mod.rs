@@ -11,16 +11,24 @@
 //!   10 members per group, each subscribing to a subset of the group's topics. About 40 %
 //!   are static (instance ids). Session timeouts are mixed in one core: 1 s, 3 s, 10 s and,
 //!   in some seeds, 60 s, each member beating every third (or fifth) of its own.
-//! - **Clients** ([`client`], run by [`process`]) are a port of the client crate's membership state machine:
-//!   the lease is the send time of the last acknowledged heartbeat (or join) plus the
-//!   session timeout that response reported, less the margin; an `Expelled` push or a
-//!   `MemberExpelled`/`UnknownMember` error stops the member at once and it rejoins as a
-//!   new member; `FencedInstance` stops it for good; a lease that runs out makes it rejoin
-//!   naming its member id. Their connections detect stalls and reconnect with backoff as
-//!   the client driver does.
-//! - **Applications** make progress, or stall for a while; they acknowledge revocations
-//!   promptly, late, or not until the faults stop; they commit offsets in some groups
-//!   (a group without offsets is forgotten by the core when it empties).
+//! - **Clients** ([`process`]) are the client crate's own membership state machine
+//!   (`rollcall_client::testing::Membership`, behind the crate's `testing` feature),
+//!   driven in simulated time as the client's connection task drives it: connected and
+//!   disconnected, handed every answer and push, its timers run when it asks, what it
+//!   produces sent at once. Their connections detect stalls and reconnect with the
+//!   client's backoff as the connection task does. Each process holds one member on a
+//!   connection of its own, so the connection task's heartbeat rounds would send each
+//!   beat as a lone Heartbeat: no Heartbeats frames are modelled.
+//! - **Applications** take their member's events as they come and act on them as an
+//!   application of the client crate does: they hold what `Assigned` grants until it is
+//!   lost or released, stop acting on `Suspended` until `Resumed` (or a `Lost` that ends
+//!   the membership), and ask for the next event at once (which confirms a `Lost` of a
+//!   membership the coordinator ended: a `Relinquish` follows). They make progress, or
+//!   stall for a while; they acknowledge revocations (with the generation they were
+//!   asked in) promptly, late, or not until the faults stop; they commit offsets in some
+//!   groups (a group without offsets is forgotten by the core when it empties); they
+//!   leave, and now and then restart their membership with other timeouts under the
+//!   same member id (no client process does this on its own; another client could).
 //! - **The network** delays frames (with occasional spikes of up to 1.2 s) and keeps each
 //!   connection in order. A cut either kills a connection's stream silently both ways
 //!   (neither end is told; the client finds out through its stall detection, or when the
@@ -81,16 +89,18 @@
 //!    granted it released it (an acknowledged revocation sent during that holding, not
 //!    an earlier one read late, or a leave sent after the
 //!    application released everything), or A's lease has run out, or B is the process
-//!    that took over A's static instance. A crashed process keeps its lease: the
-//!    coordinator cannot tell a crash from a partition.
+//!    that took over A's static instance. A's lease is its client's lease deadline,
+//!    suspended or not (the client promises that no other member owns the partitions
+//!    until then). A crashed process keeps its lease: the coordinator cannot tell a
+//!    crash from a partition.
 //! 3. Fencing: a static member replaced by a newer process is answered `FencedInstance`
 //!    to every heartbeat, join, commit or leave naming it, also after restarts, and the
 //!    old process never gets a join accepted again (it would take the instance back).
 //! 6. Generations strictly increase per group id over the whole run, across restarts and
 //!    across the group being forgotten and created again.
 //!
-//! Two more, so that every defect below is caught where it happens rather than through
-//! its consequences:
+//! More, so that every defect below is caught where it happens rather than through its
+//! consequences, and so that the client is held to its own side:
 //!
 //! - *5b.* A rebalance follows every join, and every removal from a group that still has
 //!   members, within 1 s of coordinator running time.
@@ -110,6 +120,11 @@
 //!   them over); after a pause its grace is added, and 500 ms of slack. (It fails a
 //!   core that waits four rebalance timeouts or three progress timeouts, and one whose
 //!   isolation guard gives each isolation its silence back uncapped.)
+//! - *9.* The client keeps its side of the lease (what check 2 builds on): an
+//!   application that was not told to stop (`Suspended`) acts only within its member's
+//!   lease, checked whenever the process runs (it must have run, and been told, by the
+//!   time that lease ran out), and the partitions it holds by the events it took are
+//!   those its membership holds.
 //!
 //! At the end of the quiet tail:
 //!
@@ -223,7 +238,6 @@
 //! `ROLLCALL_SIM_KEEP_GOING=1` runs every seed to the end and lists every failing seed
 //! with the checks it broke instead of stopping at the first.
 
-mod client;
 mod faults;
 mod oracle;
 mod process;

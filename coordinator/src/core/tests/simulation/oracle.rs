@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use rollcall_protocol::{
     DescribeGroupResponse, ErrorCode, ExpelReason, LeaveMode, Push, Request, Response,
+    TopicPartitions,
 };
 
-use super::client::{from_wire, Tp};
 use super::process::Process;
 use crate::core::{ConnId, Event};
 
@@ -28,6 +28,16 @@ pub(super) const CRASH_SLACK: Duration = Duration::from_millis(500);
 /// How many trace lines a failure report shows.
 const TRACE_LINES: usize = 60;
 
+/// A partition: (topic, index).
+pub(super) type Tp = (String, u32);
+
+/// The partitions a protocol message lists.
+pub(super) fn from_wire(tps: &[TopicPartitions]) -> BTreeSet<Tp> {
+    tps.iter()
+        .flat_map(|t| t.partitions.iter().map(|p| (t.topic.clone(), *p)))
+        .collect()
+}
+
 /// The properties checked. The numbers are those of the module documentation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(super) enum Check {
@@ -40,6 +50,7 @@ pub(super) enum Check {
     Generations,
     DeservedExpulsion,
     BoundedHold,
+    ActsWithinLease,
 }
 
 impl Check {
@@ -54,6 +65,7 @@ impl Check {
             Self::Generations => "check 6 (generations increase)",
             Self::DeservedExpulsion => "check 7 (no member expelled before its deadline)",
             Self::BoundedHold => "check 8 (no wait held past its bound)",
+            Self::ActsWithinLease => "check 9 (the client acts only within its lease)",
         }
     }
 }
@@ -325,7 +337,7 @@ impl Oracle {
         match self.members.get(member) {
             Some(info) => {
                 let p = &procs[info.proc];
-                let kind = match &p.m.settings.instance_id {
+                let kind = match &p.config.instance_id {
                     Some(i) => format!("static {i} #{}", p.epoch),
                     None => "dynamic".to_owned(),
                 };
@@ -370,13 +382,15 @@ impl Oracle {
         out
     }
 
-    /// The lease `member`'s process holds for it now, if any. A crashed process keeps the
-    /// lease it had: the coordinator cannot tell a crash from a partition.
+    /// The lease `member`'s process holds for it now, if any: its membership's lease
+    /// deadline, until when the client promises that no other member can own its
+    /// partitions (suspended or not). A crashed process keeps the lease it had: the
+    /// coordinator cannot tell a crash from a partition.
     fn lease_of(&self, member: &str, procs: &[Process]) -> Option<Instant> {
         let info = self.members.get(member)?;
         let p = &procs[info.proc];
         if p.m.member_id() == Some(member) {
-            p.m.lease()
+            p.m.lease_deadline()
         } else {
             None
         }
@@ -1144,7 +1158,7 @@ impl Oracle {
             Some(info) => {
                 let p = &procs[info.proc];
                 if p.alive {
-                    format!("{} (cut until t={})", p.m.phase_name(), self.t(p.cut_until))
+                    format!("{} (cut until t={})", p.phase_name(), self.t(p.cut_until))
                 } else {
                     "crashed".to_owned()
                 }

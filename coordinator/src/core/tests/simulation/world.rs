@@ -16,9 +16,8 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rollcall_protocol::{DescribeGroupRequest, LeaveMode, Push, Request, Response};
 
-use super::client::{ReqId, Tp};
-use super::oracle::{Check, Crash, Oracle, Violation};
-use super::process::{AckPolicy, Process};
+use super::oracle::{from_wire, Check, Crash, Oracle, Tp, Violation};
+use super::process::{AckPolicy, Process, ReqId};
 use crate::core::{ConnId, Coordinator, CoreConfig, DetectorKind, Output, Record};
 use crate::store::{MemoryStore, Store};
 
@@ -61,7 +60,7 @@ pub(super) enum ToCore {
     Request {
         proc: usize,
         id: ReqId,
-        request: Request,
+        request: Box<Request>,
         /// When the client sent it.
         sent: Instant,
     },
@@ -455,7 +454,7 @@ impl World {
                 }
                 let response = self
                     .core
-                    .handle_request(now, conn, request.clone())
+                    .handle_request(now, conn, (*request).clone())
                     .response;
                 self.vlog(|_| format!("process {proc} conn {conn}: {request:?} -> {response:?}"));
                 let released_all = self.procs[proc]
@@ -779,7 +778,8 @@ impl World {
             // An unconfirmed leave goes out at the leave deadline with revocations still
             // pending: the client drops them from its holdings as it sends it, so they
             // are not what the application released.
-            let released_all = leave.mode != LeaveMode::Unconfirmed && proc.m.held().is_empty();
+            let released_all =
+                leave.mode != LeaveMode::Unconfirmed && proc.m.assignment().partitions.is_empty();
             proc.leave_released_all.insert(id, released_all);
         }
         let dropped = self.broken.contains(&conn);
@@ -791,7 +791,7 @@ impl World {
         let sent = self.stuck.get(&conn).map_or(sent, |&until| until.max(sent));
         self.vlog(|_| {
             format!(
-                "process {p} sends request {id} on conn {conn}{}",
+                "process {p} sends request {id:?} on conn {conn}{}",
                 if dropped {
                     " (lost: connection cut)"
                 } else {
@@ -810,7 +810,7 @@ impl World {
                 msg: ToCore::Request {
                     proc: p,
                     id,
-                    request,
+                    request: Box::new(request),
                     sent,
                 },
             },
@@ -881,13 +881,13 @@ impl World {
         let max_session = self
             .procs
             .iter()
-            .map(|p| p.m.settings.session_timeout)
+            .map(|p| p.config.session_timeout)
             .max()
             .unwrap_or_default();
         let max_rebalance = self
             .procs
             .iter()
-            .map(|p| p.m.settings.rebalance_timeout)
+            .map(|p| p.config.rebalance_timeout)
             .max()
             .unwrap_or_default();
         self.tail_cap = Some(now + max_session * 4 + max_rebalance * 2 + Duration::from_secs(30));
@@ -903,8 +903,8 @@ impl World {
     fn settle_time(&self) -> Duration {
         let (mut session, mut rebalance) = (Duration::ZERO, Duration::ZERO);
         for p in &self.procs {
-            session = session.max(p.m.settings.session_timeout);
-            rebalance = rebalance.max(p.m.settings.rebalance_timeout);
+            session = session.max(p.config.session_timeout);
+            rebalance = rebalance.max(p.config.rebalance_timeout);
         }
         2 * session + rebalance + Duration::from_secs(1)
     }
@@ -925,7 +925,7 @@ impl World {
                 .procs
                 .iter()
                 .filter(|p| p.is_live())
-                .all(|p| p.m.is_active() && !p.m.is_leaving() && p.conn.is_some())
+                .all(|p| p.is_active() && !p.is_leaving() && p.conn.is_some())
     }
 
     /// Checks 4 and 5 once the quiet tail settled.
@@ -975,7 +975,7 @@ impl World {
                 .collect();
             let mut owner: BTreeMap<Tp, String> = BTreeMap::new();
             for m in described.iter().flat_map(|d| d.members.iter()) {
-                for tp in super::client::from_wire(&m.owned) {
+                for tp in from_wire(&m.owned) {
                     owner.insert(tp, m.member_id.clone());
                 }
             }
@@ -983,14 +983,14 @@ impl World {
             let mut topics: BTreeSet<(String, u32)> = BTreeSet::new();
             for &p in &live {
                 let proc = &self.procs[p];
-                for t in &proc.m.settings.subscription {
+                for t in &proc.config.topics {
                     topics.insert((t.topic.clone(), t.partitions));
                 }
                 match proc.m.member_id() {
-                    Some(id) if proc.m.is_active() && members.contains(id) => {
+                    Some(id) if proc.is_active() && members.contains(id) => {
                         live_members.insert(id.to_owned());
                     }
-                    Some(id) if proc.m.is_active() => problems.push((
+                    Some(id) if proc.is_active() => problems.push((
                         "process not a member",
                         format!(
                             "process {p} believes it is member {id} of {name}, which the \
@@ -1001,7 +1001,7 @@ impl World {
                         "process not a member",
                         format!(
                             "process {p} of group {name} is alive but {} at the end",
-                            proc.m.phase_name()
+                            proc.phase_name()
                         ),
                     )),
                 }
