@@ -757,3 +757,33 @@ async fn an_unauthenticated_connection_lasts_until_the_idle_deadline() {
     );
     server.shutdown().await.unwrap();
 }
+
+/// A Heartbeats request of more beats than the protocol allows is refused whole, as it
+/// is without an auth file, even when some of its beats name groups the principal may
+/// not touch: the refusal of those beats must not answer it beat by beat.
+#[tokio::test]
+async fn too_many_beats_are_refused_whole_even_when_some_are_denied() {
+    let dir = TempDir::new("auth-max-beats");
+    let (server, _) = secured(&dir).await;
+    let mut alice = as_user(server.local_addr(), "alice", "alice-pw").await;
+    let beats = (0..=rollcall_protocol::MAX_BEATS)
+        .map(|i| HeartbeatRequest {
+            group: if i % 2 == 0 { "orders" } else { "billing" }.into(),
+            member_id: format!("m-{i}").into(),
+            generation: 1,
+            sequence: 1,
+            progress: 0,
+            acked_revocations: vec![],
+        })
+        .collect();
+    let answer = alice
+        .request(Request::Heartbeats(HeartbeatsRequest { beats }))
+        .await;
+    assert_eq!(
+        code(&answer),
+        ErrorCode::InvalidRequest,
+        "{}",
+        message(&answer)
+    );
+    server.shutdown().await.unwrap();
+}
