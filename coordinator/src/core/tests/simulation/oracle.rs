@@ -789,6 +789,13 @@ impl Oracle {
                             reason.as_str()
                         ),
                     });
+                } else {
+                    // A group left without members owes no rebalance: the removals
+                    // before this one at the same instant (one timer run expelling
+                    // several) answered to nobody, and a later join is an obligation of
+                    // its own. Kept, they were judged by the members of whatever joined
+                    // after.
+                    self.obligations.retain(|o| o.group != *group);
                 }
             }
             Event::RebalanceStarted {
