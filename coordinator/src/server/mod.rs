@@ -69,7 +69,7 @@ pub use self::config::{
     parse_duration, parse_size, InvalidConfig, ParseValueError, ServerConfig, StoreConfig,
     DEFAULT_MAX_PARTITIONS_PER_GROUP,
 };
-pub use self::shard::shard_of;
+pub use self::shard::{shard_of, slot_of};
 
 pub use self::tls::{ClientAuth, TlsError, TlsSettings};
 /// What the server reports to the isolation guard as the last member frame it read

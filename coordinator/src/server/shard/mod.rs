@@ -19,10 +19,11 @@
 //! Timers run on the shard's timer task, woken at the core's next deadline (or earlier
 //! when a request moved that deadline earlier).
 //!
-//! One idea per file: this one holds the shard itself, its routing ([`shard_of`]) and
-//! the inputs other than requests; `stage.rs` the immediate-or-staged choice, the open
-//! batch and the sender stage (with fail-stop); `joiner.rs` the [`Joiner`] that
-//! gathers a Heartbeats request split over shards; `timer.rs` the timer task.
+//! One idea per file: this one holds the shard itself, its routing ([`shard_of`], and
+//! the cluster's [`slot_of`] beside it) and the inputs other than requests; `stage.rs`
+//! the immediate-or-staged choice, the open batch and the sender stage (with
+//! fail-stop); `joiner.rs` the [`Joiner`] that gathers a Heartbeats request split over
+//! shards; `timer.rs` the timer task.
 
 mod joiner;
 mod stage;
@@ -57,12 +58,24 @@ const MAX_OPEN: usize = 65_536;
 /// The stable shard of a group: FNV-1a of its id, so a group lands on the same shard in
 /// every process and every run.
 pub fn shard_of(group: &str, shards: usize) -> usize {
+    (fnv1a64(group) % shards.max(1) as u64) as usize
+}
+
+/// The cluster slot of a group: the same FNV-1a as [`shard_of`], modulo the cluster's
+/// slot count, so every coordinator of a cluster agrees on it. Slots and shards are
+/// independent: a slot's groups spread over all of a process's shards.
+pub fn slot_of(group: &str, slots: u32) -> u32 {
+    (fnv1a64(group) % u64::from(slots.max(1))) as u32
+}
+
+/// 64-bit FNV-1a of a group id.
+fn fnv1a64(group: &str) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for byte in group.as_bytes() {
         hash ^= u64::from(*byte);
         hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
     }
-    (hash % shards.max(1) as u64) as usize
+    hash
 }
 
 /// Where the answer to a request goes.

@@ -22,7 +22,7 @@ use rollcall_protocol::{
 use tokio_util::sync::CancellationToken;
 
 use super::stage::Taken;
-use super::{shard_of, Joiner, Reply, Shard, ShardContext};
+use super::{shard_of, slot_of, Joiner, Reply, Shard, ShardContext};
 use crate::core::{ConnId, Coordinator, CoreConfig};
 use crate::server::metrics::Metrics;
 use crate::server::registry::{BufferBudget, ConnHandle, ConnState, Registry, SendLimits};
@@ -379,4 +379,22 @@ fn shard_of_is_stable_and_in_range() {
     let spread: std::collections::HashSet<usize> =
         (0..200).map(|i| shard_of(&format!("g{i}"), 8)).collect();
     assert_eq!(spread.len(), 8);
+}
+
+#[test]
+fn slot_of_is_stable_in_range_and_agrees_with_shard_of() {
+    // Fixed values: every coordinator of a cluster, in every build, must agree.
+    assert_eq!(slot_of("", 64), (0xcbf2_9ce4_8422_2325u64 % 64) as u32);
+    assert_eq!(slot_of("orders", 1), 0);
+    assert_eq!(slot_of("orders", 0), 0);
+    for i in 0..200 {
+        let group = format!("g{i}");
+        let slot = slot_of(&group, 64);
+        assert!(slot < 64);
+        // The same hash: with equal counts, slot and shard are the same number.
+        assert_eq!(slot as usize, shard_of(&group, 64));
+    }
+    let spread: std::collections::HashSet<u32> =
+        (0..500).map(|i| slot_of(&format!("g{i}"), 16)).collect();
+    assert_eq!(spread.len(), 16);
 }
