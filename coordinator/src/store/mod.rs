@@ -61,7 +61,7 @@ pub mod group_commit;
 pub mod memory;
 pub mod redb;
 pub mod retention;
-mod snapshot_json;
+pub(crate) mod snapshot_json;
 
 #[cfg(test)]
 mod tests;
@@ -107,6 +107,14 @@ pub enum StoreError {
     /// The writer that makes records durable has stopped, so nothing more can be written.
     #[error("store writer has stopped")]
     Closed,
+    /// A store shared by several coordinators refused the write: the writer no longer
+    /// owns `slot` (another coordinator claimed it, or the writer's lease expired), so
+    /// it must stop acting for the slot's groups.
+    #[error("write refused: this coordinator no longer owns slot {slot}")]
+    Fenced {
+        /// The slot whose ownership was lost.
+        slot: u32,
+    },
 }
 
 /// An owner's fencing token: it grows with every change of owner of a set of groups,

@@ -9,12 +9,12 @@ use serde::{Deserialize, Serialize};
 use crate::core::{GroupSnapshot, HeldSnapshot, InstanceSnapshot, MemberSnapshot};
 
 /// Encodes `snapshot` as JSON, appending to `out`.
-pub(super) fn encode(snapshot: &GroupSnapshot, out: &mut Vec<u8>) -> serde_json::Result<()> {
+pub(crate) fn encode(snapshot: &GroupSnapshot, out: &mut Vec<u8>) -> serde_json::Result<()> {
     serde_json::to_writer(out, &Group::from(snapshot))
 }
 
 /// Decodes a snapshot [`encode`] wrote (or an older version of it).
-pub(super) fn decode(json: &[u8]) -> serde_json::Result<GroupSnapshot> {
+pub(crate) fn decode(json: &[u8]) -> serde_json::Result<GroupSnapshot> {
     serde_json::from_slice::<Group>(json).map(GroupSnapshot::from)
 }
 
