@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+#[cfg(feature = "cluster")]
+mod etcd;
 mod seam;
 
 use super::*;

@@ -8,7 +8,7 @@ use super::*;
 
 /// Both stores keep a deleted group's generation under its own id until the group has
 /// a snapshot again, and never under another group's.
-fn check_floors_per_group(store: &dyn Store) {
+pub(super) fn check_floors_per_group(store: &dyn Store) {
     store
         .write(&[
             Record::Group(snapshot("g", 5, &[])),
@@ -134,7 +134,7 @@ fn redb_reports_a_floor_that_does_not_decode() {
 
 /// One shard's groups load alone: their snapshots, offsets and floors, and the floor
 /// under every group.
-fn check_load_groups(store: &dyn Store) {
+pub(super) fn check_load_groups(store: &dyn Store) {
     store.write(&sample_records()).unwrap();
     store
         .write(&[

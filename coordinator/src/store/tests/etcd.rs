@@ -1,0 +1,274 @@
+//! The etcd store against the same expectations as the others (round trips, retention,
+//! deletions, floors, one shard's groups), and what only a shared store has: fenced
+//! writes, one slot loaded alone, a batch larger than one transaction, durability
+//! across an etcd restart. Each test starts its own etcd and skips loudly without one.
+
+use crate::cluster::testing::EtcdProcess;
+use crate::cluster::{ClusterOptions, Etcd, EtcdStore};
+use crate::server::slot_of;
+
+use super::seam::{check_floors_per_group, check_load_groups};
+use super::*;
+
+const SLOTS: u32 = 8;
+
+/// An etcd, a runtime for the client, and coordinators connected to it.
+struct Cluster {
+    etcd: EtcdProcess,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl Cluster {
+    fn start(test: &str) -> Option<Self> {
+        let etcd = EtcdProcess::start(test)?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        Some(Self { etcd, runtime })
+    }
+
+    fn connect(&self, id: &str) -> Arc<Etcd> {
+        let opts = ClusterOptions {
+            endpoints: vec![self.etcd.endpoint()],
+            name: "store".to_owned(),
+            id: id.to_owned(),
+            advertise: format!("{id}:9092"),
+            lease_ttl: Duration::from_secs(5),
+            slots: SLOTS,
+        };
+        self.runtime.block_on(Etcd::connect(&opts)).unwrap()
+    }
+
+    /// A coordinator that owns every slot, and its store.
+    fn owner_of_all(&self, id: &str) -> (Arc<Etcd>, Arc<EtcdStore>) {
+        let etcd = self.connect(id);
+        let store = etcd.store();
+        for slot in 0..SLOTS {
+            let token = self.runtime.block_on(etcd.claim(slot)).unwrap().unwrap();
+            store.adopt(slot, token);
+        }
+        (etcd, store)
+    }
+}
+
+#[test]
+fn etcd_round_trips_offsets_and_snapshots() {
+    let Some(cluster) = Cluster::start("store-round-trip") else {
+        return;
+    };
+    let (_etcd, store) = cluster.owner_of_all("a");
+    store.write(&sample_records()).unwrap();
+    assert_eq!(sorted(store.load().unwrap()), expected_sample());
+    store.write(&[]).unwrap();
+    assert_eq!(sorted(store.load().unwrap()), expected_sample());
+}
+
+#[test]
+fn etcd_purges_only_groups_empty_for_longer_than_retention() {
+    let Some(cluster) = Cluster::start("store-retention") else {
+        return;
+    };
+    let (_etcd, store) = cluster.owner_of_all("a");
+    let clock = TestClock::at_ms(START_MS);
+    store.set_clock(clock.clock());
+    check_retention(&*store, &clock, &|group| store.empty_since(group).unwrap());
+}
+
+#[test]
+fn etcd_group_deleted_removes_the_group_in_record_order() {
+    let Some(cluster) = Cluster::start("store-deleted") else {
+        return;
+    };
+    let (_etcd, store) = cluster.owner_of_all("a");
+    let clock = TestClock::at_ms(START_MS);
+    store.set_clock(clock.clock());
+    check_group_deleted(&*store, &clock, &|group| store.empty_since(group).unwrap());
+}
+
+#[test]
+fn etcd_keeps_a_floor_per_group_and_loads_one_shards_groups() {
+    let Some(cluster) = Cluster::start("store-seam") else {
+        return;
+    };
+    let (_etcd, store) = cluster.owner_of_all("a");
+    check_floors_per_group(&*store);
+    let (_other, second) = {
+        // A second cluster name: a store of its own in the same etcd.
+        let opts = ClusterOptions {
+            endpoints: vec![cluster.etcd.endpoint()],
+            name: "store-two".to_owned(),
+            id: "b".to_owned(),
+            advertise: "b:9092".to_owned(),
+            lease_ttl: Duration::from_secs(5),
+            slots: SLOTS,
+        };
+        let etcd = cluster.runtime.block_on(Etcd::connect(&opts)).unwrap();
+        for slot in 0..SLOTS {
+            let token = cluster.runtime.block_on(etcd.claim(slot)).unwrap().unwrap();
+            etcd.store().adopt(slot, token);
+        }
+        let store = etcd.store();
+        (etcd, store)
+    };
+    check_load_groups(&*second);
+}
+
+#[test]
+fn etcd_loads_one_slot_alone() {
+    let Some(cluster) = Cluster::start("store-slot") else {
+        return;
+    };
+    let (_etcd, store) = cluster.owner_of_all("a");
+    store.write(&sample_records()).unwrap();
+    store
+        .write(&[
+            Record::Group(snapshot("gone", 4, &[])),
+            Record::GroupDeleted {
+                group: "gone".into(),
+            },
+        ])
+        .unwrap();
+    let mut all = RestoredState::default();
+    for slot in 0..SLOTS {
+        let state = store.load_slot(slot).unwrap();
+        assert!(state
+            .groups
+            .iter()
+            .all(|g| slot_of(&g.group, SLOTS) == slot));
+        assert!(state
+            .offsets
+            .iter()
+            .all(|o| slot_of(&o.group, SLOTS) == slot));
+        assert!(state.floors.iter().all(|(g, _)| slot_of(g, SLOTS) == slot));
+        all.groups.extend(state.groups);
+        all.offsets.extend(state.offsets);
+        all.floors.extend(state.floors);
+    }
+    let mut expected = expected_sample();
+    expected.floors = vec![("gone".to_owned(), 4)];
+    assert_eq!(sorted(all), expected, "the slots together are everything");
+}
+
+#[test]
+fn etcd_refuses_a_write_after_another_owner_claimed_the_slot() {
+    let Some(cluster) = Cluster::start("store-fenced") else {
+        return;
+    };
+    let (a, old) = cluster.owner_of_all("a");
+    let b = cluster.connect("b");
+    let group = "billing";
+    let slot = slot_of(group, SLOTS);
+    let other = (0..100)
+        .map(|i| format!("g{i}"))
+        .find(|g| slot_of(g, SLOTS) != slot)
+        .unwrap();
+    old.write(&[offset(group, "t", 0, 1, "")]).unwrap();
+
+    // The owner key goes (a release, or the lease expiring) and b claims the slot; a's
+    // store still holds its old token.
+    cluster.runtime.block_on(a.release(slot)).unwrap();
+    let token = cluster.runtime.block_on(b.claim(slot)).unwrap().unwrap();
+    let new = b.store();
+    new.adopt(slot, token);
+
+    let refused = old.write(&[offset(group, "t", 0, 2, ""), offset(&other, "t", 0, 2, "")]);
+    assert_eq!(refused, Err(StoreError::Fenced { slot }));
+    assert_eq!(
+        offset_of(&new.load().unwrap(), &other, "t", 0),
+        None,
+        "all or nothing"
+    );
+    // a still writes the slots it owns; b writes its own.
+    old.write(&[offset(&other, "t", 0, 3, "")]).unwrap();
+    new.write(&[offset(group, "t", 0, 4, "")]).unwrap();
+    let state = new.load_slot(slot).unwrap();
+    assert_eq!(offset_of(&state, group, "t", 0), Some(4));
+    // b cannot write a slot it never adopted.
+    assert_eq!(
+        new.write(&[offset(&other, "t", 0, 5, "")]),
+        Err(StoreError::Fenced {
+            slot: slot_of(&other, SLOTS)
+        })
+    );
+}
+
+#[test]
+fn etcd_refuses_a_write_after_the_lease_is_revoked() {
+    let Some(cluster) = Cluster::start("store-revoked") else {
+        return;
+    };
+    let (a, store) = cluster.owner_of_all("a");
+    store.write(&[offset("g", "t", 0, 1, "")]).unwrap();
+    cluster.runtime.block_on(a.leave());
+    let slot = slot_of("g", SLOTS);
+    assert_eq!(
+        store.write(&[offset("g", "t", 0, 2, "")]),
+        Err(StoreError::Fenced { slot })
+    );
+    assert_eq!(offset_of(&store.load().unwrap(), "g", "t", 0), Some(1));
+}
+
+#[test]
+fn etcd_splits_a_batch_larger_than_one_transaction() {
+    let Some(cluster) = Cluster::start("store-split") else {
+        return;
+    };
+    let (_etcd, store) = cluster.owner_of_all("a");
+    let mut records = Vec::new();
+    for g in 0..300 {
+        records.push(Record::Group(snapshot(&format!("group-{g}"), 1, &["m"])));
+        records.push(offset(&format!("group-{g}"), "t", 0, g, ""));
+    }
+    // One group with more offsets than one transaction holds.
+    for p in 0..(3 * crate::cluster::MAX_TXN_OPS as u32) {
+        records.push(offset("wide", "t", p, i64::from(p), "m"));
+    }
+    // Snapshots larger than one request: several chunks by size.
+    let members: Vec<String> = (0..2000).map(|m| format!("member-{m}")).collect();
+    let members: Vec<&str> = members.iter().map(String::as_str).collect();
+    for g in 0..3 {
+        records.push(Record::Group(snapshot(&format!("big-{g}"), 2, &members)));
+    }
+    store.write(&records).unwrap();
+    let state = store.load().unwrap();
+    assert_eq!(state.groups.len(), 303);
+    assert_eq!(state.offsets.len(), 300 + 3 * crate::cluster::MAX_TXN_OPS);
+    assert_eq!(offset_of(&state, "wide", "t", 200), Some(200));
+
+    // Deleting the wide group with an offset after it: the stored ones go one by one.
+    store
+        .write(&[
+            Record::GroupDeleted {
+                group: "wide".into(),
+            },
+            offset("wide", "t", 7, 70, ""),
+        ])
+        .unwrap();
+    let state = store.load().unwrap();
+    let wide: Vec<i64> = state
+        .offsets
+        .iter()
+        .filter(|o| o.group == "wide")
+        .map(|o| o.offset)
+        .collect();
+    assert_eq!(wide, [70]);
+}
+
+#[test]
+fn etcd_keeps_the_data_across_an_etcd_restart() {
+    let Some(mut cluster) = Cluster::start("store-restart") else {
+        return;
+    };
+    let (_etcd, store) = cluster.owner_of_all("a");
+    store.write(&sample_records()).unwrap();
+    cluster.etcd.restart();
+    assert_eq!(sorted(store.load().unwrap()), expected_sample());
+    // The lease outlived the short outage: the same owner writes on.
+    store
+        .write(&[offset("billing", "orders", 0, 99, "")])
+        .unwrap();
+    let state = store.load().unwrap();
+    assert_eq!(offset_of(&state, "billing", "orders", 0), Some(99));
+}
