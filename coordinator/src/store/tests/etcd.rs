@@ -272,3 +272,68 @@ fn etcd_keeps_the_data_across_an_etcd_restart() {
     let state = store.load().unwrap();
     assert_eq!(offset_of(&state, "billing", "orders", 0), Some(99));
 }
+
+/// Durable offset commits per second through a [`GroupCommitter`] over the etcd store
+/// and over redb, in the same run: `clients` tasks each commit one offset at a time
+/// for `secs` seconds. A figure, not a check:
+///
+/// `cargo test -p rollcall-coordinator --features cluster --release --lib
+///  store::tests::etcd::durable_commits_per_second -- --ignored --nocapture`
+#[test]
+#[ignore = "a measurement; run it by name"]
+fn durable_commits_per_second() {
+    let Some(cluster) = Cluster::start("store-bench") else {
+        return;
+    };
+    let secs = std::env::var("ROLLCALL_BENCH_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5u64);
+    let clients = 256u32;
+    let (_etcd, etcd_store) = cluster.owner_of_all("a");
+    let dir = TempDir::new("bench-redb");
+    let redb: Arc<dyn Store> = Arc::new(RedbStore::open(dir.path()).unwrap());
+    for (name, store) in [("redb", redb), ("etcd", etcd_store as Arc<dyn Store>)] {
+        let committer = Arc::new(GroupCommitter::new(store).unwrap());
+        let until = Instant::now() + Duration::from_secs(secs);
+        let started = Instant::now();
+        let latencies = cluster.runtime.block_on(async {
+            let tasks: Vec<_> = (0..clients)
+                .map(|t| {
+                    let committer = Arc::clone(&committer);
+                    tokio::spawn(async move {
+                        let mut latencies = Vec::new();
+                        let mut i = 0;
+                        while Instant::now() < until {
+                            let sent = Instant::now();
+                            committer
+                                .commit(vec![offset(&format!("g{}", t % 300), "t", t, i, "")])
+                                .await
+                                .unwrap();
+                            latencies.push(sent.elapsed());
+                            i += 1;
+                        }
+                        latencies
+                    })
+                })
+                .collect();
+            let mut all = Vec::new();
+            for task in tasks {
+                all.extend(task.await.unwrap());
+            }
+            all
+        });
+        let elapsed = started.elapsed().as_secs_f64();
+        let mut latencies = latencies;
+        latencies.sort();
+        let stats = committer.stats();
+        let p99 = latencies[latencies.len() * 99 / 100];
+        eprintln!(
+            "{name}: {:.0} commits/s, p99 {:.1} ms, {} batches ({:.0} records each)",
+            latencies.len() as f64 / elapsed,
+            p99.as_secs_f64() * 1000.0,
+            stats.batches,
+            stats.records as f64 / stats.batches.max(1) as f64,
+        );
+    }
+}
