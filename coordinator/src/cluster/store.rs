@@ -28,10 +28,10 @@
 //! share one chunk, so each group is either before or after the batch apart from its
 //! individual offsets, which only a group with more offsets in one batch than one chunk
 //! holds spreads over chunks of their own ahead of its last one. A failed write
-//! reveals nothing (no response or push of the batch leaves before it is durable), so what
-//! landed is like a write whose acknowledgement was lost: a client retries its commit,
-//! and a group whose offsets landed without its snapshot is a group whose commits
-//! arrived before its membership change, a state the core passes through anyway. A
+//! reveals nothing (no response or push of the batch leaves before it is durable),
+//! so what landed is like a write whose acknowledgement was lost: a client retries its
+//! commit, and a group whose offsets landed without its snapshot is a group whose
+//! commits arrived before its membership change, a state the core passes through. A
 //! chunk that fails transiently is retried whole (its operations set absolute values,
 //! so twice is once) with backoff until the acting deadline.
 
