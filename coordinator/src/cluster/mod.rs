@@ -47,8 +47,9 @@
 //!
 //! `etcd.rs` [`Etcd`] (connection, lease and keepalive, claim/release/leave, the view's
 //! watch); `plan.rs` the pure [`plan`]; `store.rs` [`EtcdStore`] (the [`crate::store::Store`]
-//! in etcd) with `codec.rs` (values) and `chunks.rs` (a batch's transactions within
-//! etcd's limits); `keys.rs` the key names; `testing.rs` a real etcd for tests.
+//! in etcd) with `codec.rs` (values), `chunks.rs` (a batch's transactions within
+//! etcd's limits) and `known.rs` (the infos it need not read again); `keys.rs` the key
+//! names; `testing.rs` a real etcd for tests.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -57,6 +58,7 @@ mod chunks;
 mod codec;
 mod etcd;
 mod keys;
+mod known;
 mod plan;
 mod store;
 pub mod testing;

@@ -16,24 +16,27 @@
 //!
 //! # A write
 //!
-//! A batch's records are applied in order to the touched groups' `i/` keys (read first,
-//! one round trip per 128 groups), giving each group's net effect. Then one transaction
-//! per *chunk*, each conditioned on `create_revision(owners/<s>) == token_s` for every
-//! slot in it: a failed compare is [`StoreError::Fenced`]. Chunks respect etcd's default
-//! limits (128 operations per transaction, 1.5 MiB per request: chunks stay under
-//! `chunks::MAX_TXN_OPS` and `chunks::MAX_TXN_BYTES`); most batches are one chunk.
+//! A batch's records are applied in order to the touched groups' `i/` keys, giving
+//! each group's net effect. Those keys are read first (one round trip per 128 groups)
+//! unless the store knows them already (`known.rs`: a slot loaded since adopted, and
+//! what its own writes left). Then one transaction per *chunk*, each conditioned on
+//! `create_revision(owners/<s>) == token_s` for every slot in it: a failed compare is
+//! [`StoreError::Fenced`]. Chunks respect etcd's default limits (128 operations per
+//! transaction, 1.5 MiB per request: chunks stay under `chunks::MAX_TXN_OPS` and
+//! `chunks::MAX_TXN_BYTES`) and are sent together; small batches are one chunk.
 //!
 //! When a batch needs several chunks it is not all-or-nothing, and this is still
 //! correct for the core: a group's snapshot, info and offset-range deletion always
 //! share one chunk, so each group is either before or after the batch apart from its
-//! individual offsets, which only a group with more offsets in one batch than one chunk
-//! holds spreads over chunks of their own ahead of its last one. A failed write
-//! reveals nothing (no response or push of the batch leaves before it is durable),
-//! so what landed is like a write whose acknowledgement was lost: a client retries its
-//! commit, and a group whose offsets landed without its snapshot is a group whose
-//! commits arrived before its membership change, a state the core passes through. A
-//! chunk that fails transiently is retried whole (its operations set absolute values,
-//! so twice is once) with backoff until the acting deadline.
+//! individual offsets, which only a group with more offsets in one batch than one
+//! chunk holds spreads over chunks of their own. Chunks touch distinct keys, so their
+//! order does not matter. A failed write reveals nothing (no response or push of the
+//! batch leaves before it is durable), so what landed is like a write whose
+//! acknowledgement was lost: a client retries its commit, and a group whose offsets
+//! landed without its snapshot is a group whose commits arrived before its membership
+//! change, a state the core passes through. A chunk that fails transiently is retried
+//! whole (its operations set absolute values, so twice is once) with backoff until the
+//! acting deadline.
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -48,6 +51,7 @@ use super::chunks::{Chunk, Chunks, Op, MAX_TXN_OPS};
 use super::codec::{decode_info, decode_offset, decode_snapshot, prefix_end, Info, VALUE_FORMAT};
 use super::etcd::{timed, LeaseState};
 use super::keys::{parse_key, Keys, SlotKey};
+use super::known::Known;
 use super::ClusterError;
 use crate::core::{OffsetRecord, Record, RestoredState};
 use crate::server::slot_of;
@@ -60,7 +64,9 @@ const PAGE: i64 = 1000;
 /// The store over one etcd connection. Knows the tokens of the slots it may write
 /// ([`Self::adopt`], [`Self::forget`]); a write touching any other slot is refused
 /// with [`StoreError::Fenced`]. The token argument of [`Store::write_fenced`] is not
-/// consulted: a batch spans slots, each with its own token.
+/// consulted: a batch spans slots, each with its own token. [`Store::load`] reads
+/// every slot; [`Store::expired_groups`] looks only at the adopted slots' groups (the
+/// others are their owners' business).
 ///
 /// Its calls block: make them from a thread that is not a tokio worker (the group
 /// committer's thread), or from a multi-threaded runtime's worker, which hands the
@@ -71,6 +77,7 @@ pub struct EtcdStore {
     slots: u32,
     lease: Arc<LeaseState>,
     tokens: Mutex<HashMap<u32, FencingToken>>,
+    known: Mutex<Known>,
     clock: Mutex<Clock>,
     runtime: Handle,
 }
@@ -93,6 +100,7 @@ impl EtcdStore {
             slots,
             lease,
             tokens: Mutex::new(HashMap::new()),
+            known: Mutex::new(Known::default()),
             clock: Mutex::new(system_clock()),
             runtime: Handle::current(),
         }
@@ -102,11 +110,13 @@ impl EtcdStore {
     /// on it.
     pub fn adopt(&self, slot: u32, token: FencingToken) {
         self.tokens.lock().insert(slot, token);
+        self.known.lock().drop_slot(slot, self.slots);
     }
 
     /// This coordinator no longer owns `slot`: writes to its groups are refused.
     pub fn forget(&self, slot: u32) {
         self.tokens.lock().remove(&slot);
+        self.known.lock().drop_slot(slot, self.slots);
     }
 
     /// Reads `clock` to date when groups become empty (tests).
@@ -114,9 +124,15 @@ impl EtcdStore {
         *self.clock.lock() = clock;
     }
 
-    /// Everything stored about `slot`'s groups.
+    /// Everything stored about `slot`'s groups. Loading an adopted slot (before its
+    /// groups are served) also lets later writes to it skip reading their groups'
+    /// infos.
     pub fn load_slot(&self, slot: u32) -> Result<RestoredState, StoreError> {
-        self.block(self.load_prefix(self.keys.slot(slot)))
+        let (state, infos) = self.block(self.load_prefix(self.keys.slot(slot)))?;
+        if self.tokens.lock().contains_key(&slot) {
+            self.known.lock().loaded(slot, infos);
+        }
+        Ok(state)
     }
 
     /// When `group` became empty, as wall-clock ms since the UNIX epoch, if it is empty.
@@ -212,9 +228,13 @@ impl EtcdStore {
     }
 
     /// Decodes everything below `prefix` (one slot's or every slot's).
-    async fn load_prefix(&self, prefix: String) -> Result<RestoredState, StoreError> {
+    async fn load_prefix(
+        &self,
+        prefix: String,
+    ) -> Result<(RestoredState, Vec<(String, Info)>), StoreError> {
         let slots_prefix = self.keys.slots_prefix();
         let mut state = RestoredState::default();
+        let mut infos = Vec::new();
         for (key, value) in self.scan(prefix, false).await? {
             let parsed = key.strip_prefix(&slots_prefix).and_then(parse_key);
             let Some((_, what)) = parsed else {
@@ -225,9 +245,11 @@ impl EtcdStore {
                     state.groups.push(decode_snapshot(&key, &group, &value)?)
                 }
                 SlotKey::Info(group) => {
-                    if let Some(floor) = decode_info(&key, &value)?.floor {
-                        state.floors.push((group, floor));
+                    let info = decode_info(&key, &value)?;
+                    if let Some(floor) = info.floor {
+                        state.floors.push((group.clone(), floor));
                     }
+                    infos.push((group, info));
                 }
                 SlotKey::Offset {
                     group,
@@ -245,7 +267,7 @@ impl EtcdStore {
                 }
             }
         }
-        Ok(state)
+        Ok((state, infos))
     }
 
     /// The `i/` keys of `groups` (slot, group), in that order (default when absent).
@@ -296,7 +318,23 @@ impl EtcdStore {
                 order.push((slot, group.to_owned()));
             }
         }
-        let infos = self.read_infos(&order).await?;
+        let mut infos: Vec<Option<Info>> = {
+            let known = self.known.lock();
+            order.iter().map(|(slot, g)| known.get(*slot, g)).collect()
+        };
+        let missing: Vec<(u32, String)> = order
+            .iter()
+            .zip(&infos)
+            .filter(|(_, info)| info.is_none())
+            .map(|(group, _)| group.clone())
+            .collect();
+        if !missing.is_empty() {
+            let mut read = self.read_infos(&missing).await?.into_iter();
+            for info in infos.iter_mut().filter(|i| i.is_none()) {
+                *info = read.next();
+            }
+        }
+        let infos = infos.into_iter().map(Option::unwrap_or_default);
         let mut groups: Vec<GroupWrite> = order
             .iter()
             .zip(infos)
@@ -322,10 +360,23 @@ impl EtcdStore {
             let (offsets, last) = group.ops(self).await?;
             chunks.add(group.slot, offsets, last);
         }
-        for chunk in chunks.finish() {
-            self.commit(&tokens, chunk).await?;
+        // The chunks touch distinct keys and each stands alone (see the module
+        // documentation), so they go to etcd together.
+        let commits = chunks
+            .finish()
+            .into_iter()
+            .map(|chunk| self.commit(&tokens, chunk));
+        match futures_util::future::try_join_all(commits).await {
+            Ok(_) => {
+                let infos = groups.into_iter().map(|g| (g.group, g.info));
+                self.known.lock().written(infos);
+                Ok(())
+            }
+            Err(e) => {
+                self.known.lock().failed(&order);
+                Err(e)
+            }
         }
-        Ok(())
     }
 
     /// One chunk as one transaction fenced by the tokens of its slots.
@@ -399,6 +450,7 @@ impl EtcdStore {
 impl Store for EtcdStore {
     fn load(&self) -> Result<RestoredState, StoreError> {
         self.block(self.load_prefix(self.keys.slots_prefix()))
+            .map(|(state, _)| state)
     }
 
     fn write(&self, records: &[Record]) -> Result<(), StoreError> {

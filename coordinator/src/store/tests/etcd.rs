@@ -41,15 +41,24 @@ impl Cluster {
         self.runtime.block_on(Etcd::connect(&opts)).unwrap()
     }
 
-    /// A coordinator that owns every slot, and its store.
-    fn owner_of_all(&self, id: &str) -> (Arc<Etcd>, Arc<EtcdStore>) {
+    /// A coordinator that owns every slot, and its store. With `load`, every slot is
+    /// loaded once adopted, as a coordinator does before serving it (its writes then
+    /// read no infos); without, every write reads them.
+    fn owner_of_all_loaded(&self, id: &str, load: bool) -> (Arc<Etcd>, Arc<EtcdStore>) {
         let etcd = self.connect(id);
         let store = etcd.store();
         for slot in 0..SLOTS {
             let token = self.runtime.block_on(etcd.claim(slot)).unwrap().unwrap();
             store.adopt(slot, token);
+            if load {
+                store.load_slot(slot).unwrap();
+            }
         }
         (etcd, store)
+    }
+
+    fn owner_of_all(&self, id: &str) -> (Arc<Etcd>, Arc<EtcdStore>) {
+        self.owner_of_all_loaded(id, true)
     }
 }
 
@@ -67,24 +76,28 @@ fn etcd_round_trips_offsets_and_snapshots() {
 
 #[test]
 fn etcd_purges_only_groups_empty_for_longer_than_retention() {
-    let Some(cluster) = Cluster::start("store-retention") else {
-        return;
-    };
-    let (_etcd, store) = cluster.owner_of_all("a");
-    let clock = TestClock::at_ms(START_MS);
-    store.set_clock(clock.clock());
-    check_retention(&*store, &clock, &|group| store.empty_since(group).unwrap());
+    for load in [true, false] {
+        let Some(cluster) = Cluster::start("store-retention") else {
+            return;
+        };
+        let (_etcd, store) = cluster.owner_of_all_loaded("a", load);
+        let clock = TestClock::at_ms(START_MS);
+        store.set_clock(clock.clock());
+        check_retention(&*store, &clock, &|group| store.empty_since(group).unwrap());
+    }
 }
 
 #[test]
 fn etcd_group_deleted_removes_the_group_in_record_order() {
-    let Some(cluster) = Cluster::start("store-deleted") else {
-        return;
-    };
-    let (_etcd, store) = cluster.owner_of_all("a");
-    let clock = TestClock::at_ms(START_MS);
-    store.set_clock(clock.clock());
-    check_group_deleted(&*store, &clock, &|group| store.empty_since(group).unwrap());
+    for load in [true, false] {
+        let Some(cluster) = Cluster::start("store-deleted") else {
+            return;
+        };
+        let (_etcd, store) = cluster.owner_of_all_loaded("a", load);
+        let clock = TestClock::at_ms(START_MS);
+        store.set_clock(clock.clock());
+        check_group_deleted(&*store, &clock, &|group| store.empty_since(group).unwrap());
+    }
 }
 
 #[test]
