@@ -78,7 +78,7 @@ impl Membership {
             Response::Error(e) => match e.code {
                 ErrorCode::FencedInstance => self.fail(FatalError::Fenced { message: e.message }),
                 code => match code.action() {
-                    ClientAction::Retry => {
+                    ClientAction::Retry | ClientAction::FindCoordinator => {
                         j.not_before = now + self.backoff.next_delay(&mut self.rng)
                     }
                     ClientAction::Rejoin if j.member_id.is_some() => {
