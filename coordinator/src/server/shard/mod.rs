@@ -57,12 +57,23 @@ const MAX_OPEN: usize = 65_536;
 /// The stable shard of a group: FNV-1a of its id, so a group lands on the same shard in
 /// every process and every run.
 pub fn shard_of(group: &str, shards: usize) -> usize {
+    (fnv1a64(group) % shards.max(1) as u64) as usize
+}
+
+/// The stable slot of a group among `slots`, by the same hash as [`shard_of`]: the unit
+/// in which coordinators that share their groups own them.
+pub fn slot_of(group: &str, slots: u32) -> u32 {
+    (fnv1a64(group) % u64::from(slots.max(1))) as u32
+}
+
+/// 64-bit FNV-1a of a group id.
+fn fnv1a64(group: &str) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for byte in group.as_bytes() {
         hash ^= u64::from(*byte);
         hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
     }
-    (hash % shards.max(1) as u64) as usize
+    hash
 }
 
 /// Where the answer to a request goes.
