@@ -261,3 +261,56 @@ async fn a_member_follows_its_group_to_another_coordinator_and_back_after_a_fail
     assert!(pauses <= 1, "{:?}", mover_log.events());
     drop((a, c));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_given_several_addresses_starts_and_carries_on_at_any_of_them() {
+    // An address nobody listens on: bound, then closed.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let store = Arc::new(MemoryStore::new());
+    let a = serve(&store, &Directory::single()).await;
+    let config = client_config().with_bootstrap([a.local_addr().to_string()]);
+    // The first address fails: the next one is used.
+    let client = bounded("connect", Client::connect(dead, config))
+        .await
+        .expect("connects to the second address");
+    let member = Arc::new(
+        bounded(
+            "join",
+            client.join(
+                MemberConfig::new("several", [("t", PARTITIONS)])
+                    .with_session_timeout(SESSION)
+                    .with_heartbeat_interval(Duration::from_millis(200)),
+            ),
+        )
+        .await
+        .expect("joins"),
+    );
+    let log = Log::follow(member.clone());
+    wait_for("assigned", || member.assignment().partitions == all()).await;
+    let id = member.member_id().expect("a member");
+
+    // A second coordinator, restored from what the first made durable, comes up at the
+    // address that was dead, and the first stops: the client, its connection lost,
+    // tries the next address of its list and carries on there as the same member.
+    let b_config = ServerConfig {
+        listen: dead,
+        store: StoreConfig::Custom(store.clone()),
+        shards: 2,
+        ..ServerConfig::default()
+    };
+    let b = bounded("server bind", Server::bind(b_config))
+        .await
+        .expect("binds the once dead address")
+        .spawn();
+    let before = lease(&member);
+    bounded("A stops", a.shutdown()).await.expect("stops");
+    wait_for("renewed at B", || renewed_since(&member, before)).await;
+    assert!(heard_at(b.local_addr(), "several", &id, Duration::from_millis(400)).await);
+    assert_eq!(member.member_id().as_deref(), Some(id.as_str()));
+    assert_eq!(member.assignment().partitions, all());
+    assert_eq!(log.lost(), 0, "{:?}", log.events());
+    drop(b);
+}
