@@ -1,6 +1,8 @@
 //! Groups that move between coordinators, with the client following them: two (then
 //! three) real servers in one process share one store, and their directories are set
-//! by hand, as a cluster's slot manager sets them. A member whose group moves keeps its
+//! by hand, as a cluster's slot manager sets them. Also: a client's members joining
+//! through one coordinator and living on their groups' coordinators, and a client that
+//! starts and carries on at any address of its list. A member whose group moves keeps its
 //! member id, generation and partitions, and its application sees at most `Suspended`
 //! then `Resumed`, never `Lost`; a member of a group that stays is not disturbed.
 
@@ -313,4 +315,66 @@ async fn a_client_given_several_addresses_starts_and_carries_on_at_any_of_them()
     assert_eq!(member.assignment().partitions, all());
     assert_eq!(log.lost(), 0, "{:?}", log.events());
     drop(b);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_of_one_client_join_and_live_on_their_groups_coordinators() {
+    let (there, here) = groups();
+    let (slot_there, slot_here) = (slot_of(&there, SLOTS), slot_of(&here, SLOTS));
+    let store = Arc::new(MemoryStore::new());
+    let dir_a = Directory::cluster(SLOTS);
+    let a = serve(&store, &dir_a).await;
+    let b = serve(&store, &Directory::single()).await;
+    dir_a.test_set_here(slot_here);
+    dir_a.test_set_elsewhere(slot_there, &b.local_addr().to_string());
+
+    let client = bounded("connect", Client::connect(a.local_addr(), client_config()))
+        .await
+        .expect("connects");
+    let config = |group: &str| {
+        MemberConfig::new(group, [("t", PARTITIONS)])
+            .with_session_timeout(SESSION)
+            .with_heartbeat_interval(Duration::from_millis(200))
+    };
+    // Joined through A; the one whose group B serves is sent there, and joins there.
+    let far = Arc::new(
+        bounded("join", client.join(config(&there)))
+            .await
+            .expect("joins"),
+    );
+    let near = Arc::new(
+        bounded("join", client.join(config(&here)))
+            .await
+            .expect("joins"),
+    );
+    let (far_log, near_log) = (Log::follow(far.clone()), Log::follow(near.clone()));
+    wait_for("assigned", || {
+        far.assignment().partitions == all() && near.assignment().partitions == all()
+    })
+    .await;
+    let (far_lease, near_lease) = (lease(&far), lease(&near));
+    wait_for("renewed", || {
+        renewed_since(&far, far_lease) && renewed_since(&near, near_lease)
+    })
+    .await;
+    let (far_id, near_id) = (far.member_id().unwrap(), near.member_id().unwrap());
+    let fresh = Duration::from_millis(400);
+    assert!(heard_at(b.local_addr(), &there, &far_id, fresh).await);
+    assert!(heard_at(a.local_addr(), &here, &near_id, fresh).await);
+    // A never took the other group in.
+    let mut raw = RawClient::connected(a.local_addr()).await;
+    dir_a.test_set_here(slot_there);
+    let described = raw
+        .request(Request::DescribeGroup(DescribeGroupRequest {
+            group: there.clone(),
+            detection: false,
+            page: None,
+        }))
+        .await;
+    assert!(
+        matches!(&described, Response::Error(e) if e.code == ErrorCode::UnknownGroup),
+        "{described:?}"
+    );
+    assert_eq!(far_log.lost() + near_log.lost(), 0);
+    drop((a, b));
 }
