@@ -44,17 +44,39 @@ impl fmt::Debug for Client {
 
 impl Client {
     /// Connects to the coordinator at `addr` (`host:port`) and performs the version
-    /// handshake. Fails if the first attempt does; later losses are handled in the
-    /// background. Must be called within a tokio runtime.
+    /// handshake: to `addr`, or if that fails to the other addresses of
+    /// [`ClientConfig::bootstrap`] in turn. Fails if every first attempt does; later
+    /// losses are handled in the background. Must be called within a tokio runtime.
+    ///
+    /// Where coordinators share their groups, each member is moved to its group's
+    /// coordinator as it learns where that is (see [`ClientConfig::bootstrap`]).
     pub async fn connect(
         addr: impl fmt::Display,
         config: ClientConfig,
     ) -> Result<Self, ConnectError> {
-        let addr = addr.to_string();
-        let conn = open(&addr, &config).await?;
+        let mut bootstrap = vec![addr.to_string()];
+        for more in &config.bootstrap {
+            if !bootstrap.contains(more) {
+                bootstrap.push(more.clone());
+            }
+        }
+        let mut failure = None;
+        let mut opened = None;
+        for (at, addr) in bootstrap.iter().enumerate() {
+            match open(addr, &config).await {
+                Ok(conn) => {
+                    opened = Some((at, conn));
+                    break;
+                }
+                Err(e) => failure = Some(e),
+            }
+        }
+        let Some((at, conn)) = opened else {
+            return Err(failure.unwrap_or(ConnectError::Timeout));
+        };
         let (commands, rx) = mpsc::unbounded_channel();
         let wake = Arc::new(Notify::new());
-        let driver = Driver::new(addr, config, conn, rx, wake.clone());
+        let driver = Driver::new(bootstrap, at, config, conn, rx, wake.clone());
         tokio::spawn(driver.run());
         Ok(Self {
             shared: Arc::new(Shared {

@@ -36,9 +36,27 @@ pub struct ClientConfig {
     /// coordinator without an auth file, or one that takes the client certificate's
     /// name as the principal.
     pub credentials: Option<Credentials>,
+    /// More coordinator addresses (`host:port`) to start from, after the one given to
+    /// [`Client::connect`](crate::Client::connect): tried in turn when the first
+    /// connection cannot be made or is lost. Empty by default.
+    ///
+    /// Coordinators may share their groups (a cluster): a member starts on the
+    /// connection to one of these; if that coordinator does not serve the group
+    /// (`not_coordinator`), the client asks where the group is served
+    /// (FindCoordinator) and moves the member there, keeping its member id,
+    /// generation and partitions, and does so again whenever the group moves or its
+    /// coordinator fails. Members of one client may so live on different coordinators,
+    /// one connection each.
+    pub bootstrap: Vec<String>,
 }
 
 impl ClientConfig {
+    /// More coordinator addresses to start from (see [`ClientConfig::bootstrap`]).
+    pub fn with_bootstrap<S: Into<String>>(mut self, addrs: impl IntoIterator<Item = S>) -> Self {
+        self.bootstrap = addrs.into_iter().map(Into::into).collect();
+        self
+    }
+
     /// Authenticates every connection as `username` with `password`.
     pub fn with_credentials(
         mut self,
@@ -92,6 +110,7 @@ impl Default for ClientConfig {
             max_frame_size: DEFAULT_MAX_FRAME_SIZE,
             credentials: None,
             tls: None,
+            bootstrap: Vec::new(),
         }
     }
 }

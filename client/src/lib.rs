@@ -1,7 +1,11 @@
 //! The rollcall client: what a worker embeds to take part in a consumer group.
 //!
 //! A [`Client`] holds one connection to the coordinator; any number of [`Member`]s (in
-//! one group or several) share it. A background task owns the socket: it heartbeats for
+//! one group or several) share it. Where several coordinators share the groups (a
+//! cluster), it holds one connection per coordinator its members live on: each member
+//! starts on the connection to the addresses it was given ([`ClientConfig::bootstrap`])
+//! and, when that coordinator says it does not serve the group, or the coordinator that
+//! did fails, finds the group's coordinator and moves there as the same member. A background task owns the socket: it heartbeats for
 //! every member on its own jittered schedule, never waiting on the application, and
 //! reconnects with backoff when the connection drops. When several members' heartbeats
 //! fall due together, and the coordinator supports it, they go out in one Heartbeats
@@ -85,6 +89,13 @@
 //!   and generation: it resumes if the coordinator still knows it (partitions it no
 //!   longer holds are reported lost), and otherwise reports everything lost and joins
 //!   afresh. A coordinator restart is survived the same way.
+//! - **Moves.** A member whose group moves to another coordinator (told
+//!   `not_coordinator`) keeps its member id, generation and partitions, and keeps
+//!   acting within its lease while it finds the new coordinator (the coordinator that
+//!   takes a group over honours every lease promised before); one whose coordinator
+//!   fails suspends, as on any connection loss, and resumes at the coordinator that took
+//!   the group over. Across a move or failover shorter than the session timeout the
+//!   application sees at most `Suspended` then `Resumed`, never `Lost`.
 //!
 //! See [`MemberConfig`] for the timeouts and how they relate.
 //!

@@ -114,6 +114,13 @@ error_codes! {
     /// The coordinator has its maximum number of members across all its groups.
     /// Retry later or use another coordinator.
     TooManyMembers = 29, "too_many_members", GiveUp;
+    /// This coordinator does not serve the group (another one does, or none does yet):
+    /// find the group's coordinator (FindCoordinator, on any coordinator), connect
+    /// there and retry, keeping the member id and generation. Not a reason to rejoin.
+    NotCoordinator = 30, "not_coordinator", FindCoordinator;
+    /// This coordinator is taking the group over and is still loading it: retry on the
+    /// same coordinator after a backoff, keeping the member id and generation.
+    CoordinatorLoading = 31, "coordinator_loading", Retry;
 }
 
 /// What a client should do with an error code.
@@ -127,6 +134,9 @@ pub enum ClientAction {
     Rejoin,
     /// Permanent for this request: surface it to the application.
     GiveUp,
+    /// Another coordinator serves the group: find it, connect there and retry the
+    /// request, as the same member.
+    FindCoordinator,
 }
 
 impl std::fmt::Display for ErrorCode {

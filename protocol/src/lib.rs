@@ -94,11 +94,13 @@ pub enum ApiKey {
     TraceGroup = 10,
     /// One step of authentication.
     Authenticate = 11,
+    /// Which coordinator serves a group.
+    FindCoordinator = 12,
 }
 
 impl ApiKey {
     /// Every request API.
-    pub const ALL: [Self; 12] = [
+    pub const ALL: [Self; 13] = [
         Self::ApiVersions,
         Self::Join,
         Self::Heartbeat,
@@ -111,6 +113,7 @@ impl ApiKey {
         Self::Heartbeats,
         Self::TraceGroup,
         Self::Authenticate,
+        Self::FindCoordinator,
     ];
 
     /// From wire value.
@@ -133,6 +136,7 @@ impl ApiKey {
             Self::Heartbeats => "heartbeats",
             Self::TraceGroup => "trace_group",
             Self::Authenticate => "authenticate",
+            Self::FindCoordinator => "find_coordinator",
         }
     }
 }

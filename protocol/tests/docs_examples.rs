@@ -16,13 +16,14 @@ use rollcall_protocol::{
     max_request_version, supported_versions, ApiKey, ApiVersionsRequest, ApiVersionsResponse,
     Arrival, AssignmentPush, AuthenticateRequest, AuthenticateResponse, Body, CommitOffsetsRequest,
     CommitOffsetsResponse, CommittedOffset, DescribeGroupRequest, DescribeGroupResponse, ErrorCode,
-    ExpelReason, ExpelledPush, FetchOffsetsRequest, FetchOffsetsResponse, Frame, FrameKind,
-    GroupDetection, GroupListing, GroupState, HeartbeatRequest, HeartbeatResponse, HeartbeatResult,
-    HeartbeatsRequest, HeartbeatsResponse, JoinRequest, JoinResponse, LeaveMode, LeaveRequest,
-    ListGroupsRequest, ListGroupsResponse, Liveness, MemberDescription, MemberDetection,
-    OffsetCommit, OffsetCursor, Page, PartitionResult, Push, PushKey, RelinquishRequest, Request,
-    Response, RevokePush, ShutdownPush, TopicPartitions, TopicSubscription, TraceGroupRequest,
-    TraceGroupResponse, DEFAULT_MAX_FRAME_SIZE, LENGTH_PREFIX_SIZE,
+    ExpelReason, ExpelledPush, FetchOffsetsRequest, FetchOffsetsResponse, FindCoordinatorRequest,
+    FindCoordinatorResponse, Frame, FrameKind, GroupDetection, GroupListing, GroupState,
+    HeartbeatRequest, HeartbeatResponse, HeartbeatResult, HeartbeatsRequest, HeartbeatsResponse,
+    JoinRequest, JoinResponse, LeaveMode, LeaveRequest, ListGroupsRequest, ListGroupsResponse,
+    Liveness, MemberDescription, MemberDetection, OffsetCommit, OffsetCursor, Page,
+    PartitionResult, Push, PushKey, RelinquishRequest, Request, Response, RevokePush, ShutdownPush,
+    TopicPartitions, TopicSubscription, TraceGroupRequest, TraceGroupResponse,
+    DEFAULT_MAX_FRAME_SIZE, LENGTH_PREFIX_SIZE,
 };
 
 const DOC: &str = include_str!("../../docs/PROTOCOL.md");
@@ -571,6 +572,84 @@ fn examples() -> Vec<(&'static str, Frame)> {
                         .into(),
                     complete: false,
                     principal: String::new(),
+                }),
+            ),
+        ),
+        (
+            "not-coordinator-response",
+            Frame::response(
+                14,
+                Response::error(
+                    ApiKey::Heartbeat as u16,
+                    ErrorCode::NotCoordinator,
+                    format!("group {GROUP:?} is served by another coordinator"),
+                ),
+            ),
+        ),
+        (
+            "find-coordinator-request",
+            Frame::request(
+                15,
+                Request::FindCoordinator(FindCoordinatorRequest {
+                    group: GROUP.into(),
+                }),
+            ),
+        ),
+        (
+            "find-coordinator-response",
+            Frame::response(
+                15,
+                Response::FindCoordinator(FindCoordinatorResponse {
+                    addr: "10.0.0.2:7070".into(),
+                }),
+            ),
+        ),
+        (
+            "heartbeat-request-moved",
+            Frame::request(
+                2,
+                Request::Heartbeat(HeartbeatRequest {
+                    group: GROUP.into(),
+                    member_id: MEMBER.into(),
+                    generation: 5,
+                    sequence: 3,
+                    progress: 1_500,
+                    acked_revocations: Vec::new(),
+                }),
+            ),
+        ),
+        (
+            "coordinator-loading-response",
+            Frame::response(
+                2,
+                Response::error(
+                    ApiKey::Heartbeat as u16,
+                    ErrorCode::CoordinatorLoading,
+                    format!("group {GROUP:?} is loading"),
+                ),
+            ),
+        ),
+        (
+            "heartbeats-not-coordinator-response",
+            Frame::response(
+                3,
+                Response::Heartbeats(HeartbeatsResponse {
+                    results: vec![
+                        HeartbeatResult {
+                            code: ErrorCode::None,
+                            generation: 5,
+                            session_timeout_ms: 10_000,
+                            message: String::new(),
+                        },
+                        HeartbeatResult {
+                            code: ErrorCode::NotCoordinator,
+                            generation: 0,
+                            session_timeout_ms: 0,
+                            message: format!(
+                                "group {OTHER_GROUP:?} is served by another coordinator"
+                            ),
+                        },
+                    ],
                 }),
             ),
         ),

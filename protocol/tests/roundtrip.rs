@@ -8,13 +8,14 @@ use rollcall_protocol::{
     max_request_version, ApiKey, ApiVersionRange, ApiVersionsRequest, ApiVersionsResponse, Arrival,
     AssignmentPush, AuthenticateRequest, AuthenticateResponse, Body, Codec, CommitOffsetsRequest,
     CommitOffsetsResponse, CommittedOffset, DescribeGroupRequest, DescribeGroupResponse, ErrorCode,
-    ErrorResponse, ExpelReason, ExpelledPush, FetchOffsetsRequest, FetchOffsetsResponse, Frame,
-    FrameError, FrameKind, GroupDetection, GroupListing, GroupState, Header, HeartbeatRequest,
-    HeartbeatResponse, HeartbeatResult, HeartbeatsRequest, HeartbeatsResponse, JoinRequest,
-    JoinResponse, LeaveMode, LeaveRequest, ListGroupsRequest, ListGroupsResponse, Liveness,
-    MemberDescription, MemberDetection, OffsetCommit, OffsetCursor, Page, PartitionResult, Push,
-    PushKey, RelinquishRequest, Request, Response, RevokePush, ShutdownPush, TopicPartitions,
-    TopicSubscription, TraceGroupRequest, TraceGroupResponse, CURRENT_VERSION, LENGTH_PREFIX_SIZE,
+    ErrorResponse, ExpelReason, ExpelledPush, FetchOffsetsRequest, FetchOffsetsResponse,
+    FindCoordinatorRequest, FindCoordinatorResponse, Frame, FrameError, FrameKind, GroupDetection,
+    GroupListing, GroupState, Header, HeartbeatRequest, HeartbeatResponse, HeartbeatResult,
+    HeartbeatsRequest, HeartbeatsResponse, JoinRequest, JoinResponse, LeaveMode, LeaveRequest,
+    ListGroupsRequest, ListGroupsResponse, Liveness, MemberDescription, MemberDetection,
+    OffsetCommit, OffsetCursor, Page, PartitionResult, Push, PushKey, RelinquishRequest, Request,
+    Response, RevokePush, ShutdownPush, TopicPartitions, TopicSubscription, TraceGroupRequest,
+    TraceGroupResponse, CURRENT_VERSION, LENGTH_PREFIX_SIZE,
 };
 use tokio_util::codec::{Decoder, Encoder};
 
@@ -204,9 +205,11 @@ fn request() -> impl Strategy<Value = Request> {
     let authenticate = (text(), text()).prop_map(|(mechanism, payload)| {
         Request::Authenticate(AuthenticateRequest { mechanism, payload })
     });
+    let find = text().prop_map(|group| Request::FindCoordinator(FindCoordinatorRequest { group }));
     prop_oneof![
         api_versions,
         authenticate,
+        find,
         join,
         heartbeat,
         leave,
@@ -457,6 +460,7 @@ fn response() -> impl Strategy<Value = Response> {
                 principal,
             })
         }),
+        text().prop_map(|addr| Response::FindCoordinator(FindCoordinatorResponse { addr })),
         error_response(),
     ]
 }

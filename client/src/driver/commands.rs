@@ -82,13 +82,24 @@ impl Driver {
                     max: self.config.reconnect_max,
                 };
                 let mut m = Membership::new(*settings, backoff, self.rng.gen(), std_now);
-                if let Some(conn) = &self.conn {
+                // A new membership starts on the bootstrap link; the coordinator there
+                // serves the group, or says where to find the one that does.
+                let bootstrap = self.links.get(&BOOTSTRAP);
+                if let Some(conn) = bootstrap.and_then(|l| l.conn.as_ref()) {
                     m.handle_connected(std_now, conn.features);
                 }
+                let mut search = Search::new(
+                    self.config.reconnect_base,
+                    self.config.reconnect_max,
+                    std_now,
+                );
+                search.placed(std_now);
                 self.slots.insert(
                     key,
                     Slot {
                         m,
+                        link: Some(BOOTSTRAP),
+                        search,
                         shared,
                         events,
                         join_reply: Some(reply),
@@ -115,7 +126,11 @@ impl Driver {
                         let _ = reply.send(Err(e));
                     }
                     Ok((id, request)) => {
-                        let max = self.conn.as_ref().map_or(usize::MAX, |c| c.max_frame_size);
+                        let link = slot.link.unwrap_or(BOOTSTRAP);
+                        let max = self
+                            .links
+                            .get(&link)
+                            .map_or(usize::MAX, Link::max_frame_size);
                         let frame = Frame::request(0, request);
                         if let Err(e) = frame.encode(&mut BytesMut::new(), max) {
                             slot.m.forget(id);
@@ -129,7 +144,7 @@ impl Driver {
                             return;
                         };
                         slot.commits.insert(id, reply);
-                        self.send(Pending::Commit { key, id }, request);
+                        self.send(link, Pending::Commit { key, id }, request);
                     }
                 }
             }
@@ -162,8 +177,8 @@ impl Driver {
             Command::Drop { key } => {
                 if let Some(slot) = self.slots.remove(&key) {
                     debug!(key, "member dropped without leaving");
-                    if let Some(leave) = slot.m.abandon() {
-                        self.send(Pending::Abandoned, leave);
+                    if let (Some(leave), Some(link)) = (slot.m.abandon(), slot.link) {
+                        self.send(link, Pending::Abandoned, leave);
                     }
                 }
             }
@@ -172,13 +187,20 @@ impl Driver {
                 topics,
                 reply,
             } => {
-                if self.conn.is_none() {
+                // Where a member of the group lives, or else the bootstrap link.
+                let link = self
+                    .slots
+                    .values()
+                    .filter(|s| s.m.group() == group)
+                    .find_map(|s| s.link)
+                    .unwrap_or(BOOTSTRAP);
+                let Some(conn) = self.links.get(&link).and_then(|l| l.conn.as_ref()) else {
                     let _ = reply.send(Err(RequestError::Unavailable {
                         reason: "not connected to the coordinator".into(),
                     }));
                     return;
-                }
-                let paged = self.conn.as_ref().is_some_and(|c| c.features.paged_fetch);
+                };
+                let paged = conn.features.paged_fetch;
                 let pages = Box::new(FetchPages {
                     reply,
                     group,
@@ -186,7 +208,7 @@ impl Driver {
                     got: BTreeMap::new(),
                 });
                 let request = pages.request(paged, None);
-                self.send(Pending::Fetch(pages), request);
+                self.send(link, Pending::Fetch(pages), request);
             }
         }
     }
@@ -210,7 +232,7 @@ pub(super) fn fetch_result(
             })
             .collect()),
         Response::Error(e) => Err(match e.code.action() {
-            ClientAction::Retry => RequestError::Unavailable {
+            ClientAction::Retry | ClientAction::FindCoordinator => RequestError::Unavailable {
                 reason: format!("{}: {}", e.code, e.message),
             },
             _ => RequestError::Refused {

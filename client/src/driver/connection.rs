@@ -1,13 +1,19 @@
-//! One connection: connecting, the version handshake, the writer task, and reading
-//! the next frame or learning that the connection is gone.
+//! One connection: connecting, the version handshake, and the reader and writer tasks
+//! that move its frames between the socket and the connection task.
 
 use super::*;
 
-/// An established, handshaken connection.
-pub(crate) struct Connection {
-    pub(super) stream: SplitStream<Transport>,
+/// A connection opened and handshaken, not yet started.
+pub(crate) struct Opened {
+    transport: Transport,
+    max_frame_size: usize,
+    features: Features,
+}
+
+/// An established, handshaken connection of one link.
+pub(super) struct Connection {
     pub(super) writer: mpsc::UnboundedSender<Frame>,
-    pub(super) writer_task: JoinHandle<Result<(), FrameError>>,
+    tasks: [JoinHandle<()>; 2],
     pub(super) max_frame_size: usize,
     /// What the coordinator supports beyond version 0.
     pub(super) features: Features,
@@ -15,14 +21,31 @@ pub(crate) struct Connection {
 
 impl Drop for Connection {
     fn drop(&mut self) {
-        self.writer_task.abort();
+        for task in &self.tasks {
+            task.abort();
+        }
     }
+}
+
+/// What a link's tasks report to the connection task, tagged with the link and the
+/// attempt (`epoch`) they belong to: reports of an earlier attempt are ignored.
+pub(super) struct Inbound {
+    pub(super) link: LinkId,
+    pub(super) epoch: u64,
+    pub(super) event: ConnEvent,
+}
+
+pub(super) enum ConnEvent {
+    /// A connection attempt ended.
+    Opened(Box<Result<Opened, ConnectError>>),
+    Frame(Frame),
+    Lost(String),
 }
 
 /// Connects to `addr` (over TLS if configured) and performs the version handshake,
 /// within the connect timeout, through [`crate::raw::open`]; then checks what the
 /// coordinator supports.
-pub(crate) async fn open(addr: &str, config: &ClientConfig) -> Result<Connection, ConnectError> {
+pub(crate) async fn open(addr: &str, config: &ClientConfig) -> Result<Opened, ConnectError> {
     let (transport, versions) = crate::raw::open(addr, &config.connect_options()).await?;
     let needed = [
         (ApiKey::Join as u16, "join"),
@@ -61,60 +84,101 @@ pub(crate) async fn open(addr: &str, config: &ClientConfig) -> Result<Connection
         Ok(0) | Err(_) => config.max_frame_size,
         Ok(n) => n,
     };
-    let (sink, stream) = transport.split();
-    let (writer, rx) = mpsc::unbounded_channel();
-    let writer_task = tokio::spawn(write_loop(sink, rx));
-    Ok(Connection {
-        stream,
-        writer,
-        writer_task,
+    Ok(Opened {
+        transport,
         max_frame_size,
         features,
     })
 }
 
-pub(super) async fn write_loop(
-    mut sink: SplitSink<Transport, Frame>,
-    mut rx: mpsc::UnboundedReceiver<Frame>,
-) -> Result<(), FrameError> {
-    while let Some(frame) = rx.recv().await {
-        sink.feed(frame).await?;
-        while let Ok(frame) = rx.try_recv() {
-            sink.feed(frame).await?;
+impl Connection {
+    /// Starts the reader and writer of `opened`, which report to `inbound` as `link`'s
+    /// attempt `epoch`.
+    pub(super) fn start(
+        opened: Opened,
+        inbound: &mpsc::UnboundedSender<Inbound>,
+        link: LinkId,
+        epoch: u64,
+    ) -> Self {
+        let (sink, stream) = opened.transport.split();
+        let (writer, rx) = mpsc::unbounded_channel();
+        let reader = tokio::spawn(read_loop(stream, inbound.clone(), link, epoch));
+        let writer_task = tokio::spawn(write_loop(sink, rx, inbound.clone(), link, epoch));
+        Self {
+            writer,
+            tasks: [reader, writer_task],
+            max_frame_size: opened.max_frame_size,
+            features: opened.features,
         }
-        sink.flush().await?;
     }
-    Ok(())
 }
 
-pub(super) enum ConnEvent {
-    Frame(Frame),
-    Lost(String),
-}
-
-/// The next frame from the connection, or why it is gone; never resolves without one.
-pub(super) async fn conn_event(conn: &mut Option<Connection>) -> ConnEvent {
-    let Some(c) = conn else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        frame = c.stream.next() => match frame {
+/// Hands every frame read to the connection task, then why the connection ended.
+async fn read_loop(
+    mut stream: SplitStream<Transport>,
+    inbound: mpsc::UnboundedSender<Inbound>,
+    link: LinkId,
+    epoch: u64,
+) {
+    loop {
+        let event = match stream.next().await {
             Some(Ok(frame)) => ConnEvent::Frame(frame),
             Some(Err(e)) => ConnEvent::Lost(format!("read failed: {e}")),
             None => ConnEvent::Lost("closed by the coordinator".to_owned()),
-        },
-        result = &mut c.writer_task => ConnEvent::Lost(match result {
-            Ok(Err(e)) => format!("write failed: {e}"),
-            _ => "writer stopped".to_owned(),
-        }),
+        };
+        let last = matches!(event, ConnEvent::Lost(_));
+        if inbound.send(Inbound { link, epoch, event }).is_err() || last {
+            return;
+        }
     }
 }
 
-pub(super) async fn join_connect(
-    task: &mut Option<JoinHandle<Result<Connection, ConnectError>>>,
-) -> Result<Result<Connection, ConnectError>, tokio::task::JoinError> {
-    match task {
-        Some(t) => t.await,
-        None => std::future::pending().await,
+/// Writes what the connection task queues, as much as is queued per flush; reports a
+/// failed write.
+async fn write_loop(
+    mut sink: SplitSink<Transport, Frame>,
+    mut rx: mpsc::UnboundedReceiver<Frame>,
+    inbound: mpsc::UnboundedSender<Inbound>,
+    link: LinkId,
+    epoch: u64,
+) {
+    let result: Result<(), FrameError> = async {
+        while let Some(frame) = rx.recv().await {
+            sink.feed(frame).await?;
+            while let Ok(frame) = rx.try_recv() {
+                sink.feed(frame).await?;
+            }
+            sink.flush().await?;
+        }
+        Ok(())
     }
+    .await;
+    let reason = match result {
+        Err(e) => format!("write failed: {e}"),
+        Ok(()) => "writer stopped".to_owned(),
+    };
+    let _ = inbound.send(Inbound {
+        link,
+        epoch,
+        event: ConnEvent::Lost(reason),
+    });
+}
+
+/// Opens a connection to `addr` for `link`'s attempt `epoch`, reporting the outcome
+/// to `inbound`.
+pub(super) fn spawn_open(
+    addr: String,
+    config: ClientConfig,
+    inbound: mpsc::UnboundedSender<Inbound>,
+    link: LinkId,
+    epoch: u64,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let result = open(&addr, &config).await;
+        let _ = inbound.send(Inbound {
+            link,
+            epoch,
+            event: ConnEvent::Opened(Box::new(result)),
+        });
+    })
 }

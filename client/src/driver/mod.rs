@@ -1,19 +1,28 @@
-//! The connection task: owns the socket and drives every membership on it.
+//! The connection task: owns the connections and drives every membership on them.
 //!
-//! One task per [`Client`](crate::Client). It reads frames, hands responses and pushes
-//! to the memberships, writes what they produce (through a writer task, so a slow socket
-//! never stalls heartbeats' bookkeeping), fires their timers, reconnects with backoff
-//! when the connection is lost, and talks to the application through channels. Where
-//! the coordinator supports it, the heartbeats of its memberships go out in rounds, one
-//! Heartbeats frame each ([`round`]).
+//! One task per [`Client`](crate::Client). Its memberships live on *links*, one per
+//! coordinator (`link.rs`): a new membership starts on the bootstrap link (the
+//! addresses the client was given); one whose coordinator says it does not serve the
+//! group, or whose link to a coordinator found that way is lost, finds its group's
+//! coordinator (`finding.rs`) and moves to the link to it, as the same member. The task
+//! hands the frames each link's reader reports to the memberships, writes what they
+//! produce (through each link's writer task, so a slow socket never stalls heartbeats'
+//! bookkeeping), fires their timers, reconnects with backoff when a link is lost, and
+//! talks to the application through channels. Where a coordinator supports it, the
+//! heartbeats of the memberships on its link go out in rounds, one Heartbeats frame
+//! each ([`round`]).
 
 mod commands;
 mod connection;
+mod finding;
 mod inbound;
+mod link;
 mod round;
 
 use connection::*;
-pub(crate) use connection::{open, Connection};
+pub(crate) use connection::{open, Opened};
+use finding::{LinkId, Search};
+use link::{Link, BOOTSTRAP};
 use round::{Beat, Outgoing};
 
 pub(crate) use commands::Command;
@@ -31,8 +40,8 @@ use parking_lot::Mutex;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rollcall_protocol::{
-    ApiKey, Body, ClientAction, ErrorCode, FetchOffsetsRequest, Frame, FrameError, OffsetCursor,
-    Page, Push, PushKey, Request, Response, CURRENT_VERSION,
+    ApiKey, Body, ClientAction, ErrorCode, FetchOffsetsRequest, FindCoordinatorRequest, Frame,
+    FrameError, OffsetCursor, Page, Push, PushKey, Request, Response, CURRENT_VERSION,
 };
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::task::JoinHandle;
@@ -88,11 +97,25 @@ pub(crate) type Delivery = (Event, Option<Ticket>);
 
 struct Slot {
     m: Membership,
+    /// The link it lives on; `None` while it looks for its coordinator.
+    link: Option<LinkId>,
+    search: Search,
     shared: Arc<MemberShared>,
     events: mpsc::UnboundedSender<Delivery>,
     join_reply: Option<oneshot::Sender<Result<(), FatalError>>>,
     leave_replies: Vec<oneshot::Sender<Result<(), LeaveError>>>,
     commits: HashMap<RequestId, oneshot::Sender<Result<(), CommitError>>>,
+}
+
+impl Slot {
+    /// Fails the commits awaiting an answer: it will not come.
+    fn fail_commits(&mut self, reason: &str) {
+        for (_, reply) in self.commits.drain() {
+            let _ = reply.send(Err(CommitError::Unavailable {
+                reason: reason.to_owned(),
+            }));
+        }
+    }
 }
 
 enum Pending {
@@ -107,75 +130,73 @@ enum Pending {
     Fetch(Box<FetchPages>),
     /// A Heartbeats request: these memberships' heartbeats, in order.
     Beats(Vec<Beat>),
+    /// A FindCoordinator for this membership's group.
+    Find {
+        key: u64,
+    },
     /// The `unconfirmed` leave of a member the application dropped: nobody waits for it.
     Abandoned,
 }
 
 /// The connection task.
 pub(crate) struct Driver {
-    addr: String,
     config: ClientConfig,
     commands: mpsc::UnboundedReceiver<Command>,
     wake: Arc<Notify>,
     slots: HashMap<u64, Slot>,
-    conn: Option<Connection>,
-    reconnect_at: Option<Instant>,
-    backoff: Backoff,
+    links: BTreeMap<LinkId, Link>,
+    next_link: LinkId,
+    /// What the links' tasks report (frames, losses, connection attempts).
+    inbound: mpsc::UnboundedReceiver<Inbound>,
+    inbound_tx: mpsc::UnboundedSender<Inbound>,
     rng: SmallRng,
-    /// Requests awaiting an answer, with when they were written.
-    pending: HashMap<u32, (Pending, Instant)>,
-    next_correlation: u32,
-    /// When the connection last delivered a frame.
-    last_frame_at: Instant,
     /// Whether the fallback to session-long leases was logged (once per client).
     lease_fallback_logged: bool,
-    /// The coordinator of this connection did not answer a Heartbeats request as it
-    /// should: each membership heartbeats alone until the next connection.
-    beats_refused: bool,
 }
 
 impl Driver {
+    /// A task for the client given `bootstrap` addresses, connected to
+    /// `bootstrap[at]` already.
     pub(crate) fn new(
-        addr: String,
+        bootstrap: Vec<String>,
+        at: usize,
         config: ClientConfig,
-        conn: Connection,
+        opened: Opened,
         commands: mpsc::UnboundedReceiver<Command>,
         wake: Arc<Notify>,
     ) -> Self {
-        let backoff = Backoff::new(config.reconnect_base, config.reconnect_max);
-        Self {
-            addr,
+        let now = Instant::now();
+        let (inbound_tx, inbound) = mpsc::unbounded_channel();
+        let mut link = Link::new(bootstrap, &config, now);
+        link.connected_at(at);
+        link.epoch = 1;
+        let conn = Connection::start(opened, &inbound_tx, BOOTSTRAP, link.epoch);
+        let features = conn.features;
+        link.conn = Some(conn);
+        let mut driver = Self {
             config,
             commands,
             wake,
             slots: HashMap::new(),
-            conn: Some(conn),
-            reconnect_at: None,
-            backoff,
+            links: BTreeMap::from([(BOOTSTRAP, link)]),
+            next_link: BOOTSTRAP + 1,
+            inbound,
+            inbound_tx,
             rng: SmallRng::from_entropy(),
-            pending: HashMap::new(),
-            next_correlation: HANDSHAKE_CORRELATION + 1,
-            last_frame_at: Instant::now(),
             lease_fallback_logged: false,
-            beats_refused: false,
-        }
-        .noting_features()
-    }
-
-    fn noting_features(mut self) -> Self {
-        if let Some(features) = self.conn.as_ref().map(|c| c.features) {
-            self.note_features(features);
-        }
-        self
+        };
+        driver.note_features(BOOTSTRAP, features);
+        driver
     }
 
     /// Logs, once per client, a coordinator that does not know lease timeouts: members
     /// fall back to leases of their session timeout on its connections.
-    fn note_features(&mut self, features: Features) {
+    fn note_features(&mut self, link: LinkId, features: Features) {
         if !features.lease_timeout && !self.lease_fallback_logged {
             self.lease_fallback_logged = true;
+            let addr = self.links.get(&link).map(Link::addr).unwrap_or_default();
             info!(
-                addr = %self.addr,
+                addr,
                 "the coordinator does not support lease timeouts (join version 1): \
                  members use their session timeout as their lease on its connections"
             );
@@ -184,21 +205,14 @@ impl Driver {
 
     /// Runs until every handle (client and members) is dropped.
     pub(crate) async fn run(mut self) {
-        let mut connecting: Option<JoinHandle<Result<Connection, ConnectError>>> = None;
         loop {
             let now = Instant::now();
             self.drive(now);
-            if self.stall_deadline().is_some_and(|d| d <= now) {
-                self.disconnect("no answer from the coordinator", now);
-            }
-            if self.conn.is_none()
-                && connecting.is_none()
-                && self.reconnect_at.is_none_or_before(now)
-            {
-                self.reconnect_at = None;
-                let addr = self.addr.clone();
-                let config = self.config.clone();
-                connecting = Some(tokio::spawn(async move { open(&addr, &config).await }));
+            self.check_stalls(now);
+            for (id, link) in &mut self.links {
+                if link.wants_attempt(now) {
+                    link.attempt(*id, &self.config, &self.inbound_tx);
+                }
             }
             let wake_at = self.next_wake().unwrap_or(now + Duration::from_secs(3600));
             tokio::select! {
@@ -206,68 +220,59 @@ impl Driver {
                     Some(command) => self.on_command(command, Instant::now()),
                     None => break,
                 },
-                event = conn_event(&mut self.conn) => {
-                    let now = Instant::now();
-                    match event {
-                        ConnEvent::Frame(frame) => self.on_frame(frame, now),
-                        ConnEvent::Lost(reason) => self.disconnect(&reason, now),
-                    }
-                }
-                result = join_connect(&mut connecting) => {
-                    connecting = None;
-                    let now = Instant::now();
-                    match result {
-                        Ok(Ok(conn)) => self.on_connected(conn, now),
-                        Ok(Err(e)) => self.connect_failed(&e, now),
-                        Err(e) => self.schedule_reconnect(&format!("connect task failed: {e}"), now),
-                    }
-                }
+                Some(inbound) = self.inbound.recv() => self.on_inbound(inbound, Instant::now()),
                 () = tokio::time::sleep_until(wake_at) => {}
                 () = self.wake.notified() => {}
             }
         }
-        if let Some(task) = connecting {
-            task.abort();
-        }
     }
 
-    /// When the connection is to be presumed dead: requests written since the last frame
-    /// arrived have gone unanswered for the shortest session timeout of its members. A
-    /// half-open connection (a peer gone without a reset) is found this way; by then
-    /// every lease on it has run out anyway.
-    fn stall_deadline(&self) -> Option<Instant> {
-        self.conn.as_ref()?;
-        let oldest = self
-            .pending
+    /// The shortest session timeout of the memberships on `link`.
+    fn stall_timeout(&self, link: LinkId) -> Duration {
+        self.slots
             .values()
-            .map(|(_, sent)| *sent)
-            .filter(|sent| *sent >= self.last_frame_at)
-            .min()?;
-        let timeout = self
-            .slots
-            .values()
+            .filter(|s| s.link == Some(link))
             .map(|s| s.m.session_timeout())
             .min()
-            .unwrap_or(DEFAULT_STALL_TIMEOUT);
-        Some(oldest + timeout)
+            .unwrap_or(DEFAULT_STALL_TIMEOUT)
+    }
+
+    fn check_stalls(&mut self, now: Instant) {
+        let stalled: Vec<LinkId> = self
+            .links
+            .iter()
+            .filter(|(id, link)| {
+                link.stall_deadline(self.stall_timeout(**id))
+                    .is_some_and(|d| d <= now)
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for link in stalled {
+            self.disconnect(link, "no answer from the coordinator", now);
+        }
     }
 
     fn next_wake(&self) -> Option<Instant> {
-        let mut wake = self.reconnect_at;
-        if let Some(t) = self.stall_deadline() {
-            wake = Some(wake.map_or(t, |w| w.min(t)));
-        }
-        for slot in self.slots.values() {
-            if let Some(t) = slot.m.poll_timeout() {
-                let t = Instant::from_std(t);
+        let mut wake: Option<Instant> = None;
+        let mut add = |t: Option<Instant>| {
+            if let Some(t) = t {
                 wake = Some(wake.map_or(t, |w| w.min(t)));
             }
+        };
+        for (id, link) in &self.links {
+            add(link.reconnect_at);
+            add(link.stall_deadline(self.stall_timeout(*id)));
+        }
+        for slot in self.slots.values() {
+            add(slot.m.poll_timeout().map(Instant::from_std));
+            add(slot.search.wake().map(Instant::from_std));
         }
         wake
     }
 
-    /// Feeds progress and timers to every membership, sends what they produce, delivers
-    /// their events and answers, publishes their state, and drops finished ones.
+    /// Feeds progress and timers to every membership, moves those whose coordinator
+    /// changed, sends what they produce, delivers their events and answers, publishes
+    /// their state, and drops finished memberships and idle links.
     fn drive(&mut self, now: Instant) {
         let std_now = now.into_std();
         for slot in self.slots.values_mut() {
@@ -282,17 +287,17 @@ impl Driver {
             slot.m
                 .set_progress(slot.shared.progress.load(Ordering::Acquire), std_now);
             slot.m.handle_timeout(std_now);
+            if slot.m.take_relocate() {
+                slot.link = None;
+                slot.fail_commits("the group moved to another coordinator");
+                slot.search.start(std_now, &mut self.rng);
+            }
         }
-        let batching = self.batching();
-        let pass = round::gather(
-            self.slots.iter_mut().map(|(key, slot)| (*key, &mut slot.m)),
-            std_now,
-            batching,
-        );
-        for (key, id, request) in pass.requests {
-            self.send(Pending::Member { key, id }, request);
+        self.ask_coordinators(std_now);
+        let ids: Vec<LinkId> = self.links.keys().copied().collect();
+        for link in ids {
+            self.drive_link(link, std_now);
         }
-        self.send_beats(pass.beats);
         let keys: Vec<u64> = self.slots.keys().copied().collect();
         for key in keys {
             let Some(slot) = self.slots.get_mut(&key) else {
@@ -329,32 +334,118 @@ impl Driver {
                 self.slots.remove(&key);
             }
         }
+        self.drop_idle_links();
     }
 
-    /// Whether heartbeats go out in rounds on the current connection.
-    fn batching(&self) -> bool {
-        !self.beats_refused && self.conn.as_ref().is_some_and(|c| c.features.heartbeats)
+    /// Sends what the memberships on `link` have to send.
+    fn drive_link(&mut self, link: LinkId, now: std::time::Instant) {
+        let Some(batching) = self.links.get(&link).map(Link::batching) else {
+            return;
+        };
+        let pass = round::gather(
+            self.slots
+                .iter_mut()
+                .filter(|(_, s)| s.link == Some(link))
+                .map(|(key, slot)| (*key, &mut slot.m)),
+            now,
+            batching,
+        );
+        for (key, id, request) in pass.requests {
+            self.send(link, Pending::Member { key, id }, request);
+        }
+        self.send_beats(link, pass.beats);
     }
 
-    /// Sends a round of heartbeats: one Heartbeats request (or as few as fit the frame
-    /// size), or a lone Heartbeat for a round of one.
-    fn send_beats(&mut self, beats: Vec<Beat>) {
+    /// Sends a FindCoordinator for every membership whose search is due, on the
+    /// bootstrap connection if it is up, otherwise on any other.
+    fn ask_coordinators(&mut self, now: std::time::Instant) {
+        let connected = |l: &Link| l.conn.is_some();
+        let on = match self.links.get(&BOOTSTRAP) {
+            Some(l) if connected(l) => Some(BOOTSTRAP),
+            _ => self
+                .links
+                .iter()
+                .find(|(_, l)| connected(l))
+                .map(|(id, _)| *id),
+        };
+        let Some(on) = on else {
+            return;
+        };
+        let due: Vec<(u64, String)> = self
+            .slots
+            .iter()
+            .filter(|(_, s)| s.search.due(now))
+            .map(|(key, s)| (*key, s.m.group().to_owned()))
+            .collect();
+        for (key, group) in due {
+            let request = Request::FindCoordinator(FindCoordinatorRequest { group });
+            if let Some(correlation) = self.send(on, Pending::Find { key }, request) {
+                if let Some(slot) = self.slots.get_mut(&key) {
+                    slot.search.sent(on, correlation);
+                }
+            }
+        }
+    }
+
+    /// Puts membership `key` on the link to `addr` (made if there is none), connecting
+    /// it at once if that link is up.
+    fn place(&mut self, key: u64, addr: String, now: Instant) {
+        let existing = self
+            .links
+            .iter()
+            .find(|(_, l)| l.addr() == addr)
+            .map(|(id, _)| *id);
+        let link = existing.unwrap_or_else(|| {
+            let id = self.next_link;
+            self.next_link += 1;
+            debug!(%addr, "a link to another coordinator");
+            self.links
+                .insert(id, Link::new(vec![addr], &self.config, now));
+            id
+        });
+        let features = self
+            .links
+            .get(&link)
+            .and_then(|l| l.conn.as_ref())
+            .map(|c| c.features);
+        if let Some(slot) = self.slots.get_mut(&key) {
+            slot.link = Some(link);
+            if let Some(features) = features {
+                slot.m.handle_connected(now.into_std(), features);
+            }
+        }
+    }
+
+    /// Drops the links to coordinators found by FindCoordinator that no membership
+    /// lives on and no request awaits an answer on any more.
+    fn drop_idle_links(&mut self) {
+        let used: Vec<LinkId> = self.slots.values().filter_map(|s| s.link).collect();
+        self.links
+            .retain(|id, link| *id == BOOTSTRAP || used.contains(id) || !link.pending.is_empty());
+    }
+
+    /// Sends a round of heartbeats on `link`: one Heartbeats request (or as few as fit
+    /// the frame size), or a lone Heartbeat for a round of one.
+    fn send_beats(&mut self, link: LinkId, beats: Vec<Beat>) {
         if beats.is_empty() {
             return;
         }
-        let max = self.conn.as_ref().map_or(usize::MAX, |c| c.max_frame_size);
+        let max = self
+            .links
+            .get(&link)
+            .map_or(usize::MAX, Link::max_frame_size);
         for outgoing in round::frames(beats, max) {
             match outgoing {
-                Outgoing::Lone(b) => self.send(
-                    Pending::Member {
+                Outgoing::Lone(b) => {
+                    let pending = Pending::Member {
                         key: b.key,
                         id: b.id,
-                    },
-                    Request::Heartbeat(b.beat),
-                ),
+                    };
+                    self.send(link, pending, Request::Heartbeat(b.beat));
+                }
                 Outgoing::Batch(beats) => {
                     let request = round::request(&beats);
-                    self.send(Pending::Beats(beats), request);
+                    self.send(link, Pending::Beats(beats), request);
                 }
             }
         }
@@ -363,8 +454,14 @@ impl Driver {
     /// Hands each result of a Heartbeats answer to its membership as the answer to its
     /// lone Heartbeat. An answer that cannot be dispatched so (a coordinator that lists
     /// the request but refuses it, or answers something else) makes every membership on
-    /// this connection heartbeat alone, and these beats are sent again alone at once.
-    fn on_beats_answer(&mut self, beats: Vec<Beat>, response: Response, now: std::time::Instant) {
+    /// this link heartbeat alone, and these beats are sent again alone at once.
+    fn on_beats_answer(
+        &mut self,
+        link: LinkId,
+        beats: Vec<Beat>,
+        response: Response,
+        now: std::time::Instant,
+    ) {
         match round::answers(beats.len(), response) {
             Ok(answers) => {
                 for (b, answer) in beats.into_iter().zip(answers) {
@@ -374,14 +471,16 @@ impl Driver {
                 }
             }
             Err(reason) => {
-                if !self.beats_refused {
-                    self.beats_refused = true;
-                    warn!(
-                        addr = %self.addr,
-                        %reason,
-                        "a Heartbeats request was not answered as it should be: one \
-                         Heartbeat per member on this connection"
-                    );
+                if let Some(l) = self.links.get_mut(&link) {
+                    if !l.beats_refused {
+                        l.beats_refused = true;
+                        warn!(
+                            addr = l.addr(),
+                            %reason,
+                            "a Heartbeats request was not answered as it should be: one \
+                             Heartbeat per member on this connection"
+                        );
+                    }
                 }
                 for b in beats {
                     if self.slots.contains_key(&b.key) {
@@ -389,29 +488,16 @@ impl Driver {
                             key: b.key,
                             id: b.id,
                         };
-                        self.send(pending, Request::Heartbeat(b.beat));
+                        self.send(link, pending, Request::Heartbeat(b.beat));
                     }
                 }
             }
         }
     }
 
-    fn send(&mut self, pending: Pending, request: Request) {
-        let Some(conn) = &self.conn else {
-            return;
-        };
-        let correlation = self.next_correlation;
-        self.next_correlation = match self.next_correlation.wrapping_add(1) {
-            0 | HANDSHAKE_CORRELATION => HANDSHAKE_CORRELATION + 1,
-            n => n,
-        };
-        if conn
-            .writer
-            .send(Frame::request(correlation, request))
-            .is_ok()
-        {
-            self.pending.insert(correlation, (pending, Instant::now()));
-        }
+    /// Writes `request` on `link`; its correlation id, or `None` if not connected.
+    fn send(&mut self, link: LinkId, pending: Pending, request: Request) -> Option<u32> {
+        self.links.get_mut(&link)?.send(pending, request)
     }
 }
 

@@ -271,9 +271,17 @@ impl Membership {
                     CommitError::Fenced
                 }
                 ErrorCode::UnknownGroup => CommitError::UnknownGroup,
-                code if code.action() == ClientAction::Retry => CommitError::Unavailable {
-                    reason: format!("{code}: {}", e.message),
-                },
+                // Sent again by the application once the member is connected to the
+                // group's coordinator.
+                code if matches!(
+                    code.action(),
+                    ClientAction::Retry | ClientAction::FindCoordinator
+                ) =>
+                {
+                    CommitError::Unavailable {
+                        reason: format!("{code}: {}", e.message),
+                    }
+                }
                 code => CommitError::Rejected {
                     code,
                     message: e.message,

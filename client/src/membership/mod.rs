@@ -230,6 +230,10 @@ pub struct Membership {
     session_bound: Option<Instant>,
     /// Whether the member is suspended (and the application was told).
     suspended: bool,
+    /// The coordinator said it does not serve the group: the connection task is to
+    /// find the group's coordinator and connect the membership there
+    /// ([`Membership::take_relocate`]).
+    relocate: bool,
     next_beat: Option<Instant>,
     leaving: Option<Leaving>,
     last_loss: Option<LostReason>,
@@ -280,6 +284,7 @@ impl Membership {
             lease: None,
             session_bound: None,
             suspended: false,
+            relocate: false,
             next_beat: None,
             leaving: None,
             last_loss: None,
@@ -392,7 +397,34 @@ impl Membership {
 
     /// The connection is gone, and every request in flight with it. An active member
     /// suspends at once: nothing can renew its lease until it reconnects.
-    pub fn handle_disconnected(&mut self, _now: Instant) {
+    pub fn handle_disconnected(&mut self, now: Instant) {
+        self.detach(now);
+        self.suspend();
+    }
+
+    /// Whether the coordinator said it does not serve the group since the last call:
+    /// the connection task then finds the group's coordinator and calls
+    /// [`Membership::handle_connected`] once connected there. Until then the membership
+    /// is detached (as if disconnected) but not suspended: its lease still holds, and
+    /// the coordinator that serves the group honours it; it suspends when the lease
+    /// runs out, as ever.
+    pub fn take_relocate(&mut self) -> bool {
+        mem::take(&mut self.relocate)
+    }
+
+    /// The coordinator does not serve the group (`not_coordinator`): detached from the
+    /// connection, same member id and generation, to be connected to the group's
+    /// coordinator.
+    fn relocate(&mut self, now: Instant) {
+        debug!(group = %self.settings.group, "the group is served by another coordinator");
+        self.detach(now);
+        self.relocate = true;
+    }
+
+    /// No longer connected: what was in flight is lost (acknowledgements to send again,
+    /// relinquishes due again, a join retried with its token), a sent leave is
+    /// unconfirmed.
+    fn detach(&mut self, _now: Instant) {
         self.connected = false;
         self.next_beat = None;
         for (_, f) in mem::take(&mut self.in_flight) {
@@ -419,7 +451,6 @@ impl Membership {
         if self.leaving.as_ref().is_some_and(|l| l.sent.is_some()) {
             self.finish_leave(Err(LeaveError::Unconfirmed));
         }
-        self.suspend();
     }
 
     /// Suspends an active member, telling the application (once). Not once its leave

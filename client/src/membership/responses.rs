@@ -15,7 +15,16 @@ impl Membership {
             }) => self.on_heartbeat_response(sent, incarnation, acks, response, now),
             Some(InFlight::Leave { incarnation }) => {
                 if incarnation == self.incarnation && self.leaving.is_some() {
-                    self.finish_leave(Ok(()));
+                    // A coordinator that does not serve the group did not take the
+                    // leave: the group's coordinator holds the partitions until this
+                    // member's lease has run out.
+                    let moved = matches!(&response, Response::Error(e)
+                        if matches!(e.code, ErrorCode::NotCoordinator | ErrorCode::CoordinatorLoading));
+                    self.finish_leave(if moved {
+                        Err(LeaveError::Unconfirmed)
+                    } else {
+                        Ok(())
+                    });
                 }
             }
             Some(InFlight::Relinquish { ticket }) => {
@@ -77,8 +86,10 @@ impl Membership {
             }
             Response::Error(e) => match e.code {
                 ErrorCode::FencedInstance => self.fail(FatalError::Fenced { message: e.message }),
+                // The same join (token and member id), at the group's coordinator.
+                ErrorCode::NotCoordinator => self.relocate(now),
                 code => match code.action() {
-                    ClientAction::Retry => {
+                    ClientAction::Retry | ClientAction::FindCoordinator => {
                         j.not_before = now + self.backoff.next_delay(&mut self.rng)
                     }
                     ClientAction::Rejoin if j.member_id.is_some() => {
@@ -145,6 +156,8 @@ impl Membership {
                     ErrorCode::IllegalGeneration | ErrorCode::InconsistentMember => {
                         self.membership_gone(now, false)
                     }
+                    // Still a member, served elsewhere: heartbeat there.
+                    ErrorCode::NotCoordinator => self.relocate(now),
                     // Transient or unexpected: the next beat tries again.
                     _ => {}
                 }

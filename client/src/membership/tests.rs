@@ -1639,3 +1639,126 @@ fn a_late_acknowledgement_does_not_answer_a_later_revocation() {
     let (_, beat, _) = h.pop_heartbeat();
     assert_eq!(beat.acked_revocations, to_wire(&set(&[1])));
 }
+
+// -----------------------------------------------------------------------------------
+// Groups served by another coordinator
+// -----------------------------------------------------------------------------------
+
+#[test]
+fn not_coordinator_on_a_heartbeat_relocates_without_suspending_or_rejoining() {
+    let mut h = Harness::joined("m1", &[0, 1]);
+    h.advance(INTERVAL);
+    let (id, beat, _) = h.pop_heartbeat();
+    assert!(!h.m.take_relocate());
+    h.respond(id, error(ErrorCode::NotCoordinator));
+    assert!(
+        h.m.take_relocate(),
+        "the connection task is asked to move it"
+    );
+    assert!(!h.m.take_relocate(), "once");
+    // Detached: nothing goes out until it is connected at the group's coordinator,
+    // and the application is told nothing while its lease holds.
+    h.advance(INTERVAL);
+    assert!(h.outbox.is_empty());
+    assert_eq!(h.events(), vec![]);
+    assert!(!h.m.is_suspended());
+    assert_eq!(h.m.member_id(), Some("m1"));
+    // Connected there: it heartbeats at once as the same member, same generation.
+    h.connect();
+    let (id, moved, _) = h.pop_heartbeat();
+    assert_eq!(moved.member_id, beat.member_id);
+    assert_eq!(moved.generation, beat.generation);
+    assert_eq!(moved.sequence, beat.sequence + 1);
+    h.ack_heartbeat(id);
+    assert_eq!(h.events(), vec![]);
+    assert_eq!(h.m.assignment().partitions, set(&[0, 1]));
+}
+
+#[test]
+fn a_move_longer_than_the_lease_suspends_then_resumes_never_loses() {
+    let mut h = Harness::joined("m1", &[0, 1]);
+    h.advance(INTERVAL);
+    let (id, _, _) = h.pop_heartbeat();
+    h.respond(id, error(ErrorCode::NotCoordinator));
+    assert!(h.m.take_relocate());
+    // Past the lease, within the session.
+    h.advance(LEASE);
+    assert_eq!(
+        h.events(),
+        vec![Event::Suspended {
+            partitions: set(&[0, 1])
+        }]
+    );
+    h.connect();
+    let (id, _, _) = h.pop_heartbeat();
+    h.ack_heartbeat(id);
+    assert_eq!(
+        h.events(),
+        vec![Event::Resumed {
+            partitions: set(&[0, 1])
+        }]
+    );
+    assert_eq!(h.m.member_id(), Some("m1"));
+}
+
+#[test]
+fn coordinator_loading_on_a_heartbeat_is_retried_in_place() {
+    let mut h = Harness::joined("m1", &[0]);
+    h.advance(INTERVAL);
+    let (id, _, _) = h.pop_heartbeat();
+    h.respond(id, error(ErrorCode::CoordinatorLoading));
+    assert!(!h.m.take_relocate());
+    assert_eq!(h.events(), vec![]);
+    // The next heartbeat goes to the same connection, on schedule.
+    h.advance(INTERVAL);
+    let (id, beat, _) = h.pop_heartbeat();
+    assert_eq!(beat.member_id, "m1");
+    h.ack_heartbeat(id);
+    assert_eq!(h.events(), vec![]);
+}
+
+#[test]
+fn not_coordinator_on_a_join_sends_the_same_join_at_the_new_coordinator() {
+    let mut h = Harness::new();
+    h.connect();
+    let (id, first) = h.pop_join();
+    h.respond(id, error(ErrorCode::NotCoordinator));
+    assert!(h.m.take_relocate());
+    h.advance(Duration::from_secs(1));
+    assert!(h.outbox.is_empty(), "nothing until connected there");
+    assert_eq!(h.m.take_join_result(), None, "the join is still under way");
+    h.connect();
+    let (id, again) = h.pop_join();
+    assert_eq!(again.join_token, first.join_token);
+    assert_eq!(again.member_id, first.member_id);
+    h.respond(id, join_ok("m1"));
+    assert_eq!(h.m.take_join_result(), Some(Ok(())));
+}
+
+#[test]
+fn a_commit_answered_not_coordinator_is_unavailable() {
+    let mut h = Harness::joined("m1", &[0]);
+    let (id, _) =
+        h.m.commit(vec![Offset::new(tp(0), 5)], h.now)
+            .expect("a commit goes out");
+    let result =
+        h.m.handle_commit_response(id, error(ErrorCode::NotCoordinator), h.now);
+    assert!(
+        matches!(result, Err(CommitError::Unavailable { .. })),
+        "{result:?}"
+    );
+    assert_eq!(h.m.member_id(), Some("m1"));
+}
+
+#[test]
+fn a_lost_connection_still_suspends_at_once() {
+    let mut h = Harness::joined("m1", &[0]);
+    h.disconnect();
+    assert!(!h.m.take_relocate());
+    assert_eq!(
+        h.events(),
+        vec![Event::Suspended {
+            partitions: set(&[0])
+        }]
+    );
+}

@@ -484,6 +484,7 @@ impl ServeArgs {
         };
         let config = ServerConfig {
             listen: self.listen,
+            advertise: None,
             metrics_addr: self.metrics_addr.0,
             store: if self.in_memory {
                 StoreConfig::Memory

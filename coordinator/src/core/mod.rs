@@ -370,6 +370,11 @@ impl Coordinator {
                 ErrorCode::InvalidRequest,
                 "Authenticate is answered by the connection, not a group",
             ),
+            Request::FindCoordinator(_) => refuse(
+                ApiKey::FindCoordinator,
+                ErrorCode::InvalidRequest,
+                "FindCoordinator is answered by the connection, not a group",
+            ),
             Request::Join(r) => {
                 let group = r.group.clone();
                 let existed = self.groups.contains_key(group.as_str());

@@ -90,7 +90,11 @@ impl Operation {
             Request::DescribeGroup(_) | Request::TraceGroup(_) | Request::ListGroups(_) => {
                 Self::Describe
             }
-            Request::ApiVersions(_) | Request::Authenticate(_) => return None,
+            // Says where a group is served, not whether it exists: any authenticated
+            // principal may ask.
+            Request::ApiVersions(_) | Request::Authenticate(_) | Request::FindCoordinator(_) => {
+                return None
+            }
         })
     }
 }

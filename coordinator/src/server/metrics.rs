@@ -142,7 +142,7 @@ fn describe() {
     );
     describe_counter!(
         "rollcall_requests_denied_total",
-        "Requests refused by the access checks, by API and reason (authentication_required, not_authorized); a Heartbeats request counts each denied beat."
+        "Requests refused before reaching a group, by API and reason: the access checks (authentication_required, not_authorized) and, where coordinators share their groups, the directory (not_coordinator, coordinator_loading); a Heartbeats request counts each refused beat."
     );
     describe_counter!(
         "rollcall_store_batches_total",
@@ -283,6 +283,15 @@ impl ProtocolError {
     }
 }
 
+/// The reasons a request is refused before it reaches a group, as
+/// `rollcall_requests_denied_total` labels them.
+const DENIED: [ErrorCode; 4] = [
+    ErrorCode::AuthenticationRequired,
+    ErrorCode::NotAuthorized,
+    ErrorCode::NotCoordinator,
+    ErrorCode::CoordinatorLoading,
+];
+
 /// Every metric handle the server records into.
 #[derive(Debug)]
 pub(crate) struct Metrics {
@@ -316,7 +325,7 @@ pub(crate) struct Metrics {
     pub(crate) authentications_ok: Counter,
     pub(crate) authentications_failed: Counter,
     /// Per API: authentication_required, then not_authorized.
-    denied: Vec<[Counter; 2]>,
+    denied: Vec<[Counter; DENIED.len()]>,
 }
 
 impl Metrics {
@@ -368,7 +377,7 @@ impl Metrics {
             denied: ApiKey::ALL
                 .iter()
                 .map(|k| {
-                    [ErrorCode::AuthenticationRequired, ErrorCode::NotAuthorized].map(|c| {
+                    DENIED.map(|c| {
                         metrics::counter!(
                             "rollcall_requests_denied_total",
                             "api" => k.as_str(),
@@ -435,7 +444,8 @@ impl Metrics {
     /// Requests refused by the access checks: `reason` is `AuthenticationRequired` or
     /// (anything else) `NotAuthorized`.
     pub(crate) fn denied(&self, api: ApiKey, reason: ErrorCode) -> &Counter {
-        let i = usize::from(reason != ErrorCode::AuthenticationRequired);
+        // Anything else is an access refusal.
+        let i = DENIED.iter().position(|c| *c == reason).unwrap_or(1);
         &self.denied[api as usize][i]
     }
 

@@ -42,6 +42,7 @@ mod auth;
 mod budget;
 mod config;
 mod conn;
+mod directory;
 mod events;
 mod evidence;
 mod io_threads;
@@ -69,6 +70,7 @@ pub use self::config::{
     parse_duration, parse_size, InvalidConfig, ParseValueError, ServerConfig, StoreConfig,
     DEFAULT_MAX_PARTITIONS_PER_GROUP,
 };
+pub use self::directory::{Directory, Lookup};
 pub use self::shard::{shard_of, slot_of};
 
 pub use self::tls::{ClientAuth, TlsError, TlsSettings};
@@ -131,6 +133,8 @@ pub struct Server {
     security: Option<Arc<Security>>,
     /// The TLS configuration read at bind, and what its reload task watches.
     tls: Option<(Arc<rustls::ServerConfig>, tls::TlsWatch)>,
+    /// Which groups it serves: every one, unless set otherwise.
+    directory: Directory,
 }
 
 impl Server {
@@ -199,7 +203,17 @@ impl Server {
             cores,
             security,
             tls,
+            directory: Directory::single(),
         })
+    }
+
+    /// Serves the groups `directory` says are here, and answers the others'
+    /// requests `not_coordinator` or `coordinator_loading` (the directory is shared:
+    /// whoever holds a clone changes what this server serves). A bound server serves
+    /// every group.
+    pub fn with_directory(mut self, directory: Directory) -> Self {
+        self.directory = directory;
+        self
     }
 
     /// The address clients connect to.
@@ -239,6 +253,7 @@ impl Server {
             cores,
             security,
             tls,
+            directory,
         } = self;
         let metrics = Arc::new(Metrics::new());
         let registry = Arc::new(Registry::new(config.io_threads));
@@ -348,7 +363,7 @@ impl Server {
             )));
             context
         });
-        let ctx = Arc::new(ConnContext::new(
+        let mut ctx = ConnContext::new(
             shards.clone(),
             registry.clone(),
             metrics.clone(),
@@ -356,7 +371,12 @@ impl Server {
             security,
             tls,
             io,
-        ));
+        );
+        ctx.directory = directory;
+        if config.advertise.is_none() {
+            ctx.advertise = Arc::from(local_addr.to_string());
+        }
+        let ctx = Arc::new(ctx);
         let connections = TaskTracker::new();
         let (reading, mut readers_done) = mpsc::channel::<()>(1);
         info!(

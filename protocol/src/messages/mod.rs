@@ -12,6 +12,7 @@ mod describe_group;
 mod error;
 mod expelled;
 mod fetch_offsets;
+mod find_coordinator;
 mod heartbeat;
 mod heartbeats;
 mod join;
@@ -39,6 +40,7 @@ pub use self::expelled::{ExpelReason, ExpelledPush};
 pub use self::fetch_offsets::{
     CommittedOffset, FetchOffsetsRequest, FetchOffsetsResponse, OffsetCursor,
 };
+pub use self::find_coordinator::{FindCoordinatorRequest, FindCoordinatorResponse};
 pub use self::heartbeat::{HeartbeatRequest, HeartbeatResponse};
 pub use self::heartbeats::{HeartbeatResult, HeartbeatsRequest, HeartbeatsResponse, MAX_BEATS};
 pub use self::join::{JoinRequest, JoinResponse, TopicSubscription};
@@ -122,6 +124,8 @@ pub enum Request {
     TraceGroup(TraceGroupRequest),
     /// One step of authentication (API key 11).
     Authenticate(AuthenticateRequest),
+    /// Which coordinator serves a group (API key 12).
+    FindCoordinator(FindCoordinatorRequest),
 }
 
 impl Request {
@@ -140,6 +144,7 @@ impl Request {
             Self::Heartbeats(_) => ApiKey::Heartbeats,
             Self::TraceGroup(_) => ApiKey::TraceGroup,
             Self::Authenticate(_) => ApiKey::Authenticate,
+            Self::FindCoordinator(_) => ApiKey::FindCoordinator,
         }
     }
 
@@ -154,6 +159,7 @@ impl Request {
             Self::DescribeGroup(r) => Some(&r.group),
             Self::Relinquish(r) => Some(&r.group),
             Self::TraceGroup(r) => Some(&r.group),
+            Self::FindCoordinator(r) => Some(&r.group),
             Self::ApiVersions(_)
             | Self::ListGroups(_)
             | Self::Heartbeats(_)
@@ -187,6 +193,7 @@ impl Request {
             Self::Heartbeats(r) => r.encode(buf),
             Self::TraceGroup(r) => r.encode(buf),
             Self::Authenticate(r) => r.encode(buf),
+            Self::FindCoordinator(r) => r.encode(buf),
         }
     }
 
@@ -208,6 +215,7 @@ impl Request {
             ApiKey::Heartbeats => Self::Heartbeats(HeartbeatsRequest::decode(r)?),
             ApiKey::TraceGroup => Self::TraceGroup(TraceGroupRequest::decode(r)?),
             ApiKey::Authenticate => Self::Authenticate(AuthenticateRequest::decode(r)?),
+            ApiKey::FindCoordinator => Self::FindCoordinator(FindCoordinatorRequest::decode(r)?),
         })
     }
 }
@@ -239,6 +247,8 @@ pub enum Response {
     TraceGroup(TraceGroupResponse),
     /// Answer to Authenticate: the coordinator's message for this step.
     Authenticate(AuthenticateResponse),
+    /// Answer to FindCoordinator: the group's coordinator.
+    FindCoordinator(FindCoordinatorResponse),
     /// Any request refused.
     Error(ErrorResponse),
 }
@@ -269,6 +279,7 @@ impl Response {
             Self::Heartbeats(_) => ApiKey::Heartbeats,
             Self::TraceGroup(_) => ApiKey::TraceGroup,
             Self::Authenticate(_) => ApiKey::Authenticate,
+            Self::FindCoordinator(_) => ApiKey::FindCoordinator,
             Self::Error(e) => return e.api_key,
         };
         key as u16
@@ -293,6 +304,7 @@ impl Response {
             Self::Heartbeats(r) => r.encode(buf),
             Self::TraceGroup(r) => r.encode(buf),
             Self::Authenticate(r) => r.encode(buf),
+            Self::FindCoordinator(r) => r.encode(buf),
             Self::Error(_) => unreachable!("handled above"),
         }
     }
@@ -340,6 +352,7 @@ impl Response {
             ApiKey::Heartbeats => Self::Heartbeats(HeartbeatsResponse::decode(r)?),
             ApiKey::TraceGroup => Self::TraceGroup(TraceGroupResponse::decode(r)?),
             ApiKey::Authenticate => Self::Authenticate(AuthenticateResponse::decode(r)?),
+            ApiKey::FindCoordinator => Self::FindCoordinator(FindCoordinatorResponse::decode(r)?),
         })
     }
 

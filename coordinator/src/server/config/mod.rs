@@ -55,6 +55,9 @@ impl fmt::Debug for StoreConfig {
 pub struct ServerConfig {
     /// Address the protocol listener binds.
     pub listen: SocketAddr,
+    /// The address (`host:port`) clients are told to connect to for the groups this
+    /// coordinator serves (FindCoordinator); `None`: the address the listener bound.
+    pub advertise: Option<String>,
     /// Address of the Prometheus endpoint; `None` serves no metrics.
     pub metrics_addr: Option<SocketAddr>,
     /// Durable state.
@@ -122,6 +125,7 @@ impl Default for ServerConfig {
     fn default() -> Self {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            advertise: None,
             metrics_addr: None,
             store: StoreConfig::Memory,
             shards: 1,

@@ -1,13 +1,17 @@
-//! A Heartbeats request whose beats span several shards: split, one part per shard, and
-//! joined into one answer (see [`Joiner`]).
+//! A Heartbeats request whose beats span several shards, or some of whose beats are
+//! answered here (denied by access, or of groups this coordinator does not serve):
+//! split, one part per shard, and joined into one answer (see [`Joiner`]).
+
+use rollcall_protocol::{HeartbeatResult, HeartbeatsResponse};
 
 use super::*;
 
 impl Connection {
     /// A Heartbeats request whose beats belong to several shards, or some of whose
-    /// beats are denied (`denied[i]`; empty when none is): each shard gets its beats,
-    /// denied beats are answered `not_authorized`, and one answer goes back once every
-    /// part is answered.
+    /// beats are denied (`denied[i]`; empty when none is) or not served here: each
+    /// shard gets its beats, denied beats are answered `not_authorized`, beats of
+    /// groups not served here `not_coordinator` or `coordinator_loading`, and one
+    /// answer goes back once every part is answered.
     pub(super) fn split_heartbeats(
         &mut self,
         correlation_id: u32,
@@ -17,14 +21,17 @@ impl Connection {
     ) -> Option<Exit> {
         let shards = self.ctx.shards.len();
         let beats = request.beats.len();
-        // Each beat's shard (`shards` for a denied beat), then parts of exactly their
-        // size: grown by pushes, they moved every beat already in them on each doubling.
+        // Each beat's shard (`shards` for a beat answered here), then parts of exactly
+        // their size: grown by pushes, they moved every beat already in them on each
+        // doubling.
+        let single = self.ctx.directory.is_single();
         let to: Vec<usize> = request
             .beats
             .iter()
             .enumerate()
             .map(|(i, beat)| match denied.get(i) {
                 Some(true) => shards,
+                _ if !single && !self.ctx.directory.is_here(&beat.group) => shards,
                 _ => shard_of(&beat.group, shards),
             })
             .collect();
@@ -42,9 +49,25 @@ impl Connection {
             .map(|&n| (Vec::with_capacity(n), Vec::with_capacity(n)))
             .collect();
         let mut refused = Vec::with_capacity(sizes[shards]);
+        let mut results = Vec::with_capacity(sizes[shards]);
         for ((i, beat), shard) in request.beats.into_iter().enumerate().zip(to) {
             if shard == shards {
+                let answer = match denied.get(i) {
+                    Some(true) => access::not_authorized(ApiKey::Heartbeats),
+                    _ => self
+                        .gate(ApiKey::Heartbeats, &beat.group)
+                        // Served here after all: moved in since it was looked up. The
+                        // client sends it again.
+                        .unwrap_or_else(|| {
+                            Response::error(
+                                ApiKey::Heartbeats as u16,
+                                ErrorCode::CoordinatorLoading,
+                                "the group's coordinator changed; retry",
+                            )
+                        }),
+                };
                 refused.push(i);
+                results.push(HeartbeatResult::from_response(answer));
                 continue;
             }
             let part = &mut parts[shard];
@@ -68,7 +91,7 @@ impl Connection {
                 indices: refused,
             }
             .deliver(
-                access::not_authorized(ApiKey::Heartbeats),
+                Response::Heartbeats(HeartbeatsResponse { results }),
                 &self.ctx.metrics,
                 true,
             );

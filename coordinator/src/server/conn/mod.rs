@@ -33,9 +33,9 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use futures_util::{SinkExt, StreamExt};
 use rollcall_protocol::{
-    supported_versions, ApiKey, ApiVersionsResponse, Body, Codec, ErrorCode, ErrorResponse, Frame,
-    FrameError, FrameKind, Header, HeartbeatsRequest, ListGroupsRequest, ListGroupsResponse, Push,
-    Request, Response, ShutdownPush, MAX_BEATS,
+    supported_versions, ApiKey, ApiVersionsResponse, Body, Codec, ErrorCode, ErrorResponse,
+    FindCoordinatorResponse, Frame, FrameError, FrameKind, Header, HeartbeatsRequest,
+    ListGroupsRequest, ListGroupsResponse, Push, Request, Response, ShutdownPush, MAX_BEATS,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -48,6 +48,7 @@ use tracing::{debug, warn};
 use self::counted::{Counted, Slot};
 use super::auth::{ConnAuth, Operation, Security};
 use super::budget::BufferBudget;
+use super::directory::{Directory, Lookup};
 use super::metrics::{Metrics, ProtocolError};
 use super::outbox::{ConnHandle, ConnState, SendLimits};
 use super::registry::Registry;
@@ -112,6 +113,10 @@ pub(crate) struct ConnContext {
     pub(crate) tls: Option<Arc<TlsContext>>,
     /// The threads connections run on; `None`: the runtime that accepted them.
     pub(crate) io: Option<super::io_threads::IoThreads>,
+    /// Which groups this coordinator serves (every one, unless it shares them).
+    pub(crate) directory: Directory,
+    /// The address this coordinator gives clients for the groups it serves.
+    pub(crate) advertise: Arc<str>,
 }
 
 impl ConnContext {
@@ -154,6 +159,8 @@ impl ConnContext {
             security,
             tls,
             io,
+            directory: Directory::single(),
+            advertise: Arc::from(config.advertise.as_deref().unwrap_or_default()),
         }
     }
 }

@@ -129,7 +129,11 @@ impl Connection {
                 }
                 let shards = self.ctx.shards.len();
                 let first = shard_of(&r.beats[0].group, shards);
-                if r.beats.iter().any(|b| shard_of(&b.group, shards) != first) {
+                let directory = &self.ctx.directory;
+                if r.beats.iter().any(|b| shard_of(&b.group, shards) != first)
+                    || (!directory.is_single()
+                        && r.beats.iter().any(|b| !directory.is_here(&b.group)))
+                {
                     let Request::Heartbeats(r) = request else {
                         return None;
                     };
@@ -144,8 +148,21 @@ impl Connection {
                 self.list_groups(correlation_id, r, received);
                 return None;
             }
+            Request::FindCoordinator(r) => {
+                let response = self.find_coordinator(&r.group);
+                self.reply(correlation_id, response, api, received);
+                return None;
+            }
             request => match request.group() {
-                Some(group) => shard_of(group, self.ctx.shards.len()),
+                Some(group) => {
+                    if !self.ctx.directory.is_single() {
+                        if let Some(refusal) = self.gate(api, group) {
+                            self.reply(correlation_id, refusal, api, received);
+                            return None;
+                        }
+                    }
+                    shard_of(group, self.ctx.shards.len())
+                }
                 None => {
                     self.reply(
                         correlation_id,
@@ -172,6 +189,54 @@ impl Connection {
             received,
         };
         self.hand_to_shard(shard, request, reply)
+    }
+
+    /// The answer to a request for `group` when this coordinator does not serve it:
+    /// `coordinator_loading` while it loads the group, `not_coordinator` when another
+    /// coordinator (or none known) serves it; `None` when it is served here.
+    pub(super) fn gate(&self, api: ApiKey, group: &str) -> Option<Response> {
+        let (code, message) = match self.ctx.directory.lookup(group) {
+            Lookup::Here => return None,
+            Lookup::Loading => (
+                ErrorCode::CoordinatorLoading,
+                format!("group {group:?} is loading; retry here after a backoff"),
+            ),
+            Lookup::Elsewhere(_) => (
+                ErrorCode::NotCoordinator,
+                format!("group {group:?} is served by another coordinator"),
+            ),
+            Lookup::Unknown => (
+                ErrorCode::NotCoordinator,
+                format!("group {group:?} is not served here, and its coordinator is not known yet"),
+            ),
+        };
+        self.ctx.metrics.denied(api, code).increment(1);
+        Some(Response::error(api as u16, code, message))
+    }
+
+    /// The answer to FindCoordinator: the advertised address of the coordinator that
+    /// serves `group` (this one's, on a single coordinator).
+    fn find_coordinator(&self, group: &str) -> Response {
+        let api = ApiKey::FindCoordinator as u16;
+        let addr = match self.ctx.directory.lookup(group) {
+            Lookup::Here => self.ctx.advertise.to_string(),
+            Lookup::Elsewhere(addr) => addr.to_string(),
+            Lookup::Loading => {
+                return Response::error(
+                    api,
+                    ErrorCode::CoordinatorLoading,
+                    format!("group {group:?} is loading; ask again after a backoff"),
+                )
+            }
+            Lookup::Unknown => {
+                return Response::error(
+                    api,
+                    ErrorCode::NotCoordinator,
+                    format!("no coordinator serves group {group:?} yet; ask again after a backoff"),
+                )
+            }
+        };
+        Response::FindCoordinator(FindCoordinatorResponse { addr })
     }
 
     /// Hands `request` to `shard`; false if the shard is unavailable (answered).
