@@ -40,6 +40,8 @@
 
 mod auth;
 mod budget;
+#[cfg(feature = "cluster")]
+mod cluster;
 mod config;
 mod conn;
 mod events;
@@ -66,8 +68,8 @@ use tracing::{debug, error, info, warn};
 pub use self::auth::AuthFileError;
 pub use self::config::{
     format_duration, largest_member_answer, largest_offset_answer, max_partitions_for,
-    parse_duration, parse_size, InvalidConfig, ParseValueError, ServerConfig, StoreConfig,
-    DEFAULT_MAX_PARTITIONS_PER_GROUP,
+    parse_duration, parse_size, ClusterSettings, InvalidConfig, ParseValueError, ServerConfig,
+    StoreConfig, DEFAULT_MAX_PARTITIONS_PER_GROUP,
 };
 pub use self::shard::shard_of;
 
@@ -131,6 +133,11 @@ pub struct Server {
     security: Option<Arc<Security>>,
     /// The TLS configuration read at bind, and what its reload task watches.
     tls: Option<(Arc<rustls::ServerConfig>, tls::TlsWatch)>,
+    /// The address clients are sent to for the groups served here.
+    advertise: Arc<str>,
+    /// Cluster mode: the connection to etcd and this coordinator's lease.
+    #[cfg(feature = "cluster")]
+    cluster: Option<Arc<crate::cluster::Etcd>>,
 }
 
 impl Server {
@@ -153,15 +160,6 @@ impl Server {
         } else {
             None
         };
-        let store = open_store(&config.store).await?;
-        let loader = store.clone();
-        let restored = tokio::task::spawn_blocking(move || loader.load())
-            .await
-            .map_err(|e| ServerError::Runtime(format!("store load panicked: {e}")))??;
-        let committer = Arc::new(GroupCommitter::new(store)?);
-
-        let cores = restore_cores(&config, restored);
-
         let listener =
             TcpListener::bind(config.listen)
                 .await
@@ -175,6 +173,28 @@ impl Server {
             addr: config.listen,
             source,
         })?;
+        let advertise: Arc<str> = match config.cluster.as_ref().and_then(|c| c.advertise.clone()) {
+            Some(addr) => Arc::from(addr),
+            None => Arc::from(local_addr.to_string()),
+        };
+
+        #[cfg(feature = "cluster")]
+        let cluster = match &config.cluster {
+            Some(settings) => Some(cluster::connect(settings, &advertise).await?),
+            None => None,
+        };
+        #[cfg(feature = "cluster")]
+        let (store, restored) = match &cluster {
+            // A cluster coordinator starts with no group: the slot manager claims its
+            // share of the slots and loads them.
+            Some(etcd) => (etcd.store() as Arc<dyn Store>, RestoredState::default()),
+            None => open_and_load(&config.store).await?,
+        };
+        #[cfg(not(feature = "cluster"))]
+        let (store, restored) = open_and_load(&config.store).await?;
+        let committer = Arc::new(GroupCommitter::new(store)?);
+
+        let cores = restore_cores(&config, restored);
         let (metrics_listener, metrics_addr, prometheus) = match config.metrics_addr {
             Some(addr) => {
                 let bind_error = |source| ServerError::Bind {
@@ -199,6 +219,9 @@ impl Server {
             cores,
             security,
             tls,
+            advertise,
+            #[cfg(feature = "cluster")]
+            cluster,
         })
     }
 
@@ -239,6 +262,9 @@ impl Server {
             cores,
             security,
             tls,
+            advertise,
+            #[cfg(feature = "cluster")]
+            cluster,
         } = self;
         let metrics = Arc::new(Metrics::new());
         let registry = Arc::new(Registry::new(config.io_threads));
@@ -255,6 +281,13 @@ impl Server {
         // (and a restart restores them from the store).
         let fatal = CancellationToken::new();
 
+        #[cfg(feature = "cluster")]
+        let directory = match &cluster {
+            Some(etcd) => Arc::new(Directory::cluster(etcd.slots(), advertise.clone())),
+            None => Arc::new(Directory::single(advertise.clone())),
+        };
+        #[cfg(not(feature = "cluster"))]
+        let directory = Arc::new(Directory::single(advertise.clone()));
         let shard_ctx = Arc::new(ShardContext {
             committer: committer.clone(),
             registry: registry.clone(),
@@ -262,6 +295,7 @@ impl Server {
             stats_interval: config.stats_interval,
             fatal: fatal.clone(),
             failed: std::sync::atomic::AtomicBool::new(false),
+            directory: directory.clone(),
         });
         let shards: Vec<Arc<Shard>> = cores
             .into_iter()
@@ -357,6 +391,15 @@ impl Server {
             tls,
             io,
         ));
+        // Cluster mode: the slot manager claims this coordinator's share of the slots,
+        // and hands them all back when the server stops.
+        #[cfg(feature = "cluster")]
+        let slot_manager = cluster.map(|etcd| {
+            let stop = CancellationToken::new();
+            let id = etcd.id().to_owned();
+            let manager = cluster::SlotManager::new(etcd, shards.clone(), directory.clone(), id);
+            (stop.clone(), tokio::spawn(manager.run(stop)))
+        });
         let connections = TaskTracker::new();
         let (reading, mut readers_done) = mpsc::channel::<()>(1);
         info!(
@@ -401,6 +444,15 @@ impl Server {
         info!("shutting down: no new connections, finishing in-flight requests");
 
         let graceful = async {
+            // 0. A cluster coordinator hands its slots to the others first, while its
+            //    shards still make records durable: members move without a rebalance.
+            #[cfg(feature = "cluster")]
+            if let Some((stop, task)) = slot_manager {
+                stop.cancel();
+                if let Err(e) = task.await {
+                    error!(error = %e, "the slot manager failed");
+                }
+            }
             // 1. Connections stop reading requests; wait until none can send any more.
             ctx.stop_reading();
             drop(reading);
@@ -512,6 +564,18 @@ impl ServerHandle {
     pub fn abort(self) {
         self.task.abort();
     }
+}
+
+/// Opens the store of a single-process server and loads everything in it.
+async fn open_and_load(
+    config: &StoreConfig,
+) -> Result<(Arc<dyn Store>, RestoredState), ServerError> {
+    let store = open_store(config).await?;
+    let loader = store.clone();
+    let restored = tokio::task::spawn_blocking(move || loader.load())
+        .await
+        .map_err(|e| ServerError::Runtime(format!("store load panicked: {e}")))??;
+    Ok((store, restored))
 }
 
 async fn open_store(config: &StoreConfig) -> Result<Arc<dyn Store>, ServerError> {

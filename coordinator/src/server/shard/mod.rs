@@ -25,6 +25,7 @@
 //! gathers a Heartbeats request split over shards; `timer.rs` the timer task.
 
 mod joiner;
+mod ownership;
 mod stage;
 #[cfg(test)]
 mod tests;
@@ -135,6 +136,8 @@ pub(crate) struct ShardContext {
     pub(crate) fatal: CancellationToken,
     /// Set with `fatal` by the shards, for requests to check cheaply.
     pub(crate) failed: AtomicBool,
+    /// Which groups this coordinator acts for (all of them outside a cluster).
+    pub(crate) directory: Arc<super::directory::Directory>,
 }
 
 impl ShardContext {
