@@ -396,7 +396,12 @@ impl Shard {
         for waiter in sent {
             let _ = waiter.send(durable.clone());
         }
-        if durable.is_err() {
+        if let Err(e) = durable {
+            // The stage ends here: whoever waits for a later batch is told now.
+            let waiting = std::mem::take(&mut self.state.lock().open.sent);
+            for waiter in waiting {
+                let _ = waiter.send(Err(e.clone()));
+            }
             return false;
         }
         let mut st = self.state.lock();
