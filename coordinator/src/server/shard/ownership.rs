@@ -33,12 +33,13 @@ impl Shard {
         release: impl Fn(&str) -> bool,
     ) -> oneshot::Receiver<Result<(), StoreError>> {
         let (done, answer) = oneshot::channel();
+        let mut st = self.state.lock();
         if self.ctx.failed.load(std::sync::atomic::Ordering::Acquire) {
-            // The sender stage has stopped: nothing more will be made durable.
+            // The sender stage has stopped (a failing stage sets this before it tells
+            // the waiters under this lock): nothing more will be made durable.
             let _ = done.send(Err(StoreError::Closed));
             return answer;
         }
-        let mut st = self.state.lock();
         let _guard = PanicGuard(&self.ctx);
         let released = st.core.release(Instant::now().into_std(), release);
         st.open.sent.push(done);
