@@ -24,6 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
@@ -80,8 +81,14 @@ impl SlotManager {
 
     /// Runs until `stop` is cancelled, then retires: every slot handed back and the
     /// lease revoked before it returns.
-    pub(crate) async fn run(mut self, stop: CancellationToken) {
+    /// `ready` is told once the first reconciliation is done: the slots nobody owned
+    /// that the plan gives this coordinator are loaded (slots still held by others come
+    /// later, as they hand them over).
+    pub(crate) async fn run(mut self, stop: CancellationToken, ready: oneshot::Sender<()>) {
         let mut views = self.etcd.view();
+        let first = views.borrow_and_update().clone();
+        self.reconcile(&first).await;
+        let _ = ready.send(());
         let mut tick = tokio::time::interval(RECONCILE_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
