@@ -394,12 +394,25 @@ impl Server {
         // Cluster mode: the slot manager claims this coordinator's share of the slots,
         // and hands them all back when the server stops.
         #[cfg(feature = "cluster")]
-        let slot_manager = cluster.map(|etcd| {
-            let stop = CancellationToken::new();
-            let id = etcd.id().to_owned();
-            let manager = cluster::SlotManager::new(etcd, shards.clone(), directory.clone(), id);
-            (stop.clone(), tokio::spawn(manager.run(stop)))
-        });
+        let slot_manager = match cluster {
+            Some(etcd) => {
+                let stop = CancellationToken::new();
+                let (ready, loaded) = tokio::sync::oneshot::channel();
+                let id = etcd.id().to_owned();
+                let wait = etcd.lease_ttl() * 2;
+                let manager =
+                    cluster::SlotManager::new(etcd, shards.clone(), directory.clone(), id);
+                let task = tokio::spawn(manager.run(stop.clone(), ready));
+                // Serve once the unowned slots this coordinator is given are loaded
+                // (connections wait in the listen backlog meanwhile), or after twice
+                // the lease TTL at most: the rest arrives as the others hand it over.
+                if tokio::time::timeout(wait, loaded).await.is_err() {
+                    warn!("the first slots took long to load; serving meanwhile");
+                }
+                Some((stop, task))
+            }
+            None => None,
+        };
         let connections = TaskTracker::new();
         let (reading, mut readers_done) = mpsc::channel::<()>(1);
         info!(
