@@ -30,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use super::directory::Directory;
+use super::metrics::Metrics;
 use super::shard::{shard_of, Shard};
 use crate::cluster::{plan, slot_of, ClusterView, Etcd, EtcdStore};
 use crate::core::RestoredState;
@@ -49,6 +50,7 @@ pub(crate) struct SlotManager {
     slots: u32,
     /// The slots this coordinator acts for, with their fencing tokens.
     owned: BTreeMap<u32, FencingToken>,
+    metrics: Arc<Metrics>,
 }
 
 impl std::fmt::Debug for SlotManager {
@@ -67,6 +69,7 @@ impl SlotManager {
         shards: Vec<Arc<Shard>>,
         directory: Arc<Directory>,
         id: String,
+        metrics: Arc<Metrics>,
     ) -> Self {
         Self {
             store: etcd.store(),
@@ -76,6 +79,7 @@ impl SlotManager {
             directory,
             id,
             owned: BTreeMap::new(),
+            metrics,
         }
     }
 
@@ -210,9 +214,10 @@ impl SlotManager {
         }
         self.owned.insert(slot, token);
         self.directory.set_here(slot);
-        metrics::gauge!("rollcall_cluster_slots_owned").set(self.owned.len() as f64);
-        metrics::histogram!("rollcall_cluster_slot_load_seconds")
-            .record(started.elapsed().as_secs_f64());
+        let m = &self.metrics.cluster;
+        m.slots_owned.set(self.owned.len() as f64);
+        m.adopted.increment(1);
+        m.slot_load.record(started.elapsed().as_secs_f64());
         info!(slot, token = token.0, groups, load = ?started.elapsed(), "slot adopted");
     }
 
@@ -243,7 +248,11 @@ impl SlotManager {
         }
         self.owned.remove(&slot);
         self.store.forget(slot);
-        metrics::gauge!("rollcall_cluster_slots_owned").set(self.owned.len() as f64);
+        self.metrics
+            .cluster
+            .slots_owned
+            .set(self.owned.len() as f64);
+        self.metrics.cluster.handed_back.increment(1);
         if !durable {
             // The shard failed the write and stops the server; the key lapses with the
             // lease, and the next owner loads what was durable.
@@ -270,8 +279,8 @@ impl SlotManager {
         for slot in std::mem::take(&mut self.owned).into_keys() {
             self.store.forget(slot);
         }
-        metrics::gauge!("rollcall_cluster_slots_owned").set(0.0);
-        metrics::counter!("rollcall_cluster_abandoned_total").increment(1);
+        self.metrics.cluster.slots_owned.set(0.0);
+        self.metrics.cluster.abandoned.increment(1);
         warn!(
             groups = dropped,
             "the etcd lease was not renewed in time: stopped acting for every slot"

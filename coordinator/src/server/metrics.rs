@@ -88,6 +88,7 @@ pub(crate) fn install_recorder() -> Option<PrometheusHandle> {
 
 fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    cluster::describe();
     describe_gauge!("rollcall_connections", "Open client connections.");
     describe_gauge!("rollcall_groups", "Groups known to the coordinator.");
     describe_gauge!("rollcall_members", "Members, by liveness.");
@@ -317,6 +318,8 @@ pub(crate) struct Metrics {
     pub(crate) authentications_failed: Counter,
     /// Per API: authentication_required, then not_authorized.
     denied: Vec<[Counter; 2]>,
+    /// Cluster mode's.
+    pub(crate) cluster: cluster::ClusterMetrics,
 }
 
 impl Metrics {
@@ -409,6 +412,7 @@ impl Metrics {
                     })
                 })
                 .collect(),
+            cluster: cluster::ClusterMetrics::new(),
         }
     }
 
@@ -549,5 +553,6 @@ async fn answer(mut stream: TcpStream, handle: Option<&PrometheusHandle>) -> std
     stream.shutdown().await
 }
 
+pub(crate) mod cluster;
 #[cfg(test)]
 mod dashboard;

@@ -400,8 +400,13 @@ impl Server {
                 let (ready, loaded) = tokio::sync::oneshot::channel();
                 let id = etcd.id().to_owned();
                 let wait = etcd.lease_ttl() * 2;
-                let manager =
-                    cluster::SlotManager::new(etcd, shards.clone(), directory.clone(), id);
+                let manager = cluster::SlotManager::new(
+                    etcd,
+                    shards.clone(),
+                    directory.clone(),
+                    id,
+                    metrics.clone(),
+                );
                 let task = tokio::spawn(manager.run(stop.clone(), ready));
                 // Serve once the unowned slots this coordinator is given are loaded
                 // (connections wait in the listen backlog meanwhile), or after twice
