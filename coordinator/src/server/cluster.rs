@@ -275,12 +275,13 @@ impl SlotManager {
         for slot in self.owned.keys() {
             self.directory.set_unknown(*slot);
         }
+        let slots = self.owned.len() as u64;
         let dropped: usize = self.shards.iter().map(|s| s.abandon_all()).sum();
         for slot in std::mem::take(&mut self.owned).into_keys() {
             self.store.forget(slot);
         }
         self.metrics.cluster.slots_owned.set(0.0);
-        self.metrics.cluster.abandoned.increment(1);
+        self.metrics.cluster.abandoned.increment(slots);
         warn!(
             groups = dropped,
             "the etcd lease was not renewed in time: stopped acting for every slot"
