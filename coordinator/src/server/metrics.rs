@@ -40,6 +40,14 @@ fn builder() -> Result<PrometheusBuilder, BuildError> {
         .set_buckets_for_metric(
             Matcher::Full("rollcall_rebalance_duration_seconds".into()),
             REBALANCE_BUCKETS,
+        )?
+        .set_buckets_for_metric(
+            Matcher::Full("rollcall_cluster_slot_load_seconds".into()),
+            REBALANCE_BUCKETS,
+        )?
+        .set_buckets_for_metric(
+            Matcher::Full("rollcall_etcd_request_duration_seconds".into()),
+            REQUEST_BUCKETS,
         )
 }
 
