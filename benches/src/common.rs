@@ -96,6 +96,9 @@ pub(crate) struct CommonArgs {
     /// The coordinator's store (in-process or spawned coordinators only).
     #[arg(long, value_enum, default_value_t = StoreKind::Redb)]
     pub(crate) store: StoreKind,
+    /// etcd endpoints for `--store etcd`, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "http://127.0.0.1:2379")]
+    pub(crate) etcd: Vec<String>,
     /// Frames the coordinator queues per connection before it disconnects the client
     /// as too slow (its --send-buffer); default: the coordinator's own default.
     #[arg(long)]
@@ -216,6 +219,7 @@ impl CommonArgs {
             max_members_per_group: 100_000,
             send_buffer: self.send_buffer,
             tls: self.tls,
+            etcd: self.etcd.clone(),
         })
     }
 }

@@ -14,7 +14,9 @@ use rcgen::{
 use rollcall_client::raw::{self, ConnectOptions, Transport};
 use rollcall_client::ConnectError;
 use rollcall_client::TlsConfig;
-use rollcall_coordinator::server::{Server, ServerConfig, ServerHandle, StoreConfig, TlsSettings};
+use rollcall_coordinator::server::{
+    ClusterSettings, Server, ServerConfig, ServerHandle, StoreConfig, TlsSettings,
+};
 use rollcall_protocol::ApiVersionsResponse;
 use serde::Serialize;
 
@@ -40,6 +42,10 @@ pub(crate) enum StoreKind {
     Redb,
     /// Nothing durable.
     Memory,
+    /// Cluster mode: a one-coordinator cluster of its own (a fresh cluster name per
+    /// run) on the etcd at `--etcd`. Needs the coordinator built with the `cluster`
+    /// feature.
+    Etcd,
 }
 
 /// How to start the coordinator.
@@ -54,6 +60,17 @@ pub(crate) struct TargetOptions {
     pub(crate) send_buffer: Option<usize>,
     /// Serve over TLS, with a certificate made for the run.
     pub(crate) tls: bool,
+    /// etcd endpoints for `StoreKind::Etcd`.
+    pub(crate) etcd: Vec<String>,
+}
+
+/// A cluster name no earlier run used, so that each run starts from an empty cluster.
+fn fresh_cluster_name() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    format!("bench-{}-{nanos}", std::process::id())
 }
 
 /// Where the load generator connects: the address, and over TLS the CA to verify the
@@ -278,6 +295,11 @@ impl Target {
         if let Some(frames) = opts.send_buffer {
             config.send_buffer = frames;
         }
+        if opts.store == StoreKind::Etcd {
+            let mut cluster = ClusterSettings::new(opts.etcd.clone());
+            cluster.name = fresh_cluster_name();
+            config.cluster = Some(cluster);
+        }
         config.core.min_session_timeout = opts.min_session_timeout;
         config.core.max_members_per_group = opts.max_members_per_group;
         // The coordinator gets its own runtime and threads, named apart from the load
@@ -325,8 +347,17 @@ impl Target {
                 "--max-members-per-group",
                 &opts.max_members_per_group.to_string(),
             ]);
-        if opts.store == StoreKind::Memory {
-            cmd.arg("--in-memory");
+        match opts.store {
+            StoreKind::Memory => {
+                cmd.arg("--in-memory");
+            }
+            StoreKind::Etcd => {
+                cmd.arg("--etcd")
+                    .arg(opts.etcd.join(","))
+                    .arg("--cluster")
+                    .arg(fresh_cluster_name());
+            }
+            StoreKind::Redb => {}
         }
         let tls = if opts.tls {
             let files = TlsFiles::make(&data_dir)?;

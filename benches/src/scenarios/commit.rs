@@ -119,7 +119,7 @@ impl Scenario for CommitArgs {
         let text = summary(
             &[
                 ("layout", format!("{} members in {} groups ({} partitions each), {} commits outstanding per member, {} offset(s) per commit", fmt_count(members as f64), groups, partitions, f.inflight_per_member, f.offsets_per_commit)),
-                ("store", format!("{:?}{}", f.store, if f.store == StoreKind::Memory { " (not durable: figures are not comparable)" } else { " in a temporary directory; every answer waits for its batch's fsync" })),
+                ("store", format!("{:?}{}", f.store, match f.store { StoreKind::Memory => " (not durable: figures are not comparable)", StoreKind::Redb => " in a temporary directory; every answer waits for its batch's fsync", StoreKind::Etcd => " (a one-coordinator cluster; every answer waits for its batch's etcd transaction)" })),
                 ("window", format!("{:.1} s: {} acknowledged commits/s ({} requests/s), {} offsets rejected ({} over the whole run, rebalances while joining included)", f.window_s, fmt_count(f.acknowledged_offsets_per_s), fmt_count(f.commit_requests_per_s), f.rejected_offsets, f.rejected_offsets_total)),
                 ("coordinator CPU", f.coordinator_cpu_s.map_or("n/a".into(), |v| format!("{v:.2} s ({:.2} cores)", v / wall))),
                 ("expulsions", f.expulsions.to_string()),

@@ -388,6 +388,50 @@ pub(super) struct ServeArgs {
     /// ignored.
     #[arg(long, env = "ROLLCALL_TLS_RELOAD_INTERVAL", value_name = "DURATION", default_value_t = Dur(TlsSettings::default().reload_interval))]
     tls_reload_interval: Dur,
+    /// Cluster mode: etcd endpoints, comma-separated (e.g. http://127.0.0.1:2379).
+    /// The groups are then kept in etcd and shared with the cluster's other
+    /// coordinators instead of in --data-dir. Needs a build with `--features cluster`.
+    #[arg(
+        long,
+        env = "ROLLCALL_ETCD",
+        value_name = "URL,...",
+        value_delimiter = ','
+    )]
+    etcd: Vec<String>,
+    /// The cluster's name (its keys live under /rollcall/NAME/ in etcd).
+    #[arg(
+        long,
+        env = "ROLLCALL_CLUSTER",
+        value_name = "NAME",
+        default_value = "default"
+    )]
+    cluster: String,
+    /// This coordinator's id in the cluster; default: its advertised address.
+    #[arg(long, env = "ROLLCALL_CLUSTER_ID", value_name = "ID")]
+    cluster_id: Option<String>,
+    /// The address clients are sent to for this coordinator's groups (host:port);
+    /// default: the address the listener bound.
+    #[arg(long, env = "ROLLCALL_ADVERTISE", value_name = "HOST:PORT")]
+    advertise: Option<String>,
+    /// Slots (shares of the groups) of a cluster created by this coordinator; an
+    /// existing cluster keeps its own.
+    #[arg(
+        long,
+        env = "ROLLCALL_CLUSTER_SLOTS",
+        value_name = "N",
+        default_value_t = 64
+    )]
+    cluster_slots: u32,
+    /// Time-to-live of this coordinator's etcd lease: how long its slots wait after it
+    /// dies before another coordinator takes them, and the longest it acts for them
+    /// without renewing.
+    #[arg(
+        long,
+        env = "ROLLCALL_ETCD_LEASE_TTL",
+        value_name = "DURATION",
+        default_value = "5s"
+    )]
+    etcd_lease_ttl: Dur,
 }
 
 impl ServeArgs {
@@ -484,7 +528,7 @@ impl ServeArgs {
         };
         let config = ServerConfig {
             listen: self.listen,
-            advertise: None,
+            advertise: self.advertise.clone(),
             metrics_addr: self.metrics_addr.0,
             store: if self.in_memory {
                 StoreConfig::Memory
@@ -516,6 +560,13 @@ impl ServeArgs {
                 reload_interval: self.tls_reload_interval.0,
             },
             core,
+            cluster: (!self.etcd.is_empty()).then(|| ClusterSettings {
+                endpoints: self.etcd,
+                name: self.cluster,
+                id: self.cluster_id,
+                slots: self.cluster_slots,
+                lease_ttl: self.etcd_lease_ttl.0,
+            }),
             ..ServerConfig::default()
         };
         config.validate()?;

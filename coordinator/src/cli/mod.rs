@@ -34,8 +34,8 @@ use tokio_util::sync::CancellationToken;
 use crate::core::liveness::advice::{advise, GapSummary, MIN_GAPS};
 use crate::core::{AssignorKind, CoreConfig, DetectorKind, DetectorSettings};
 use crate::server::{
-    format_duration, parse_duration, parse_size, ClientAuth, InvalidConfig, ParseValueError,
-    Server, ServerConfig, ServerError, StoreConfig, TlsSettings,
+    format_duration, parse_duration, parse_size, ClientAuth, ClusterSettings, InvalidConfig,
+    ParseValueError, Server, ServerConfig, ServerError, StoreConfig, TlsSettings,
 };
 
 mod admin;

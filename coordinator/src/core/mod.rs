@@ -342,6 +342,31 @@ impl Coordinator {
         names
     }
 
+    /// Drops every group `abandon` accepts without writing anything: the shell lost the
+    /// right to act for them (a cluster coordinator that could not renew its ownership
+    /// in time) and another owner will load them from the store. Nothing is lost: what
+    /// the core revealed about a group was durable first, and what was not revealed
+    /// may be forgotten. Their members get nothing further from this core. Returns the
+    /// dropped groups, in name order.
+    pub fn abandon(&mut self, now: Instant, abandon: impl Fn(&str) -> bool) -> Vec<Arc<str>> {
+        if self.tick(now) {
+            self.detect_pause(now);
+        }
+        let mut names: Vec<Arc<str>> = self
+            .groups
+            .keys()
+            .filter(|name| abandon(name))
+            .cloned()
+            .collect();
+        names.sort();
+        for name in &names {
+            self.remove_group(name);
+        }
+        self.records.retain(|record| !abandon(record.group()));
+        self.floors.retain(|name, _| !abandon(name));
+        names
+    }
+
     /// Handles one request from connection `conn`: returns its response and what else it
     /// did ([`Effects`]).
     ///

@@ -40,6 +40,14 @@ fn builder() -> Result<PrometheusBuilder, BuildError> {
         .set_buckets_for_metric(
             Matcher::Full("rollcall_rebalance_duration_seconds".into()),
             REBALANCE_BUCKETS,
+        )?
+        .set_buckets_for_metric(
+            Matcher::Full("rollcall_cluster_slot_load_seconds".into()),
+            REBALANCE_BUCKETS,
+        )?
+        .set_buckets_for_metric(
+            Matcher::Full("rollcall_etcd_request_duration_seconds".into()),
+            REQUEST_BUCKETS,
         )
 }
 
@@ -88,6 +96,7 @@ pub(crate) fn install_recorder() -> Option<PrometheusHandle> {
 
 fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    cluster::describe();
     describe_gauge!("rollcall_connections", "Open client connections.");
     describe_gauge!("rollcall_groups", "Groups known to the coordinator.");
     describe_gauge!("rollcall_members", "Members, by liveness.");
@@ -326,6 +335,8 @@ pub(crate) struct Metrics {
     pub(crate) authentications_failed: Counter,
     /// Per API: authentication_required, then not_authorized.
     denied: Vec<[Counter; DENIED.len()]>,
+    /// Cluster mode's.
+    pub(crate) cluster: cluster::ClusterMetrics,
 }
 
 impl Metrics {
@@ -418,6 +429,7 @@ impl Metrics {
                     })
                 })
                 .collect(),
+            cluster: cluster::ClusterMetrics::new(),
         }
     }
 
@@ -559,5 +571,6 @@ async fn answer(mut stream: TcpStream, handle: Option<&PrometheusHandle>) -> std
     stream.shutdown().await
 }
 
+pub(crate) mod cluster;
 #[cfg(test)]
 mod dashboard;

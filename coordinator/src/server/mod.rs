@@ -40,6 +40,8 @@
 
 mod auth;
 mod budget;
+#[cfg(feature = "cluster")]
+mod cluster;
 mod config;
 mod conn;
 mod directory;
@@ -67,8 +69,8 @@ use tracing::{debug, error, info, warn};
 pub use self::auth::AuthFileError;
 pub use self::config::{
     format_duration, largest_member_answer, largest_offset_answer, max_partitions_for,
-    parse_duration, parse_size, InvalidConfig, ParseValueError, ServerConfig, StoreConfig,
-    DEFAULT_MAX_PARTITIONS_PER_GROUP,
+    parse_duration, parse_size, ClusterSettings, InvalidConfig, ParseValueError, ServerConfig,
+    StoreConfig, DEFAULT_MAX_PARTITIONS_PER_GROUP,
 };
 pub use self::directory::{Directory, Lookup};
 pub use self::shard::{shard_of, slot_of};
@@ -135,6 +137,9 @@ pub struct Server {
     tls: Option<(Arc<rustls::ServerConfig>, tls::TlsWatch)>,
     /// Which groups it serves: every one, unless set otherwise.
     directory: Directory,
+    /// Cluster mode: the connection to etcd and this coordinator's lease.
+    #[cfg(feature = "cluster")]
+    cluster: Option<Arc<crate::cluster::Etcd>>,
 }
 
 impl Server {
@@ -157,15 +162,6 @@ impl Server {
         } else {
             None
         };
-        let store = open_store(&config.store).await?;
-        let loader = store.clone();
-        let restored = tokio::task::spawn_blocking(move || loader.load())
-            .await
-            .map_err(|e| ServerError::Runtime(format!("store load panicked: {e}")))??;
-        let committer = Arc::new(GroupCommitter::new(store)?);
-
-        let cores = restore_cores(&config, restored);
-
         let listener =
             TcpListener::bind(config.listen)
                 .await
@@ -179,6 +175,29 @@ impl Server {
             addr: config.listen,
             source,
         })?;
+        #[cfg(feature = "cluster")]
+        let advertise = config
+            .advertise
+            .clone()
+            .unwrap_or_else(|| local_addr.to_string());
+
+        #[cfg(feature = "cluster")]
+        let cluster = match &config.cluster {
+            Some(settings) => Some(cluster::connect(settings, &advertise).await?),
+            None => None,
+        };
+        #[cfg(feature = "cluster")]
+        let (store, restored) = match &cluster {
+            // A cluster coordinator starts with no group: the slot manager claims its
+            // share of the slots and loads them.
+            Some(etcd) => (etcd.store() as Arc<dyn Store>, RestoredState::default()),
+            None => open_and_load(&config.store).await?,
+        };
+        #[cfg(not(feature = "cluster"))]
+        let (store, restored) = open_and_load(&config.store).await?;
+        let committer = Arc::new(GroupCommitter::new(store)?);
+
+        let cores = restore_cores(&config, restored);
         let (metrics_listener, metrics_addr, prometheus) = match config.metrics_addr {
             Some(addr) => {
                 let bind_error = |source| ServerError::Bind {
@@ -204,6 +223,8 @@ impl Server {
             security,
             tls,
             directory: Directory::single(),
+            #[cfg(feature = "cluster")]
+            cluster,
         })
     }
 
@@ -254,6 +275,8 @@ impl Server {
             security,
             tls,
             directory,
+            #[cfg(feature = "cluster")]
+            cluster,
         } = self;
         let metrics = Arc::new(Metrics::new());
         let registry = Arc::new(Registry::new(config.io_threads));
@@ -270,6 +293,13 @@ impl Server {
         // (and a restart restores them from the store).
         let fatal = CancellationToken::new();
 
+        // A cluster coordinator serves the slots its manager adopts; the directory a
+        // test gave is kept otherwise.
+        #[cfg(feature = "cluster")]
+        let directory = match &cluster {
+            Some(etcd) => Directory::cluster(etcd.slots()),
+            None => directory,
+        };
         let shard_ctx = Arc::new(ShardContext {
             committer: committer.clone(),
             registry: registry.clone(),
@@ -277,6 +307,7 @@ impl Server {
             stats_interval: config.stats_interval,
             fatal: fatal.clone(),
             failed: std::sync::atomic::AtomicBool::new(false),
+            directory: directory.clone(),
         });
         let shards: Vec<Arc<Shard>> = cores
             .into_iter()
@@ -372,11 +403,38 @@ impl Server {
             tls,
             io,
         );
-        ctx.directory = directory;
+        ctx.directory = directory.clone();
         if config.advertise.is_none() {
             ctx.advertise = Arc::from(local_addr.to_string());
         }
         let ctx = Arc::new(ctx);
+        // Cluster mode: the slot manager claims this coordinator's share of the slots,
+        // and hands them all back when the server stops.
+        #[cfg(feature = "cluster")]
+        let slot_manager = match cluster {
+            Some(etcd) => {
+                let stop = CancellationToken::new();
+                let (ready, loaded) = tokio::sync::oneshot::channel();
+                let id = etcd.id().to_owned();
+                let wait = etcd.lease_ttl() * 2;
+                let manager = cluster::SlotManager::new(
+                    etcd,
+                    shards.clone(),
+                    directory.clone(),
+                    id,
+                    metrics.clone(),
+                );
+                let task = tokio::spawn(manager.run(stop.clone(), ready));
+                // Serve once the unowned slots this coordinator is given are loaded
+                // (connections wait in the listen backlog meanwhile), or after twice
+                // the lease TTL at most: the rest arrives as the others hand it over.
+                if tokio::time::timeout(wait, loaded).await.is_err() {
+                    warn!("the first slots took long to load; serving meanwhile");
+                }
+                Some((stop, task))
+            }
+            None => None,
+        };
         let connections = TaskTracker::new();
         let (reading, mut readers_done) = mpsc::channel::<()>(1);
         info!(
@@ -421,6 +479,15 @@ impl Server {
         info!("shutting down: no new connections, finishing in-flight requests");
 
         let graceful = async {
+            // 0. A cluster coordinator hands its slots to the others first, while its
+            //    shards still make records durable: members move without a rebalance.
+            #[cfg(feature = "cluster")]
+            if let Some((stop, task)) = slot_manager {
+                stop.cancel();
+                if let Err(e) = task.await {
+                    error!(error = %e, "the slot manager failed");
+                }
+            }
             // 1. Connections stop reading requests; wait until none can send any more.
             ctx.stop_reading();
             drop(reading);
@@ -532,6 +599,18 @@ impl ServerHandle {
     pub fn abort(self) {
         self.task.abort();
     }
+}
+
+/// Opens the store of a single-process server and loads everything in it.
+async fn open_and_load(
+    config: &StoreConfig,
+) -> Result<(Arc<dyn Store>, RestoredState), ServerError> {
+    let store = open_store(config).await?;
+    let loader = store.clone();
+    let restored = tokio::task::spawn_blocking(move || loader.load())
+        .await
+        .map_err(|e| ServerError::Runtime(format!("store load panicked: {e}")))??;
+    Ok((store, restored))
 }
 
 async fn open_store(config: &StoreConfig) -> Result<Arc<dyn Store>, ServerError> {

@@ -146,3 +146,37 @@ fn a_group_starts_above_its_own_floor() {
         .is_empty());
     assert!(core.floors.is_empty());
 }
+
+/// An abandoned group is dropped without a record: the change not yet taken is
+/// forgotten (it was never revealed as durable), its member hears nothing further, and
+/// a core that loads the store gets the group as it last was durably.
+#[test]
+fn an_abandoned_group_leaves_only_what_was_durable() {
+    let mut t = TestContext::new();
+    let mut a = t.join(1, "a", &[("orders", 4)]);
+    t.join(3, "kept", &[("orders", 2)]);
+    t.advance(Duration::from_secs(1));
+    t.expect_beat_ok(&mut a);
+    t.drain();
+    let durable_before = durable(&t.records, &|g| g == "a");
+    // A second member's join writes a record that is not taken yet.
+    let join = t.join_request("a", &[("orders", 4)]);
+    assert!(t.core.handle_request(t.now, 2, Request::Join(join)).wrote);
+    let (pushes, records) = (t.pushes.len(), t.records.len());
+    assert_eq!(
+        t.core.abandon(t.now, |g| g == "a"),
+        [std::sync::Arc::from("a")]
+    );
+    t.drain();
+    t.advance(SESSION * 3);
+    assert!(
+        t.records[records..].iter().all(|r| r.group() != "a"),
+        "an abandoned group was written"
+    );
+    assert!(t.pushes[pushes..]
+        .iter()
+        .all(|(_, conn, _)| *conn != a.conn));
+    assert!(!matches!(t.beat(&mut a), Response::Heartbeat(_)));
+    assert!(t.records[records..].iter().any(|r| r.group() == "kept"));
+    assert_eq!(durable(&t.records, &|g| g == "a"), durable_before);
+}

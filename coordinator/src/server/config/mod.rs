@@ -119,6 +119,39 @@ pub struct ServerConfig {
     /// The core's limits and tunables. `member_id_suffix` is made unique per start and
     /// per shard by the server.
     pub core: CoreConfig,
+    /// Cluster mode: the groups live in etcd and are shared with other coordinators
+    /// (`store` is then unused). `None`: one process owns every group of its store.
+    pub cluster: Option<ClusterSettings>,
+}
+
+/// Where a cluster's coordinators meet, and how this one takes part (see the
+/// `cluster` module, built with the `cluster` feature).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterSettings {
+    /// etcd endpoints (`http://host:port`).
+    pub endpoints: Vec<String>,
+    /// The cluster's name: every key lives under `/rollcall/<name>/`.
+    pub name: String,
+    /// This coordinator's id among the cluster's; default: the advertised address.
+    pub id: Option<String>,
+    /// The number of slots, used only when the cluster is created (then kept in etcd).
+    pub slots: u32,
+    /// The time-to-live of this coordinator's etcd lease: how long its slots stay
+    /// owned after it dies, and the longest it acts without renewing.
+    pub lease_ttl: Duration,
+}
+
+impl ClusterSettings {
+    /// The defaults for `endpoints`: cluster `default`, 64 slots, a 5 s lease.
+    pub fn new(endpoints: Vec<String>) -> Self {
+        Self {
+            endpoints,
+            name: "default".into(),
+            id: None,
+            slots: 64,
+            lease_ttl: Duration::from_secs(5),
+        }
+    }
 }
 
 impl Default for ServerConfig {
@@ -153,6 +186,7 @@ impl Default for ServerConfig {
                 max_partitions_per_group: DEFAULT_MAX_PARTITIONS_PER_GROUP,
                 ..CoreConfig::default()
             },
+            cluster: None,
         }
     }
 }

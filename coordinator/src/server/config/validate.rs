@@ -38,6 +38,7 @@ impl ServerConfig {
 
     /// Checks the values against each other; the error names the option at fault.
     pub fn validate(&self) -> Result<(), InvalidConfig> {
+        self.validate_cluster()?;
         self.check_threads()?;
         self.check_connections()?;
         positive("auth-reload-interval", self.auth_reload_interval)?;
@@ -247,6 +248,50 @@ impl ServerConfig {
                     format_duration(core.rebalance_coalesce),
                     format_duration(core.rebalance_coalesce_max)
                 ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl ServerConfig {
+    /// Cluster mode needs the `cluster` feature, endpoints, a name that fits in a key,
+    /// slots, and a lease long enough to renew.
+    fn validate_cluster(&self) -> Result<(), InvalidConfig> {
+        let Some(cluster) = &self.cluster else {
+            return Ok(());
+        };
+        if !cfg!(feature = "cluster") {
+            return Err(InvalidConfig::new(
+                "--etcd",
+                "needs a rollcall built with cluster support: \
+                 cargo build --release --features cluster (it needs protoc to build)",
+            ));
+        }
+        if cluster.endpoints.is_empty() || cluster.endpoints.iter().any(|e| e.trim().is_empty()) {
+            return Err(InvalidConfig::new(
+                "--etcd",
+                "must name at least one endpoint",
+            ));
+        }
+        if cluster.name.is_empty()
+            || !cluster
+                .name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+        {
+            return Err(InvalidConfig::new(
+                "--cluster",
+                "must be letters, digits, '-', '_' or '.'",
+            ));
+        }
+        if !(1..=65_536).contains(&cluster.slots) {
+            return Err(InvalidConfig::new("--cluster-slots", "must be 1 to 65536"));
+        }
+        if cluster.lease_ttl < Duration::from_secs(2) {
+            return Err(InvalidConfig::new(
+                "--etcd-lease-ttl",
+                "must be at least 2s (etcd's lease granularity is a second)",
             ));
         }
         Ok(())

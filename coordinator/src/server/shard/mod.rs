@@ -26,6 +26,7 @@
 //! shards; `timer.rs` the timer task.
 
 mod joiner;
+mod ownership;
 mod stage;
 #[cfg(test)]
 mod tests;
@@ -43,6 +44,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info};
 
+use super::directory::Lookup;
 use super::metrics::Metrics;
 use super::registry::{ConnHandle, Registry};
 use crate::core::{ConnId, Coordinator};
@@ -148,6 +150,8 @@ pub(crate) struct ShardContext {
     pub(crate) fatal: CancellationToken,
     /// Set with `fatal` by the shards, for requests to check cheaply.
     pub(crate) failed: AtomicBool,
+    /// Which groups this coordinator acts for (all of them outside a cluster).
+    pub(crate) directory: super::directory::Directory,
 }
 
 impl ShardContext {
@@ -238,7 +242,13 @@ impl Shard {
     /// The store found `group` empty for longer than the offsets `retention`; the core
     /// decides whether to delete it.
     pub(crate) fn remove_offsets(&self, group: &str, retention: Duration) {
-        let deleted = self.input(|core, now| core.remove_offsets(now, group, retention));
+        let directory = &self.ctx.directory;
+        let deleted = self.input(|core, now| {
+            // Under the lock a hand-back takes: a group whose slot moved is not ours to
+            // delete.
+            (directory.is_single() || matches!(directory.lookup(group), Lookup::Here))
+                && core.remove_offsets(now, group, retention)
+        });
         let shard = self.index;
         if deleted {
             info!(shard, group, "offsets retention expired; group deleted");

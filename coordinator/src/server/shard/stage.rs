@@ -17,6 +17,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tracing::error;
 
+use super::super::directory::Lookup;
 use super::super::events::log_event;
 use super::joiner::send_push;
 use super::{Joiner, PanicGuard, Reply, Shard, ShardContext, ShardState};
@@ -38,7 +39,7 @@ pub(crate) enum Handled {
 
 /// One output of a batch, in the order the core produced it.
 #[derive(Debug)]
-enum Outgoing {
+pub(super) enum Outgoing {
     Response {
         reply: Reply,
         response: Response,
@@ -58,12 +59,15 @@ enum Outgoing {
 /// durability.
 #[derive(Debug, Default)]
 pub(super) struct OpenBatch {
-    outgoing: Vec<Outgoing>,
+    pub(super) outgoing: Vec<Outgoing>,
     /// The members whose Join this batch answers (group, member id): once the answers
     /// have left, the core is told, and their sessions count from then.
     joined: Vec<(String, String)>,
     /// Groups with outputs in this batch (besides those of its records).
     groups: HashSet<String>,
+    /// Told once this batch has been sent (or failed): the hand-back of groups waits
+    /// on it for their last records to be durable.
+    pub(super) sent: Vec<oneshot::Sender<Result<(), StoreError>>>,
 }
 
 /// A batch the sender stage submitted and has not sent yet.
@@ -181,6 +185,13 @@ impl Shard {
         }
         let mut st = self.state.lock();
         let _guard = PanicGuard(&self.ctx);
+        if let Some(refusal) = self.not_here(&request) {
+            // The group's slot was handed back or abandoned after the connection
+            // looked it up: checked again under the lock, which the hand-back takes.
+            drop(st);
+            reply.deliver(refusal, &self.ctx.metrics, true);
+            return Handled::Answered;
+        }
         let now = Instant::now();
         // The groups this request concerns, and whether any is pending (those pending
         // only through a batch already taken are held if the answer is staged).
@@ -235,6 +246,26 @@ impl Shard {
         self.check_timer(&mut st);
         handled
     }
+    /// In cluster mode, the answer to a request naming a group this coordinator does not
+    /// act for (any more).
+    fn not_here(&self, request: &Request) -> Option<Response> {
+        if self.ctx.directory.is_single() {
+            return None;
+        }
+        request_groups(request).find_map(|group| {
+            let code = match self.ctx.directory.lookup(group) {
+                Lookup::Here => return None,
+                Lookup::Loading => ErrorCode::CoordinatorLoading,
+                Lookup::Elsewhere(_) | Lookup::Unknown => ErrorCode::NotCoordinator,
+            };
+            Some(Response::error(
+                request.api_key(),
+                code,
+                format!("group {group} is not served by this coordinator now"),
+            ))
+        })
+    }
+
     /// Takes what an input produced besides its answer: pushes are sent or staged, and
     /// the stage and the timer task are woken if they have something new.
     pub(super) fn after_input(&self, st: &mut ShardState) {
@@ -311,7 +342,7 @@ impl Shard {
         let mut st = self.state.lock();
         let _guard = PanicGuard(&self.ctx);
         let records = st.core.take_records();
-        if records.is_empty() && st.open.outgoing.is_empty() {
+        if records.is_empty() && st.open.outgoing.is_empty() && st.open.sent.is_empty() {
             return if st.closing {
                 Taken::Closed
             } else {
@@ -352,13 +383,25 @@ impl Shard {
         }
         let InFlight {
             seq,
-            batch: OpenBatch {
-                outgoing, joined, ..
-            },
+            batch:
+                OpenBatch {
+                    outgoing,
+                    joined,
+                    sent,
+                    ..
+                },
             ..
         } = batch;
         self.send(outgoing, &durable);
-        if durable.is_err() {
+        for waiter in sent {
+            let _ = waiter.send(durable.clone());
+        }
+        if let Err(e) = durable {
+            // The stage ends here: whoever waits for a later batch is told now.
+            let waiting = std::mem::take(&mut self.state.lock().open.sent);
+            for waiter in waiting {
+                let _ = waiter.send(Err(e.clone()));
+            }
             return false;
         }
         let mut st = self.state.lock();
