@@ -155,7 +155,7 @@ impl Driver {
         let Some(l) = self.links.get_mut(&link) else {
             return;
         };
-        info!(addr = l.addr(), "connected");
+        info!(addr = %l.addr(), "connected");
         let conn = Connection::start(opened, &self.inbound_tx, link, l.epoch);
         let features = conn.features;
         l.conn = Some(conn);
@@ -178,7 +178,7 @@ impl Driver {
         if l.conn.take().is_none() {
             return;
         }
-        warn!(addr = l.addr(), reason, "connection lost");
+        warn!(addr = %l.addr(), reason, "connection lost");
         let pending: Vec<Pending> = l.pending.drain().map(|(_, (p, _))| p).collect();
         for pending in pending {
             if let Pending::Fetch(pages) = pending {
@@ -217,14 +217,14 @@ impl Driver {
             return;
         };
         if let ConnectError::Tls(_) = error {
-            warn!(addr = l.addr(), %error, "cannot connect over TLS; retrying with backoff");
+            warn!(addr = %l.addr(), %error, "cannot connect over TLS; retrying with backoff");
         }
         if link == BOOTSTRAP {
             l.rotate();
             self.schedule_reconnect(link, &error.to_string(), now);
             return;
         }
-        debug!(addr = l.addr(), %error, "cannot connect to the coordinator found");
+        debug!(addr = %l.addr(), %error, "cannot connect to the coordinator found");
         self.links.remove(&link);
         let std_now = now.into_std();
         for slot in self.slots.values_mut().filter(|s| s.link == Some(link)) {

@@ -196,7 +196,7 @@ impl Driver {
             self.lease_fallback_logged = true;
             let addr = self.links.get(&link).map(Link::addr).unwrap_or_default();
             info!(
-                addr,
+                addr = %addr,
                 "the coordinator does not support lease timeouts (join version 1): \
                  members use their session timeout as their lease on its connections"
             );
@@ -475,7 +475,7 @@ impl Driver {
                     if !l.beats_refused {
                         l.beats_refused = true;
                         warn!(
-                            addr = l.addr(),
+                            addr = %l.addr(),
                             %reason,
                             "a Heartbeats request was not answered as it should be: one \
                              Heartbeat per member on this connection"

@@ -17,7 +17,8 @@
 //!
 //! The files: `admission.rs` (the connection limits at accept, and answering a refused
 //! connection), `transport.rs` (plain or TLS), `read_loop.rs` (the loop, its deadlines,
-//! and each whole frame handed on), `routing.rs` (a request to its group's shard),
+//! and each whole frame handed on), `routing.rs` (a request to its group's shard, or
+//! refused for a group not served here, and FindCoordinator),
 //! `heartbeats.rs` (a Heartbeats request split across shards), `list_groups.rs`
 //! (ListGroups merged across shards), `errors.rs` (answers to protocol errors),
 //! `access.rs` (authentication and access), `io.rs` and `tls_io.rs` (the socket work),

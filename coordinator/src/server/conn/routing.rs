@@ -1,6 +1,9 @@
 //! Routing: a handshaken connection's request, once access allows it, goes to the shard
 //! of its group (a Heartbeats request spanning shards is split, see `heartbeats.rs`; a
-//! ListGroups request asks them all, see `list_groups.rs`).
+//! ListGroups request asks them all, see `list_groups.rs`), unless the directory says
+//! the group is not served here: then it is answered `not_coordinator` or
+//! `coordinator_loading` without reaching a shard (see `super::super::directory`).
+//! FindCoordinator is answered here too.
 
 use super::*;
 
