@@ -75,6 +75,7 @@ pub struct Etcd {
     id: String,
     entry: Vec<u8>,
     slots: u32,
+    lease_ttl: Duration,
     lease: Arc<LeaseState>,
     view: watch::Receiver<ClusterView>,
     store: Arc<EtcdStore>,
@@ -149,6 +150,7 @@ impl Etcd {
             id: opts.id.clone(),
             entry,
             slots,
+            lease_ttl: Duration::from_secs(ttl_secs as u64),
             lease,
             view,
             store,
@@ -164,6 +166,11 @@ impl Etcd {
     /// This coordinator's id.
     pub fn id(&self) -> &str {
         &self.id
+    }
+
+    /// The TTL of this coordinator's etcd lease.
+    pub fn lease_ttl(&self) -> Duration {
+        self.lease_ttl
     }
 
     /// The current etcd lease. It changes when the lease expired and a new one was
@@ -200,7 +207,10 @@ impl Etcd {
                 Some(PutOptions::new().with_lease(lease)),
             )])
             .or_else([TxnOp::get(key, None)]);
+        let sent = Instant::now();
         let resp = timed(self.client.kv_client().txn(txn)).await?;
+        metrics::histogram!("rollcall_etcd_request_duration_seconds", "op" => "claim")
+            .record(sent.elapsed().as_secs_f64());
         if resp.succeeded() {
             let revision = resp.header().map_or(0, |h| h.revision());
             return Ok(Some(FencingToken(revision as u64)));
@@ -222,6 +232,15 @@ impl Etcd {
             )])
             .and_then([TxnOp::delete(key, None)]);
         timed(self.client.kv_client().txn(txn)).await?;
+        Ok(())
+    }
+
+    /// Leaves the list of live coordinators (a graceful stop begins): the others' plans
+    /// stop counting this one, so they claim its slots as it hands them back, and do not
+    /// give it new ones. Its lease, and the slots it still owns, stay until [`Self::leave`].
+    pub async fn retire(&self) -> Result<(), ClusterError> {
+        let key = self.keys.coordinator(&self.id);
+        timed(self.client.kv_client().delete(key, None)).await?;
         Ok(())
     }
 
@@ -339,16 +358,22 @@ async fn keep_alive(
     loop {
         let opened = timed(client.lease_keep_alive(lease.id())).await;
         let Ok((mut keeper, mut stream)) = opened else {
+            missed();
             tokio::time::sleep(interval / 4).await;
             continue;
         };
         loop {
             let sent = Instant::now();
             if keeper.keep_alive().await.is_err() {
+                missed();
                 break;
             }
             match tokio::time::timeout(interval, stream.message()).await {
-                Ok(Ok(Some(resp))) if resp.ttl() > 0 => lease.renewed(sent, resp.ttl()),
+                Ok(Ok(Some(resp))) if resp.ttl() > 0 => {
+                    lease.renewed(sent, resp.ttl());
+                    metrics::histogram!("rollcall_etcd_request_duration_seconds", "op" => "keepalive")
+                        .record(sent.elapsed().as_secs_f64());
+                }
                 Ok(Ok(Some(_))) => {
                     warn!("the cluster lease expired; acting for no slot, granting a new one");
                     lease.expire();
@@ -358,11 +383,19 @@ async fn keep_alive(
                     }
                     break;
                 }
-                _ => break,
+                _ => {
+                    missed();
+                    break;
+                }
             }
             tokio::time::sleep_until((sent + interval).into()).await;
         }
     }
+}
+
+/// Counts a keepalive that failed or went unanswered.
+fn missed() {
+    metrics::counter!("rollcall_cluster_lease_renewals_missed_total").increment(1);
 }
 
 /// Everything from `coordinators/` up to and including `owners/` (`meta/` between them

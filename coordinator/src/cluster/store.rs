@@ -128,7 +128,10 @@ impl EtcdStore {
     /// groups are served) also lets later writes to it skip reading their groups'
     /// infos.
     pub fn load_slot(&self, slot: u32) -> Result<RestoredState, StoreError> {
+        let started = std::time::Instant::now();
         let (state, infos) = self.block(self.load_prefix(self.keys.slot(slot)))?;
+        metrics::histogram!("rollcall_etcd_request_duration_seconds", "op" => "load")
+            .record(started.elapsed().as_secs_f64());
         if self.tokens.lock().contains_key(&slot) {
             self.known.lock().loaded(slot, infos);
         }
@@ -454,7 +457,11 @@ impl Store for EtcdStore {
     }
 
     fn write(&self, records: &[Record]) -> Result<(), StoreError> {
-        self.block(self.write_async(records))
+        let started = std::time::Instant::now();
+        let written = self.block(self.write_async(records));
+        metrics::histogram!("rollcall_etcd_request_duration_seconds", "op" => "write")
+            .record(started.elapsed().as_secs_f64());
+        written
     }
 
     fn expired_groups(&self, retention: Duration) -> Result<Vec<String>, StoreError> {

@@ -31,10 +31,10 @@ use tracing::{error, info, warn};
 
 use super::directory::Directory;
 use super::metrics::Metrics;
-use super::shard::{shard_of, Shard};
-use crate::cluster::{plan, slot_of, ClusterView, Etcd, EtcdStore};
+use super::shard::{shard_of, slot_of, Shard};
+use crate::cluster::{plan, ClusterView, Etcd, EtcdStore};
 use crate::core::RestoredState;
-use crate::store::{FencingToken, Store as _};
+use crate::store::FencingToken;
 
 /// How often the manager reconciles when nothing changes (claims that failed are
 /// retried, abandoned slots are taken back once the lease is renewed).

@@ -53,6 +53,7 @@ async fn a_full_shard_stalls_only_the_connections_that_use_it() {
         stats_interval: Duration::from_secs(60),
         fatal: CancellationToken::new(),
         failed: AtomicBool::new(false),
+        directory: crate::server::Directory::single(),
     });
     let shards: Vec<_> = (0..2)
         .map(|i| {

@@ -4,7 +4,7 @@
 use metrics::{Counter, Gauge, Histogram};
 
 /// The etcd requests timed by `rollcall_etcd_request_duration_seconds`.
-pub(crate) const ETCD_OPS: [&str; 4] = ["write", "load", "keepalive", "claim"];
+const ETCD_OPS: [&str; 4] = ["write", "load", "keepalive", "claim"];
 
 /// Describes the cluster metrics.
 pub(super) fn describe() {
@@ -41,23 +41,23 @@ pub(crate) struct ClusterMetrics {
     pub(crate) handed_back: Counter,
     pub(crate) abandoned: Counter,
     pub(crate) slot_load: Histogram,
-    pub(crate) renewals_missed: Counter,
-    pub(crate) etcd: [Histogram; ETCD_OPS.len()],
 }
 
 impl ClusterMetrics {
     pub(crate) fn new() -> Self {
         let moved = |how: &'static str| metrics::counter!("rollcall_cluster_slot_moves_total", "move" => how);
+        // Recorded by the etcd side (`cluster::etcd`, `cluster::store`) under the same
+        // names; registered here so they are exported, at zero, from the start.
+        let _ = metrics::counter!("rollcall_cluster_lease_renewals_missed_total");
+        for op in ETCD_OPS {
+            let _ = metrics::histogram!("rollcall_etcd_request_duration_seconds", "op" => op);
+        }
         Self {
             slots_owned: metrics::gauge!("rollcall_cluster_slots_owned"),
             adopted: moved("adopted"),
             handed_back: moved("handed_back"),
             abandoned: moved("abandoned"),
             slot_load: metrics::histogram!("rollcall_cluster_slot_load_seconds"),
-            renewals_missed: metrics::counter!("rollcall_cluster_lease_renewals_missed_total"),
-            etcd: ETCD_OPS.map(
-                |op| metrics::histogram!("rollcall_etcd_request_duration_seconds", "op" => op),
-            ),
         }
     }
 }

@@ -259,7 +259,7 @@ impl Shard {
                 Lookup::Elsewhere(_) | Lookup::Unknown => ErrorCode::NotCoordinator,
             };
             Some(Response::error(
-                request.api_key(),
+                request.api_key() as u16,
                 code,
                 format!("group {group} is not served by this coordinator now"),
             ))

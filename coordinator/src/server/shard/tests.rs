@@ -172,6 +172,7 @@ impl TwoShards {
             stats_interval: Duration::from_secs(60),
             fatal: CancellationToken::new(),
             failed: AtomicBool::new(false),
+            directory: crate::server::Directory::single(),
         });
         // Rebalances at once: no timer to wait for.
         let config = CoreConfig {
