@@ -40,7 +40,7 @@ pub use guards::Guard;
 pub use liveness::{Detector, DetectorKind, DetectorSettings, FixedTimeout};
 pub use records::{
     GroupSnapshot, HeldSnapshot, InstanceSnapshot, MemberSnapshot, OffsetRecord, Record,
-    RestoredState,
+    RestoredState, WaitSnapshot,
 };
 pub use totals::Totals;
 
@@ -246,9 +246,12 @@ impl Coordinator {
     /// Restores groups and offsets loaded from the store: at start, every group the
     /// shard owns; at runtime, the groups of a shard this core adopts (loaded with
     /// `Store::load_groups`), which follow the same rules as a restart. Every member
-    /// gets fresh session and progress deadlines counted from `now` (a restart, or a
-    /// move, is no one's fault), takes no new grants until it is heard from, and every
-    /// hold is counted again from `now`.
+    /// gets a fresh session counted from `now` (a restart, or a move, is no one's
+    /// fault), takes no new grants until it is heard from, and every hold is counted
+    /// again from `now`. Its waits for progress and for each revocation resume with
+    /// what they had counted when their snapshot was taken (they are judged once the
+    /// member is heard), so restarts and takeovers never start them over; a group that
+    /// carried such a wait over is snapshotted again at once, with the restore counted.
     ///
     /// A group this core already holds is kept as it is: its snapshot and offsets in
     /// `state` are older than what the core knows.
@@ -284,7 +287,9 @@ impl Coordinator {
             if held.contains(&snapshot.group) {
                 continue;
             }
-            let group = Group::restore(&mut ctx, snapshot);
+            let (mut group, carried) = Group::restore(&mut ctx, snapshot);
+            // The waits it carried over are written again with this restore counted.
+            group.snapshot_dirty |= carried;
             restored.push(group.name.clone());
             groups.insert(group.name.clone(), group);
         }
@@ -303,7 +308,7 @@ impl Coordinator {
         self.floors = floors;
         // What was durable is kept whatever the quotas say now; they only refuse more.
         for name in restored {
-            self.account(&name);
+            self.note_dirty(&name);
         }
     }
 
@@ -598,7 +603,7 @@ impl Coordinator {
                     // Changed again since it was listed, without being noted: this
                     // snapshot holds that too.
                     g.snapshot_dirty = false;
-                    let snapshot = g.snapshot(now);
+                    let snapshot = g.take_snapshot(now);
                     self.records.push(Record::Group(snapshot));
                 }
             }

@@ -51,9 +51,12 @@ pub struct OffsetRecord {
 
 /// What is needed to resume a group after a restart without a rebalance, and to make
 /// the same ownership, fencing and liveness decisions the running coordinator would
-/// have made. Heartbeat times are deliberately absent: a restored member gets fresh
-/// deadlines. Remaining durations are counted from the moment the snapshot was taken;
-/// a restore counts them again from its own start, which can only make holds longer.
+/// have made. Heartbeat times are deliberately absent: a restored member gets a fresh
+/// session. Remaining durations (holds, leases) are counted from the moment the
+/// snapshot was taken; a restore counts them again from its own start, which can only
+/// make holds longer. The waits that can expel a member (for progress, for each
+/// revocation) are recorded as how long they had run, and a restore resumes them from
+/// there: restarts and takeovers do not start them over.
 ///
 /// How a store encodes it is the store's business (the durable store's JSON form, with
 /// defaults for fields added later, is in `store/snapshot_json.rs`).
@@ -148,6 +151,29 @@ pub struct MemberSnapshot {
     /// The member was suspect and the last target cut its share: it is restored suspect,
     /// and its recovery brings the rebalance that gives it its share back.
     pub restricted: bool,
+    /// Its wait for progress, if recorded (absent in snapshots written before waits
+    /// were kept: it then starts afresh at the restore).
+    pub progress: Option<WaitSnapshot>,
+    /// The partitions it is asked to release, each with its wait, as (topic index,
+    /// partition) (empty in snapshots written before waits were kept: each revocation
+    /// then starts afresh at the restore).
+    pub revoking: Vec<((u32, u32), WaitSnapshot)>,
+}
+
+/// A wait that can expel a member (for progress, or one revocation), as a snapshot
+/// records it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WaitSnapshot {
+    /// For progress: the counter the wait is for (progress past it ends the wait).
+    /// Unused for a revocation.
+    pub counter: u64,
+    /// How long the wait had counted against the member when the snapshot was taken,
+    /// ms (the coordinator's pauses, and what isolations gave back, not counted).
+    pub waited_ms: u64,
+    /// What isolations had given back to it, ms (at most one expel threshold in all).
+    pub credit_ms: u64,
+    /// How many restores it has been carried through.
+    pub restores: u32,
 }
 
 /// What the core is restored from: everything the store holds at start, or the groups

@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::core::{GroupSnapshot, HeldSnapshot, InstanceSnapshot, MemberSnapshot};
+use crate::core::{GroupSnapshot, HeldSnapshot, InstanceSnapshot, MemberSnapshot, WaitSnapshot};
 
 /// Encodes `snapshot` as JSON, appending to `out`.
 pub(crate) fn encode(snapshot: &GroupSnapshot, out: &mut Vec<u8>) -> serde_json::Result<()> {
@@ -79,10 +79,69 @@ struct Member {
     /// Absent when false, and in snapshots written before it was kept.
     #[serde(default, skip_serializing_if = "is_false")]
     restricted: bool,
+    /// The wait for progress; absent in snapshots written before waits were kept (the
+    /// restore then starts it afresh).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    progress: Option<Wait>,
+    /// Each revocation's wait; absent when there is none, and in snapshots written
+    /// before waits were kept (the restore then starts each afresh).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    revoking: Vec<Revoking>,
+}
+
+/// A wait that can expel a member ([`WaitSnapshot`]); fields at their default are left
+/// out.
+#[derive(Serialize, Deserialize)]
+struct Wait {
+    #[serde(default, skip_serializing_if = "is_zero")]
+    counter: u64,
+    waited_ms: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    credit_ms: u64,
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    restores: u32,
+}
+
+/// A partition a member is asked to release, with its wait.
+#[derive(Serialize, Deserialize)]
+struct Revoking {
+    tp: (u32, u32),
+    #[serde(flatten)]
+    wait: Wait,
 }
 
 fn is_false(b: &bool) -> bool {
     !b
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
+}
+
+impl From<WaitSnapshot> for Wait {
+    fn from(w: WaitSnapshot) -> Self {
+        Self {
+            counter: w.counter,
+            waited_ms: w.waited_ms,
+            credit_ms: w.credit_ms,
+            restores: w.restores,
+        }
+    }
+}
+
+impl From<Wait> for WaitSnapshot {
+    fn from(w: Wait) -> Self {
+        Self {
+            counter: w.counter,
+            waited_ms: w.waited_ms,
+            credit_ms: w.credit_ms,
+            restores: w.restores,
+        }
+    }
 }
 
 impl From<&GroupSnapshot> for Group {
@@ -170,6 +229,15 @@ impl From<&MemberSnapshot> for Member {
             stood_down: m.stood_down,
             released: m.released.clone(),
             restricted: m.restricted,
+            progress: m.progress.map(Wait::from),
+            revoking: m
+                .revoking
+                .iter()
+                .map(|&(tp, wait)| Revoking {
+                    tp,
+                    wait: wait.into(),
+                })
+                .collect(),
         }
     }
 }
@@ -193,6 +261,12 @@ impl From<Member> for MemberSnapshot {
             stood_down: m.stood_down,
             released: m.released,
             restricted: m.restricted,
+            progress: m.progress.map(WaitSnapshot::from),
+            revoking: m
+                .revoking
+                .into_iter()
+                .map(|r| (r.tp, r.wait.into()))
+                .collect(),
         }
     }
 }

@@ -98,6 +98,8 @@ fn member(id: &str) -> MemberSnapshot {
         stood_down: false,
         released: vec![(0, 3)],
         restricted: false,
+        progress: None,
+        revoking: Vec::new(),
     }
 }
 
@@ -1145,6 +1147,49 @@ fn snapshot_json_format_is_stable() {
         "\"stood_down\":false",
         "\"released\":[[0,2],[0,3]]",
         "\"restricted\":true",
+    ] {
+        assert!(text.contains(key), "{key} missing from {text}");
+    }
+}
+
+/// Snapshots written before members' waits were kept (the form of the release before
+/// it, with every field that had then) still load, with no waits: the restore starts
+/// them afresh, as it did then. Today's form keeps each wait, and leaves out what is at
+/// its default.
+#[test]
+fn snapshot_json_keeps_waits_and_reads_snapshots_without_them() {
+    use super::snapshot_json::{decode, encode};
+    use crate::core::WaitSnapshot;
+    let before = br#"{"group":"g","generation":4,"topics":[["orders",4]],"members":[{"member_id":"m-1","instance_id":null,"client_id":"c","join_token":7,"session_timeout_ms":10000,"progress_timeout_ms":60000,"rebalance_timeout_ms":30000,"lease_timeout_ms":3000,"subscription":[0],"generation":4,"owned":[[0,1],[0,2]],"target":[[0,1]],"lease_remaining_ms":2500,"stood_down":false,"released":[[0,3]],"restricted":true}],"held":[{"remaining_ms":250,"member_id":"m-0","partitions":[[0,0]]}],"rebalance_pending":null,"instances":[],"detector":"fixed"}"#;
+    let s = decode(before).unwrap();
+    let m = &s.members[0];
+    assert_eq!(m.progress, None);
+    assert!(m.revoking.is_empty());
+    assert_eq!((m.released.as_slice(), m.restricted), (&[(0, 3)][..], true));
+
+    let mut full = s.clone();
+    full.members[0].progress = Some(WaitSnapshot {
+        counter: 41,
+        waited_ms: 12_000,
+        credit_ms: 0,
+        restores: 0,
+    });
+    full.members[0].revoking = vec![(
+        (0, 2),
+        WaitSnapshot {
+            counter: 0,
+            waited_ms: 9_500,
+            credit_ms: 1_000,
+            restores: 3,
+        },
+    )];
+    let mut json = Vec::new();
+    encode(&full, &mut json).unwrap();
+    assert_eq!(decode(&json).unwrap(), full);
+    let text = String::from_utf8(json).unwrap();
+    for key in [
+        "\"progress\":{\"counter\":41,\"waited_ms\":12000}",
+        "\"revoking\":[{\"tp\":[0,2],\"waited_ms\":9500,\"credit_ms\":1000,\"restores\":3}]",
     ] {
         assert!(text.contains(key), "{key} missing from {text}");
     }

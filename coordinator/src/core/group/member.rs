@@ -71,9 +71,10 @@ pub(crate) struct Member {
     /// process closes its sockets) and it has not been heard on another since: it is
     /// expelled when its lease runs out instead of at its session deadline.
     pub(crate) conn_closed: bool,
-    /// Restored from a snapshot and not heard from since: it may have died around the
-    /// restart, so it is granted nothing new until it is heard (it keeps its session).
-    pub(crate) unheard: bool,
+    /// What the member owes since it was restored from a snapshot ([`UNHEARD`],
+    /// [`NO_BEAT`]); 0 for a member heard since, or never restored. One byte where two
+    /// flags would push the renewal's fields onto another line.
+    pub(crate) since_restore: u8,
     /// The last target computed while the member was suspect left out partitions it
     /// would otherwise have been given: it gets a rebalance when it recovers.
     pub(crate) restricted: bool,
@@ -116,6 +117,10 @@ pub(crate) struct Member {
     pub(crate) released: PartitionSet,
     /// The assignment changed since it was last pushed.
     pub(crate) assignment_dirty: bool,
+    /// Restores the wait for progress that began at `progress_credit_at` has been
+    /// carried through (saturating; see [`Self::progress_restores`]): each one halves
+    /// its checkpoint interval ([`checkpoint_interval`]).
+    pub(crate) progress_restores: u8,
     /// What isolations have given back to the current wait for progress, in all: at
     /// most one expel threshold (whole milliseconds, rounded up, so that the field
     /// takes padding and a member still fits 512 bytes).
@@ -124,7 +129,21 @@ pub(crate) struct Member {
     /// that moves the counter starts a new wait with nothing given back, without a write
     /// on the heartbeat path.
     pub(crate) progress_credit_at: u64,
+    /// When the member's waits were last written into a snapshot (taken, or asked for
+    /// by a checkpoint): a wait that has run a checkpoint interval past it asks for
+    /// another ([`Self::checkpoint_due`]), so that a restore loses little of it.
+    pub(crate) noted_at: Instant,
 }
+
+/// In [`Member::since_restore`]: restored from a snapshot and not heard from since. It
+/// may have died around the restart, so it is granted nothing new until it is heard (it
+/// keeps its session).
+pub(crate) const UNHEARD: u8 = 1;
+
+/// In [`Member::since_restore`]: restored, and no heartbeat of it read since. Its waits
+/// for progress and for revocations are judged only once one is (see
+/// [`Member::judged_progress`]).
+pub(crate) const NO_BEAT: u8 = 2;
 
 /// Cache lines of a [`Member`] that a renewal touches (see its layout).
 #[cfg(test)]
@@ -170,8 +189,36 @@ impl Member {
     /// (silence), its progress, or its oldest unanswered revocation.
     pub(crate) fn expired(&self, now: Instant) -> bool {
         self.session_deadline() <= now
-            || self.progress_deadline <= now
-            || self.revoke_deadline().is_some_and(|r| r <= now)
+            || self.judged_progress().is_some_and(|p| p <= now)
+            || self.judged_revocation().is_some_and(|r| r <= now)
+    }
+
+    /// The progress deadline, once the member can be judged by it: not while no
+    /// heartbeat of it has been read since a restore. A restore carries the elapsed part
+    /// of each wait over, so a deadline may have passed by the time the member's first
+    /// heartbeat arrives, and that heartbeat carries the progress (and the
+    /// acknowledgements) made before the restart, which the store may never have seen.
+    /// A member that is never heard again is expelled at its session deadline, counted
+    /// from the restore; one heard only through other requests (a rejoin, a commit)
+    /// beats within its session too, or is expelled for its silence.
+    pub(crate) fn judged_progress(&self) -> Option<Instant> {
+        (!self.awaiting_beat()).then_some(self.progress_deadline)
+    }
+
+    /// Restored and not heard from since ([`UNHEARD`]).
+    pub(crate) fn unheard(&self) -> bool {
+        self.since_restore & UNHEARD != 0
+    }
+
+    /// Restored and no heartbeat of it read since ([`NO_BEAT`]).
+    pub(crate) fn awaiting_beat(&self) -> bool {
+        self.since_restore & NO_BEAT != 0
+    }
+
+    /// The revocation deadline ([`Self::revoke_deadline`]), once the member can be
+    /// judged by it (see [`Self::judged_progress`]).
+    pub(crate) fn judged_revocation(&self) -> Option<Instant> {
+        self.revoke_deadline().filter(|_| !self.awaiting_beat())
     }
 
     /// Of the member's deadlines that have passed at `now` (silence, its lease after its
@@ -183,21 +230,35 @@ impl Member {
         [
             (Expiry::Silence, Some(self.session_deadline())),
             (Expiry::Closed, self.conn_closed.then_some(self.lease_until)),
-            (Expiry::Progress, Some(self.progress_deadline)),
-            (Expiry::Revocation, self.revoke_deadline()),
+            (Expiry::Progress, self.judged_progress()),
+            (Expiry::Revocation, self.judged_revocation()),
         ]
         .into_iter()
         .filter_map(|(expiry, deadline)| Some((expiry, deadline.filter(|&d| d <= now)?)))
         .min_by_key(|&(_, deadline)| deadline)
     }
 
+    /// When the member's timer must fire next: its next deadline
+    /// ([`Self::next_judgment`]) or its next checkpoint ([`Self::checkpoint_due`]).
     pub(crate) fn next_deadline(&self) -> Instant {
-        let mut next = self.session_deadline().min(self.progress_deadline);
-        if let Some(s) = self.liveness.suspect_at() {
-            next = next.min(s);
-        }
-        if let Some(r) = self.revoke_deadline() {
-            next = next.min(r);
+        let next = self.next_judgment();
+        self.checkpoint_due().map_or(next, |due| next.min(due))
+    }
+
+    /// The member's next deadline: session, suspicion, progress, revocation, or its
+    /// lease once its connection closed. Only what a renewal reads: a heartbeat asks
+    /// whether it came earlier. (A checkpoint never does: renewals only move it later.)
+    pub(crate) fn next_judgment(&self) -> Instant {
+        let mut next = self.session_deadline();
+        for at in [
+            self.judged_progress(),
+            self.liveness.suspect_at(),
+            self.judged_revocation(),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            next = next.min(at);
         }
         if self.conn_closed {
             next = next.min(self.lease_until);
@@ -229,7 +290,8 @@ impl Member {
     pub(crate) fn bind(&mut self, conn: ConnId) -> bool {
         self.conn = Some(conn);
         let closed = std::mem::take(&mut self.conn_closed);
-        let unheard = std::mem::take(&mut self.unheard);
+        let unheard = self.unheard();
+        self.since_restore &= !UNHEARD;
         closed || unheard
     }
 
@@ -238,7 +300,7 @@ impl Member {
     /// closed (it is most likely gone, and expelled when its lease runs out), it has not
     /// been heard since a restore, or it is suspect (it keeps what it owns).
     pub(crate) fn takes_grants(&self, now: Instant) -> bool {
-        !self.stood_down && !self.conn_closed && !self.unheard && !self.liveness.is_suspect(now)
+        !self.stood_down && !self.conn_closed && !self.unheard() && !self.liveness.is_suspect(now)
     }
 
     /// Applies the timeouts of a rejoin. The session deadline follows the new session
@@ -269,13 +331,57 @@ impl Member {
         changed
     }
 
-    /// The progress clock renews only when the counter advances.
+    /// The progress clock renews only when the counter advances. Every heartbeat reports
+    /// it: the member's waits are judged from its first one after a restore on.
     pub(crate) fn report_progress(&mut self, now: Instant, progress: u64) {
+        if self.since_restore & NO_BEAT != 0 {
+            self.since_restore &= !NO_BEAT;
+        }
         if progress > self.progress {
             self.progress = progress;
             self.progress_deadline = now + self.progress_timeout();
             self.last_progress_at = now;
         }
+    }
+
+    /// How many restores the current wait for progress has been carried through: those
+    /// recorded for the counter it began at (progress starts a new wait, without a
+    /// write on the heartbeat path, as for [`Self::progress_credit_ms`]).
+    pub(crate) fn progress_restores(&self) -> u8 {
+        if self.progress_credit_at == self.progress {
+            self.progress_restores
+        } else {
+            0
+        }
+    }
+
+    /// How long the current wait for progress has counted against the member at `now`:
+    /// its progress timeout less what remains of it (pauses and what isolations gave
+    /// back are not counted).
+    pub(crate) fn progress_waited(&self, now: Instant) -> Duration {
+        let remaining = self.progress_deadline.saturating_duration_since(now);
+        self.progress_timeout().saturating_sub(remaining)
+    }
+
+    /// When the member's waits next need a checkpoint: a wait that can expel it (for
+    /// progress, or a revocation) has counted a checkpoint interval
+    /// ([`checkpoint_interval`]) past what the last snapshot recorded of it (or since it
+    /// began, if later). The snapshot then taken records it again, so a restore resumes
+    /// it with at most that much of its elapsed time unrecorded.
+    pub(crate) fn checkpoint_due(&self) -> Option<Instant> {
+        let progress = {
+            let every = checkpoint_interval(self.progress_timeout(), self.progress_restores());
+            let began = self
+                .progress_deadline
+                .checked_sub(self.progress_timeout())
+                .unwrap_or(self.noted_at);
+            began.max(self.noted_at) + every
+        };
+        let revocations = self.revoking_since.iter().map(|r| {
+            let every = checkpoint_interval(self.rebalance_timeout(), r.restores);
+            r.since.max(self.noted_at) + every
+        });
+        revocations.chain([progress]).min()
     }
 
     pub(crate) fn revoking(&self) -> Vec<TopicPartition> {
@@ -300,6 +406,7 @@ impl Member {
                 tp: *tp,
                 since: now,
                 credit: Duration::ZERO,
+                restores: 0,
             },
         };
         let revoking: Box<[Revocation]> = self.owned.difference(&self.target).map(kept).collect();
@@ -329,4 +436,31 @@ pub(crate) struct Revocation {
     pub(crate) since: Instant,
     /// What isolations gave back to its wait, in all: at most one expel threshold.
     pub(crate) credit: Duration,
+    /// Restores its wait has been carried through (saturating): each one halves its
+    /// checkpoint interval ([`checkpoint_interval`]).
+    pub(crate) restores: u8,
+}
+
+/// A wait that can expel a member is recorded again (a checkpoint: its group is
+/// snapshotted) whenever it has counted this share of its timeout past what the last
+/// snapshot recorded of it.
+pub(crate) const CHECKPOINT_SHARE: u32 = 8;
+
+/// After this many restores within one wait its checkpoint interval stops halving.
+pub(crate) const CHECKPOINT_HALVINGS: u8 = 6;
+
+/// A checkpoint interval is never shorter than this.
+pub(crate) const CHECKPOINT_FLOOR: Duration = Duration::from_millis(10);
+
+/// How often a wait of `timeout` that has been carried through `restores` restores is
+/// checkpointed: an eighth of its timeout, halved by each restore (at most
+/// [`CHECKPOINT_HALVINGS`] times), never below [`CHECKPOINT_FLOOR`]. A restore resumes a
+/// wait from what the store recorded, so the running time between a wait's last
+/// checkpoint and a crash is not counted: at most one interval (and the time the write
+/// of the checkpoint takes) per restore. Halving it at each restore bounds the total over
+/// any number of restores: an eighth, a sixteenth and so on add up to a quarter of the
+/// timeout (see DETECTION.md, "Restarts and takeovers").
+pub(crate) fn checkpoint_interval(timeout: Duration, restores: u8) -> Duration {
+    let halvings = restores.min(CHECKPOINT_HALVINGS);
+    (timeout / CHECKPOINT_SHARE / (1u32 << halvings)).max(CHECKPOINT_FLOOR)
 }

@@ -44,6 +44,8 @@ impl Group {
             last_progress_at: now,
             progress_credit_ms: 0,
             progress_credit_at: 0,
+            progress_restores: 0,
+            noted_at: now,
             restricted: false,
             expel_slot: None,
             generation: self.generation,
@@ -57,7 +59,7 @@ impl Group {
             heard_at: now,
             stood_down: false,
             conn_closed: false,
-            unheard: false,
+            since_restore: 0,
             timer_at: None,
         }
     }
@@ -293,6 +295,11 @@ impl Group {
         };
         if m.timer_at == Some(fired_at) {
             m.timer_at = None;
+        }
+        if m.checkpoint_due().is_some_and(|due| due <= now) {
+            // A wait has run a checkpoint interval past what the store knows of it.
+            m.noted_at = now;
+            self.snapshot_dirty = true;
         }
         if let Some(Transition::Suspected { silence }) = m.liveness.check(now) {
             ctx.event(Event::MemberSuspected {

@@ -6,8 +6,11 @@ use std::time::{Duration, Instant};
 
 use rollcall_protocol::{MemberDescription, MemberDetection};
 
-use super::super::records::{GroupSnapshot, HeldSnapshot, InstanceSnapshot, MemberSnapshot};
+use super::super::records::{
+    GroupSnapshot, HeldSnapshot, InstanceSnapshot, MemberSnapshot, WaitSnapshot,
+};
 use super::super::{CoreConfig, DetectorKind, RebalanceCause, TopicPartition};
+use super::member::{checkpoint_interval, Revocation, NO_BEAT, UNHEARD};
 use super::{duration_ms, Ctx, Group, Held, Instance, Member, Timeouts, Topic};
 
 impl Group {
@@ -81,6 +84,20 @@ impl Group {
                     stood_down: m.stood_down,
                     released: pairs(&mut m.released.iter()),
                     restricted: m.restricted,
+                    progress: Some(progress_wait(m, now)),
+                    revoking: m
+                        .revoking_since
+                        .iter()
+                        .map(|r| {
+                            let wait = WaitSnapshot {
+                                counter: 0,
+                                waited_ms: duration_ms(now.saturating_duration_since(r.since)),
+                                credit_ms: duration_ms(r.credit),
+                                restores: u32::from(r.restores),
+                            };
+                            ((r.tp.topic, r.tp.partition), wait)
+                        })
+                        .collect(),
                 })
                 .collect(),
             held: self
@@ -99,10 +116,25 @@ impl Group {
         }
     }
 
-    /// Rebuilds a group from its snapshot; every member gets fresh deadlines from `now`.
-    /// Holds and leases run for what they had left when the snapshot was taken, counted
-    /// again from `now`; a rebalance that was pending is asked for again.
-    pub(crate) fn restore(ctx: &mut Ctx<'_>, snapshot: GroupSnapshot) -> Self {
+    /// The group's durable state at `now`, taken to be written: its members' waits are
+    /// recorded as of `now`, so their next checkpoints count from there.
+    pub(crate) fn take_snapshot(&mut self, now: Instant) -> GroupSnapshot {
+        let snapshot = self.snapshot(now);
+        for m in self.members.values_mut() {
+            m.noted_at = m.noted_at.max(now);
+        }
+        snapshot
+    }
+
+    /// Rebuilds a group from its snapshot. Every member gets a fresh session from `now`;
+    /// holds and leases run for what they had left when the snapshot was taken, counted
+    /// again from `now`; a rebalance that was pending is asked for again. The waits that
+    /// can expel a member (for progress, for each revocation) resume with what they had
+    /// counted when the snapshot was taken (see [`resume_waits`]). Returns the group, and
+    /// whether it must be snapshotted again at once: a wait it carried over is recorded
+    /// with the restore counted, so that the next restore halves its checkpoint interval
+    /// again.
+    pub(crate) fn restore(ctx: &mut Ctx<'_>, snapshot: GroupSnapshot) -> (Self, bool) {
         let now = ctx.now;
         let mut group = Self::new(Arc::from(snapshot.group.as_str()), 0, ctx.config);
         if let Some(kind) = DetectorKind::parse(&snapshot.detector) {
@@ -134,6 +166,7 @@ impl Group {
                 },
             );
         }
+        let mut carried = false;
         for ms in snapshot.members {
             let subscription: Vec<u32> = ms
                 .subscription
@@ -164,6 +197,7 @@ impl Group {
                 subscription,
             );
             member.generation = ms.generation;
+            carried |= resume_waits(&mut member, now, ms.progress, &ms.revoking, &tp);
             // Heartbeats renew the lease without a snapshot: any lease promised before
             // the restart ends within a lease timeout of it, or later if a longer one
             // was promised before a rejoin shortened the timeout.
@@ -174,7 +208,7 @@ impl Group {
                 member.lease_until.max(now + remaining)
             };
             member.stood_down = ms.stood_down;
-            member.unheard = true;
+            member.since_restore = UNHEARD | NO_BEAT;
             // A snapshot written before instances were recorded: the member is its
             // instance's latest incarnation.
             if let Some(instance) = &member.instance_id {
@@ -232,8 +266,77 @@ impl Group {
         group.snapshot_dirty = false;
         group.reconcile(ctx);
         group.snapshot_dirty = false;
-        group
+        (group, carried)
     }
+}
+
+/// Member `m`'s wait for progress at `now`, as a snapshot records it.
+fn progress_wait(m: &Member, now: Instant) -> WaitSnapshot {
+    let credit = if m.progress_credit_at == m.progress {
+        u64::from(m.progress_credit_ms)
+    } else {
+        0
+    };
+    WaitSnapshot {
+        counter: m.progress,
+        waited_ms: duration_ms(m.progress_waited(now)),
+        credit_ms: credit,
+        restores: u32::from(m.progress_restores()),
+    }
+}
+
+/// Resumes the waits a snapshot recorded (`progress`, `revoking`) on restored member `m`
+/// at `now`: each one has counted
+/// what it had counted when the snapshot was taken, so it runs on for what remained of
+/// its timeout, however many restores it has been through. The time between the snapshot
+/// and `now` is not counted: the store cannot tell how much of it the coordinator ran (a
+/// checkpoint bounds that part, see [`checkpoint_interval`]) and how much it was down
+/// (never counted against a member). What isolations gave back stays given, so their cap
+/// holds across restores. A snapshot without waits (written before they were kept)
+/// starts them afresh, as restores did then.
+///
+/// Returns whether a wait worth recording again was carried over: a revocation, or a
+/// wait for progress that had run at least its checkpoint interval (a member whose
+/// counter is stuck). Waits shorter than that are the members' ordinary ones; recording
+/// them at every restore would write every group.
+fn resume_waits(
+    m: &mut Member,
+    now: Instant,
+    progress: Option<WaitSnapshot>,
+    revoking: &[((u32, u32), WaitSnapshot)],
+    tp: &dyn Fn(&(u32, u32)) -> TopicPartition,
+) -> bool {
+    let since = |waited_ms: u64| {
+        now.checked_sub(Duration::from_millis(waited_ms))
+            .unwrap_or(now)
+    };
+    let restores = |r: u32| u8::try_from(r.saturating_add(1)).unwrap_or(u8::MAX);
+    let mut carried = false;
+    if let Some(p) = progress {
+        let timeout = m.progress_timeout();
+        let waited = Duration::from_millis(p.waited_ms).min(timeout);
+        m.progress = p.counter;
+        m.progress_deadline = now + (timeout - waited);
+        m.last_progress_at = since(p.waited_ms);
+        m.progress_credit_ms = u32::try_from(p.credit_ms).unwrap_or(u32::MAX);
+        m.progress_credit_at = p.counter;
+        m.progress_restores = restores(p.restores);
+        carried |= waited >= checkpoint_interval(timeout, 0);
+    }
+    let mut revoking: Vec<Revocation> = revoking
+        .iter()
+        .map(|(pair, w)| Revocation {
+            tp: tp(pair),
+            since: since(w.waited_ms),
+            credit: Duration::from_millis(w.credit_ms),
+            restores: restores(w.restores),
+        })
+        .collect();
+    revoking.sort_by_key(|r| r.tp);
+    revoking.dedup_by(|a, b| a.tp == b.tp);
+    carried |= !revoking.is_empty();
+    m.revoking_since = revoking.into_boxed_slice();
+    carried
 }
 
 /// How the detector judges `m` at `now`.

@@ -109,7 +109,7 @@ impl Subject {
             heard_at: m.heard_at,
             expiring: expiry.is_some(),
             connected: m.conn.is_some(),
-            may_wait: m.conn.is_some() || m.unheard || resuming,
+            may_wait: m.conn.is_some() || m.unheard() || resuming,
             for_silence: m.session_deadline() <= now
                 && matches!(expiry, Some((Expiry::Silence | Expiry::Closed, _))),
             span,
@@ -142,8 +142,8 @@ pub(crate) fn hold_bound(
     // Each deadline with its bound.
     let deadlines = [
         Some((session, (session + expel_after).min(real.max(session)))),
-        Some((m.progress_deadline, m.progress_deadline + expel_after)),
-        m.revoke_deadline().map(|d| (d, d + expel_after)),
+        m.judged_progress().map(|d| (d, d + expel_after)),
+        m.judged_revocation().map(|d| (d, d + expel_after)),
     ];
     let passed = deadlines.iter().flatten().filter(|&&(d, _)| d <= now);
     let (deadline, bound) = passed.min_by_key(|&&(_, bound)| bound).copied()?;

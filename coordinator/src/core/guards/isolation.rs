@@ -206,6 +206,10 @@ impl Member {
         self.progress_deadline += more;
         let total_ms = (given + more).as_nanos().div_ceil(1_000_000);
         self.progress_credit_ms = u32::try_from(total_ms).unwrap_or(u32::MAX);
+        if self.progress_credit_at != self.progress {
+            // A new wait: the restores counted were another's.
+            self.progress_restores = 0;
+        }
         self.progress_credit_at = self.progress;
         for r in &mut self.revoking_since {
             let waited = at.saturating_duration_since(r.since);

@@ -134,7 +134,9 @@ impl Coordinator {
         );
         m.report_progress(now, r.progress);
         // Thresholds that shrank can bring a deadline before the member's timer.
-        let earlier = m.timer_at.is_some_and(|t| m.next_deadline() < t);
+        // So can the first heartbeat since a restore: the member's waits are judged from
+        // now on.
+        let earlier = m.timer_at.is_some_and(|t| m.next_judgment() < t);
         let rebound = m.conn != Some(conn);
         let resumed = m.bind(conn);
         let stale = r.generation != m.generation;

@@ -314,3 +314,206 @@ fn defect_14_a_late_commit_for_a_released_partition_is_revoked_after_a_restart()
         ErrorCode::PartitionRevoked
     );
 }
+
+// ------------------------------------------------------------------------------------
+// 25. A restore starts the waits that expel a member over.
+// ------------------------------------------------------------------------------------
+
+/// Restarts the coordinator (a takeover restores the same way) and moves every member
+/// to a connection of its own to the new one.
+fn take_over(t: &mut TestContext, members: &mut [&mut M]) {
+    restart(t);
+    for m in members.iter_mut() {
+        m.conn += 100;
+    }
+}
+
+/// `a` is asked to release half its partitions to `b` and never acknowledges, though it
+/// beats on time. Its coordinator is taken over every 10 s, a third of the rebalance
+/// timeout. Each restore once started the revocation's wait over, so `a` kept the
+/// partitions for as long as the takeovers came: `b` never got them.
+///
+/// Promise: a takeover (like a restart) does not start a wait over. The snapshot keeps
+/// how long each revocation has waited, and a restore resumes it; what the store cannot
+/// account for (the running time after the last checkpoint) is at most a quarter of the
+/// rebalance timeout over any number of restores. So `a` is expelled within
+/// asked + rebalance timeout + a quarter of it (plus its heartbeat interval), in
+/// coordinator running time.
+#[test]
+fn defect_25_takeovers_faster_than_the_rebalance_timeout_still_expel_a_member_that_withholds_its_acknowledgement(
+) {
+    withheld_through_takeovers(Duration::from_secs(10));
+}
+
+/// The same with takeovers every second, faster than a checkpoint interval (an eighth
+/// of the rebalance timeout, 3.75 s, halved by the first restore): each restore writes
+/// the wait it carried over with the restore counted, so the next one halves its
+/// checkpoint interval again, until runs are long enough to record the wait.
+#[test]
+fn defect_25_takeovers_faster_than_a_checkpoint_interval_still_expel_a_member_that_withholds_its_acknowledgement(
+) {
+    withheld_through_takeovers(Duration::from_secs(1));
+}
+
+fn withheld_through_takeovers(every: Duration) {
+    let mut t = TestContext::new();
+    let mut a = t.join(1, "g", &[("orders", 8)]);
+    t.advance(SETTLE);
+    t.expect_beat_ok(&mut a);
+    let mut b = t.join(2, "g", &[("orders", 8)]);
+    t.advance(SETTLE);
+    assert_eq!(count(&t.revoking(&a)), 4, "a is asked to release half");
+    let asked = t.now;
+    let mut takeovers = 0;
+    while removed(&t, &a).is_none() {
+        assert!(
+            t.now - asked < REBALANCE * 3,
+            "still a member {:?} after it was asked, through {takeovers} takeovers",
+            t.now - asked
+        );
+        let run = t.now;
+        while t.now - run < every && removed(&t, &a).is_none() {
+            t.advance(Duration::from_millis(500));
+            if removed(&t, &a).is_none() {
+                t.expect_beat_ok(&mut a);
+                t.expect_beat_ok(&mut b);
+            }
+        }
+        if removed(&t, &a).is_none() {
+            take_over(&mut t, &mut [&mut a, &mut b]);
+            takeovers += 1;
+        }
+    }
+    assert_eq!(removed(&t, &a), Some(ExpelReason::RebalanceTimeout));
+    assert!(
+        takeovers as u128 >= REBALANCE.as_millis() / every.as_millis(),
+        "{takeovers} takeovers"
+    );
+    let within = REBALANCE + REBALANCE / 4 + Duration::from_secs(1);
+    assert!(
+        t.now - asked <= within,
+        "expelled {:?} after it was asked, past {within:?}",
+        t.now - asked
+    );
+}
+
+/// The same for the progress clock: a member whose progress counter is stuck while it
+/// beats on time, with its coordinator taken over every 20 s, a third of its progress
+/// timeout. A restore once restored no counter at all, so the first beat after it
+/// counted as progress and the member was never expelled.
+#[test]
+fn defect_25_takeovers_faster_than_the_progress_timeout_still_expel_a_stuck_member() {
+    let mut t = TestContext::new();
+    let mut stuck = t.join(1, "g", &[("orders", 4)]);
+    t.advance(SETTLE);
+    t.expect_beat_ok(&mut stuck);
+    let progressed = t.now;
+    let mut takeovers = 0;
+    while removed(&t, &stuck).is_none() {
+        assert!(
+            t.now - progressed < PROGRESS * 3,
+            "still a member {:?} after its last progress, through {takeovers} takeovers",
+            t.now - progressed
+        );
+        for _ in 0..20 {
+            t.advance(Duration::from_secs(1));
+            if removed(&t, &stuck).is_some() {
+                break;
+            }
+            t.beat_stalled(&mut stuck);
+        }
+        if removed(&t, &stuck).is_none() {
+            take_over(&mut t, &mut [&mut stuck]);
+            takeovers += 1;
+        }
+    }
+    assert_eq!(removed(&t, &stuck), Some(ExpelReason::ProgressExpired));
+    assert!(takeovers >= 3, "{takeovers} takeovers");
+    let within = PROGRESS + PROGRESS / 4 + Duration::from_secs(1);
+    assert!(
+        t.now - progressed <= within,
+        "expelled {:?} after its last progress, past {within:?}",
+        t.now - progressed
+    );
+}
+
+/// A wait resumed by a restore is judged only once the member's first heartbeat since
+/// is read: that heartbeat carries what the member did before the restart, which the
+/// store may not have seen. Here the member, stuck for most of its progress timeout
+/// (recorded by a checkpoint), progresses just before the restart; no snapshot follows.
+/// The deadline the restore resumes passes before its first beat, which then renews it.
+#[test]
+fn defect_25_a_restored_wait_is_judged_by_the_first_heartbeat_since() {
+    let mut t = TestContext::new();
+    let mut m = t.join(1, "g", &[("orders", 4)]);
+    t.advance(SETTLE);
+    t.expect_beat_ok(&mut m);
+    for _ in 0..57 {
+        t.advance(Duration::from_secs(1));
+        t.beat_stalled(&mut m);
+    }
+    // Progress, then the restart before anything is written.
+    t.expect_beat_ok(&mut m);
+    take_over(&mut t, &mut [&mut m]);
+    // The last checkpoint recorded 52.5 s of the wait (every 7.5 s): its resumed
+    // deadline passes 7.5 s after the restore; its session does not.
+    t.advance(Duration::from_secs(8));
+    assert_eq!(removed(&t, &m), None, "judged before it was heard");
+    t.expect_beat_ok(&mut m);
+    t.advance(Duration::from_secs(1));
+    t.expect_beat_ok(&mut m);
+    assert_eq!(
+        removed(&t, &m),
+        None,
+        "its progress before the restart counts"
+    );
+}
+
+/// A snapshot written before waits were kept (no `progress`, no `revoking`) restores
+/// them as restores always did: afresh, with a whole timeout from the restore.
+#[test]
+fn defect_25_a_snapshot_without_waits_starts_them_afresh() {
+    let mut t = TestContext::new();
+    let mut a = t.join(1, "g", &[("orders", 8)]);
+    t.advance(SETTLE);
+    t.expect_beat_ok(&mut a);
+    let mut b = t.join(2, "g", &[("orders", 8)]);
+    t.advance(SETTLE);
+    assert_eq!(count(&t.revoking(&a)), 4);
+    for _ in 0..20 {
+        t.advance(Duration::from_secs(1));
+        t.expect_beat_ok(&mut a);
+        t.expect_beat_ok(&mut b);
+    }
+    let mut state = durable(&t.records);
+    for g in &mut state.groups {
+        for m in &mut g.members {
+            assert!(m.progress.is_some(), "today's snapshots keep the waits");
+            m.progress = None;
+            m.revoking.clear();
+        }
+    }
+    let mut config = t.core.config().clone();
+    config.member_id_prefix = "old-".to_owned();
+    t.core = Coordinator::new(config);
+    t.core.restore(t.now, state);
+    t.drain();
+    a.conn += 100;
+    b.conn += 100;
+    let restored = t.now;
+    while t.now - restored < REBALANCE - Duration::from_secs(1) {
+        t.advance(Duration::from_secs(1));
+        t.expect_beat_ok(&mut a);
+        t.expect_beat_ok(&mut b);
+    }
+    assert_eq!(
+        removed(&t, &a),
+        None,
+        "a fresh rebalance timeout from the restore"
+    );
+    for _ in 0..3 {
+        t.advance(Duration::from_secs(1));
+        t.beat(&mut a);
+    }
+    assert_eq!(removed(&t, &a), Some(ExpelReason::RebalanceTimeout));
+}

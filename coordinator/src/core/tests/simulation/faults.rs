@@ -38,9 +38,10 @@ enum Fault {
     Drain,
     AimedStall,
     Isolate,
+    Takeovers,
 }
 
-const FAULTS: [(Fault, f64); 16] = [
+const FAULTS: [(Fault, f64); 17] = [
     (Fault::Cut, 10.0),
     (Fault::Stuck, 3.0),
     (Fault::Crash, 4.0),
@@ -57,6 +58,7 @@ const FAULTS: [(Fault, f64); 16] = [
     (Fault::Drain, 0.4),
     (Fault::AimedStall, 1.0),
     (Fault::Isolate, 0.8),
+    (Fault::Takeovers, 0.8),
 ];
 
 fn ms(ms: u64) -> Duration {
@@ -491,6 +493,7 @@ impl World {
             }
             Fault::AimedStall => self.aimed_stall(),
             Fault::Isolate => self.isolations(),
+            Fault::Takeovers => self.takeovers(),
             Fault::Restart => {
                 let downtime = self.restart_downtime();
                 self.restart_begin(downtime, "at random");
@@ -626,6 +629,67 @@ impl World {
             self.t(deadline)
         );
         self.stall_over(p, &what, deadline, start);
+    }
+
+    /// Restarts aimed at a wait that can expel a member, as a group whose coordinator
+    /// fails over again and again would see them: two to five, each run shorter than the
+    /// wait's timeout, with no other fault meanwhile. Half the time at a member asked to
+    /// release partitions, whose application then withholds its acknowledgement until
+    /// the faults stop; otherwise at one whose application stalls for its progress
+    /// timeout or longer. A restore resumes the wait, and check 8 bounds it in running
+    /// time across the restarts (a restart once started it over).
+    fn takeovers(&mut self) {
+        let revoking = self.rng.gen_bool(0.5);
+        let candidates: Vec<usize> = (0..self.procs.len())
+            .filter(|&p| {
+                self.procs[p].is_live()
+                    && self.procs[p]
+                        .m
+                        .member_id()
+                        .and_then(|m| self.oracle.members.get(m))
+                        .is_some_and(|info| {
+                            info.removed.is_none()
+                                && (!revoking || info.revocation_deadline().is_some())
+                        })
+            })
+            .collect();
+        if candidates.is_empty() {
+            return;
+        }
+        let p = candidates[self.rng.gen_range(0..candidates.len())];
+        let timeout = if revoking {
+            let never = self.now + Duration::from_secs(24 * 3600);
+            self.procs[p].ack = AckPolicy::Never;
+            for due in self.procs[p].acks_due.values_mut() {
+                *due = never;
+            }
+            self.log(format!(
+                "process {p} stops acknowledging; restarts aimed at its revocation"
+            ));
+            self.procs[p].config.rebalance_timeout
+        } else {
+            let progress = self.procs[p].config.progress_timeout;
+            let len = progress.mul_f64(self.rng.gen_range(1.0..2.0));
+            self.procs[p].stalled_until = Some(self.now + len);
+            self.log(format!(
+                "process {p}: application stalls for {len:?}; restarts aimed at its progress"
+            ));
+            progress
+        };
+        let times = self.rng.gen_range(2..=5);
+        self.max_restarts = self.max_restarts.max(self.counts.restarts + times);
+        let mut at = Duration::ZERO;
+        for _ in 0..times {
+            at += timeout.mul_f64(self.rng.gen_range(0.1..0.5));
+            let downtime = self.restart_downtime();
+            let why = if revoking {
+                "aimed at a withheld acknowledgement"
+            } else {
+                "aimed at a stalled application"
+            };
+            self.push(self.now + at, Ev::Do(Action::Restart { downtime, why }));
+        }
+        self.calm_until = Some(self.now + at);
     }
 
     /// The coordinator's own network goes away, one to four times in a row. Half the

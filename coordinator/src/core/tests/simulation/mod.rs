@@ -48,7 +48,11 @@
 //!   groups leaving and being joined again; retention deleting an empty group's offsets;
 //!   coordinator pauses of up to three session timeouts, while frames queue up (some
 //!   aimed to begin just before a cut-off member's deadline, some to end just after
-//!   it); coordinator stalls aimed at a pending revocation's deadline, the application
+//!   it); two to five coordinator restarts in a row aimed at a wait that can expel a
+//!   member, each run shorter than its timeout (a member asked to release partitions
+//!   whose application then withholds its acknowledgement, or one whose application
+//!   stalls for its progress timeout or longer), as failovers of its group would come;
+//!   coordinator stalls aimed at a pending revocation's deadline, the application
 //!   acknowledging 30 to 250 ms before it so that the acknowledgement waits in the
 //!   stall, or at a stalled application's progress deadline, the application resuming
 //!   in time for one heartbeat to carry its progress before it (three in five begin at
@@ -116,10 +120,16 @@
 //!   expel thresholds (at most two session timeouts) of its asking, and a member whose
 //!   progress does not move is expelled within its progress timeout plus two expel
 //!   thresholds of its last progress, however often the coordinator is isolated.
-//!   Coordinator downtime does not count (a pause shifts the waits, a restart starts
-//!   them over); after a pause its grace is added, and 500 ms of slack. (It fails a
-//!   core that waits four rebalance timeouts or three progress timeouts, and one whose
-//!   isolation guard gives each isolation its silence back uncapped.)
+//!   Coordinator downtime does not count: a pause starts the count over (the core
+//!   shifts the waits by it), a restart only stops it, since a restore resumes the
+//!   waits with what their snapshot recorded; after a restart a quarter of the timeout
+//!   is added (what the core's checkpoints may leave unrecorded over the restarts of one
+//!   wait), and the member is given two expel thresholds from the last restart (it is
+//!   judged from its first heartbeat since, or expelled for silence). After a pause its
+//!   grace is added, and 500 ms of slack. (It fails a core that waits four rebalance
+//!   timeouts or three progress timeouts, one whose isolation guard gives each
+//!   isolation its silence back uncapped, and one whose restore starts the waits
+//!   over.)
 //! - *9.* The client keeps its side of the lease (what check 2 builds on): an
 //!   application that was not told to stop (`Suspended`) acts only within its member's
 //!   lease, checked whenever the process runs (it must have run, and been told, by the
@@ -228,6 +238,14 @@
 //!     the grace's end. Check 4 \[kept past a coordinator pause\] (seed 50403 of a
 //!     fresh range; defect 24). The grace now holds only members last heard no later
 //!     than the wake.
+//!
+//! And one that was known before the simulation looked for it:
+//!
+//! 13. A restore started the waits for progress and for revocations over, so a member
+//!     that withheld its acknowledgement (or whose progress was stuck) was never
+//!     expelled while restarts came faster than its timeout. Check 8 \[revocation
+//!     neither acknowledged nor ended\], \[no progress, not expelled\], once restarts
+//!     were aimed at such waits (defect 25).
 //!
 //! # Running it
 //!

@@ -1203,11 +1203,9 @@ impl Oracle {
                 // promised before a rejoin shortened the timeout may outlast the session
                 // now in force, and the snapshot carries what was left of it).
                 info.promised = info.promised.max(now + info.longest_session());
-                info.max_progress = 0;
-                info.progress_since = now;
-                info.progress_min = info.progress;
-                // A revocation still pending keeps its start: the core may give it fresh
-                // time or carry the remaining time over, and either passes.
+                // The waits for progress and for revocations keep their starts: the core
+                // resumes them with what they had counted (check 7 holds it to no more
+                // than the real time since, check 8 to the running time).
             }
         }
     }
@@ -1277,7 +1275,7 @@ impl Oracle {
             let rebalance = longest(info.rebalance, 2);
             let progress = longest(info.progress, 1);
             if let Some((tp, since)) = info.revoking.iter().min_by_key(|(_, since)| **since) {
-                let due = self.hold_bound(*since, rebalance + 2 * threshold, threshold);
+                let due = self.wait_bound(*since, rebalance, threshold);
                 if now > due {
                     let kind = if info.acked_arrival.contains_key(tp) {
                         "revocation acknowledged and still pending"
@@ -1305,7 +1303,7 @@ impl Oracle {
                     ));
                 }
             }
-            let due = self.hold_bound(info.progress_since, progress + 2 * threshold, threshold);
+            let due = self.wait_bound(info.progress_since, progress, threshold);
             if now > due {
                 found.push((
                     "no progress, not expelled",
@@ -1328,6 +1326,56 @@ impl Oracle {
         for (kind, msg) in found {
             self.violate(now, Check::BoundedHold, kind, msg);
         }
+    }
+
+    /// When a wait for progress or a revocation of `timeout` from `start` must have ended
+    /// (check 8): its timeout plus two expel thresholds (at most `threshold`) of running
+    /// time, as [`Self::hold_bound`] counts it, except that a restart does not start the
+    /// count over: the core carries the waits over, and counts again only what its
+    /// checkpoints did not record, an eighth of the timeout before the first restart and
+    /// half as much before each later one (a quarter in all). After the last restart
+    /// the member is judged once its first heartbeat is read: one that is not heard is
+    /// expelled for its silence, within two expel thresholds of the restart.
+    fn wait_bound(&self, start: Instant, timeout: Duration, threshold: Duration) -> Instant {
+        let mut len = timeout + 2 * threshold;
+        let restarts: Vec<Downtime> = self
+            .downtime
+            .iter()
+            .filter(|d| d.restart && d.to >= start)
+            .copied()
+            .collect();
+        if restarts.is_empty() {
+            return self.hold_bound(start, len, threshold);
+        }
+        len += timeout / 4;
+        let paused = self.downtime.iter().any(|d| !d.restart && d.to >= start);
+        let grace = if paused {
+            (threshold / 4).clamp(Duration::from_millis(50), Duration::from_secs(2))
+        } else {
+            Duration::ZERO
+        };
+        // Running time: a pause starts the count over (as `deadline_after`), a restart
+        // only stops the clock while the coordinator is down.
+        let full = len + grace + CRASH_SLACK;
+        let (mut at, mut left) = (start, full);
+        let mut downtime: Vec<&Downtime> = self.downtime.iter().collect();
+        downtime.sort_by_key(|d| d.from);
+        for d in downtime {
+            if d.to <= at {
+                continue;
+            }
+            if d.from >= at + left {
+                break;
+            }
+            if d.restart {
+                left -= d.from.saturating_duration_since(at);
+            } else {
+                left = full;
+            }
+            at = d.to;
+        }
+        let last = restarts.iter().map(|d| d.to).max().unwrap_or(start);
+        (at + left).max(last + 2 * threshold + CRASH_SLACK)
     }
 
     /// When a wait of `len` from `start` must have ended (check 8): a pause adds its
