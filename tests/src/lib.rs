@@ -3,6 +3,9 @@
 //! everything.
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "cluster")]
+pub mod cluster;
+pub mod fleet;
 pub mod proxy;
 
 use std::collections::VecDeque;
@@ -669,6 +672,14 @@ impl ServeProcess {
     async fn reap(&mut self) -> std::process::ExitStatus {
         let mut child = self.child.take().expect("serve is running");
         bounded("serve exits", child.wait()).await.expect("wait")
+    }
+
+    /// How the process exited, if it has (without waiting); `None` while it runs.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        let child = self.child.as_mut()?;
+        let status = child.try_wait().expect("try_wait")?;
+        self.child = None;
+        Some(status)
     }
 
     /// Starts the process again (after [`Self::kill`] or [`Self::terminate`]) on the same
