@@ -16,7 +16,7 @@ use rollcall_protocol::{Body, Codec, FindCoordinatorRequest, Frame, Request, Res
 use tokio::net::TcpStream;
 use tokio_util::codec::Framed;
 
-use crate::{ServeProcess, TempDir};
+use crate::{ServeProcess, TempDir, SERVE_STARTING};
 
 /// One `rollcall serve --etcd` process of a [`Cluster`].
 #[derive(Debug)]
@@ -42,6 +42,7 @@ pub struct Cluster {
     bin: String,
     lease_ttl: String,
     slots: u32,
+    exits: Vec<(usize, std::process::ExitStatus)>,
 }
 
 impl Cluster {
@@ -57,6 +58,7 @@ impl Cluster {
             bin: bin.to_owned(),
             lease_ttl: lease_ttl.to_owned(),
             slots,
+            exits: Vec::new(),
         })
     }
 
@@ -127,18 +129,24 @@ impl Cluster {
         status
     }
 
-    /// Coordinators that exited by themselves since the last look, with how.
+    /// Coordinators that exited by themselves, with how (each reported once).
     pub fn exited(&mut self) -> Vec<(usize, std::process::ExitStatus)> {
-        let mut out = Vec::new();
+        self.note_exits();
+        std::mem::take(&mut self.exits)
+    }
+
+    /// Marks the coordinators that exited by themselves as not alive, and keeps how
+    /// they exited for [`Self::exited`].
+    fn note_exits(&mut self) {
         for (i, c) in self.coordinators.iter_mut().enumerate() {
             if c.alive {
                 if let Some(status) = c.process.exited() {
+                    eprintln!("c{i} exited by itself ({status})");
                     c.alive = false;
-                    out.push((i, status));
+                    self.exits.push((i, status));
                 }
             }
         }
-        out
     }
 
     /// The slots coordinator `i` acts for, as its log tells: slots adopted, less
@@ -151,7 +159,12 @@ impl Cluster {
     /// (exclusive), each with the timestamp of its adoption.
     pub fn owned_slots_at(&self, i: usize, until: &str) -> BTreeMap<u32, String> {
         let mut owned = BTreeMap::new();
-        for line in self.log(i, &[ADOPTED, HANDED_BACK, ABANDONED]) {
+        for line in self.log(i, &[ADOPTED, HANDED_BACK, ABANDONED, SERVE_STARTING]) {
+            if line == SERVE_STARTING {
+                // A new process: the last one acted for nothing once it was gone.
+                owned.clear();
+                continue;
+            }
             if timestamp(&line) >= until {
                 break;
             }
@@ -170,9 +183,10 @@ impl Cluster {
 
     /// Waits (at most `within`) until the coordinators alive act for every slot between
     /// them, evenly (within one slot); returns each one's count.
-    pub async fn wait_balanced(&self, within: Duration) -> Vec<usize> {
+    pub async fn wait_balanced(&mut self, within: Duration) -> Vec<usize> {
         let deadline = Instant::now() + within;
         loop {
+            self.note_exits();
             let counts: Vec<usize> = (0..self.coordinators.len())
                 .filter(|i| self.coordinators[*i].alive)
                 .map(|i| self.owned_slots(i).len())
@@ -248,12 +262,13 @@ impl Cluster {
     /// Waits (at most `within`) until every group of `groups` is served by a live
     /// coordinator that every live one names; returns the placement.
     pub async fn wait_placed(
-        &self,
+        &mut self,
         groups: &[String],
         within: Duration,
     ) -> BTreeMap<String, SocketAddr> {
         let deadline = Instant::now() + within;
         loop {
+            self.note_exits();
             let placement = self.placement(groups).await;
             if placement.values().all(Option::is_some) {
                 return placement

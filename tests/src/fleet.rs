@@ -97,8 +97,8 @@ pub async fn connect(bootstrap: &[SocketAddr]) -> Client {
     config.reconnect_base = Duration::from_millis(20);
     config.reconnect_max = Duration::from_millis(200);
     config.connect_timeout = Duration::from_secs(2);
-    let addrs: Vec<String> = bootstrap.iter().map(ToString::to_string).collect();
-    bounded("client connect", Client::connect(addrs.join(","), config))
+    config.bootstrap = bootstrap[1..].iter().map(ToString::to_string).collect();
+    bounded("client connect", Client::connect(bootstrap[0], config))
         .await
         .expect("client connects")
 }
@@ -132,8 +132,11 @@ impl Fleet {
             clients: Vec::new(),
             config,
         };
-        for _ in 0..per_group {
-            fleet.clients.push(connect(bootstrap).await);
+        for k in 0..per_group {
+            // Each client starts from another coordinator.
+            let mut order = bootstrap.to_vec();
+            order.rotate_left(k % bootstrap.len());
+            fleet.clients.push(connect(&order).await);
         }
         for k in 0..per_group {
             for group in groups {

@@ -494,6 +494,9 @@ pub async fn serve_process(
     (started.child, started.addr)
 }
 
+/// The line a [`ServeProcess`]'s log gets before each start of the process.
+pub const SERVE_STARTING: &str = "rollcall-tests: serve starting";
+
 /// Lines of a coordinator's log kept for failure messages (the most recent ones).
 const LOG_LINES_KEPT: usize = 4_000;
 
@@ -602,6 +605,8 @@ impl ServeProcess {
 
     async fn spawn(&mut self) {
         assert!(self.child.is_none(), "serve is already running");
+        // Where one process's log ends and the next one's begins.
+        self.log.lock().push_back(SERVE_STARTING.to_owned());
         let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
         // A restart binds the port the previous process had; give the kernel a few tries.
         let mut tries = 0;

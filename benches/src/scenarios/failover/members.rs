@@ -20,6 +20,7 @@ use crate::common::group_name;
 #[derive(Debug, Default)]
 pub(crate) struct Tally {
     pub(crate) lost: AtomicU64,
+    /// Revocations after [`Fleet::mark_settled`].
     pub(crate) revocations: AtomicU64,
     /// Assignments after [`Fleet::mark_settled`].
     pub(crate) assignments: AtomicU64,
@@ -81,15 +82,18 @@ impl Fleet {
     ) -> Result<Self, String> {
         let members = layout.groups * layout.per_group;
         let clients = members.div_ceil(layout.per_client);
-        let addrs: Vec<String> = bootstrap.iter().map(ToString::to_string).collect();
         let mut all = Vec::with_capacity(clients);
-        for _ in 0..clients {
-            let client = Client::connect(addrs.join(","), client_config())
+        for c in 0..clients {
+            // Each client starts from another coordinator, knowing them all.
+            let first = bootstrap[c % bootstrap.len()];
+            let mut config = client_config();
+            config.bootstrap = bootstrap.iter().map(ToString::to_string).collect();
+            let client = Client::connect(first, config)
                 .await
                 .map_err(|e| format!("client connect: {e}"))?;
             all.push(client);
         }
-        let template = MemberConfig::new("", [("t", layout.partitions)])
+        let template = MemberConfig::new(group_name(0), [("t", layout.partitions)])
             .with_session_timeout(layout.session)
             .with_lease_timeout(layout.lease)
             .with_heartbeat_interval(layout.heartbeat)
@@ -217,7 +221,9 @@ async fn follow(member: Arc<Member>, tally: Arc<Tally>) {
                 tally.lost.fetch_add(1, Ordering::Relaxed);
             }
             Event::RevokeRequested { partitions, .. } => {
-                tally.revocations.fetch_add(1, Ordering::Relaxed);
+                if tally.settled.load(Ordering::SeqCst) {
+                    tally.revocations.fetch_add(1, Ordering::Relaxed);
+                }
                 let _ = member.ack_revocation(partitions);
             }
             Event::Assigned { .. } if tally.settled.load(Ordering::SeqCst) => {
