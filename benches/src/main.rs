@@ -63,6 +63,11 @@ enum Command {
     RollingRestart(scenarios::rolling::RollingArgs),
     /// Durable offset commits from many members at once: throughput and latency.
     Commit(scenarios::commit::CommitArgs),
+    /// A cluster of coordinators on etcd (one or three members, spawned here), one
+    /// coordinator killed with SIGKILL, several times: time until every member of its
+    /// groups has a heartbeat answered again, rebalances and `Lost` events caused.
+    /// Needs `etcd` and a `rollcall` built with `--features cluster`.
+    Failover(scenarios::failover::FailoverArgs),
     /// The steady scenario over a sweep of member counts: the cost curve.
     Scale(scenarios::steady::ScaleArgs),
     /// Connections opened, handshaken (ApiVersions) and left silent: the coordinator's
@@ -99,6 +104,7 @@ impl Command {
             Self::Pause(a) => a.hard_cap(),
             Self::RollingRestart(a) => a.hard_cap(),
             Self::Commit(a) => a.hard_cap(),
+            Self::Failover(a) => a.hard_cap(),
             Self::Scale(a) => a.hard_cap(),
             Self::Connections(a) => a.hard_cap(),
             Self::Detector(a) => a.hard_cap(),
@@ -116,6 +122,7 @@ impl Command {
             Self::Pause(a) => harness::run(a).await,
             Self::RollingRestart(a) => harness::run(a).await,
             Self::Commit(a) => harness::run(a).await,
+            Self::Failover(a) => harness::run(a).await,
             Self::Scale(a) => harness::run(a).await,
             Self::Connections(a) => harness::run(a).await,
             Self::Detector(a) => scenarios::detector::run(a).await,

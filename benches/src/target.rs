@@ -216,7 +216,7 @@ pub(crate) fn sibling_binary() -> Option<PathBuf> {
 }
 
 /// Removes ANSI colour sequences from a log line.
-fn strip_ansi(line: &str) -> String {
+pub(crate) fn strip_ansi(line: &str) -> String {
     let mut out = String::with_capacity(line.len());
     let mut chars = line.chars();
     while let Some(c) = chars.next() {
@@ -234,7 +234,7 @@ fn strip_ansi(line: &str) -> String {
 }
 
 /// The address in a `listen=ADDR` field of the coordinator's start-up log line.
-fn listen_addr(line: &str) -> Option<SocketAddr> {
+pub(crate) fn listen_addr(line: &str) -> Option<SocketAddr> {
     let line = strip_ansi(line);
     let rest = &line[line.find("listen=")? + "listen=".len()..];
     rest.split_whitespace()

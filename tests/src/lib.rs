@@ -3,6 +3,9 @@
 //! everything.
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "cluster")]
+pub mod cluster;
+pub mod fleet;
 pub mod proxy;
 
 use std::collections::VecDeque;
@@ -491,6 +494,9 @@ pub async fn serve_process(
     (started.child, started.addr)
 }
 
+/// The line a [`ServeProcess`]'s log gets before each start of the process.
+pub const SERVE_STARTING: &str = "rollcall-tests: serve starting";
+
 /// Lines of a coordinator's log kept for failure messages (the most recent ones).
 const LOG_LINES_KEPT: usize = 4_000;
 
@@ -599,6 +605,8 @@ impl ServeProcess {
 
     async fn spawn(&mut self) {
         assert!(self.child.is_none(), "serve is already running");
+        // Where one process's log ends and the next one's begins.
+        self.log.lock().push_back(SERVE_STARTING.to_owned());
         let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
         // A restart binds the port the previous process had; give the kernel a few tries.
         let mut tries = 0;
@@ -669,6 +677,14 @@ impl ServeProcess {
     async fn reap(&mut self) -> std::process::ExitStatus {
         let mut child = self.child.take().expect("serve is running");
         bounded("serve exits", child.wait()).await.expect("wait")
+    }
+
+    /// How the process exited, if it has (without waiting); `None` while it runs.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        let child = self.child.as_mut()?;
+        let status = child.try_wait().expect("try_wait")?;
+        self.child = None;
+        Some(status)
     }
 
     /// Starts the process again (after [`Self::kill`] or [`Self::terminate`]) on the same

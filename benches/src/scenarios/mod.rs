@@ -4,6 +4,7 @@ pub(crate) mod churn;
 pub(crate) mod commit;
 pub(crate) mod connections;
 pub(crate) mod detector;
+pub(crate) mod failover;
 pub(crate) mod floor;
 pub(crate) mod join_storm;
 pub(crate) mod pause;

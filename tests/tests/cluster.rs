@@ -1,0 +1,319 @@
+//! Cluster mode end to end (feature `cluster`): a real etcd, real `rollcall serve --etcd`
+//! processes, and members through the client crate, every grant, acknowledgement and
+//! commit of theirs recorded for the oracle (`rollcall_tests::fleet`). Without an
+//! `etcd` binary each test prints `SKIPPED` and passes (fails with
+//! `ROLLCALL_REQUIRE_ETCD=1`).
+//!
+//! The coordinators' etcd lease is 2 s, so a failover takes a few seconds; the tests
+//! run one at a time (their timings are part of what they check) and each is bounded.
+#![cfg(feature = "cluster")]
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use rollcall_tests::cluster::{field, timestamp, Cluster, ABANDONED, ADOPTED};
+use rollcall_tests::fleet::{check, group_names, missing_commits, Fleet, Timeouts, Verdict};
+use rollcall_tests::proxy::{Direction, Proxy};
+
+const BIN: &str = env!("CARGO_BIN_EXE_rollcall-e2e");
+const LEASE_TTL: &str = "2s";
+const SLOTS: u32 = 8;
+const PARTITIONS: u32 = 6;
+/// Members keep their sessions across any failover these tests cause.
+const TIMEOUTS: Timeouts = Timeouts {
+    session: Duration::from_secs(8),
+    lease: Duration::from_secs(4),
+    heartbeat: Duration::from_millis(250),
+};
+/// The longest a failover or a hand-off may take before a test fails.
+const MOVE: Duration = Duration::from_secs(20);
+
+/// One test at a time.
+fn serial() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs `test`, failing if it takes longer than `limit`.
+async fn within<F: Future>(limit: Duration, test: F) -> F::Output {
+    match tokio::time::timeout(limit, test).await {
+        Ok(out) => out,
+        Err(_) => panic!("the test took longer than {limit:?}"),
+    }
+}
+
+/// The coordinator serving the most groups in `placement`, and those groups.
+fn busiest(cluster: &Cluster, placement: &BTreeMap<String, SocketAddr>) -> (usize, Vec<String>) {
+    let mut by: BTreeMap<SocketAddr, Vec<String>> = BTreeMap::new();
+    for (group, addr) in placement {
+        by.entry(*addr).or_default().push(group.clone());
+    }
+    let (addr, groups) = by
+        .into_iter()
+        .max_by_key(|(_, g)| g.len())
+        .expect("some group placed");
+    (cluster.index_of(addr).expect("a coordinator"), groups)
+}
+
+/// The oracle's verdict on everything `fleet` recorded since `settled_at`, after its
+/// commits stopped; fails the test on any violation, lost partition, rebalance or
+/// missing commit.
+async fn assert_safe(fleet: &Fleet, settled_at: Instant, generations: &[u32]) -> Verdict {
+    fleet.stop_committing().await;
+    let verdict = check(&fleet.records(), &fleet.groups, settled_at, Instant::now());
+    assert!(verdict.violations.is_empty(), "{:#?}", verdict.violations);
+    assert!(
+        verdict.lost.is_empty(),
+        "members saw Lost: {:#?}",
+        verdict.lost
+    );
+    assert!(
+        verdict.moves.is_empty(),
+        "partitions moved: {:#?}",
+        verdict.moves
+    );
+    assert_eq!(fleet.generations(), generations, "a generation changed");
+    let committed = fleet.committed().await;
+    let missing = missing_commits(&verdict, &committed);
+    assert!(missing.is_empty(), "{missing:#?}");
+    assert!(verdict.accepted > 0, "no commit was accepted");
+    verdict
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_owner_s_groups_are_served_again_by_another_coordinator_without_a_rebalance() {
+    let _serial = serial();
+    let Some(mut cluster) = Cluster::start("kill", BIN, LEASE_TTL, SLOTS) else {
+        return;
+    };
+    within(Duration::from_secs(150), async {
+        for _ in 0..3 {
+            cluster.add(None).await;
+        }
+        cluster.wait_balanced(MOVE).await;
+        let groups = group_names("kill", 9);
+        let fleet = Fleet::join(&cluster.alive(), &groups, 3, PARTITIONS, TIMEOUTS).await;
+        fleet.wait_settled(MOVE).await;
+        let settled_at = Instant::now();
+        let generations = fleet.generations();
+        fleet.start_committing();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+
+        for round in 0..3 {
+            let placement = cluster.wait_placed(&groups, MOVE).await;
+            let (victim, served) = busiest(&cluster, &placement);
+            let killed_at = Instant::now();
+            cluster.kill(victim).await;
+            let took = fleet.wait_answered_since(killed_at, MOVE).await;
+            let after = cluster.wait_placed(&groups, MOVE).await;
+            for group in &served {
+                assert_ne!(after[group], placement[group], "{group} did not move");
+            }
+            eprintln!(
+                "round {round}: killed c{victim} serving {} groups; every member answered again {took:?} after the kill",
+                served.len()
+            );
+            // Back in the cluster, it takes its share again by graceful hand-offs.
+            cluster.restart(victim).await;
+            let back = Instant::now();
+            cluster.wait_balanced(MOVE).await;
+            fleet.wait_answered_since(back, MOVE).await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        let verdict = assert_safe(&fleet, settled_at, &generations).await;
+        eprintln!("{} commits accepted", verdict.accepted);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coordinator_cut_off_from_etcd_stops_acting_before_another_takes_its_slots() {
+    let _serial = serial();
+    let Some(mut cluster) = Cluster::start("cut", BIN, LEASE_TTL, SLOTS) else {
+        return;
+    };
+    within(Duration::from_secs(150), async {
+        let etcd: SocketAddr = cluster.etcd.endpoint().parse().expect("etcd address");
+        let proxy = Proxy::start(etcd).await;
+        // c0 reaches etcd through the proxy; its clients reach it directly.
+        let cut = cluster.add(Some(format!("http://{}", proxy.addr()))).await;
+        cluster.add(None).await;
+        cluster.add(None).await;
+        cluster.wait_balanced(MOVE).await;
+        let groups = group_names("cut", 12);
+        let fleet = Fleet::join(&cluster.alive(), &groups, 3, PARTITIONS, TIMEOUTS).await;
+        fleet.wait_settled(MOVE).await;
+        let settled_at = Instant::now();
+        let generations = fleet.generations();
+        fleet.start_committing();
+        let placement = cluster.wait_placed(&groups, MOVE).await;
+        let cut_addr = cluster.coordinators[cut].process.addr();
+        let stranded: Vec<&String> = groups
+            .iter()
+            .filter(|g| placement[*g] == cut_addr)
+            .collect();
+        assert!(!stranded.is_empty(), "c0 serves no group: {placement:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+
+        let cut_at = Instant::now();
+        proxy.set_blackhole(Direction::Both, true);
+        let took = fleet.wait_answered_since(cut_at, MOVE).await;
+        eprintln!(
+            "c0 cut off from etcd while serving {} groups; every member answered again {took:?} after the cut",
+            stranded.len()
+        );
+
+        // From the logs (one clock: one machine): c0 stopped acting before any other
+        // coordinator adopted one of the slots it acted for.
+        let stopped = cluster.log(cut, &[ABANDONED]);
+        let stopped_at = timestamp(stopped.first().expect("c0 stopped acting")).to_owned();
+        let mine = cluster.owned_slots_at(cut, &stopped_at);
+        assert!(!mine.is_empty(), "c0 acted for no slot");
+        for other in 1..cluster.coordinators.len() {
+            for line in cluster.log(other, &[ADOPTED]) {
+                let at = timestamp(&line);
+                let Some(adopted) = field(&line, "slot").and_then(|s| mine.get(&s)) else {
+                    continue;
+                };
+                assert!(
+                    at <= adopted.as_str() || at > stopped_at.as_str(),
+                    "c{other} adopted a slot of c0 before c0 stopped acting at {stopped_at}:\n{line}"
+                );
+            }
+        }
+        eprintln!("c0 stopped acting at {stopped_at} for slots {:?}", mine.keys());
+
+        // The cut heals: c0 finds its lease gone.
+        proxy.set_blackhole(Direction::Both, false);
+        let healed = Instant::now();
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        let exited = cluster.exited();
+        eprintln!(
+            "after the cut healed: c0 {}; it acts for {} slots",
+            match exited.iter().find(|(i, _)| *i == cut) {
+                Some((_, status)) => format!("exited ({status})"),
+                None => "runs".to_owned(),
+            },
+            cluster.owned_slots(cut).len()
+        );
+        cluster.wait_balanced(MOVE).await;
+        cluster.wait_placed(&groups, MOVE).await;
+        fleet.wait_answered_since(healed, MOVE).await;
+        assert_safe(&fleet, settled_at, &generations).await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scaling_out_to_three_coordinators_and_back_to_one_moves_groups_without_a_rebalance() {
+    let _serial = serial();
+    let Some(mut cluster) = Cluster::start("scale", BIN, LEASE_TTL, SLOTS) else {
+        return;
+    };
+    within(Duration::from_secs(150), async {
+        let first = cluster.add(None).await;
+        cluster.wait_balanced(MOVE).await;
+        let groups = group_names("scale", 9);
+        // The members know only the first coordinator: they learn of the others from it.
+        let fleet = Fleet::join(&cluster.alive(), &groups, 3, PARTITIONS, TIMEOUTS).await;
+        fleet.wait_settled(MOVE).await;
+        let settled_at = Instant::now();
+        let generations = fleet.generations();
+        fleet.start_committing();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+
+        let out = Instant::now();
+        let second = cluster.add(None).await;
+        let third = cluster.add(None).await;
+        let counts = cluster.wait_balanced(MOVE).await;
+        let placement = cluster.wait_placed(&groups, MOVE).await;
+        fleet.wait_answered_since(Instant::now(), MOVE).await;
+        let used: std::collections::BTreeSet<_> = placement.values().collect();
+        eprintln!(
+            "scaled out in {:?}: slots {counts:?}, groups on {} coordinators",
+            out.elapsed(),
+            used.len()
+        );
+        assert!(used.len() > 1, "every group stayed on c0: {placement:?}");
+
+        let back = Instant::now();
+        for i in [third, second] {
+            let status = cluster.terminate(i).await;
+            assert!(status.success(), "c{i} exited with {status}");
+        }
+        let counts = cluster.wait_balanced(MOVE).await;
+        assert_eq!(counts, [SLOTS as usize]);
+        let placement = cluster.wait_placed(&groups, MOVE).await;
+        let first_addr = cluster.coordinators[first].process.addr();
+        assert!(
+            placement.values().all(|a| *a == first_addr),
+            "{placement:?}"
+        );
+        fleet.wait_answered_since(Instant::now(), MOVE).await;
+        eprintln!("scaled back in {:?}", back.elapsed());
+        assert_safe(&fleet, settled_at, &generations).await;
+    })
+    .await;
+}
+
+/// etcd (its one member) down for longer than the coordinators' lease, then back. Every
+/// coordinator must stop acting meanwhile, and the groups are served again afterwards
+/// with no member lost. A coordinator whose store write fails past its acting
+/// deadline stops the whole process (the fail-stop of a failed write): such exits are
+/// reported and the process restarted, as a supervisor would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_groups_are_served_again_after_etcd_was_down_for_longer_than_the_lease() {
+    let _serial = serial();
+    let Some(mut cluster) = Cluster::start("etcd-down", BIN, LEASE_TTL, SLOTS) else {
+        return;
+    };
+    within(Duration::from_secs(150), async {
+        cluster.add(None).await;
+        cluster.add(None).await;
+        cluster.wait_balanced(MOVE).await;
+        let groups = group_names("down", 8);
+        // Sessions long enough to outlast the outage and coordinators restarted one
+        // after another.
+        let timeouts = Timeouts {
+            session: Duration::from_secs(20),
+            ..TIMEOUTS
+        };
+        let fleet = Fleet::join(&cluster.alive(), &groups, 3, PARTITIONS, timeouts).await;
+        fleet.wait_settled(MOVE).await;
+        let settled_at = Instant::now();
+        let generations = fleet.generations();
+        fleet.start_committing();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+
+        let down = Duration::from_secs(3);
+        cluster.etcd.kill();
+        tokio::time::sleep(down).await;
+        cluster.etcd.restart();
+        let up = Instant::now();
+        // Whether each coordinator stopped acting by itself, or its process stopped.
+        let abandoned: Vec<usize> = (0..cluster.coordinators.len())
+            .map(|i| cluster.log(i, &[ABANDONED]).len())
+            .collect();
+        let exited = cluster.exited();
+        for (i, _) in &exited {
+            cluster.restart(*i).await;
+        }
+        for (i, stopped) in abandoned.iter().enumerate() {
+            assert!(
+                *stopped > 0 || exited.iter().any(|(e, _)| *e == i),
+                "c{i} kept acting without etcd for {down:?}"
+            );
+        }
+        let counts = cluster.wait_balanced(MOVE).await;
+        cluster.wait_placed(&groups, MOVE).await;
+        let took = fleet.wait_answered_since(up, MOVE).await;
+        eprintln!(
+            "etcd down {down:?}: coordinators that stopped acting {abandoned:?}, that exited {exited:?} (restarted); slots {counts:?} again and every member answered {took:?} after etcd was back"
+        );
+        assert_safe(&fleet, settled_at, &generations).await;
+    })
+    .await;
+}
