@@ -286,6 +286,37 @@ fn etcd_keeps_the_data_across_an_etcd_restart() {
     assert_eq!(offset_of(&state, "billing", "orders", 0), Some(99));
 }
 
+#[test]
+fn etcd_retries_a_write_through_a_short_outage_and_gives_up_at_the_deadline() {
+    let Some(mut cluster) = Cluster::start("store-outage") else {
+        return;
+    };
+    let (etcd, store) = cluster.owner_of_all("a");
+    store.write(&[offset("g", "t", 0, 1, "")]).unwrap();
+
+    // etcd comes back within the lease: the write waits for it and succeeds.
+    cluster.etcd.kill();
+    let written = std::thread::scope(|s| {
+        let writer = s.spawn(|| store.write(&[offset("g", "t", 0, 2, "")]));
+        std::thread::sleep(Duration::from_millis(500));
+        cluster.etcd.restart();
+        writer.join().unwrap()
+    });
+    assert_eq!(written, Ok(()));
+    assert_eq!(offset_of(&store.load().unwrap(), "g", "t", 0), Some(2));
+
+    // etcd stays away: the write fails once the acting deadline has passed, not later.
+    cluster.etcd.kill();
+    let deadline = etcd.acting_deadline();
+    let failed = store.write(&[offset("g", "t", 0, 3, "")]);
+    assert!(matches!(failed, Err(StoreError::Io(_))), "{failed:?}");
+    let late = Instant::now().saturating_duration_since(deadline);
+    assert!(
+        late < Duration::from_secs(3),
+        "gave up {late:?} after the deadline"
+    );
+}
+
 /// Durable offset commits per second through a [`GroupCommitter`] over the etcd store
 /// and over redb, in the same run: `clients` tasks each commit one offset at a time
 /// for `secs` seconds. A figure, not a check:
