@@ -344,7 +344,8 @@ pub(super) fn admin_command(command: AdminCommand) -> ExitCode {
     let outcome = runtime.block_on(async {
         let response = within_timeout(command.args(), async {
             let mut conn = connect(command.args()).await?;
-            command.ask(&mut conn).await
+            let response = command.ask(&mut conn).await?;
+            follow(&command, conn, response).await
         })
         .await?;
         command.render(response)
@@ -359,6 +360,47 @@ pub(super) fn admin_command(command: AdminCommand) -> ExitCode {
             ExitCode::from(EXIT_RUNTIME)
         }
     }
+}
+
+/// Hops a cluster coordinator's answer makes a command take at most: one coordinator
+/// points to the group's, which may have handed it on meanwhile.
+const MAX_HOPS: usize = 4;
+
+/// In a cluster, asks the group's own coordinator: an answer `not_coordinator` sends
+/// the command to the address FindCoordinator gives, and `coordinator_loading` asks
+/// again shortly (all within `--timeout`).
+async fn follow(
+    command: &AdminCommand,
+    mut conn: Connection,
+    mut response: Response,
+) -> Result<Response, ConnectError> {
+    let Some(group) = command.group() else {
+        return Ok(response);
+    };
+    for _ in 0..MAX_HOPS {
+        let Response::Error(error) = &response else {
+            break;
+        };
+        match error.code {
+            ErrorCode::NotCoordinator => {
+                let find = Request::FindCoordinator(FindCoordinatorRequest {
+                    group: group.to_owned(),
+                });
+                let Response::FindCoordinator(found) = conn.request(find).await? else {
+                    break;
+                };
+                let software = concat!("rollcall-cli/", env!("CARGO_PKG_VERSION"));
+                let options = command.args().connect.options(software)?;
+                conn = Connection::connect_with(&found.addr, &options).await?;
+            }
+            ErrorCode::CoordinatorLoading => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            _ => break,
+        }
+        response = command.ask(&mut conn).await?;
+    }
+    Ok(response)
 }
 
 /// Connects to the coordinator `args` names and handshakes.

@@ -560,7 +560,7 @@ impl ServeArgs {
                 reload_interval: self.tls_reload_interval.0,
             },
             core,
-            cluster: (!self.etcd.is_empty()).then(|| ClusterSettings {
+            cluster: (!self.etcd.is_empty()).then_some(ClusterSettings {
                 endpoints: self.etcd,
                 name: self.cluster,
                 id: self.cluster_id,

@@ -25,8 +25,8 @@ use rollcall_client::raw::{ConnectOptions, Connection};
 use rollcall_client::{ConnectError, TlsConfig};
 use rollcall_protocol::{
     ApiKey, DescribeGroupRequest, DescribeGroupResponse, ErrorCode, FetchOffsetsRequest,
-    FetchOffsetsResponse, ListGroupsRequest, ListGroupsResponse, MemberDetection, OffsetCursor,
-    Page, Request, Response, TopicPartitions, TraceGroupRequest,
+    FetchOffsetsResponse, FindCoordinatorRequest, ListGroupsRequest, ListGroupsResponse,
+    MemberDetection, OffsetCursor, Page, Request, Response, TopicPartitions, TraceGroupRequest,
 };
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;

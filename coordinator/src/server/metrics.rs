@@ -336,6 +336,7 @@ pub(crate) struct Metrics {
     /// Per API: authentication_required, then not_authorized.
     denied: Vec<[Counter; DENIED.len()]>,
     /// Cluster mode's.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
     pub(crate) cluster: cluster::ClusterMetrics,
 }
 

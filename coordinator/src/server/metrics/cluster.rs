@@ -33,8 +33,10 @@ pub(super) fn describe() {
     );
 }
 
-/// Cluster mode's metric handles.
+/// Cluster mode's metric handles (registered in every build, recorded only by one
+/// with the `cluster` feature).
 #[derive(Debug)]
+#[cfg_attr(not(feature = "cluster"), allow(dead_code))]
 pub(crate) struct ClusterMetrics {
     pub(crate) slots_owned: Gauge,
     pub(crate) adopted: Counter,

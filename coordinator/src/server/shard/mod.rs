@@ -26,6 +26,7 @@
 //! shards; `timer.rs` the timer task.
 
 mod joiner;
+#[cfg(feature = "cluster")]
 mod ownership;
 mod stage;
 #[cfg(test)]
