@@ -11,7 +11,6 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rollcall_tests::cluster::{field, timestamp, Cluster, ABANDONED, ADOPTED};
@@ -31,11 +30,8 @@ const TIMEOUTS: Timeouts = Timeouts {
 /// The longest a failover or a hand-off may take before a test fails.
 const MOVE: Duration = Duration::from_secs(20);
 
-/// One test at a time.
-fn serial() -> MutexGuard<'static, ()> {
-    static SERIAL: Mutex<()> = Mutex::new(());
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
+/// One test at a time (each owns etcd and a cluster of processes).
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Runs `test`, failing if it takes longer than `limit`.
 async fn within<F: Future>(limit: Duration, test: F) -> F::Output {
@@ -85,7 +81,7 @@ async fn assert_safe(fleet: &Fleet, settled_at: Instant, generations: &[u32]) ->
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_owner_s_groups_are_served_again_by_another_coordinator_without_a_rebalance() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     let Some(mut cluster) = Cluster::start("kill", BIN, LEASE_TTL, SLOTS) else {
         return;
     };
@@ -131,7 +127,7 @@ async fn a_killed_owner_s_groups_are_served_again_by_another_coordinator_without
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_coordinator_cut_off_from_etcd_stops_acting_before_another_takes_its_slots() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     let Some(mut cluster) = Cluster::start("cut", BIN, LEASE_TTL, SLOTS) else {
         return;
     };
@@ -222,7 +218,7 @@ async fn a_coordinator_cut_off_from_etcd_stops_acting_before_another_takes_its_s
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scaling_out_to_three_coordinators_and_back_to_one_moves_groups_without_a_rebalance() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     let Some(mut cluster) = Cluster::start("scale", BIN, LEASE_TTL, SLOTS) else {
         return;
     };
@@ -279,7 +275,7 @@ async fn scaling_out_to_three_coordinators_and_back_to_one_moves_groups_without_
 /// reported and the process restarted, as a supervisor would.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_groups_are_served_again_after_etcd_was_down_for_longer_than_the_lease() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     let Some(mut cluster) = Cluster::start("etcd-down", BIN, LEASE_TTL, SLOTS) else {
         return;
     };
