@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use rollcall_tests::cluster::{field, timestamp, Cluster, ABANDONED, ADOPTED};
 use rollcall_tests::fleet::{check, group_names, missing_commits, Fleet, Timeouts, Verdict};
 use rollcall_tests::proxy::{Direction, Proxy};
+use rollcall_tests::run_cli;
 
 const BIN: &str = env!("CARGO_BIN_EXE_rollcall-e2e");
 const LEASE_TTL: &str = "2s";
@@ -323,6 +324,95 @@ async fn the_groups_are_served_again_after_etcd_was_down_for_longer_than_the_lea
             "etcd down {down:?}: coordinators that stopped acting {abandoned:?}, that exited {exited:?} (restarted); slots {counts:?} again and every member answered {took:?} after etcd was back"
         );
         assert_safe(&fleet, settled_at, &generations).await;
+    })
+    .await;
+}
+
+/// `rollcall cluster` shows every slot owned by a live coordinator with its load time,
+/// and `rollcall describe` asked at any coordinator answers for a group served by
+/// another (it follows `not_coordinator`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_command_shows_owners_and_admin_commands_follow_their_group() {
+    let _serial = SERIAL.lock().await;
+    let Some(mut cluster) = Cluster::start("show", BIN, LEASE_TTL, SLOTS) else {
+        return;
+    };
+    within(Duration::from_secs(90), async {
+        for _ in 0..2 {
+            cluster.add(None).await;
+        }
+        cluster.wait_balanced(MOVE).await;
+        let groups = group_names("show", 4);
+        let fleet = Fleet::join(&cluster.alive(), &groups, 1, PARTITIONS, TIMEOUTS).await;
+        fleet.wait_settled(MOVE).await;
+
+        let endpoint = cluster.endpoint();
+        let args = [
+            "cluster",
+            "--etcd",
+            &endpoint,
+            "--cluster",
+            &cluster.name,
+            "--json",
+        ];
+        let mut report = serde_json::Value::Null;
+        let deadline = Instant::now() + MOVE;
+        // Load times are noted just after each slot is served.
+        while Instant::now() < deadline {
+            let out = run_cli(BIN, &args, None).await;
+            assert_eq!(out.code, Some(0), "{}", out.stderr);
+            report = serde_json::from_str(&out.stdout).expect("JSON");
+            let owners = report["owners"].as_object().expect("owners");
+            if owners.len() == SLOTS as usize && owners.values().all(|o| o["loaded_ms"].is_u64()) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        assert_eq!(report["slots"], SLOTS, "{report}");
+        let coordinators = report["coordinators"].as_object().expect("coordinators");
+        assert_eq!(coordinators.len(), 2, "{report}");
+        let owners = report["owners"].as_object().expect("owners");
+        assert_eq!(owners.len(), SLOTS as usize, "{report}");
+        for owner in owners.values() {
+            let id = owner["id"].as_str().expect("id");
+            assert!(coordinators.contains_key(id), "{owner} is not live");
+            assert!(owner["loaded_ms"].is_u64(), "{report}");
+        }
+        let stored: u64 = report["groups"]
+            .as_object()
+            .expect("groups")
+            .values()
+            .filter_map(serde_json::Value::as_u64)
+            .sum();
+        assert_eq!(stored, groups.len() as u64, "{report}");
+        let table = run_cli(
+            BIN,
+            &["cluster", "--etcd", &endpoint, "--cluster", &cluster.name],
+            None,
+        )
+        .await;
+        assert!(
+            table
+                .stdout
+                .contains(&format!("{SLOTS} slots, {SLOTS} owned, 2 coordinators")),
+            "{}",
+            table.stdout
+        );
+
+        // Every group described through every coordinator, whichever serves it.
+        for addr in cluster.alive() {
+            for group in &groups {
+                let addr = addr.to_string();
+                let out = run_cli(BIN, &["describe", group, "--addr", &addr, "--json"], None).await;
+                assert_eq!(
+                    out.code,
+                    Some(0),
+                    "describe {group} at {addr}: {}",
+                    out.stderr
+                );
+                assert!(out.stdout.contains(group.as_str()), "{}", out.stdout);
+            }
+        }
     })
     .await;
 }

@@ -40,12 +40,14 @@ use crate::server::{
 
 mod admin;
 mod args;
+mod cluster;
 mod render;
 mod serve;
 mod trace;
 
 use admin::*;
 use args::*;
+use cluster::*;
 use serve::*;
 use trace::*;
 
@@ -81,6 +83,11 @@ enum Command {
     Serve(Box<ServeArgs>),
     #[command(flatten)]
     Admin(AdminCommand),
+    /// Show a cluster's coordinators, which owns each slot, its groups per slot and how
+    /// long each slot took to load, as etcd holds them (cluster mode, `serve --etcd`).
+    /// Exit codes: 0 shown, 1 etcd unreachable or no such cluster, 2 built without
+    /// cluster support.
+    Cluster(ClusterArgs),
     /// Record a group's heartbeat arrivals (the coordinator's clock) as CSV, for
     /// `rollcall-bench detector`.
     Trace(TraceArgs),
@@ -178,6 +185,7 @@ where
             serve(&argv, sub)
         }
         Command::Admin(command) => admin_command(command),
+        Command::Cluster(args) => cluster_command(args),
         Command::Trace(args) => trace_command(args),
         Command::HashPassword(args) => hash_password(args),
     }

@@ -25,9 +25,13 @@ pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What `coordinators/<id>` and `owners/<slot>` hold.
 #[derive(Debug, Serialize, Deserialize)]
-struct Entry {
-    id: String,
-    addr: String,
+pub(crate) struct Entry {
+    pub(crate) id: String,
+    pub(crate) addr: String,
+    /// On an owner key, once its groups are served: how long the owner took to load
+    /// them, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) loaded_ms: Option<u64>,
 }
 
 /// This coordinator's lease, shared with the store and the keepalive task.
@@ -102,6 +106,7 @@ impl Etcd {
         let entry = serde_json::to_vec(&Entry {
             id: opts.id.clone(),
             addr: opts.advertise.clone(),
+            loaded_ms: None,
         })
         .map_err(|e| ClusterError::Invalid(e.to_string()))?;
 
@@ -218,6 +223,34 @@ impl Etcd {
         Ok(first_kv(&resp.op_responses())
             .filter(|kv| kv.lease() == lease)
             .map(|kv| FencingToken(kv.create_revision() as u64)))
+    }
+
+    /// Notes on `owners/<slot>` how long loading its groups took (for `rollcall
+    /// cluster`), if this coordinator still owns it with `token`. Informational: a
+    /// failure is only logged.
+    pub async fn loaded(&self, slot: u32, token: FencingToken, took: Duration) {
+        let Ok(mut entry) = serde_json::from_slice::<Entry>(&self.entry) else {
+            return;
+        };
+        entry.loaded_ms = Some(took.as_millis() as u64);
+        let Ok(value) = serde_json::to_vec(&entry) else {
+            return;
+        };
+        let key = self.keys.owner(slot);
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                key.clone(),
+                CompareOp::Equal,
+                token.0 as i64,
+            )])
+            .and_then([TxnOp::put(
+                key,
+                value,
+                Some(PutOptions::new().with_lease(self.lease.id())),
+            )]);
+        if let Err(e) = timed(self.client.kv_client().txn(txn)).await {
+            warn!(slot, error = %e, "cannot note a slot's load time");
+        }
     }
 
     /// Deletes `owners/<slot>` if this lease holds it (after the slot's groups were

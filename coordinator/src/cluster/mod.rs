@@ -57,6 +57,7 @@ use std::time::Duration;
 mod chunks;
 mod codec;
 mod etcd;
+mod inspect;
 mod keys;
 mod known;
 mod plan;
@@ -68,6 +69,7 @@ mod tests;
 
 pub use self::chunks::{MAX_TXN_BYTES, MAX_TXN_OPS};
 pub use self::etcd::{acting_window, owned_by, Etcd};
+pub use self::inspect::{inspect, ClusterReport, SlotOwner};
 pub use self::plan::plan;
 pub use self::store::EtcdStore;
 

@@ -218,7 +218,9 @@ impl SlotManager {
         m.slots_owned.set(self.owned.len() as f64);
         m.adopted.increment(1);
         m.slot_load.record(started.elapsed().as_secs_f64());
-        info!(slot, token = token.0, groups, load = ?started.elapsed(), "slot adopted");
+        let took = started.elapsed();
+        info!(slot, token = token.0, groups, load = ?took, "slot adopted");
+        self.etcd.loaded(slot, token, took).await;
     }
 
     /// Releases the ownership of a slot that could not be loaded.
