@@ -26,9 +26,11 @@ use tracing::{error, info, warn};
 #[derive(Debug, Parser)]
 #[command(about = "A rollcall worker processing synthetic records")]
 struct Args {
-    /// The coordinator's address (`rollcall serve` listens on 127.0.0.1:7070 by default).
-    #[arg(long, default_value = "127.0.0.1:7070")]
-    addr: String,
+    /// The coordinator's address (`rollcall serve` listens on 127.0.0.1:7070 by default);
+    /// with a cluster, any of its coordinators, or several, comma-separated: the worker
+    /// finds its group's coordinator and follows it.
+    #[arg(long, default_value = "127.0.0.1:7070", value_delimiter = ',')]
+    addr: Vec<String>,
     /// The group to join.
     #[arg(long)]
     group: String,
@@ -81,7 +83,12 @@ async fn main() {
 }
 
 async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
-    let client = Client::connect(&args.addr, ClientConfig::default()).await?;
+    let (first, more) = args
+        .addr
+        .split_first()
+        .ok_or("--addr names no coordinator")?;
+    let client =
+        Client::connect(first, ClientConfig::default().with_bootstrap(more.to_vec())).await?;
     let mut config = MemberConfig::new(&args.group, [(args.topic.as_str(), args.partitions)])
         .with_client_id("rollcall-example-worker");
     if let Some(id) = &args.instance_id {
