@@ -1189,9 +1189,23 @@ async fn a_failing_store_answers_storage_failure_and_stops_the_server() {
     .await;
     let mut c = RawClient::connected(server.local_addr()).await;
     store.set_fail_writes(Some(StoreError::Io("disk on fire".into())));
-    let e = error_of(c.request(admin_commit("fragile", 1)).await);
+    // A commit and, in the same read, a request about its group that writes nothing
+    // but waits for the commit's batch (it could reveal what the batch writes).
+    let mut both = RawClient::encode(&Frame::request(300, admin_commit("fragile", 1)));
+    both.extend_from_slice(&RawClient::encode(&Frame::request(
+        301,
+        Request::DescribeGroup(DescribeGroupRequest {
+            group: "fragile".into(),
+            detection: false,
+            page: None,
+        }),
+    )));
+    c.send_raw(&both).await;
+    let e = error_of(c.response_to(300).await);
     assert_eq!(e.code, ErrorCode::StorageFailure);
     assert_eq!(e.api_key, ApiKey::CommitOffsets as u16);
+    let e = error_of(c.response_to(301).await);
+    assert_eq!(e.code, ErrorCode::StorageFailure, "{e:?}");
 
     // A failed durable write is fatal: the server stops rather than serve state the
     // store does not have, and says why.

@@ -422,13 +422,20 @@ impl Shard {
                     response,
                     wrote,
                 } => {
+                    // An answer staged without writing was staged because it may
+                    // reveal what this batch makes durable: refused with it.
                     let response = match durable {
                         Err(e) if wrote => Response::error(
                             response.api_key(),
                             ErrorCode::StorageFailure,
                             format!("the change could not be made durable: {e}"),
                         ),
-                        _ => response,
+                        Err(e) => Response::error(
+                            response.api_key(),
+                            ErrorCode::StorageFailure,
+                            format!("what this answer rests on could not be made durable: {e}"),
+                        ),
+                        Ok(()) => response,
                     };
                     // A full queue closes the connection; the connection logs it.
                     reply.deliver(response, &self.ctx.metrics, false);
