@@ -1374,8 +1374,12 @@ impl Oracle {
             }
             at = d.to;
         }
+        // A member silent since the last restart is expelled for its silence within two
+        // expel thresholds of it, counted as the guards count silence: a pause since
+        // starts that count over.
         let last = restarts.iter().map(|d| d.to).max().unwrap_or(start);
-        (at + left).max(last + 2 * threshold + CRASH_SLACK)
+        let silent = self.deadline_after(last, 2 * threshold + CRASH_SLACK).0;
+        (at + left).max(silent)
     }
 
     /// When a wait of `len` from `start` must have ended (check 8): a pause adds its
