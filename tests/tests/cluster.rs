@@ -412,6 +412,22 @@ async fn the_cluster_command_shows_owners_and_admin_commands_follow_their_group(
                 );
                 assert!(out.stdout.contains(group.as_str()), "{}", out.stdout);
             }
+            // A command that polls follows its group too.
+            let addr = addr.to_string();
+            let out = run_cli(
+                BIN,
+                &["trace", &groups[0], "--addr", &addr, "--duration", "300ms"],
+                None,
+            )
+            .await;
+            assert_eq!(
+                out.code,
+                Some(0),
+                "trace {} at {addr}: {}",
+                groups[0],
+                out.stderr
+            );
+            assert!(out.stdout.starts_with("time_s,member_id"), "{}", out.stdout);
         }
     })
     .await;

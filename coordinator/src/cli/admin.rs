@@ -389,9 +389,7 @@ async fn follow(
                 let Response::FindCoordinator(found) = conn.request(find).await? else {
                     break;
                 };
-                let software = concat!("rollcall-cli/", env!("CARGO_PKG_VERSION"));
-                let options = command.args().connect.options(software)?;
-                conn = Connection::connect_with(&found.addr, &options).await?;
+                conn = connect_to(command.args(), Some(&found.addr)).await?;
             }
             ErrorCode::CoordinatorLoading => {
                 tokio::time::sleep(Duration::from_millis(200)).await;
@@ -405,37 +403,81 @@ async fn follow(
 
 /// Connects to the coordinator `args` names and handshakes.
 async fn connect(args: &AdminArgs) -> Result<Connection, ConnectError> {
+    connect_to(args, None).await
+}
+
+/// Connects to `addr` (default: the coordinator `args` names) with the options of
+/// `args`, and handshakes.
+async fn connect_to(args: &AdminArgs, addr: Option<&str>) -> Result<Connection, ConnectError> {
     let software = concat!("rollcall-cli/", env!("CARGO_PKG_VERSION"));
     let args = &args.connect;
-    Connection::connect_with(&args.addr, &args.options(software)?).await
+    let addr = addr.unwrap_or(&args.addr);
+    Connection::connect_with(addr, &args.options(software)?).await
 }
 
 /// One connection kept across the requests of a command that polls (`rollcall
 /// trace`): a connection per poll would handshake (and, with TLS or SCRAM, do the
-/// costly part of both) five times a second for as long as the command runs.
+/// costly part of both) five times a second for as long as the command runs. In a
+/// cluster it follows the group to its coordinator, as the one-shot commands do.
 pub(super) struct AdminSession<'a> {
     args: &'a AdminArgs,
     conn: Option<Connection>,
+    /// The group's coordinator, once a coordinator pointed to it.
+    found: Option<String>,
 }
 
 impl<'a> AdminSession<'a> {
     /// A session that connects on its first request.
     pub(super) fn new(args: &'a AdminArgs) -> Self {
-        Self { args, conn: None }
+        Self {
+            args,
+            conn: None,
+            found: None,
+        }
     }
 
     /// Sends `request` and returns its answer, each attempt within `--timeout`. When the
     /// connection fails (the coordinator restarted or closed it since the last
-    /// request), one new connection is tried before the failure is reported.
+    /// request), one new connection is tried before the failure is reported. An answer
+    /// `not_coordinator` sends the request to the group's coordinator (FindCoordinator);
+    /// `coordinator_loading` asks again shortly.
     pub(super) async fn request(&mut self, request: Request) -> Result<Response, AdminError> {
+        let mut response = self.once(request.clone()).await?;
+        for _ in 0..MAX_HOPS {
+            let (Response::Error(error), Some(group)) = (&response, request.group()) else {
+                break;
+            };
+            match error.code {
+                ErrorCode::NotCoordinator => {
+                    let find = Request::FindCoordinator(FindCoordinatorRequest {
+                        group: group.to_owned(),
+                    });
+                    let Response::FindCoordinator(found) = self.once(find).await? else {
+                        break;
+                    };
+                    self.found = Some(found.addr);
+                    self.conn = None;
+                }
+                ErrorCode::CoordinatorLoading => {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                _ => break,
+            }
+            response = self.once(request.clone()).await?;
+        }
+        Ok(response)
+    }
+
+    async fn once(&mut self, request: Request) -> Result<Response, AdminError> {
         if let Some(conn) = self.conn.as_mut() {
             if let Ok(response) = within_timeout(self.args, conn.request(request.clone())).await {
                 return Ok(response);
             }
             self.conn = None;
         }
+        let addr = self.found.as_deref();
         let (conn, response) = within_timeout(self.args, async {
-            let mut conn = connect(self.args).await?;
+            let mut conn = connect_to(self.args, addr).await?;
             let response = conn.request(request).await?;
             Ok((conn, response))
         })
