@@ -31,6 +31,7 @@ use tracing::{error, info, warn};
 
 use super::directory::Directory;
 use super::metrics::Metrics;
+use super::registry::Registry;
 use super::shard::{shard_of, slot_of, Shard};
 use crate::cluster::{plan, ClusterView, Etcd, EtcdStore};
 use crate::core::RestoredState;
@@ -51,6 +52,8 @@ pub(crate) struct SlotManager {
     /// The slots this coordinator acts for, with their fencing tokens.
     owned: BTreeMap<u32, FencingToken>,
     metrics: Arc<Metrics>,
+    /// The client connections, closed when this coordinator steps out.
+    registry: Arc<Registry>,
 }
 
 impl std::fmt::Debug for SlotManager {
@@ -70,6 +73,7 @@ impl SlotManager {
         directory: Directory,
         id: String,
         metrics: Arc<Metrics>,
+        registry: Arc<Registry>,
     ) -> Self {
         Self {
             store: etcd.store(),
@@ -80,6 +84,7 @@ impl SlotManager {
             id,
             owned: BTreeMap::new(),
             metrics,
+            registry,
         }
     }
 
@@ -99,9 +104,10 @@ impl SlotManager {
             let deadline = Instant::from_std(self.etcd.acting_deadline());
             tokio::select! {
                 () = stop.cancelled() => break,
-                () = tokio::time::sleep_until(deadline), if !self.owned.is_empty() => {
-                    if Instant::now() >= Instant::from_std(self.etcd.acting_deadline()) {
+                () = tokio::time::sleep_until(deadline), if !self.directory.is_away() => {
+                    if !self.may_act() {
                         self.abandon_all();
+                        self.step_out();
                     }
                     continue;
                 }
@@ -129,10 +135,12 @@ impl SlotManager {
     async fn reconcile(&mut self, view: &ClusterView) {
         self.point_directory(view);
         if !self.may_act() {
-            if !self.owned.is_empty() {
-                self.abandon_all();
-            }
+            self.abandon_all();
+            self.step_out();
             return;
+        }
+        if self.directory.set_away(false) {
+            info!("the etcd lease is fresh again: taking client connections");
         }
         let planned = plan(self.slots, view);
         let mine: BTreeSet<u32> = planned
@@ -288,6 +296,25 @@ impl SlotManager {
             groups = dropped,
             "the etcd lease was not renewed in time: stopped acting for every slot"
         );
+    }
+
+    /// Steps out of the cluster while this coordinator can act for no slot: its view of
+    /// who owns what may be stale, so rather than send its clients' FindCoordinator
+    /// nowhere, it closes their connections and takes no new ones until its lease is
+    /// fresh again. Clients reconnect to their other addresses and find the owners
+    /// there.
+    fn step_out(&self) {
+        if !self.directory.set_away(true) {
+            return;
+        }
+        let handles = self.registry.handles();
+        warn!(
+            connections = handles.len(),
+            "acting for no slot: closing client connections until the etcd lease is fresh"
+        );
+        for handle in handles {
+            handle.kill();
+        }
     }
 
     /// A graceful stop: out of the plan, every slot handed back, lease revoked.

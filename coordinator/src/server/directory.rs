@@ -13,7 +13,7 @@
 //! `coordinator_loading` or `not_coordinator` by the connection (each beat of a
 //! Heartbeats request on its own), and FindCoordinator is answered from here too.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -48,6 +48,9 @@ pub struct Directory {
 
 #[derive(Debug)]
 struct Slots {
+    /// Set while this coordinator can act for no slot (its etcd lease is not fresh):
+    /// it takes no client connections, so that clients find the others.
+    away: AtomicBool,
     states: Box<[AtomicU8]>,
     /// Each slot's owner's address, while its state is `ELSEWHERE`.
     owners: Box<[Mutex<Option<Arc<str>>>]>,
@@ -64,6 +67,7 @@ impl Directory {
         let n = slots.max(1) as usize;
         Self {
             slots: Some(Arc::new(Slots {
+                away: AtomicBool::new(false),
                 states: (0..n).map(|_| AtomicU8::new(UNKNOWN)).collect(),
                 owners: (0..n).map(|_| Mutex::new(None)).collect(),
             })),
@@ -103,32 +107,48 @@ impl Directory {
         }
     }
 
+    /// Whether this coordinator has stepped out of its cluster for now (it can act for
+    /// no slot): new connections are closed at once.
+    pub(crate) fn is_away(&self) -> bool {
+        self.slots
+            .as_ref()
+            .is_some_and(|s| s.away.load(Ordering::Acquire))
+    }
+
+    /// Steps out (`true`) or back in; returns whether that changed anything.
+    #[cfg_attr(not(any(feature = "testing", feature = "cluster")), allow(dead_code))]
+    pub(crate) fn set_away(&self, away: bool) -> bool {
+        self.slots
+            .as_ref()
+            .is_some_and(|s| s.away.swap(away, Ordering::AcqRel) != away)
+    }
+
     /// This coordinator serves `slot`.
-    #[cfg_attr(not(feature = "testing"), allow(dead_code))] // until the slot manager
+    #[cfg_attr(not(any(feature = "testing", feature = "cluster")), allow(dead_code))]
     pub(crate) fn set_here(&self, slot: u32) {
         self.set(slot, HERE, None);
     }
 
     /// This coordinator is loading `slot` (or handing it over): its requests are
     /// answered `coordinator_loading`.
-    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "testing", feature = "cluster")), allow(dead_code))]
     pub(crate) fn set_loading(&self, slot: u32) {
         self.set(slot, LOADING, None);
     }
 
     /// The coordinator advertising `addr` serves `slot`.
-    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "testing", feature = "cluster")), allow(dead_code))]
     pub(crate) fn set_elsewhere(&self, slot: u32, addr: Arc<str>) {
         self.set(slot, ELSEWHERE, Some(addr));
     }
 
     /// Nobody this coordinator knows of serves `slot`.
-    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "testing", feature = "cluster")), allow(dead_code))]
     pub(crate) fn set_unknown(&self, slot: u32) {
         self.set(slot, UNKNOWN, None);
     }
 
-    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "testing", feature = "cluster")), allow(dead_code))]
     fn set(&self, slot: u32, state: u8, owner: Option<Arc<str>>) {
         let Some(slots) = &self.slots else {
             debug_assert!(false, "a single coordinator's directory has no slots");

@@ -423,6 +423,7 @@ impl Server {
                     directory.clone(),
                     id,
                     metrics.clone(),
+                    registry.clone(),
                 );
                 let task = tokio::spawn(manager.run(stop.clone(), ready));
                 // Serve once the unowned slots this coordinator is given are loaded
@@ -459,6 +460,11 @@ impl Server {
                 accepted = listener.accept() => accepted,
             };
             match accepted {
+                Ok((stream, peer)) if ctx.directory.is_away() => {
+                    // A cluster coordinator that can act for nothing sends clients on.
+                    debug!(%peer, "closed: this coordinator acts for no slot now");
+                    drop(stream);
+                }
                 Ok((stream, peer)) => {
                     conn::accept(&ctx, stream, peer, reading.clone(), &connections);
                 }
