@@ -7,6 +7,9 @@
 pub mod cluster;
 pub mod fleet;
 pub mod proxy;
+mod tempdir;
+
+pub use tempdir::TempDir;
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -447,34 +450,6 @@ impl Member {
     /// How many partitions it owns.
     pub fn owned_count(&self) -> usize {
         self.owned.iter().map(|tp| tp.partitions.len()).sum()
-    }
-}
-
-/// A directory under the system temp dir, removed when dropped.
-#[derive(Debug)]
-pub struct TempDir(std::path::PathBuf);
-
-impl TempDir {
-    /// A fresh, empty directory whose name contains `tag`.
-    pub fn new(tag: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "rollcall-e2e-{tag}-{}-{:x}",
-            std::process::id(),
-            rand::random::<u32>()
-        ));
-        std::fs::create_dir_all(&dir).expect("create temp dir");
-        Self(dir)
-    }
-
-    /// The directory.
-    pub fn path(&self) -> &std::path::Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 

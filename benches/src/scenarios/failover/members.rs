@@ -62,6 +62,10 @@ impl std::fmt::Debug for Fleet {
     }
 }
 
+/// The clients' reconnection backoff, as the report states it: part of what a member
+/// waits after its coordinator died.
+pub(crate) const RECONNECT: &str = "exponential from 50 ms, at most 500 ms, full jitter";
+
 fn client_config() -> ClientConfig {
     let mut config = ClientConfig::default();
     config.client_software = "rollcall-bench-failover".into();

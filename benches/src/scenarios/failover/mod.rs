@@ -329,8 +329,9 @@ impl Scenario for FailoverArgs {
             multiplexed: layout.per_client > 1,
             batch_heartbeats: true,
             load: format!(
-                "heartbeats every {} ms; partitions released at once when asked",
-                self.heartbeat_interval.as_millis()
+                "heartbeats every {} ms; partitions released at once when asked; reconnection backoff {}",
+                self.heartbeat_interval.as_millis(),
+                members::RECONNECT
             ),
         };
         drop(fleet);
