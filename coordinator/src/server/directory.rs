@@ -116,7 +116,7 @@ impl Directory {
     }
 
     /// Steps out (`true`) or back in; returns whether that changed anything.
-    #[cfg_attr(not(any(feature = "testing", feature = "cluster")), allow(dead_code))]
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
     pub(crate) fn set_away(&self, away: bool) -> bool {
         self.slots
             .as_ref()
