@@ -389,11 +389,26 @@ async fn keep_alive(
 ) {
     let interval = Duration::from_millis((ttl_secs as u64 * 1000 / 3).max(100));
     loop {
-        let opened = timed(client.lease_keep_alive(lease.id())).await;
-        let Ok((mut keeper, mut stream)) = opened else {
-            missed();
-            tokio::time::sleep(interval / 4).await;
-            continue;
+        let opened =
+            tokio::time::timeout(REQUEST_TIMEOUT, client.lease_keep_alive(lease.id())).await;
+        let (mut keeper, mut stream) = match opened {
+            Ok(Ok(opened)) => opened,
+            // etcd no longer knows the lease (it expired while etcd was out of reach):
+            // the client says so when the stream opens, not with a TTL of 0.
+            Ok(Err(etcd_client::Error::LeaseKeepAliveError(e))) if e.contains("not found") => {
+                warn!("the cluster lease expired; acting for no slot, granting a new one");
+                lease.expire();
+                while let Err(e) = grant(&mut client, &lease, ttl_secs, &key, &entry).await {
+                    warn!(error = %e, "cannot grant a new cluster lease");
+                    tokio::time::sleep(interval / 4).await;
+                }
+                continue;
+            }
+            Ok(Err(_)) | Err(_) => {
+                missed();
+                tokio::time::sleep(interval / 4).await;
+                continue;
+            }
         };
         loop {
             let sent = Instant::now();
