@@ -308,9 +308,9 @@ async fn the_groups_are_served_again_after_etcd_was_down_for_longer_than_the_lea
             .map(|i| cluster.log(i, &[ABANDONED]).len())
             .collect();
         let exited = cluster.exited();
-        for (i, _) in &exited {
-            cluster.restart(*i).await;
-        }
+        // A coordinator whose writes failed past its acting deadline abandons its slots
+        // and loads them again; none stops its process.
+        assert!(exited.is_empty(), "coordinators exited: {exited:?}");
         for (i, stopped) in abandoned.iter().enumerate() {
             assert!(
                 *stopped > 0 || exited.iter().any(|(e, _)| *e == i),

@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
@@ -54,6 +54,9 @@ pub(crate) struct SlotManager {
     metrics: Arc<Metrics>,
     /// The client connections, closed when this coordinator steps out.
     registry: Arc<Registry>,
+    /// Woken by a shard whose durable write failed: it abandoned its groups, and every
+    /// slot is abandoned and loaded again from the store.
+    store_failure: Arc<Notify>,
 }
 
 impl std::fmt::Debug for SlotManager {
@@ -74,6 +77,7 @@ impl SlotManager {
         id: String,
         metrics: Arc<Metrics>,
         registry: Arc<Registry>,
+        store_failure: Arc<Notify>,
     ) -> Self {
         Self {
             store: etcd.store(),
@@ -85,6 +89,7 @@ impl SlotManager {
             owned: BTreeMap::new(),
             metrics,
             registry,
+            store_failure,
         }
     }
 
@@ -107,6 +112,14 @@ impl SlotManager {
                 () = tokio::time::sleep_until(deadline), if !self.directory.is_away() => {
                     if !self.may_act() {
                         self.abandon_all();
+                        self.step_out();
+                    }
+                    continue;
+                }
+                () = self.store_failure.notified() => {
+                    warn!("a durable write failed; abandoning every slot to load them again");
+                    self.abandon_all();
+                    if !self.may_act() {
                         self.step_out();
                     }
                     continue;
@@ -338,16 +351,15 @@ impl SlotManager {
     }
 }
 
-/// Splits one slot's loaded state by the local shard of each group.
+/// Splits one slot's loaded state by the local shard of each group. Every shard gets
+/// its part, empty or not: adopting is also what lets a shard that abandoned its groups
+/// take requests again.
 fn split_by_shard(state: RestoredState, shards: usize) -> Vec<(usize, RestoredState)> {
     (0..shards)
         .map(|index| {
             let mut part = state.clone();
             part.retain(|group| shard_of(group, shards) == index);
             (index, part)
-        })
-        .filter(|(_, part)| {
-            !part.groups.is_empty() || !part.offsets.is_empty() || !part.floors.is_empty()
         })
         .collect()
 }

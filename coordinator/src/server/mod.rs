@@ -300,6 +300,14 @@ impl Server {
             Some(etcd) => Directory::cluster(etcd.slots()),
             None => directory,
         };
+        // In a cluster, a shard whose write failed abandons its groups and wakes the
+        // slot manager, which loads them again; a single coordinator stops instead.
+        #[cfg(feature = "cluster")]
+        let store_failure = cluster
+            .as_ref()
+            .map(|_| Arc::new(tokio::sync::Notify::new()));
+        #[cfg(not(feature = "cluster"))]
+        let store_failure: Option<Arc<tokio::sync::Notify>> = None;
         let shard_ctx = Arc::new(ShardContext {
             committer: committer.clone(),
             registry: registry.clone(),
@@ -308,6 +316,7 @@ impl Server {
             fatal: fatal.clone(),
             failed: std::sync::atomic::AtomicBool::new(false),
             directory: directory.clone(),
+            on_store_failure: store_failure.clone(),
         });
         let shards: Vec<Arc<Shard>> = cores
             .into_iter()
@@ -424,6 +433,7 @@ impl Server {
                     id,
                     metrics.clone(),
                     registry.clone(),
+                    store_failure.unwrap_or_default(),
                 );
                 let task = tokio::spawn(manager.run(stop.clone(), ready));
                 // Serve once the unowned slots this coordinator is given are loaded

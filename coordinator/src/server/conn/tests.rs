@@ -54,6 +54,7 @@ async fn a_full_shard_stalls_only_the_connections_that_use_it() {
         fatal: CancellationToken::new(),
         failed: AtomicBool::new(false),
         directory: crate::server::Directory::single(),
+        on_store_failure: None,
     });
     let shards: Vec<_> = (0..2)
         .map(|i| {

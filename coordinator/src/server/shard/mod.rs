@@ -134,6 +134,9 @@ struct ShardState {
     timer_at: Instant,
     /// Set when the server stops: the stage ends once everything is sent.
     closing: bool,
+    /// Set when the shard dropped its groups without writing (cluster mode), until it
+    /// adopts groups again: requests are refused `not_coordinator` meanwhile.
+    abandoned: bool,
     /// Per connection, the last split Heartbeats request this shard handled a part of:
     /// pushes to the connection go through it while it is open (see [`Joiner`]).
     joiners: HashMap<ConnId, Arc<Joiner>>,
@@ -153,6 +156,9 @@ pub(crate) struct ShardContext {
     pub(crate) failed: AtomicBool,
     /// Which groups this coordinator acts for (all of them outside a cluster).
     pub(crate) directory: super::directory::Directory,
+    /// Cluster mode: a failed durable write makes the shard abandon its groups and wakes
+    /// the slot manager, instead of stopping the server.
+    pub(crate) on_store_failure: Option<Arc<Notify>>,
 }
 
 impl ShardContext {
@@ -177,6 +183,9 @@ pub(crate) struct Shard {
     room: Notify,
     /// Outputs in the open batch.
     open_len: AtomicUsize,
+    /// Batches up to this one are refused whatever their write's outcome: a batch
+    /// before or with them failed (cluster mode; 0: none).
+    poisoned_through: std::sync::atomic::AtomicU64,
 }
 
 /// Cancels the server's fatal token if a panic unwinds through a shard's lock: the
@@ -203,6 +212,7 @@ impl Shard {
                 in_flight: HashMap::new(),
                 timer_at: Instant::now(),
                 closing: false,
+                abandoned: false,
                 joiners: HashMap::new(),
             }),
             ctx,
@@ -210,6 +220,7 @@ impl Shard {
             stage: Notify::new(),
             room: Notify::new(),
             open_len: AtomicUsize::new(0),
+            poisoned_through: std::sync::atomic::AtomicU64::new(0),
         })
     }
 

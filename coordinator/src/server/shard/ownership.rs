@@ -2,12 +2,10 @@
 //! groups loaded from the store, handing groups back with their last state durable, and
 //! abandoning every group when the right to act for them is lost.
 
-use rollcall_protocol::{ErrorCode, Response};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
-use tracing::info;
+use tracing::{debug, info};
 
-use super::stage::Outgoing;
 use super::{PanicGuard, Shard};
 use crate::core::RestoredState;
 use crate::store::StoreError;
@@ -18,7 +16,8 @@ impl Shard {
     pub(crate) fn adopt(&self, state: RestoredState) {
         let groups = state.groups.len();
         self.input(|core, now| core.restore(now, state));
-        info!(shard = self.index, groups, "adopted groups");
+        self.state.lock().abandoned = false;
+        debug!(shard = self.index, groups, "adopted groups");
     }
 
     /// Hands back every group `release` accepts (`Coordinator::release`). The answer
@@ -51,38 +50,5 @@ impl Shard {
             "handing groups back"
         );
         answer
-    }
-
-    /// Drops every group without writing: the coordinator lost the right to act for
-    /// them (`Coordinator::abandon`). What is staged and waits for durability is never
-    /// sent: its answers become `not_coordinator` (the client finds the owner and asks
-    /// again), its pushes are dropped, and the records behind them are discarded with
-    /// the groups. Batches already on their way to the store finish as they would.
-    pub(crate) fn abandon_all(&self) -> usize {
-        let mut st = self.state.lock();
-        let _guard = PanicGuard(&self.ctx);
-        let dropped = st.core.abandon(Instant::now().into_std(), |_| true).len();
-        let open = std::mem::take(&mut st.open);
-        self.open_len.store(0, std::sync::atomic::Ordering::Release);
-        for item in open.outgoing {
-            if let Outgoing::Response {
-                reply, response, ..
-            } = item
-            {
-                let refused = Response::error(
-                    response.api_key(),
-                    ErrorCode::NotCoordinator,
-                    "this coordinator stopped acting for the group; find its coordinator",
-                );
-                reply.deliver(refused, &self.ctx.metrics, false);
-            }
-        }
-        for waiter in open.sent {
-            let _ = waiter.send(Err(StoreError::Closed));
-        }
-        self.after_input(&mut st);
-        drop(st);
-        self.room.notify_waiters();
-        dropped
     }
 }

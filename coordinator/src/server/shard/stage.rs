@@ -15,7 +15,7 @@ use std::sync::Arc;
 use rollcall_protocol::{ErrorCode, Frame, Request, Response};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
-use tracing::error;
+use tracing::{error, warn};
 
 use super::super::directory::Lookup;
 use super::super::events::log_event;
@@ -185,7 +185,7 @@ impl Shard {
         }
         let mut st = self.state.lock();
         let _guard = PanicGuard(&self.ctx);
-        if let Some(refusal) = self.not_here(&request) {
+        if let Some(refusal) = self.not_here(st.abandoned, &request) {
             // The group's slot was handed back or abandoned after the connection
             // looked it up: checked again under the lock, which the hand-back takes.
             drop(st);
@@ -248,7 +248,14 @@ impl Shard {
     }
     /// In cluster mode, the answer to a request naming a group this coordinator does not
     /// act for (any more).
-    fn not_here(&self, request: &Request) -> Option<Response> {
+    fn not_here(&self, abandoned: bool, request: &Request) -> Option<Response> {
+        if abandoned {
+            return Some(Response::error(
+                request.api_key() as u16,
+                ErrorCode::NotCoordinator,
+                "this coordinator stopped acting for its groups; find the group's coordinator",
+            ));
+        }
         if self.ctx.directory.is_single() {
             return None;
         }
@@ -375,11 +382,24 @@ impl Shard {
         })
     }
 
-    /// Sends a batch whose records are durable (or failed: false, the server stops).
+    /// Sends a batch whose records are durable. A failed batch (or one taken before a
+    /// batch failed) is refused: outside a cluster the server stops (false); in a
+    /// cluster the shard abandons its groups and the slot manager loads them again from
+    /// the store.
     pub(super) fn finish(&self, batch: InFlight, durable: Result<(), StoreError>) -> bool {
+        let durable = match durable {
+            Ok(()) if batch.seq <= self.poisoned_through.load(Ordering::Acquire) => Err(
+                StoreError::Io("an earlier batch of the shard could not be made durable".into()),
+            ),
+            other => other,
+        };
         if let Err(e) = &durable {
-            error!(shard = self.index, error = %e, "records could not be made durable; answering storage_failure and stopping");
-            self.ctx.fail();
+            if self.ctx.on_store_failure.is_some() {
+                warn!(shard = self.index, error = %e, "records could not be made durable; refusing the batch and abandoning the shard's groups");
+            } else {
+                error!(shard = self.index, error = %e, "records could not be made durable; answering storage_failure and stopping");
+                self.ctx.fail();
+            }
         }
         let InFlight {
             seq,
@@ -397,6 +417,19 @@ impl Shard {
             let _ = waiter.send(durable.clone());
         }
         if let Err(e) = durable {
+            if let Some(manager) = &self.ctx.on_store_failure {
+                // What the core holds past the store can no longer be revealed: every
+                // batch taken so far is refused, the groups are dropped, and the slot
+                // manager abandons every slot and loads them again from the store.
+                {
+                    let mut st = self.state.lock();
+                    self.poisoned_through.fetch_max(st.taken, Ordering::AcqRel);
+                    st.in_flight.retain(|_, s| *s > seq);
+                }
+                self.abandon_all();
+                manager.notify_one();
+                return true;
+            }
             // The stage ends here: whoever waits for a later batch is told now.
             let waiting = std::mem::take(&mut self.state.lock().open.sent);
             for waiter in waiting {
@@ -412,6 +445,41 @@ impl Shard {
             self.after_input(&mut st);
         }
         true
+    }
+
+    /// Drops every group without writing: the coordinator lost the right to act for
+    /// them (`Coordinator::abandon`). What is staged and waits for durability is never
+    /// sent: its answers become `not_coordinator` (the client finds the owner and asks
+    /// again), its pushes are dropped, and the records behind them are discarded with
+    /// the groups. Batches already on their way to the store finish as they would.
+    /// Until groups are adopted again, every request is refused `not_coordinator`.
+    pub(crate) fn abandon_all(&self) -> usize {
+        let mut st = self.state.lock();
+        let _guard = PanicGuard(&self.ctx);
+        st.abandoned = true;
+        let dropped = st.core.abandon(Instant::now().into_std(), |_| true).len();
+        let open = std::mem::take(&mut st.open);
+        self.open_len.store(0, std::sync::atomic::Ordering::Release);
+        for item in open.outgoing {
+            if let Outgoing::Response {
+                reply, response, ..
+            } = item
+            {
+                let refused = Response::error(
+                    response.api_key(),
+                    ErrorCode::NotCoordinator,
+                    "this coordinator stopped acting for the group; find its coordinator",
+                );
+                reply.deliver(refused, &self.ctx.metrics, false);
+            }
+        }
+        for waiter in open.sent {
+            let _ = waiter.send(Err(StoreError::Closed));
+        }
+        self.after_input(&mut st);
+        drop(st);
+        self.room.notify_waiters();
+        dropped
     }
 
     fn send(&self, outgoing: Vec<Outgoing>, durable: &Result<(), StoreError>) {

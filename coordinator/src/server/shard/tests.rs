@@ -173,6 +173,7 @@ impl TwoShards {
             fatal: CancellationToken::new(),
             failed: AtomicBool::new(false),
             directory: crate::server::Directory::single(),
+            on_store_failure: None,
         });
         // Rebalances at once: no timer to wait for.
         let config = CoreConfig {
