@@ -6,7 +6,8 @@
 //! open batch. The sender stage takes the open batch whenever fewer than
 //! [`STAGE_DEPTH`] batches are on their way to the store, waits until its records are
 //! durable, and sends its answers and pushes in order. A failed durable write is
-//! fail-stop ([`Shard::run_stage`]).
+//! fail-stop ([`Shard::run_stage`]); in a cluster the shard abandons its groups
+//! instead ([`Shard::finish`]).
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::Ordering;
@@ -301,7 +302,8 @@ impl Shard {
     /// store like redb refuses every later write anyway. The batch's requests that wrote
     /// are answered `storage_failure`, its pushes (which announce state that is not
     /// durable) are dropped, and the server stops. A restart restores every group from
-    /// what is durable, and members resume without a rebalance.
+    /// what is durable, and members resume without a rebalance. In a cluster the shard
+    /// abandons its groups instead and the stage goes on ([`Shard::finish`]).
     pub(crate) async fn run_stage(self: Arc<Self>) -> bool {
         // Batches submitted and not yet sent, oldest first. The committer makes them
         // durable in order; a second one waits in its queue while the first is being
