@@ -53,6 +53,8 @@ mod metrics;
 mod outbox;
 mod registry;
 mod shard;
+mod start;
+mod store_tasks;
 mod tls;
 
 use std::net::SocketAddr;
@@ -85,8 +87,10 @@ use self::conn::ConnContext;
 use self::metrics::Metrics;
 use self::registry::Registry;
 use self::shard::{Shard, ShardContext};
-use crate::core::{Coordinator, RestoredState, Totals};
-use crate::store::{GroupCommitter, MemoryStore, RedbStore, Store, StoreError};
+use self::start::{open_and_load, restore_cores};
+use self::store_tasks::{retention, store_stats};
+use crate::core::Coordinator;
+use crate::store::{GroupCommitter, StoreError};
 
 /// Why the server could not start or did not stop cleanly.
 #[derive(Debug, thiserror::Error)]
@@ -190,7 +194,10 @@ impl Server {
         let (store, restored) = match &cluster {
             // A cluster coordinator starts with no group: the slot manager claims its
             // share of the slots and loads them.
-            Some(etcd) => (etcd.store() as Arc<dyn Store>, RestoredState::default()),
+            Some(etcd) => (
+                etcd.store() as Arc<dyn crate::store::Store>,
+                crate::core::RestoredState::default(),
+            ),
             None => open_and_load(&config.store).await?,
         };
         #[cfg(not(feature = "cluster"))]
@@ -614,150 +621,5 @@ impl ServerHandle {
     /// as a crash would.
     pub fn abort(self) {
         self.task.abort();
-    }
-}
-
-/// Opens the store of a single-process server and loads everything in it.
-async fn open_and_load(
-    config: &StoreConfig,
-) -> Result<(Arc<dyn Store>, RestoredState), ServerError> {
-    let store = open_store(config).await?;
-    let loader = store.clone();
-    let restored = tokio::task::spawn_blocking(move || loader.load())
-        .await
-        .map_err(|e| ServerError::Runtime(format!("store load panicked: {e}")))??;
-    Ok((store, restored))
-}
-
-async fn open_store(config: &StoreConfig) -> Result<Arc<dyn Store>, ServerError> {
-    Ok(match config {
-        StoreConfig::Memory => Arc::new(MemoryStore::new()),
-        StoreConfig::Custom(store) => store.clone(),
-        StoreConfig::Dir(dir) => {
-            let dir = dir.clone();
-            let store = tokio::task::spawn_blocking(move || RedbStore::open(&dir))
-                .await
-                .map_err(|e| ServerError::Runtime(format!("store open panicked: {e}")))??;
-            Arc::new(store)
-        }
-    })
-}
-
-/// One core per shard, each restored with the groups and offsets that hash to it.
-fn restore_cores(config: &ServerConfig, restored: RestoredState) -> Vec<Coordinator> {
-    let shards = config.shards;
-    let floor = restored.generation_floor;
-    let mut parts: Vec<RestoredState> = (0..shards)
-        .map(|_| RestoredState {
-            generation_floor: floor,
-            ..RestoredState::default()
-        })
-        .collect();
-    for group in restored.groups {
-        parts[shard_of(&group.group, shards)].groups.push(group);
-    }
-    for offset in restored.offsets {
-        parts[shard_of(&offset.group, shards)].offsets.push(offset);
-    }
-    for (group, floor) in restored.floors {
-        parts[shard_of(&group, shards)].floors.push((group, floor));
-    }
-    // Member ids must never repeat across restarts or shards.
-    let start = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis())
-        .unwrap_or_default();
-    let nonce: u16 = rand::random();
-    let now = tokio::time::Instant::now().into_std();
-    let totals = Arc::new(Totals::default());
-    parts
-        .into_iter()
-        .enumerate()
-        .map(|(index, part)| {
-            let mut core_config = config.core.clone();
-            // The server's expulsion rate is shared out among the shards.
-            core_config.max_expulsion_rate = config.core.max_expulsion_rate / shards as f64;
-            core_config.max_answer_bytes = config.max_frame_size;
-            core_config.member_id_suffix = format!("-{start:x}{nonce:04x}-{index}");
-            // The quotas are the coordinator's: every shard counts into the same totals.
-            let mut core = Coordinator::with_totals(core_config, totals.clone());
-            if !part.groups.is_empty()
-                || !part.offsets.is_empty()
-                || !part.floors.is_empty()
-                || part.generation_floor > 0
-            {
-                debug!(
-                    shard = index,
-                    groups = part.groups.len(),
-                    offsets = part.offsets.len(),
-                    "restoring"
-                );
-                core.restore(now, part);
-            }
-            core
-        })
-        .collect()
-}
-
-/// At start and every `interval`, asks the store which groups have been empty for
-/// longer than `retention` and hands each to its shard. The store only reads here: the
-/// shard's core decides (a member may have joined since the store last heard of the
-/// group), and its deletion record is written in order with the shard's other records.
-async fn retention(
-    committer: Arc<GroupCommitter>,
-    shards: Vec<Arc<Shard>>,
-    retention: Duration,
-    interval: Duration,
-    stop: CancellationToken,
-) {
-    let mut ticks = tokio::time::interval(interval);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            () = stop.cancelled() => return,
-            _ = ticks.tick() => {}
-        }
-        let store = committer.store().clone();
-        let expired = tokio::task::spawn_blocking(move || store.expired_groups(retention)).await;
-        match expired {
-            Ok(Ok(groups)) => {
-                if !groups.is_empty() {
-                    debug!(groups = groups.len(), retention = %format_duration(retention), "groups past offsets retention");
-                }
-                for group in groups {
-                    shards[shard_of(&group, shards.len())].remove_offsets(&group, retention);
-                }
-            }
-            Ok(Err(e)) => warn!(error = %e, "offsets retention: reading expired groups failed"),
-            Err(e) => warn!(error = %e, "offsets retention: reading expired groups panicked"),
-        }
-    }
-}
-
-/// Mirrors the group committer's counters into metrics.
-async fn store_stats(
-    committer: Arc<GroupCommitter>,
-    metrics: Arc<Metrics>,
-    interval: Duration,
-    stop: CancellationToken,
-) {
-    let mut ticks = tokio::time::interval(interval);
-    let mut seen = crate::store::CommitterStats::default();
-    loop {
-        let stopping = tokio::select! {
-            () = stop.cancelled() => true,
-            _ = ticks.tick() => false,
-        };
-        let stats = committer.stats();
-        metrics
-            .store_batches
-            .increment(stats.batches.saturating_sub(seen.batches));
-        metrics
-            .store_failures
-            .increment(stats.failed_batches.saturating_sub(seen.failed_batches));
-        seen = stats;
-        if stopping {
-            return;
-        }
     }
 }
