@@ -215,8 +215,76 @@ pub(crate) fn sibling_binary() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// Starts the coordinator process `cmd` (its `serve` arguments set) with the log
+/// settings every spawned coordinator gets, and waits up to `within` for its log to name
+/// the address it listens on. The log is drained for the process's whole life (a full
+/// pipe would block it), its first warnings echoed under `tag`. The process is killed
+/// if it does not report an address.
+pub(crate) async fn start_logged(
+    mut cmd: Command,
+    tag: &str,
+    within: Duration,
+) -> Result<(Child, SocketAddr), String> {
+    // Per-member logs would cost the coordinator more than the work measured; keep the
+    // start-up line (it names the bound port) and warnings.
+    cmd.env(
+        "RUST_LOG",
+        "warn,rollcall_coordinator::server=info,rollcall_coordinator::server::shard=warn",
+    )
+    .env("NO_COLOR", "1")
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", cmd.get_program().to_string_lossy()))?;
+    let stderr = child.stderr.take().ok_or("no stderr pipe")?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let name = tag.to_owned();
+    std::thread::Builder::new()
+        .name(format!("log-{tag}"))
+        .spawn(move || {
+            let mut echoed = 0;
+            let mut found = false;
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if !found {
+                    if let Some(addr) = listen_addr(&line) {
+                        found = true;
+                        let _ = tx.send(Ok(addr));
+                        continue;
+                    }
+                }
+                let plain = strip_ansi(&line);
+                if (plain.contains("WARN") || plain.contains("ERROR") || !found) && echoed < 20 {
+                    echoed += 1;
+                    eprintln!("[{name}] {plain}");
+                }
+            }
+            if !found {
+                let _ = tx.send(Err(format!("{name} exited before listening")));
+            }
+        })
+        .map_err(|e| format!("log thread: {e}"))?;
+    let tag = tag.to_owned();
+    let addr = tokio::task::spawn_blocking(move || {
+        rx.recv_timeout(within)
+            .map_err(|_| format!("{tag} did not report its address within {within:?}"))?
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    match addr {
+        Ok(addr) => Ok((child, addr)),
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(e)
+        }
+    }
+}
+
 /// Removes ANSI colour sequences from a log line.
-pub(crate) fn strip_ansi(line: &str) -> String {
+fn strip_ansi(line: &str) -> String {
     let mut out = String::with_capacity(line.len());
     let mut chars = line.chars();
     while let Some(c) = chars.next() {
@@ -234,7 +302,7 @@ pub(crate) fn strip_ansi(line: &str) -> String {
 }
 
 /// The address in a `listen=ADDR` field of the coordinator's start-up log line.
-pub(crate) fn listen_addr(line: &str) -> Option<SocketAddr> {
+fn listen_addr(line: &str) -> Option<SocketAddr> {
     let line = strip_ansi(line);
     let rest = &line[line.find("listen=")? + "listen=".len()..];
     rest.split_whitespace()
@@ -372,60 +440,9 @@ impl Target {
         if let Some(frames) = opts.send_buffer {
             cmd.args(["--send-buffer", &frames.to_string()]);
         }
-        // Per-member logs would cost the coordinator more than the work measured; keep
-        // the start-up line (it names the bound port) and warnings.
-        cmd.env(
-            "RUST_LOG",
-            "warn,rollcall_coordinator::server=info,rollcall_coordinator::server::shard=warn",
-        )
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
-        let stderr = child.stderr.take().ok_or("no stderr pipe")?;
-        let (tx, rx) = std::sync::mpsc::channel();
-        // Reads the log for the bound address, then keeps draining it (a full pipe
-        // would block the coordinator), echoing the first warnings.
-        std::thread::Builder::new()
-            .name("coordinator-log".into())
-            .spawn(move || {
-                let mut echoed = 0;
-                let mut found = false;
-                for line in BufReader::new(stderr).lines() {
-                    let Ok(line) = line else { break };
-                    if !found {
-                        if let Some(addr) = listen_addr(&line) {
-                            found = true;
-                            let _ = tx.send(Ok(addr));
-                            continue;
-                        }
-                    }
-                    let plain = strip_ansi(&line);
-                    if (plain.contains("WARN") || plain.contains("ERROR") || !found) && echoed < 20
-                    {
-                        echoed += 1;
-                        eprintln!("[coordinator] {plain}");
-                    }
-                }
-                if !found {
-                    let _ = tx.send(Err("the coordinator exited before listening".to_owned()));
-                }
-            })
-            .map_err(|e| format!("log thread: {e}"))?;
-        let addr = tokio::task::spawn_blocking(move || {
-            rx.recv_timeout(Duration::from_secs(30))
-                .map_err(|_| "the coordinator did not report its address within 30 s".to_owned())?
-        })
-        .await
-        .map_err(|e| e.to_string())?;
-        let addr = match addr {
-            Ok(a) => a,
+        let (child, addr) = match start_logged(cmd, "coordinator", Duration::from_secs(30)).await {
+            Ok(started) => started,
             Err(e) => {
-                let _ = child.kill();
-                let _ = child.wait();
                 let _ = std::fs::remove_dir_all(&data_dir);
                 return Err(e);
             }

@@ -2,7 +2,6 @@
 //! `rollcall serve --etcd` coordinators on it, all on loopback, every one stopped and
 //! its data removed when dropped.
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -10,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::target::{listen_addr, strip_ansi};
+use crate::target::start_logged;
 
 /// How long an etcd member or a coordinator has to come up.
 const START_WITHIN: Duration = Duration::from_secs(60);
@@ -243,57 +242,7 @@ impl Coordinators {
         if let Some(shards) = o.shards {
             cmd.args(["--shards", &shards.to_string()]);
         }
-        cmd.env(
-            "RUST_LOG",
-            "warn,rollcall_coordinator::server=info,rollcall_coordinator::server::shard=warn",
-        )
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", o.bin.display()))?;
-        let stderr = child.stderr.take().ok_or("no stderr pipe")?;
-        let (tx, rx) = std::sync::mpsc::channel();
-        let tag = id.to_owned();
-        // Reads the log for the bound address, then drains it (a full pipe would block
-        // the coordinator), echoing the first warnings.
-        std::thread::Builder::new()
-            .name(format!("log-{id}"))
-            .spawn(move || {
-                let mut echoed = 0;
-                let mut found = false;
-                for line in BufReader::new(stderr).lines() {
-                    let Ok(line) = line else { break };
-                    if !found {
-                        if let Some(addr) = listen_addr(&line) {
-                            found = true;
-                            let _ = tx.send(addr);
-                            continue;
-                        }
-                    }
-                    let plain = strip_ansi(&line);
-                    if (plain.contains("WARN") || plain.contains("ERROR")) && echoed < 20 {
-                        echoed += 1;
-                        eprintln!("[{tag}] {plain}");
-                    }
-                }
-            })
-            .map_err(|e| format!("log thread: {e}"))?;
-        let addr = tokio::task::spawn_blocking(move || rx.recv_timeout(START_WITHIN))
-            .await
-            .map_err(|e| e.to_string())?;
-        match addr {
-            Ok(addr) => Ok((child, addr)),
-            Err(_) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                Err(format!(
-                    "coordinator {id} did not report its address within {START_WITHIN:?}"
-                ))
-            }
-        }
+        start_logged(cmd, id, START_WITHIN).await
     }
 
     /// The addresses of the coordinators running.
