@@ -2,21 +2,73 @@
 //! `cluster`); their members are a [`Fleet`](crate::fleet::Fleet).
 //!
 //! etcd comes from the coordinator's own test harness
-//! (`rollcall_coordinator::cluster::testing::EtcdProcess`): loopback ports, a data
-//! directory of its own, killed on drop, and a loud `SKIPPED` when no `etcd` binary is
-//! installed (a failure with `ROLLCALL_REQUIRE_ETCD=1`).
+//! (`rollcall_coordinator::cluster::testing::EtcdCluster`, one member or several):
+//! loopback ports, a data directory per member, killed on drop, and a loud `SKIPPED`
+//! when no `etcd` binary is installed (a failure with `ROLLCALL_REQUIRE_ETCD=1`).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
-pub use rollcall_coordinator::cluster::testing::EtcdProcess;
+use rollcall_client::Event;
+pub use rollcall_coordinator::cluster::testing::{EtcdCluster, EtcdProcess};
 use rollcall_protocol::{Body, Codec, FindCoordinatorRequest, Frame, Request, Response};
 use tokio::net::TcpStream;
 use tokio_util::codec::Framed;
 
+use crate::fleet::{check, missing_commits, Fleet, Record, Verdict};
 use crate::{ServeProcess, TempDir, SERVE_STARTING};
+
+/// One cluster test at a time in a test binary (each owns etcd and a cluster of
+/// processes, and their timings are part of what it checks).
+pub static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Runs `test`, failing if it takes longer than `limit`.
+pub async fn within<F: Future>(limit: Duration, test: F) -> F::Output {
+    match tokio::time::timeout(limit, test).await {
+        Ok(out) => out,
+        Err(_) => panic!("the test took longer than {limit:?}"),
+    }
+}
+
+/// The oracle's verdict on everything `fleet` recorded since `settled_at`, after its
+/// commits stopped; fails the test on any violation, lost partition, rebalance,
+/// generation other than `generations`, or missing commit.
+pub async fn assert_safe(fleet: &Fleet, settled_at: Instant, generations: &[u32]) -> Verdict {
+    fleet.stop_committing().await;
+    let verdict = check(&fleet.records(), &fleet.groups, settled_at, Instant::now());
+    assert!(verdict.violations.is_empty(), "{:#?}", verdict.violations);
+    assert!(
+        verdict.lost.is_empty(),
+        "members saw Lost: {:#?}",
+        verdict.lost
+    );
+    assert!(
+        verdict.moves.is_empty(),
+        "partitions moved: {:#?}",
+        verdict.moves
+    );
+    assert_eq!(fleet.generations(), generations, "a generation changed");
+    let committed = fleet.committed().await;
+    let missing = missing_commits(&verdict, &committed);
+    assert!(missing.is_empty(), "{missing:#?}");
+    assert!(verdict.accepted > 0, "no commit was accepted");
+    verdict
+}
+
+/// The events `fleet`'s members were told after `since`: (member, event), in order.
+pub fn events_since(fleet: &Fleet, since: Instant) -> Vec<(usize, Event)> {
+    fleet
+        .records()
+        .into_iter()
+        .filter_map(|r| match r {
+            Record::Event { at, member, event } if at > since => Some((member, event)),
+            _ => None,
+        })
+        .collect()
+}
 
 /// One `rollcall serve --etcd` process of a [`Cluster`].
 #[derive(Debug)]
@@ -33,8 +85,8 @@ pub struct Coordinator {
 /// A real etcd and the coordinators of one cluster on it.
 #[derive(Debug)]
 pub struct Cluster {
-    /// The etcd member every coordinator uses (unless told another endpoint).
-    pub etcd: EtcdProcess,
+    /// The etcd members every coordinator uses (unless told another endpoint).
+    pub etcd: EtcdCluster,
     /// The cluster's name, unique to the test.
     pub name: String,
     /// Its coordinators, in the order they were added.
@@ -50,7 +102,18 @@ impl Cluster {
     /// etcd is not installed. Coordinators run `bin` with an etcd lease of
     /// `lease_ttl` (such as `2s`) and a cluster of `slots` slots.
     pub fn start(test: &str, bin: &str, lease_ttl: &str, slots: u32) -> Option<Self> {
-        let etcd = EtcdProcess::start(test)?;
+        Self::start_on(test, bin, lease_ttl, slots, 1)
+    }
+
+    /// As [`Self::start`], on an etcd of `etcd_members` members.
+    pub fn start_on(
+        test: &str,
+        bin: &str,
+        lease_ttl: &str,
+        slots: u32,
+        etcd_members: usize,
+    ) -> Option<Self> {
+        let etcd = EtcdCluster::start(test, etcd_members)?;
         Some(Self {
             etcd,
             name: format!("{test}-{:x}", rand::random::<u32>()),
@@ -62,9 +125,9 @@ impl Cluster {
         })
     }
 
-    /// The etcd endpoint, as `--etcd` takes it.
+    /// Every etcd member's endpoint, as `--etcd` takes them (comma-separated).
     pub fn endpoint(&self) -> String {
-        format!("http://{}", self.etcd.endpoint())
+        self.etcd.endpoints().join(",")
     }
 
     /// Starts a coordinator that reaches etcd at `etcd` (default: [`Self::endpoint`]),
@@ -281,6 +344,35 @@ impl Cluster {
                 "groups not placed within {within:?}: {placement:?}"
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits (at most `within`) until every coordinator in `which` has logged that it
+    /// stopped acting for every slot more than `before` times; returns how long each
+    /// took from the call, by index, as seen by polling their logs every 20 ms.
+    pub async fn wait_abandoned(
+        &self,
+        which: &[usize],
+        before: &[usize],
+        within: Duration,
+    ) -> BTreeMap<usize, Duration> {
+        let start = Instant::now();
+        let mut took = BTreeMap::new();
+        loop {
+            for (&i, &n) in which.iter().zip(before) {
+                if !took.contains_key(&i) && self.log(i, &[ABANDONED]).len() > n {
+                    took.insert(i, start.elapsed());
+                }
+            }
+            if took.len() == which.len() {
+                return took;
+            }
+            assert!(
+                start.elapsed() < within,
+                "coordinators still acting {within:?} after etcd went away: {:?} of {which:?} stopped",
+                took.keys()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 

@@ -1,6 +1,6 @@
 //! Without the `cluster` feature the cluster's end-to-end tests (`cluster.rs`,
-//! `etcd.rs`) are not built. This says so where it cannot be missed, so that a run
-//! that did not test cluster mode is not taken for one that did.
+//! `cluster_etcd_faults.rs`, `etcd.rs`) are not built. This says so where it cannot be
+//! missed, so that a run that did not test cluster mode is not taken for one that did.
 
 #![cfg(not(feature = "cluster"))]
 
