@@ -85,11 +85,18 @@ async fn killing_etcd_s_leader_loses_no_member_and_no_commit() {
         };
         let before = abandons(&cluster);
         let leader = cluster.etcd.wait_leader(ELECTION).await;
+        let term = cluster.etcd.term().await.expect("etcd answers");
         let killed_at = Instant::now();
         cluster.etcd.kill(leader);
         let next = cluster.etcd.wait_leader(ELECTION).await;
         let elected = killed_at.elapsed();
         assert_ne!(next, leader, "the killed member still leads");
+        // The kill cost etcd its leader: the members held an election.
+        let term_after = cluster.etcd.term().await.expect("etcd answers");
+        assert!(
+            term_after > term,
+            "no election after e{leader} was killed: term {term_after}"
+        );
         let took = fleet.wait_answered_since(killed_at, AFTER_LEADER_KILL).await;
         let after = abandons(&cluster);
         let stepped_out: Vec<usize> = (0..after.len()).filter(|i| after[*i] > before[*i]).collect();

@@ -186,7 +186,7 @@ impl EtcdCluster {
         let mut ids = Vec::new();
         let mut leaders = Vec::new();
         for i in (0..self.len()).filter(|i| self.is_running(*i)) {
-            let (id, leader) = member_status(&self.endpoint(i)).await?;
+            let (id, leader, _) = member_status(&self.endpoint(i)).await?;
             ids.push((i, id));
             leaders.push(leader);
         }
@@ -197,6 +197,18 @@ impl EtcdCluster {
         ids.into_iter()
             .find(|(_, id)| *id == leader)
             .map(|(i, _)| i)
+    }
+
+    /// The highest Raft term the running members report (each election begins a new
+    /// term); `None` when none answers.
+    pub async fn term(&self) -> Option<u64> {
+        let mut term = None;
+        for i in (0..self.len()).filter(|i| self.is_running(*i)) {
+            if let Some((_, _, t)) = member_status(&self.endpoint(i)).await {
+                term = term.max(Some(t));
+            }
+        }
+        term
     }
 
     /// Waits (at most `within`) until the running members agree on a leader among
@@ -306,9 +318,10 @@ impl Drop for EtcdCluster {
     }
 }
 
-/// The member at `endpoint`'s own id and the leader it knows (0: none), through the
-/// maintenance API's status call; `None` when it does not answer within a second.
-async fn member_status(endpoint: &str) -> Option<(u64, u64)> {
+/// The member at `endpoint`'s own id, the leader it knows (0: none) and its Raft term,
+/// through the maintenance API's status call; `None` when it does not answer within a
+/// second.
+async fn member_status(endpoint: &str) -> Option<(u64, u64, u64)> {
     let timeout = Duration::from_secs(1);
     let ask = async {
         let options = ConnectOptions::new()
@@ -316,7 +329,11 @@ async fn member_status(endpoint: &str) -> Option<(u64, u64)> {
             .with_timeout(timeout);
         let mut client = Client::connect([endpoint], Some(options)).await.ok()?;
         let status = client.status().await.ok()?;
-        Some((status.header()?.member_id(), status.leader()))
+        Some((
+            status.header()?.member_id(),
+            status.leader(),
+            status.raft_term(),
+        ))
     };
     tokio::time::timeout(timeout * 2, ask).await.ok().flatten()
 }

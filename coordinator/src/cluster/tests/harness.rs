@@ -52,10 +52,16 @@ fn a_three_member_etcd_keeps_a_quorum_through_a_leader_kill_and_restarts_its_mem
     etcdctl(&etcd.endpoints(), &["put", "k", "v"]);
 
     let leader = runtime.block_on(etcd.wait_leader(within));
+    let term = runtime.block_on(etcd.term()).expect("a term");
     etcd.kill(leader);
     assert!(!etcd.is_running(leader));
     let next = runtime.block_on(etcd.wait_leader(within));
     assert_ne!(next, leader, "a killed member still leads");
+    let elected = runtime.block_on(etcd.term()).expect("a term");
+    assert!(
+        elected > term,
+        "no election after the leader's kill: term {elected}"
+    );
     let alive: Vec<String> = (0..3)
         .filter(|i| *i != leader)
         .map(|i| etcd.endpoint(i))
