@@ -72,6 +72,7 @@ struct Member {
 /// all are killed and their data removed on drop.
 #[derive(Debug)]
 pub struct EtcdCluster {
+    bin: PathBuf,
     dir: PathBuf,
     members: Vec<Member>,
 }
@@ -82,7 +83,6 @@ impl EtcdCluster {
     /// `test`) when no `etcd` binary is installed, unless `ROLLCALL_REQUIRE_ETCD=1`,
     /// which makes that a panic.
     pub fn start(test: &str, members: usize) -> Option<Self> {
-        assert!(members > 0, "an etcd cluster needs a member");
         if !etcd_installed() {
             let message =
                 format!("SKIPPED: {test} needs the `etcd` binary on PATH (install etcd-server)");
@@ -94,12 +94,22 @@ impl EtcdCluster {
             let _ = writeln!(std::io::stderr(), "{message}");
             return None;
         }
-        let dir = temp_dir(test);
+        Some(Self::spawn(Path::new("etcd"), test, members).unwrap_or_else(|e| panic!("{e}")))
+    }
+
+    /// Starts `members` members of the etcd binary `bin` (a path, or a name looked up
+    /// on `PATH`) with fresh data directories named after `tag`, and waits until every
+    /// one is healthy. An error when they do not start; no `SKIPPED` handling (for
+    /// tools that start etcd themselves, such as a benchmark).
+    pub fn spawn(bin: &Path, tag: &str, members: usize) -> Result<Self, String> {
+        assert!(members > 0, "an etcd cluster needs a member");
+        let dir = temp_dir(tag);
         // Free ports are found by binding port 0; another process may take one before
         // etcd binds it, so a start that fails is tried again on other ports.
         let mut last = String::new();
         for _ in 0..5 {
             let mut cluster = Self {
+                bin: bin.to_owned(),
                 dir: dir.clone(),
                 members: (0..members)
                     .map(|_| Member {
@@ -110,13 +120,13 @@ impl EtcdCluster {
                     .collect(),
             };
             match cluster.launch((0..members).collect()) {
-                Ok(()) => return Some(cluster),
+                Ok(()) => return Ok(cluster),
                 // Dropping it kills it and removes the directory; the next try makes
                 // it again.
                 Err(e) => last = e,
             }
         }
-        panic!("etcd did not start: {last}");
+        Err(format!("etcd did not start: {last}"))
     }
 
     /// How many members it has (running or not).
@@ -259,7 +269,7 @@ impl EtcdCluster {
                 .map_err(|e| e.to_string())?;
             let client = format!("http://{}", self.endpoint(i));
             let peer = format!("http://127.0.0.1:{}", self.members[i].peer_port);
-            let child = Command::new("etcd")
+            let child = Command::new(&self.bin)
                 .arg(format!("--name=e{i}"))
                 .arg(format!("--data-dir={}", self.data_dir(i).display()))
                 .arg(format!("--listen-client-urls={client}"))
@@ -275,7 +285,7 @@ impl EtcdCluster {
                 .stdout(log.try_clone().map_err(|e| e.to_string())?)
                 .stderr(log)
                 .spawn()
-                .map_err(|e| format!("cannot run etcd: {e}"))?;
+                .map_err(|e| format!("cannot run {}: {e}", self.bin.display()))?;
             self.members[i].child = Some(child);
         }
         let deadline = Instant::now() + HEALTHY_WITHIN;
