@@ -42,9 +42,7 @@ impl Driver {
     /// bootstrap connection.
     pub(super) fn ask_target(&self, misses: usize) -> Option<String> {
         let bootstrap = self.links.get(&BOOTSTRAP)?;
-        let addrs = bootstrap.addrs();
-        let turn = misses % addrs.len();
-        (turn != 0).then(|| addrs[(bootstrap.at() + turn) % addrs.len()].clone())
+        turn_target(bootstrap.addrs(), bootstrap.at(), misses).map(str::to_owned)
     }
 
     /// The addresses searches are about to ask at (connections to keep or make).
@@ -143,5 +141,42 @@ impl Driver {
                 search.missed(std_now, rng);
             }
         }
+    }
+}
+
+/// Of the client's addresses `addrs`, connected at `at`, the one a question goes to
+/// after `misses` misses; `None`: the bootstrap connection itself.
+fn turn_target(addrs: &[String], at: usize, misses: usize) -> Option<&str> {
+    if addrs.is_empty() {
+        return None;
+    }
+    let turn = misses % addrs.len();
+    (turn != 0).then(|| addrs[(at + turn) % addrs.len()].as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::turn_target;
+
+    #[test]
+    fn questions_go_round_the_addresses_from_the_one_connected() {
+        let addrs: Vec<String> = ["a:1", "b:1", "c:1"].map(String::from).to_vec();
+        let at_b: Vec<Option<&str>> = (0..7).map(|m| turn_target(&addrs, 1, m)).collect();
+        assert_eq!(
+            at_b,
+            [
+                None,
+                Some("c:1"),
+                Some("a:1"),
+                None,
+                Some("c:1"),
+                Some("a:1"),
+                None
+            ]
+        );
+        // One address: every question goes to the bootstrap connection.
+        let one = vec!["a:1".to_owned()];
+        assert!((0..4).all(|m| turn_target(&one, 0, m).is_none()));
+        assert_eq!(turn_target(&[], 0, 3), None);
     }
 }
