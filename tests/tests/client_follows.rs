@@ -174,3 +174,34 @@ async fn a_coordinator_that_knows_no_owner_sends_the_question_to_the_next_addres
     assert_eq!(got, committed);
     drop((a, b, c));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_address_that_cannot_be_reached_passes_the_question_on() {
+    let slot = slot_of(GROUP, SLOTS);
+    let store = Arc::new(MemoryStore::new());
+    let dir_b = Directory::cluster(SLOTS);
+    dir_b.test_set_here(slot);
+    let b = serve(&store, &dir_b).await;
+    let committed = commit_at(b.local_addr()).await;
+    let dir_c = Directory::cluster(SLOTS);
+    dir_c.test_set_elsewhere(slot, &b.local_addr().to_string());
+    let c = serve(&store, &dir_c).await;
+    let a = serve(&store, &Directory::cluster(SLOTS)).await;
+    // The client's second address: nobody listens there.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+
+    let config = client_config().with_bootstrap([dead, c.local_addr().to_string()]);
+    let client = bounded("connect", Client::connect(a.local_addr(), config))
+        .await
+        .expect("connects to A");
+    // A knows nobody, the next address cannot be reached, the one after knows B.
+    let got = bounded("fetch", client.fetch_offsets(GROUP, Vec::<String>::new()))
+        .await
+        .expect("fetched at B");
+    assert_eq!(got, committed);
+    drop((a, b, c));
+}
