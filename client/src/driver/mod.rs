@@ -4,7 +4,9 @@
 //! coordinator (`link.rs`): a new membership starts on the bootstrap link (the
 //! addresses the client was given); one whose coordinator says it does not serve the
 //! group, or whose link to a coordinator found that way is lost, finds its group's
-//! coordinator (`finding.rs`) and moves to the link to it, as the same member. The task
+//! coordinator (`finding.rs`; where each question goes: `asking.rs`) and moves to the
+//! link to it, as the same member; a fetch of offsets follows its group the same way
+//! (`fetching.rs`). The task
 //! hands the frames each link's reader reports to the memberships, writes what they
 //! produce (through each link's writer task, so a slow socket never stalls heartbeats'
 //! bookkeeping), fires their timers, reconnects with backoff when a link is lost, and
