@@ -126,6 +126,11 @@ impl Client {
     }
 
     /// The offsets committed in `group` for `topics` (every topic if empty).
+    ///
+    /// Where coordinators share the groups, the fetch follows its group: a coordinator
+    /// that does not serve it (or is still loading it) makes the client find the one
+    /// that does and ask there, as a member would, for up to 10 s and 8 moves; then it
+    /// fails with [`RequestError::Unavailable`], saying why.
     pub async fn fetch_offsets(
         &self,
         group: impl Into<String>,

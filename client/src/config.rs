@@ -46,7 +46,9 @@ pub struct ClientConfig {
     /// (FindCoordinator) and moves the member there, keeping its member id,
     /// generation and partitions, and does so again whenever the group moves or its
     /// coordinator fails. Members of one client may so live on different coordinators,
-    /// one connection each.
+    /// one connection each. A coordinator that knows no coordinator for the group (its
+    /// view is stale, or the group is between coordinators) makes the client ask the
+    /// next of these addresses, in turn, with backoff.
     pub bootstrap: Vec<String>,
 }
 

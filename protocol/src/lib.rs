@@ -96,11 +96,13 @@ pub enum ApiKey {
     Authenticate = 11,
     /// Which coordinator serves a group.
     FindCoordinator = 12,
+    /// The cluster's other coordinators.
+    ListCoordinators = 13,
 }
 
 impl ApiKey {
     /// Every request API.
-    pub const ALL: [Self; 13] = [
+    pub const ALL: [Self; 14] = [
         Self::ApiVersions,
         Self::Join,
         Self::Heartbeat,
@@ -114,6 +116,7 @@ impl ApiKey {
         Self::TraceGroup,
         Self::Authenticate,
         Self::FindCoordinator,
+        Self::ListCoordinators,
     ];
 
     /// From wire value.
@@ -137,6 +140,7 @@ impl ApiKey {
             Self::TraceGroup => "trace_group",
             Self::Authenticate => "authenticate",
             Self::FindCoordinator => "find_coordinator",
+            Self::ListCoordinators => "list_coordinators",
         }
     }
 }

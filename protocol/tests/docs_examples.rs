@@ -15,11 +15,12 @@ use bytes::BytesMut;
 use rollcall_protocol::{
     max_request_version, supported_versions, ApiKey, ApiVersionsRequest, ApiVersionsResponse,
     Arrival, AssignmentPush, AuthenticateRequest, AuthenticateResponse, Body, CommitOffsetsRequest,
-    CommitOffsetsResponse, CommittedOffset, DescribeGroupRequest, DescribeGroupResponse, ErrorCode,
-    ExpelReason, ExpelledPush, FetchOffsetsRequest, FetchOffsetsResponse, FindCoordinatorRequest,
-    FindCoordinatorResponse, Frame, FrameKind, GroupDetection, GroupListing, GroupState,
-    HeartbeatRequest, HeartbeatResponse, HeartbeatResult, HeartbeatsRequest, HeartbeatsResponse,
-    JoinRequest, JoinResponse, LeaveMode, LeaveRequest, ListGroupsRequest, ListGroupsResponse,
+    CommitOffsetsResponse, CommittedOffset, CoordinatorListing, DescribeGroupRequest,
+    DescribeGroupResponse, ErrorCode, ExpelReason, ExpelledPush, FetchOffsetsRequest,
+    FetchOffsetsResponse, FindCoordinatorRequest, FindCoordinatorResponse, Frame, FrameKind,
+    GroupDetection, GroupListing, GroupState, HeartbeatRequest, HeartbeatResponse, HeartbeatResult,
+    HeartbeatsRequest, HeartbeatsResponse, JoinRequest, JoinResponse, LeaveMode, LeaveRequest,
+    ListCoordinatorsRequest, ListCoordinatorsResponse, ListGroupsRequest, ListGroupsResponse,
     Liveness, MemberDescription, MemberDetection, OffsetCommit, OffsetCursor, Page,
     PartitionResult, Push, PushKey, RelinquishRequest, Request, Response, RevokePush, ShutdownPush,
     TopicPartitions, TopicSubscription, TraceGroupRequest, TraceGroupResponse,
@@ -658,6 +659,28 @@ fn examples() -> Vec<(&'static str, Frame)> {
             Frame::push(Push::Shutdown(ShutdownPush {
                 message: "the coordinator is shutting down; reconnect with backoff".into(),
             })),
+        ),
+        (
+            "list-coordinators-request",
+            Frame::request(16, Request::ListCoordinators(ListCoordinatorsRequest)),
+        ),
+        (
+            "list-coordinators-response",
+            Frame::response(
+                16,
+                Response::ListCoordinators(ListCoordinatorsResponse {
+                    coordinators: vec![
+                        CoordinatorListing {
+                            id: "c2".into(),
+                            addr: "10.0.0.2:7070".into(),
+                        },
+                        CoordinatorListing {
+                            id: "c3".into(),
+                            addr: "10.0.0.3:7070".into(),
+                        },
+                    ],
+                }),
+            ),
         ),
     ]
 }

@@ -7,15 +7,16 @@ use proptest::prelude::*;
 use rollcall_protocol::{
     max_request_version, ApiKey, ApiVersionRange, ApiVersionsRequest, ApiVersionsResponse, Arrival,
     AssignmentPush, AuthenticateRequest, AuthenticateResponse, Body, Codec, CommitOffsetsRequest,
-    CommitOffsetsResponse, CommittedOffset, DescribeGroupRequest, DescribeGroupResponse, ErrorCode,
-    ErrorResponse, ExpelReason, ExpelledPush, FetchOffsetsRequest, FetchOffsetsResponse,
-    FindCoordinatorRequest, FindCoordinatorResponse, Frame, FrameError, FrameKind, GroupDetection,
-    GroupListing, GroupState, Header, HeartbeatRequest, HeartbeatResponse, HeartbeatResult,
-    HeartbeatsRequest, HeartbeatsResponse, JoinRequest, JoinResponse, LeaveMode, LeaveRequest,
-    ListGroupsRequest, ListGroupsResponse, Liveness, MemberDescription, MemberDetection,
-    OffsetCommit, OffsetCursor, Page, PartitionResult, Push, PushKey, RelinquishRequest, Request,
-    Response, RevokePush, ShutdownPush, TopicPartitions, TopicSubscription, TraceGroupRequest,
-    TraceGroupResponse, CURRENT_VERSION, LENGTH_PREFIX_SIZE,
+    CommitOffsetsResponse, CommittedOffset, CoordinatorListing, DescribeGroupRequest,
+    DescribeGroupResponse, ErrorCode, ErrorResponse, ExpelReason, ExpelledPush,
+    FetchOffsetsRequest, FetchOffsetsResponse, FindCoordinatorRequest, FindCoordinatorResponse,
+    Frame, FrameError, FrameKind, GroupDetection, GroupListing, GroupState, Header,
+    HeartbeatRequest, HeartbeatResponse, HeartbeatResult, HeartbeatsRequest, HeartbeatsResponse,
+    JoinRequest, JoinResponse, LeaveMode, LeaveRequest, ListCoordinatorsRequest,
+    ListCoordinatorsResponse, ListGroupsRequest, ListGroupsResponse, Liveness, MemberDescription,
+    MemberDetection, OffsetCommit, OffsetCursor, Page, PartitionResult, Push, PushKey,
+    RelinquishRequest, Request, Response, RevokePush, ShutdownPush, TopicPartitions,
+    TopicSubscription, TraceGroupRequest, TraceGroupResponse, CURRENT_VERSION, LENGTH_PREFIX_SIZE,
 };
 use tokio_util::codec::{Decoder, Encoder};
 
@@ -206,10 +207,12 @@ fn request() -> impl Strategy<Value = Request> {
         Request::Authenticate(AuthenticateRequest { mechanism, payload })
     });
     let find = text().prop_map(|group| Request::FindCoordinator(FindCoordinatorRequest { group }));
+    let coordinators = Just(Request::ListCoordinators(ListCoordinatorsRequest));
     prop_oneof![
         api_versions,
         authenticate,
         find,
+        coordinators,
         join,
         heartbeat,
         leave,
@@ -461,6 +464,14 @@ fn response() -> impl Strategy<Value = Response> {
             })
         }),
         text().prop_map(|addr| Response::FindCoordinator(FindCoordinatorResponse { addr })),
+        small_vec((text(), text())).prop_map(|listed| {
+            Response::ListCoordinators(ListCoordinatorsResponse {
+                coordinators: listed
+                    .into_iter()
+                    .map(|(id, addr)| CoordinatorListing { id, addr })
+                    .collect(),
+            })
+        }),
         error_response(),
     ]
 }

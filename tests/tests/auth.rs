@@ -12,7 +12,8 @@ use rollcall_protocol::scram::StoredCredential;
 use rollcall_protocol::{
     AuthenticateRequest, Body, CommitOffsetsRequest, DescribeGroupRequest, ErrorCode,
     FetchOffsetsRequest, Frame, FrameKind, Header, HeartbeatRequest, HeartbeatsRequest, LeaveMode,
-    LeaveRequest, OffsetCommit, RelinquishRequest, Request, Response, TraceGroupRequest,
+    LeaveRequest, ListCoordinatorsRequest, ListCoordinatorsResponse, OffsetCommit,
+    RelinquishRequest, Request, Response, TraceGroupRequest,
 };
 use rollcall_tests::{
     bounded, join, run_cli, start, test_config, CliOutput, Member, RawClient, TempDir,
@@ -105,6 +106,7 @@ async fn nothing_but_the_handshake_and_authentication_before_authenticating() {
     for request in [
         Request::Join(join("orders", "t", 4, 10_000)),
         Request::ListGroups(Default::default()),
+        Request::ListCoordinators(ListCoordinatorsRequest),
         Request::FetchOffsets(FetchOffsetsRequest {
             group: "orders".into(),
             topics: vec![],
@@ -129,6 +131,22 @@ async fn nothing_but_the_handshake_and_authentication_before_authenticating() {
         .await;
     assert!(matches!(joined, Response::Join(_)), "{joined:?}");
     server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn any_authenticated_principal_may_list_the_coordinators() {
+    // Like FindCoordinator, it names no group and reveals only addresses: alice, who
+    // may describe only her own groups, is answered (a single coordinator: no others).
+    let dir = TempDir::new("auth-list-coordinators");
+    let (server, _) = secured(&dir).await;
+    let mut alice = as_user(server.local_addr(), "alice", "alice-pw").await;
+    let answer = alice
+        .request(Request::ListCoordinators(ListCoordinatorsRequest))
+        .await;
+    assert_eq!(
+        answer,
+        Response::ListCoordinators(ListCoordinatorsResponse::default())
+    );
 }
 
 #[tokio::test]

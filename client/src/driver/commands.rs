@@ -49,9 +49,16 @@ pub(crate) enum Command {
 /// reads them so (FetchOffsets version 1), in one answer otherwise.
 pub(super) struct FetchPages {
     pub(super) reply: oneshot::Sender<Result<BTreeMap<TopicPartition, Committed>, RequestError>>,
-    group: String,
+    pub(super) group: String,
     topics: Vec<String>,
     pub(super) got: BTreeMap<TopicPartition, Committed>,
+    /// The last offset of the last page received: where the next page starts.
+    pub(super) after: Option<OffsetCursor>,
+    /// How many times it went looking for its group's coordinator (`fetching.rs`),
+    /// and since when.
+    pub(super) follows: u32,
+    pub(super) following_since: Option<Instant>,
+    pub(super) search: Search,
 }
 
 impl FetchPages {
@@ -206,6 +213,14 @@ impl Driver {
                     group,
                     topics,
                     got: BTreeMap::new(),
+                    after: None,
+                    follows: 0,
+                    following_since: None,
+                    search: Search::new(
+                        self.config.reconnect_base,
+                        self.config.reconnect_max,
+                        std_now,
+                    ),
                 });
                 let request = pages.request(paged, None);
                 self.send(link, Pending::Fetch(pages), request);

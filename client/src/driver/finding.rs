@@ -4,13 +4,19 @@
 //! connection it has) until an answer names an address, then puts the membership on
 //! the connection to that address. Answers without one (`coordinator_loading`,
 //! `not_coordinator`: nobody serves the group yet) are asked again after a backoff.
+//! An answer that knows no coordinator for the group (rather than one still loading
+//! it) counts as a *miss*, and so does a question lost with a connection to another
+//! coordinator: the next question goes to the next of the client's addresses
+//! ([`Search::misses`]), since the coordinator asked may have a stale view (or be
+//! between owners for that slot) where another knows. A membership searches until it
+//! finds; a fetch of offsets gives up after a while (`fetching.rs`).
 //!
 //! Sans-IO like the membership: the connection task feeds it and sends what it says.
 
 use std::time::{Duration, Instant};
 
 use rand::Rng;
-use rollcall_protocol::Response;
+use rollcall_protocol::{ErrorCode, Response};
 
 use crate::backoff::Backoff;
 
@@ -33,6 +39,8 @@ pub(super) struct Search {
     /// A membership placed for this long before it has to search again starts over
     /// from the first (shortest) delay.
     settle: Duration,
+    /// Questions since the search started that found no coordinator to go to.
+    misses: usize,
 }
 
 impl Search {
@@ -44,11 +52,39 @@ impl Search {
             backoff: Backoff::new(base, max),
             placed_at: now,
             settle: max,
+            misses: 0,
         }
     }
 
-    /// Whether the membership is detached, looking for its coordinator.
-    #[cfg(test)]
+    /// Questions of this search that found nothing: the `n`th question goes to the
+    /// client's address `n` places after the one it is connected to.
+    pub(super) fn misses(&self) -> usize {
+        self.misses
+    }
+
+    /// The question could not be asked where it was to go (the connection there could
+    /// not be made, or was lost before the answer): it goes to the next address, after
+    /// a backoff.
+    pub(super) fn missed(&mut self, now: Instant, rng: &mut impl Rng) {
+        if !self.active {
+            return;
+        }
+        self.asked = None;
+        self.misses += 1;
+        self.not_before = now + self.backoff.next_delay(rng);
+    }
+
+    /// Whether a FindCoordinator awaits its answer on `link`.
+    pub(super) fn asked_on(&self, link: LinkId) -> bool {
+        self.active && self.asked.is_some_and(|(l, _)| l == link)
+    }
+
+    /// Whether a FindCoordinator awaits its answer.
+    pub(super) fn asked_on_any(&self) -> bool {
+        self.asked.is_some()
+    }
+
+    /// Whether the search is under way.
     pub(super) fn is_active(&self) -> bool {
         self.active
     }
@@ -62,6 +98,7 @@ impl Search {
         }
         self.active = true;
         self.asked = None;
+        self.misses = 0;
         self.not_before = now + self.backoff.next_delay(rng);
     }
 
@@ -101,7 +138,13 @@ impl Search {
                 self.placed_at = now;
                 Some(reachable(&r.addr, asked_addr))
             }
+            // The group is there in a moment: ask the same coordinator again.
+            Response::Error(e) if e.code == ErrorCode::CoordinatorLoading => {
+                self.not_before = now + self.backoff.next_delay(rng);
+                None
+            }
             _ => {
+                self.misses += 1;
                 self.not_before = now + self.backoff.next_delay(rng);
                 None
             }
@@ -143,7 +186,7 @@ pub(super) fn reachable(addr: &str, asked: &str) -> String {
 mod tests {
     use rand::rngs::SmallRng;
     use rand::SeedableRng;
-    use rollcall_protocol::{ApiKey, ErrorCode, FindCoordinatorResponse};
+    use rollcall_protocol::{ApiKey, FindCoordinatorResponse};
 
     use super::*;
 
@@ -211,6 +254,41 @@ mod tests {
         s.sent(1, 1);
         assert_eq!(s.answered(found(""), "a:1", now, &mut rng), None);
         assert!(s.is_active());
+    }
+
+    #[test]
+    fn answers_that_know_no_coordinator_move_the_next_question_on() {
+        let mut rng = SmallRng::seed_from_u64(5);
+        let t0 = Instant::now();
+        let mut s = Search::new(BASE, MAX, t0);
+        s.start(t0, &mut rng);
+        assert_eq!(s.misses(), 0);
+        let mut now = s.wake().unwrap();
+        s.sent(1, 1);
+        // Loading: the group is at that coordinator in a moment; ask it again.
+        s.answered(refused(ErrorCode::CoordinatorLoading), "a:1", now, &mut rng);
+        assert_eq!(s.misses(), 0);
+        now = s.wake().unwrap();
+        s.sent(1, 2);
+        // Nobody known there: the next question goes elsewhere, after a backoff.
+        s.answered(refused(ErrorCode::NotCoordinator), "a:1", now, &mut rng);
+        assert_eq!(s.misses(), 1);
+        assert!(s.wake().unwrap() >= now);
+        s.sent(1, 3);
+        s.answered(found(""), "a:1", now, &mut rng);
+        assert_eq!(s.misses(), 2);
+        // The connection to the next address cannot be made: one more along.
+        let before = s.wake().unwrap();
+        s.missed(before, &mut rng);
+        assert_eq!(s.misses(), 3);
+        assert!(s.is_active() && s.wake().unwrap() >= before);
+        // A question awaiting its answer on a link is known to be there.
+        s.sent(4, 4);
+        assert!(s.asked_on(4) && !s.asked_on(1));
+        // Found: a later search starts from the first address again.
+        assert!(s.answered(found("b:1"), "a:1", now, &mut rng).is_some());
+        s.start(now, &mut rng);
+        assert_eq!(s.misses(), 0);
     }
 
     #[test]

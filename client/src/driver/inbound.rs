@@ -75,6 +75,16 @@ impl Driver {
                     Response::FetchOffsets(r) => r.more == Some(true),
                     _ => false,
                 };
+                if let Response::Error(e) = &response {
+                    if matches!(
+                        e.code,
+                        ErrorCode::NotCoordinator | ErrorCode::CoordinatorLoading
+                    ) {
+                        let reason = format!("{}: {}", e.code, e.message);
+                        self.park_fetch(pages, reason, now);
+                        return;
+                    }
+                }
                 match fetch_result(response) {
                     Ok(offsets) => {
                         let last = offsets.keys().next_back().map(|tp| OffsetCursor {
@@ -84,6 +94,7 @@ impl Driver {
                         pages.got.extend(offsets);
                         match last {
                             Some(after) if more => {
+                                pages.after = Some(after.clone());
                                 let request = pages.request(true, Some(after));
                                 self.send(link, Pending::Fetch(pages), request);
                             }
@@ -98,25 +109,28 @@ impl Driver {
                 }
             }
             Pending::Beats(beats) => self.on_beats_answer(link, beats, response, std_now),
-            Pending::Find { key } => {
+            Pending::Find(seeker) => {
                 let asked = self
                     .links
                     .get(&link)
                     .map(|l| l.addr().to_owned())
                     .unwrap_or_default();
-                let Some(slot) = self.slots.get_mut(&key) else {
-                    return;
-                };
-                let group = slot.m.group().to_owned();
-                match slot
-                    .search
-                    .answered(response, &asked, std_now, &mut self.rng)
-                {
-                    Some(addr) => {
-                        debug!(group, %addr, "coordinator found");
+                let rng = &mut self.rng;
+                let found = match seeker {
+                    Seeker::Member(key) => self.slots.get_mut(&key).map(|s| &mut s.search),
+                    Seeker::Fetch(key) => self.fetches.get_mut(&key).map(|f| &mut f.pages.search),
+                }
+                .map(|search| search.answered(response, &asked, std_now, rng));
+                match (seeker, found) {
+                    (_, None) => {}
+                    (Seeker::Member(key), Some(Some(addr))) => {
+                        debug!(key, %addr, "coordinator found");
                         self.place(key, addr, now);
                     }
-                    None => debug!(group, "no coordinator for the group yet; asking again"),
+                    (Seeker::Fetch(key), Some(Some(addr))) => self.fetch_found(key, addr, now),
+                    (_, Some(None)) => {
+                        debug!(?seeker, %asked, "no coordinator for the group there yet; asking again");
+                    }
                 }
             }
             Pending::Abandoned => {
@@ -164,6 +178,7 @@ impl Driver {
         for slot in self.slots.values_mut().filter(|s| s.link == Some(link)) {
             slot.m.handle_connected(now.into_std(), features);
         }
+        self.resume_fetches(link);
     }
 
     /// `link`'s connection is gone. Its memberships suspend (their leases cannot be
@@ -188,6 +203,15 @@ impl Driver {
             }
         }
         let std_now = now.into_std();
+        if link == BOOTSTRAP {
+            for parked in self.fetches.values_mut() {
+                parked.pages.search.link_lost(link);
+            }
+        } else {
+            // A question asked there goes to the next address.
+            let addr = l.addr().to_owned();
+            self.questions_missed(link, &addr, now);
+        }
         let commits = format!("connection lost before the answer: {reason}");
         for slot in self.slots.values_mut() {
             slot.search.link_lost(link);
@@ -225,7 +249,10 @@ impl Driver {
             return;
         }
         debug!(addr = %l.addr(), %error, "cannot connect to the coordinator found");
+        let addr = l.addr().to_owned();
         self.links.remove(&link);
+        self.questions_missed(link, &addr, now);
+        self.fetches_unreachable(link, &format!("cannot connect to {addr}: {error}"), now);
         let std_now = now.into_std();
         for slot in self.slots.values_mut().filter(|s| s.link == Some(link)) {
             slot.link = None;

@@ -66,6 +66,16 @@ impl Link {
         &self.addrs[self.at]
     }
 
+    /// Every address it connects to, in turn.
+    pub(super) fn addrs(&self) -> &[String] {
+        &self.addrs
+    }
+
+    /// The index in [`Link::addrs`] of the one connected to, or to try next.
+    pub(super) fn at(&self) -> usize {
+        self.at
+    }
+
     /// Tries the next address next (after a failed attempt).
     pub(super) fn rotate(&mut self) {
         self.at = (self.at + 1) % self.addrs.len();

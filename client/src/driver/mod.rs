@@ -4,7 +4,9 @@
 //! coordinator (`link.rs`): a new membership starts on the bootstrap link (the
 //! addresses the client was given); one whose coordinator says it does not serve the
 //! group, or whose link to a coordinator found that way is lost, finds its group's
-//! coordinator (`finding.rs`) and moves to the link to it, as the same member. The task
+//! coordinator (`finding.rs`; where each question goes: `asking.rs`) and moves to the
+//! link to it, as the same member; a fetch of offsets follows its group the same way
+//! (`fetching.rs`). The task
 //! hands the frames each link's reader reports to the memberships, writes what they
 //! produce (through each link's writer task, so a slow socket never stalls heartbeats'
 //! bookkeeping), fires their timers, reconnects with backoff when a link is lost, and
@@ -12,15 +14,19 @@
 //! heartbeats of the memberships on its link go out in rounds, one Heartbeats frame
 //! each ([`round`]).
 
+mod asking;
 mod commands;
 mod connection;
+mod fetching;
 mod finding;
 mod inbound;
 mod link;
 mod round;
 
+use asking::Seeker;
 use connection::*;
 pub(crate) use connection::{open, Opened};
+use fetching::Parked;
 use finding::{LinkId, Search};
 use link::{Link, BOOTSTRAP};
 use round::{Beat, Outgoing};
@@ -130,10 +136,8 @@ enum Pending {
     Fetch(Box<FetchPages>),
     /// A Heartbeats request: these memberships' heartbeats, in order.
     Beats(Vec<Beat>),
-    /// A FindCoordinator for this membership's group.
-    Find {
-        key: u64,
-    },
+    /// A FindCoordinator for this membership's or fetch's group.
+    Find(Seeker),
     /// The `unconfirmed` leave of a member the application dropped: nobody waits for it.
     Abandoned,
 }
@@ -146,6 +150,9 @@ pub(crate) struct Driver {
     slots: HashMap<u64, Slot>,
     links: BTreeMap<LinkId, Link>,
     next_link: LinkId,
+    /// Fetches of offsets looking for their group's coordinator (`fetching.rs`).
+    fetches: HashMap<u64, Parked>,
+    next_fetch: u64,
     /// What the links' tasks report (frames, losses, connection attempts).
     inbound: mpsc::UnboundedReceiver<Inbound>,
     inbound_tx: mpsc::UnboundedSender<Inbound>,
@@ -180,6 +187,8 @@ impl Driver {
             slots: HashMap::new(),
             links: BTreeMap::from([(BOOTSTRAP, link)]),
             next_link: BOOTSTRAP + 1,
+            fetches: HashMap::new(),
+            next_fetch: 0,
             inbound,
             inbound_tx,
             rng: SmallRng::from_entropy(),
@@ -267,6 +276,10 @@ impl Driver {
             add(slot.m.poll_timeout().map(Instant::from_std));
             add(slot.search.wake().map(Instant::from_std));
         }
+        for parked in self.fetches.values() {
+            add(parked.pages.search.wake().map(Instant::from_std));
+        }
+        add(self.fetch_deadline());
         wake
     }
 
@@ -293,7 +306,8 @@ impl Driver {
                 slot.search.start(std_now, &mut self.rng);
             }
         }
-        self.ask_coordinators(std_now);
+        self.expire_fetches(now);
+        self.ask_coordinators(now);
         let ids: Vec<LinkId> = self.links.keys().copied().collect();
         for link in ids {
             self.drive_link(link, std_now);
@@ -356,53 +370,12 @@ impl Driver {
         self.send_beats(link, pass.beats);
     }
 
-    /// Sends a FindCoordinator for every membership whose search is due, on the
-    /// bootstrap connection if it is up, otherwise on any other.
-    fn ask_coordinators(&mut self, now: std::time::Instant) {
-        let connected = |l: &Link| l.conn.is_some();
-        let on = match self.links.get(&BOOTSTRAP) {
-            Some(l) if connected(l) => Some(BOOTSTRAP),
-            _ => self
-                .links
-                .iter()
-                .find(|(_, l)| connected(l))
-                .map(|(id, _)| *id),
-        };
-        let Some(on) = on else {
-            return;
-        };
-        let due: Vec<(u64, String)> = self
-            .slots
-            .iter()
-            .filter(|(_, s)| s.search.due(now))
-            .map(|(key, s)| (*key, s.m.group().to_owned()))
-            .collect();
-        for (key, group) in due {
-            let request = Request::FindCoordinator(FindCoordinatorRequest { group });
-            if let Some(correlation) = self.send(on, Pending::Find { key }, request) {
-                if let Some(slot) = self.slots.get_mut(&key) {
-                    slot.search.sent(on, correlation);
-                }
-            }
-        }
-    }
-
     /// Puts membership `key` on the link to `addr` (made if there is none), connecting
     /// it at once if that link is up.
     fn place(&mut self, key: u64, addr: String, now: Instant) {
-        let existing = self
-            .links
-            .iter()
-            .find(|(_, l)| l.addr() == addr)
-            .map(|(id, _)| *id);
-        let link = existing.unwrap_or_else(|| {
-            let id = self.next_link;
-            self.next_link += 1;
-            debug!(%addr, "a link to another coordinator");
-            self.links
-                .insert(id, Link::new(vec![addr], &self.config, now));
-            id
-        });
+        let link = self
+            .link_to(&addr)
+            .unwrap_or_else(|| self.new_link(addr, now));
         let features = self
             .links
             .get(&link)
@@ -416,12 +389,18 @@ impl Driver {
         }
     }
 
-    /// Drops the links to coordinators found by FindCoordinator that no membership
-    /// lives on and no request awaits an answer on any more.
+    /// Drops the links to other coordinators that no membership lives on, no request
+    /// awaits an answer on, no fetch waits for and no question is about to go to.
     fn drop_idle_links(&mut self) {
-        let used: Vec<LinkId> = self.slots.values().filter_map(|s| s.link).collect();
-        self.links
-            .retain(|id, link| *id == BOOTSTRAP || used.contains(id) || !link.pending.is_empty());
+        let mut used: Vec<LinkId> = self.slots.values().filter_map(|s| s.link).collect();
+        used.extend(self.fetch_links());
+        let targets = self.ask_targets();
+        self.links.retain(|id, link| {
+            *id == BOOTSTRAP
+                || used.contains(id)
+                || !link.pending.is_empty()
+                || targets.iter().any(|t| t == link.addr())
+        });
     }
 
     /// Sends a round of heartbeats on `link`: one Heartbeats request (or as few as fit

@@ -205,6 +205,8 @@ pub struct BackoffConfig {
 pub struct Membership {
     settings: Settings,
     rng: SmallRng,
+    /// Spaces the retries of a join, and of a heartbeat answered `coordinator_loading`;
+    /// reset by an acknowledged join or heartbeat.
     backoff: Backoff,
     phase: Phase,
     connected: bool,

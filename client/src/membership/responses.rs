@@ -131,6 +131,7 @@ impl Membership {
                     self.session_timeout = Duration::from_millis(r.session_timeout_ms.into());
                 }
                 self.renew(sent);
+                self.backoff.reset();
                 for tp in acks {
                     if self.holdings.get(&tp) == Some(&Hold::Released) {
                         self.holdings.remove(&tp);
@@ -158,6 +159,14 @@ impl Membership {
                     }
                     // Still a member, served elsewhere: heartbeat there.
                     ErrorCode::NotCoordinator => self.relocate(now),
+                    // Served here in a moment: beat again after a short backoff
+                    // rather than a whole interval, since the lease is not renewed
+                    // meanwhile. Never later than the beat already scheduled.
+                    ErrorCode::CoordinatorLoading => {
+                        let delay = self.backoff.next_delay(&mut self.rng);
+                        let retry = now + delay;
+                        self.next_beat = Some(self.next_beat.map_or(retry, |t| t.min(retry)));
+                    }
                     // Transient or unexpected: the next beat tries again.
                     _ => {}
                 }

@@ -1709,12 +1709,26 @@ fn coordinator_loading_on_a_heartbeat_is_retried_in_place() {
     h.respond(id, error(ErrorCode::CoordinatorLoading));
     assert!(!h.m.take_relocate());
     assert_eq!(h.events(), vec![]);
-    // The next heartbeat goes to the same connection, on schedule.
-    h.advance(INTERVAL);
+    // The next heartbeat goes to the same connection, after a short backoff (the
+    // harness's base is 10 ms), not a whole interval later.
+    h.advance(Duration::from_millis(10));
     let (id, beat, _) = h.pop_heartbeat();
     assert_eq!(beat.member_id, "m1");
+    // Loading again: the bound doubles.
+    h.respond(id, error(ErrorCode::CoordinatorLoading));
+    h.advance(Duration::from_millis(20));
+    let (id, _, _) = h.pop_heartbeat();
     h.ack_heartbeat(id);
     assert_eq!(h.events(), vec![]);
+    // Acknowledged: back on the interval's schedule, and the backoff starts over.
+    h.advance(INTERVAL * 4 / 5 - MS);
+    assert!(h.outbox.is_empty(), "{:?}", h.outbox);
+    h.advance(INTERVAL / 5 + MS);
+    let (id, _, _) = h.pop_heartbeat();
+    h.respond(id, error(ErrorCode::CoordinatorLoading));
+    h.advance(Duration::from_millis(10));
+    let (id, _, _) = h.pop_heartbeat();
+    h.ack_heartbeat(id);
 }
 
 #[test]

@@ -7,7 +7,8 @@ use super::*;
 /// The commands that ask a running coordinator.
 #[derive(Debug, Subcommand)]
 pub(super) enum AdminCommand {
-    /// List the coordinator's groups.
+    /// List the groups: in a cluster, every coordinator's (the coordinator asked
+    /// names the others).
     Groups {
         #[command(flatten)]
         admin: AdminArgs,
@@ -137,8 +138,15 @@ impl ConnectArgs {
     }
 }
 
+impl AdminArgs {
+    /// `--timeout`.
+    pub(super) fn timeout(&self) -> Duration {
+        self.connect.timeout
+    }
+}
+
 impl AdminCommand {
-    fn args(&self) -> &AdminArgs {
+    pub(super) fn args(&self) -> &AdminArgs {
         match self {
             Self::Groups { admin } | Self::Describe { admin, .. } | Self::Offsets { admin, .. } => {
                 admin
@@ -157,7 +165,7 @@ impl AdminCommand {
     /// Asks the coordinator: one request, or as many pages as the answer takes where
     /// the coordinator reads it a page at a time (ListGroups and FetchOffsets version
     /// 1, DescribeGroup version 2), gathered into one answer.
-    async fn ask(&self, conn: &mut Connection) -> Result<Response, ConnectError> {
+    pub(super) async fn ask(&self, conn: &mut Connection) -> Result<Response, ConnectError> {
         let supports = |key: ApiKey, version: u16| {
             conn.versions()
                 .versions
@@ -272,8 +280,9 @@ impl AdminCommand {
         }
     }
 
-    /// The answer as the user sees it.
-    fn render(&self, response: Response) -> Result<String, AdminError> {
+    /// The answer as the user sees it (with, for `groups`, the coordinators whose
+    /// groups could not be listed).
+    fn render(&self, response: Response, unreached: &[Unreached]) -> Result<String, AdminError> {
         let json = self.args().json;
         match (self, response) {
             (_, Response::Error(e)) if e.code == ErrorCode::UnknownGroup => Err(
@@ -283,7 +292,9 @@ impl AdminCommand {
                 code: e.code,
                 message: e.message,
             }),
-            (Self::Groups { .. }, Response::ListGroups(r)) => Ok(render_groups(&r, json)),
+            (Self::Groups { .. }, Response::ListGroups(r)) => {
+                Ok(render_groups(&r, unreached, json))
+            }
             (
                 Self::Describe {
                     false_expulsions_per_year,
@@ -342,18 +353,33 @@ pub(super) fn admin_command(command: AdminCommand) -> ExitCode {
         Err(code) => return code,
     };
     let outcome = runtime.block_on(async {
-        let response = within_timeout(command.args(), async {
-            let mut conn = connect(command.args()).await?;
-            let response = command.ask(&mut conn).await?;
-            follow(&command, conn, response).await
-        })
-        .await?;
-        command.render(response)
+        let (response, unreached) = if let AdminCommand::Groups { .. } = command {
+            list_everywhere(&command).await?
+        } else {
+            let response = within_timeout(command.args(), async {
+                let mut conn = connect(command.args()).await?;
+                let response = command.ask(&mut conn).await?;
+                follow(&command, conn, response).await
+            })
+            .await?;
+            (response, Vec::new())
+        };
+        Ok::<_, AdminError>((command.render(response, &unreached)?, unreached))
     });
     match outcome {
-        Ok(text) => {
+        Ok((text, unreached)) => {
             print!("{text}");
-            ExitCode::SUCCESS
+            for u in &unreached {
+                eprintln!(
+                    "rollcall: the groups of coordinator {} at {} are missing: {}",
+                    u.id, u.addr, u.error
+                );
+            }
+            if unreached.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(EXIT_RUNTIME)
+            }
         }
         Err(e) => {
             eprintln!("rollcall: {e}");
@@ -402,13 +428,16 @@ async fn follow(
 }
 
 /// Connects to the coordinator `args` names and handshakes.
-async fn connect(args: &AdminArgs) -> Result<Connection, ConnectError> {
+pub(super) async fn connect(args: &AdminArgs) -> Result<Connection, ConnectError> {
     connect_to(args, None).await
 }
 
 /// Connects to `addr` (default: the coordinator `args` names) with the options of
 /// `args`, and handshakes.
-async fn connect_to(args: &AdminArgs, addr: Option<&str>) -> Result<Connection, ConnectError> {
+pub(super) async fn connect_to(
+    args: &AdminArgs,
+    addr: Option<&str>,
+) -> Result<Connection, ConnectError> {
     let software = concat!("rollcall-cli/", env!("CARGO_PKG_VERSION"));
     let args = &args.connect;
     let addr = addr.unwrap_or(&args.addr);
@@ -488,7 +517,7 @@ impl<'a> AdminSession<'a> {
 }
 
 /// Runs an exchange with the coordinator within `--timeout`.
-async fn within_timeout<T>(
+pub(super) async fn within_timeout<T>(
     args: &AdminArgs,
     exchange: impl std::future::Future<Output = Result<T, ConnectError>>,
 ) -> Result<T, AdminError> {

@@ -41,6 +41,7 @@ use crate::server::{
 mod admin;
 mod args;
 mod cluster;
+mod groups;
 mod render;
 mod serve;
 mod trace;
@@ -48,6 +49,7 @@ mod trace;
 use admin::*;
 use args::*;
 use cluster::*;
+use groups::*;
 use serve::*;
 use trace::*;
 

@@ -5,6 +5,16 @@ use super::*;
 #[derive(Debug, Serialize)]
 pub(super) struct GroupsJson {
     groups: Vec<GroupJson>,
+    /// The coordinators whose groups are missing (absent when none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    unreachable: Vec<UnreachedJson>,
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct UnreachedJson {
+    id: String,
+    addr: String,
+    error: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -160,9 +170,17 @@ pub(super) fn to_json<T: Serialize>(value: &T) -> String {
     text
 }
 
-pub(super) fn render_groups(r: &ListGroupsResponse, json: bool) -> String {
+pub(super) fn render_groups(r: &ListGroupsResponse, unreached: &[Unreached], json: bool) -> String {
     if json {
         return to_json(&GroupsJson {
+            unreachable: unreached
+                .iter()
+                .map(|u| UnreachedJson {
+                    id: u.id.clone(),
+                    addr: u.addr.clone(),
+                    error: u.error.clone(),
+                })
+                .collect(),
             groups: r
                 .groups
                 .iter()

@@ -405,6 +405,11 @@ impl Coordinator {
                 ErrorCode::InvalidRequest,
                 "FindCoordinator is answered by the connection, not a group",
             ),
+            Request::ListCoordinators(_) => refuse(
+                ApiKey::ListCoordinators,
+                ErrorCode::InvalidRequest,
+                "ListCoordinators is answered by the connection, not a group",
+            ),
             Request::Join(r) => {
                 let group = r.group.clone();
                 let existed = self.groups.contains_key(group.as_str());

@@ -90,11 +90,12 @@ impl Operation {
             Request::DescribeGroup(_) | Request::TraceGroup(_) | Request::ListGroups(_) => {
                 Self::Describe
             }
-            // Says where a group is served, not whether it exists: any authenticated
-            // principal may ask.
-            Request::ApiVersions(_) | Request::Authenticate(_) | Request::FindCoordinator(_) => {
-                return None
-            }
+            // Say where groups are served (or which coordinators there are), not
+            // whether a group exists: any authenticated principal may ask.
+            Request::ApiVersions(_)
+            | Request::Authenticate(_)
+            | Request::FindCoordinator(_)
+            | Request::ListCoordinators(_) => return None,
         })
     }
 }

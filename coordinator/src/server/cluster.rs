@@ -24,6 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use rollcall_protocol::CoordinatorListing;
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -180,8 +181,30 @@ impl SlotManager {
         }
     }
 
-    /// The directory learns where each slot not owned here is served.
+    /// The directory learns where each slot not owned here is served, and which other
+    /// coordinators there are: the live ones and every other slot owner (one leaving
+    /// the cluster owns slots until it has handed them back).
     fn point_directory(&self, view: &ClusterView) {
+        let mut others: BTreeMap<&str, &str> = view
+            .coordinators
+            .iter()
+            .filter(|(id, _)| **id != self.id)
+            .map(|(id, addr)| (id.as_str(), addr.as_str()))
+            .collect();
+        for (id, addr, _) in view.owners.values() {
+            if *id != self.id {
+                others.entry(id.as_str()).or_insert(addr.as_str());
+            }
+        }
+        self.directory.set_others(
+            others
+                .into_iter()
+                .map(|(id, addr)| CoordinatorListing {
+                    id: id.to_owned(),
+                    addr: addr.to_owned(),
+                })
+                .collect(),
+        );
         for slot in 0..self.slots {
             if self.owned.contains_key(&slot) {
                 continue;

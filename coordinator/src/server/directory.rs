@@ -11,12 +11,15 @@
 //!
 //! Requests naming a group that is not [`Lookup::Here`] are answered
 //! `coordinator_loading` or `not_coordinator` by the connection (each beat of a
-//! Heartbeats request on its own), and FindCoordinator is answered from here too.
+//! Heartbeats request on its own), and FindCoordinator is answered from here too. So is
+//! ListCoordinators: the slot manager also keeps here the cluster's other coordinators
+//! (the live ones and the slots' owners), which a single coordinator has none of.
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+use rollcall_protocol::CoordinatorListing;
 
 use super::shard::slot_of;
 
@@ -54,6 +57,8 @@ struct Slots {
     states: Box<[AtomicU8]>,
     /// Each slot's owner's address, while its state is `ELSEWHERE`.
     owners: Box<[Mutex<Option<Arc<str>>>]>,
+    /// The cluster's other coordinators, by id.
+    others: Mutex<Arc<[CoordinatorListing]>>,
 }
 
 impl Directory {
@@ -70,6 +75,7 @@ impl Directory {
                 away: AtomicBool::new(false),
                 states: (0..n).map(|_| AtomicU8::new(UNKNOWN)).collect(),
                 owners: (0..n).map(|_| Mutex::new(None)).collect(),
+                others: Mutex::new(Arc::from([])),
             })),
         }
     }
@@ -121,6 +127,25 @@ impl Directory {
         self.slots
             .as_ref()
             .is_some_and(|s| s.away.swap(away, Ordering::AcqRel) != away)
+    }
+
+    /// The cluster's other coordinators, by id (none for a single coordinator).
+    pub(crate) fn others(&self) -> Arc<[CoordinatorListing]> {
+        match &self.slots {
+            None => Arc::from([]),
+            Some(slots) => slots.others.lock().clone(),
+        }
+    }
+
+    /// The cluster's other coordinators are these (sorted by id here).
+    #[cfg_attr(not(any(feature = "testing", feature = "cluster")), allow(dead_code))]
+    pub(crate) fn set_others(&self, mut others: Vec<CoordinatorListing>) {
+        let Some(slots) = &self.slots else {
+            debug_assert!(false, "a single coordinator has no other coordinators");
+            return;
+        };
+        others.sort();
+        *slots.others.lock() = Arc::from(others);
     }
 
     /// This coordinator serves `slot`.
@@ -206,6 +231,19 @@ impl Directory {
         self.set_unknown(slot);
     }
 
+    /// [`Directory::set_others`] for a test: (id, address) pairs.
+    pub fn test_set_others(&self, others: &[(&str, &str)]) {
+        self.set_others(
+            others
+                .iter()
+                .map(|(id, addr)| CoordinatorListing {
+                    id: (*id).into(),
+                    addr: (*addr).into(),
+                })
+                .collect(),
+        );
+    }
+
     /// Where `group` is served, for a test.
     pub fn test_lookup(&self, group: &str) -> Lookup {
         self.lookup(group)
@@ -257,5 +295,16 @@ mod tests {
             .find(|g| slot_of(g, 8) != slot)
             .unwrap();
         assert_eq!(d.lookup(&other), Lookup::Unknown);
+    }
+
+    #[test]
+    fn the_other_coordinators_are_kept_by_id() {
+        assert!(Directory::single().others().is_empty());
+        let d = Directory::cluster(8);
+        assert!(d.others().is_empty());
+        d.clone().test_set_others(&[("c3", "h3:1"), ("c2", "h2:1")]);
+        let others = d.others();
+        let ids: Vec<&str> = others.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, ["c2", "c3"]);
     }
 }

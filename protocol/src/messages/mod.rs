@@ -17,6 +17,7 @@ mod heartbeat;
 mod heartbeats;
 mod join;
 mod leave;
+mod list_coordinators;
 mod list_groups;
 mod relinquish;
 mod revoke;
@@ -45,6 +46,9 @@ pub use self::heartbeat::{HeartbeatRequest, HeartbeatResponse};
 pub use self::heartbeats::{HeartbeatResult, HeartbeatsRequest, HeartbeatsResponse, MAX_BEATS};
 pub use self::join::{JoinRequest, JoinResponse, TopicSubscription};
 pub use self::leave::{LeaveMode, LeaveRequest};
+pub use self::list_coordinators::{
+    CoordinatorListing, ListCoordinatorsRequest, ListCoordinatorsResponse,
+};
 pub use self::list_groups::{
     GroupListing, GroupState, ListGroupsRequest, ListGroupsResponse, Page, PageFit,
 };
@@ -126,6 +130,8 @@ pub enum Request {
     Authenticate(AuthenticateRequest),
     /// Which coordinator serves a group (API key 12).
     FindCoordinator(FindCoordinatorRequest),
+    /// The cluster's other coordinators (API key 13).
+    ListCoordinators(ListCoordinatorsRequest),
 }
 
 impl Request {
@@ -145,6 +151,7 @@ impl Request {
             Self::TraceGroup(_) => ApiKey::TraceGroup,
             Self::Authenticate(_) => ApiKey::Authenticate,
             Self::FindCoordinator(_) => ApiKey::FindCoordinator,
+            Self::ListCoordinators(_) => ApiKey::ListCoordinators,
         }
     }
 
@@ -163,7 +170,8 @@ impl Request {
             Self::ApiVersions(_)
             | Self::ListGroups(_)
             | Self::Heartbeats(_)
-            | Self::Authenticate(_) => None,
+            | Self::Authenticate(_)
+            | Self::ListCoordinators(_) => None,
         }
     }
 
@@ -194,6 +202,7 @@ impl Request {
             Self::TraceGroup(r) => r.encode(buf),
             Self::Authenticate(r) => r.encode(buf),
             Self::FindCoordinator(r) => r.encode(buf),
+            Self::ListCoordinators(r) => r.encode(buf),
         }
     }
 
@@ -216,6 +225,7 @@ impl Request {
             ApiKey::TraceGroup => Self::TraceGroup(TraceGroupRequest::decode(r)?),
             ApiKey::Authenticate => Self::Authenticate(AuthenticateRequest::decode(r)?),
             ApiKey::FindCoordinator => Self::FindCoordinator(FindCoordinatorRequest::decode(r)?),
+            ApiKey::ListCoordinators => Self::ListCoordinators(ListCoordinatorsRequest::decode(r)?),
         })
     }
 }
@@ -249,6 +259,8 @@ pub enum Response {
     Authenticate(AuthenticateResponse),
     /// Answer to FindCoordinator: the group's coordinator.
     FindCoordinator(FindCoordinatorResponse),
+    /// Answer to ListCoordinators: the cluster's other coordinators.
+    ListCoordinators(ListCoordinatorsResponse),
     /// Any request refused.
     Error(ErrorResponse),
 }
@@ -280,6 +292,7 @@ impl Response {
             Self::TraceGroup(_) => ApiKey::TraceGroup,
             Self::Authenticate(_) => ApiKey::Authenticate,
             Self::FindCoordinator(_) => ApiKey::FindCoordinator,
+            Self::ListCoordinators(_) => ApiKey::ListCoordinators,
             Self::Error(e) => return e.api_key,
         };
         key as u16
@@ -305,6 +318,7 @@ impl Response {
             Self::TraceGroup(r) => r.encode(buf),
             Self::Authenticate(r) => r.encode(buf),
             Self::FindCoordinator(r) => r.encode(buf),
+            Self::ListCoordinators(r) => r.encode(buf),
             Self::Error(_) => unreachable!("handled above"),
         }
     }
@@ -353,6 +367,9 @@ impl Response {
             ApiKey::TraceGroup => Self::TraceGroup(TraceGroupResponse::decode(r)?),
             ApiKey::Authenticate => Self::Authenticate(AuthenticateResponse::decode(r)?),
             ApiKey::FindCoordinator => Self::FindCoordinator(FindCoordinatorResponse::decode(r)?),
+            ApiKey::ListCoordinators => {
+                Self::ListCoordinators(ListCoordinatorsResponse::decode(r)?)
+            }
         })
     }
 

@@ -18,7 +18,7 @@
 //! The files: `admission.rs` (the connection limits at accept, and answering a refused
 //! connection), `transport.rs` (plain or TLS), `read_loop.rs` (the loop, its deadlines,
 //! and each whole frame handed on), `routing.rs` (a request to its group's shard, or
-//! refused for a group not served here, and FindCoordinator),
+//! refused for a group not served here, and FindCoordinator and ListCoordinators),
 //! `heartbeats.rs` (a Heartbeats request split across shards), `list_groups.rs`
 //! (ListGroups merged across shards), `errors.rs` (answers to protocol errors),
 //! `access.rs` (authentication and access), `io.rs` and `tls_io.rs` (the socket work),
@@ -36,7 +36,8 @@ use futures_util::{SinkExt, StreamExt};
 use rollcall_protocol::{
     supported_versions, ApiKey, ApiVersionsResponse, Body, Codec, ErrorCode, ErrorResponse,
     FindCoordinatorResponse, Frame, FrameError, FrameKind, Header, HeartbeatsRequest,
-    ListGroupsRequest, ListGroupsResponse, Push, Request, Response, ShutdownPush, MAX_BEATS,
+    ListCoordinatorsResponse, ListGroupsRequest, ListGroupsResponse, Push, Request, Response,
+    ShutdownPush, MAX_BEATS,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;

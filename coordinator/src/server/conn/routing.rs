@@ -3,7 +3,7 @@
 //! ListGroups request asks them all, see `list_groups.rs`), unless the directory says
 //! the group is not served here: then it is answered `not_coordinator` or
 //! `coordinator_loading` without reaching a shard (see `super::super::directory`).
-//! FindCoordinator is answered here too.
+//! FindCoordinator and ListCoordinators are answered here too, from the directory.
 
 use super::*;
 
@@ -153,6 +153,13 @@ impl Connection {
             }
             Request::FindCoordinator(r) => {
                 let response = self.find_coordinator(&r.group);
+                self.reply(correlation_id, response, api, received);
+                return None;
+            }
+            Request::ListCoordinators(_) => {
+                let coordinators = self.ctx.directory.others().to_vec();
+                let response =
+                    Response::ListCoordinators(ListCoordinatorsResponse { coordinators });
                 self.reply(correlation_id, response, api, received);
                 return None;
             }
