@@ -112,14 +112,13 @@ impl SlotManager {
                 () = stop.cancelled() => break,
                 () = tokio::time::sleep_until(deadline), if !self.directory.is_away() => {
                     if !self.may_act() {
-                        self.abandon_all();
+                        self.abandon_all(Abandon::LeaseStale);
                         self.step_out();
                     }
                     continue;
                 }
                 () = self.store_failure.notified() => {
-                    warn!("a durable write failed; abandoning every slot to load them again");
-                    self.abandon_all();
+                    self.abandon_all(Abandon::WriteFailed);
                     if !self.may_act() {
                         self.step_out();
                     }
@@ -128,7 +127,7 @@ impl SlotManager {
                 changed = views.changed() => {
                     if changed.is_err() {
                         error!("the cluster view ended; abandoning every slot");
-                        self.abandon_all();
+                        self.abandon_all(Abandon::ViewEnded);
                         break;
                     }
                 }
@@ -149,7 +148,7 @@ impl SlotManager {
     async fn reconcile(&mut self, view: &ClusterView) {
         self.point_directory(view);
         if !self.may_act() {
-            self.abandon_all();
+            self.abandon_all(Abandon::LeaseStale);
             self.step_out();
             return;
         }
@@ -313,8 +312,8 @@ impl SlotManager {
         info!(slot, took = ?started.elapsed(), "slot handed back");
     }
 
-    /// Stops acting for every slot at once, without writing.
-    fn abandon_all(&mut self) {
+    /// Stops acting for every slot at once, without writing, for `why`.
+    fn abandon_all(&mut self, why: Abandon) {
         if self.owned.is_empty() {
             return;
         }
@@ -330,7 +329,8 @@ impl SlotManager {
         self.metrics.cluster.abandoned.increment(slots);
         warn!(
             groups = dropped,
-            "the etcd lease was not renewed in time: stopped acting for every slot"
+            "{}: stopped acting for every slot",
+            why.reason()
         );
     }
 
@@ -365,7 +365,7 @@ impl SlotManager {
         );
         for slot in slots {
             if !self.may_act() {
-                self.abandon_all();
+                self.abandon_all(Abandon::LeaseStale);
                 break;
             }
             self.hand_back(slot).await;
@@ -407,4 +407,26 @@ pub(super) async fn connect(
             settings.endpoints.join(",")
         ))
     })
+}
+
+/// Why a coordinator stopped acting for every slot at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Abandon {
+    /// Its etcd lease was not renewed recently enough for it to act.
+    LeaseStale,
+    /// A durable write failed: what the store holds is no longer known, so the slots
+    /// are loaded again from it.
+    WriteFailed,
+    /// The watch of the cluster ended.
+    ViewEnded,
+}
+
+impl Abandon {
+    fn reason(self) -> &'static str {
+        match self {
+            Self::LeaseStale => "the etcd lease was not renewed in time",
+            Self::WriteFailed => "a durable write failed; the slots are to be loaded again",
+            Self::ViewEnded => "the cluster view ended",
+        }
+    }
 }
