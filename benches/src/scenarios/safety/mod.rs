@@ -456,15 +456,15 @@ impl Run<'_> {
             p.set_blackhole(Direction::Both, true);
         }
         let adopted = adopted(nodes, self.args.groups, i, at + self.args.setup_timeout).await;
+        round.adopted_ms = adopted.is_ok().then(|| ms(at.elapsed()));
         round.answered_ms = self.answered(at).await.map(ms);
         round.commits_again_ms = self.commits_again(at).await.map(ms);
         for p in proxies {
             p.set_blackhole(Direction::Both, false);
             p.cut();
         }
-        match adopted {
-            Ok(()) => round.adopted_ms = Some(ms(at.elapsed())),
-            Err(e) => return Err((round, e)),
+        if let Err(e) = adopted {
+            return Err((round, e));
         }
         self.recovered(nodes, at, round).await
     }

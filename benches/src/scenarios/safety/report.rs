@@ -77,6 +77,14 @@ pub(super) fn report(
          commits sent {}, accepted {}; rebalances (assignments and revocations after settling) {}; Lost events {}; records read by the oracle {}\n",
         f.commits_sent, f.commits_accepted, f.moves, f.lost_events, f.records
     ));
+    let adopted = percentiles(f.faults.iter().filter_map(|r| r.adopted_ms));
+    if adopted.count > 0 {
+        text.push_str(&format!(
+            "cuts: cut to every group served by another coordinator p50 {} ms, max {} ms\n",
+            fmt_ms(adopted.p50_ms),
+            fmt_ms(adopted.max_ms)
+        ));
+    }
     for (what, found) in [
         ("partitions held by two members at once", &f.double_owners),
         ("commits accepted from a fenced member", &f.fenced_commits),
