@@ -78,6 +78,8 @@ pub struct Fleet {
     config: MemberConfig,
     /// How often each member commits what it holds while committing is on.
     commit_every: Duration,
+    /// The next offset any member commits: offsets only grow, across members.
+    next_offset: Arc<AtomicI64>,
 }
 
 impl std::fmt::Debug for Fleet {
@@ -148,6 +150,7 @@ impl Fleet {
             clients: Vec::new(),
             config,
             commit_every,
+            next_offset: next_offset.clone(),
         };
         for k in 0..per_group {
             // Each client starts from another coordinator.
@@ -169,6 +172,25 @@ impl Fleet {
             }
         }
         fleet
+    }
+
+    /// Joins one more member to `group` through client `client` (of the `per_group`
+    /// clients, by index), recorded like the others; returns its index. A join while
+    /// the members commit starts a rebalance that moves partitions to it.
+    pub async fn add(&mut self, client: usize, group: &str) -> Result<usize, String> {
+        let mut config = self.config.clone();
+        config.group = group.to_owned();
+        let join = self.clients[client % self.clients.len()].join(config);
+        let member = match tokio::time::timeout(crate::STEP, join).await {
+            Ok(Ok(member)) => member,
+            Ok(Err(e)) => return Err(format!("{group}: join failed: {e}")),
+            Err(_) => return Err(format!("{group}: no join within {:?}", crate::STEP)),
+        };
+        let index = self.members.len();
+        self.groups.push(group.to_owned());
+        self.members.push(Arc::new(member));
+        self.spawn_member(index, self.next_offset.clone());
+        Ok(index)
     }
 
     fn spawn_member(&mut self, index: usize, next_offset: Arc<AtomicI64>) {

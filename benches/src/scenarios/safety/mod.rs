@@ -43,9 +43,15 @@ pub(crate) struct SafetyArgs {
     /// Members per group (one client holds member `k` of every group).
     #[arg(long, default_value_t = 5)]
     pub(crate) members_per_group: usize,
-    /// Partitions of each group's one topic; default: one per member.
-    #[arg(long)]
-    pub(crate) partitions: Option<u32>,
+    /// Partitions of each group's one topic (12 divide evenly over 3, 4 or 6
+    /// members, so every member joining takes some).
+    #[arg(long, default_value_t = 12)]
+    pub(crate) partitions: u32,
+    /// Just before each fault, join one more member to one of the groups it hits
+    /// (the one with the fewest members), so that partitions are moving between
+    /// members when it strikes: the revocations pending then must be carried over.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub(crate) churn: bool,
     /// Session timeout the members ask for.
     #[arg(long, value_parser = crate::common::duration, default_value = "10s")]
     pub(crate) session_timeout: Duration,
@@ -123,6 +129,8 @@ pub(crate) struct FaultRound {
     pub(crate) fault: Fault,
     /// The coordinator's id, or the etcd member's name.
     pub(crate) target: String,
+    /// The group a member joined just before the fault (with `--churn`).
+    pub(crate) joined: Option<String>,
     /// Fault to every member having a heartbeat sent after it answered.
     pub(crate) answered_ms: Option<f64>,
     /// Fault to the first commit sent after it accepted.
@@ -240,9 +248,7 @@ impl Scenario for SafetyArgs {
         .await?;
         let setup_deadline = Instant::now() + self.setup_timeout;
         spread(&nodes, self.groups, setup_deadline).await?;
-        let partitions = self
-            .partitions
-            .unwrap_or(u32::try_from(self.members_per_group).unwrap_or(u32::MAX));
+        let partitions = self.partitions;
         let names: Vec<String> = (0..self.groups).map(group_name).collect();
         let members = self.groups * self.members_per_group;
         say(format!("joining {members} members"));
@@ -251,7 +257,7 @@ impl Scenario for SafetyArgs {
             lease: self.lease_timeout,
             heartbeat: self.heartbeat_interval,
         };
-        let fleet = Fleet::join_committing_every(
+        let mut fleet = Fleet::join_committing_every(
             &nodes.alive(),
             &names,
             self.members_per_group,
@@ -273,7 +279,7 @@ impl Scenario for SafetyArgs {
         let plan = schedule(self.kills, self.cuts, self.leader_kills);
         let mut run = Run {
             args: self,
-            fleet: &fleet,
+            fleet: &mut fleet,
             archive: Vec::new(),
             settled_at,
             lost: Vec::new(),
@@ -287,6 +293,23 @@ impl Scenario for SafetyArgs {
             let kind = fault as usize;
             let target = victim(fault, nth[kind], self.coordinators);
             nth[kind] += 1;
+            let joined = if self.churn {
+                let on = (fault != Fault::LeaderKill).then_some(target);
+                match run.join_one(&nodes, on).await {
+                    Ok(group) => {
+                        // The fault strikes 0 to 300 ms into the rebalance.
+                        tokio::time::sleep(Duration::from_millis(100 * (n as u64 % 4))).await;
+                        Some(group)
+                    }
+                    Err(e) => {
+                        say(format!("stopping: {e}"));
+                        stopped = Some(e);
+                        break;
+                    }
+                }
+            } else {
+                None
+            };
             let step = match fault {
                 Fault::Kill => run.kill(&mut nodes, target).await,
                 Fault::Cut => run.cut(&mut nodes, &proxies[target], target).await,
@@ -297,6 +320,7 @@ impl Scenario for SafetyArgs {
                 Err((round, why)) => (round, Some(why)),
             };
             round.n = n + 1;
+            round.joined = joined;
             run.read(&mut round).await;
             say(progress(&round, plan.len()));
             rounds.push(round);
@@ -306,11 +330,12 @@ impl Scenario for SafetyArgs {
                 break;
             }
         }
-        fleet.stop_committing().await;
+        run.fleet.stop_committing().await;
         let mut last = FaultRound::new(Fault::Kill, String::new());
         run.read(&mut last).await;
         let committed = run.committed().await;
-        let verdict = check(&run.archive, &fleet.groups, settled_at, Instant::now());
+        let verdict = check(&run.archive, &run.fleet.groups, settled_at, Instant::now());
+        let members = run.fleet.members.len();
         match committed {
             Ok(committed) => run.lost.extend(missing_commits(&verdict, &committed)),
             Err(e) => run.lost.push(format!("offsets not read at the end: {e}")),
@@ -321,7 +346,7 @@ impl Scenario for SafetyArgs {
             .iter()
             .filter(|r| matches!(r, Record::Commit { .. }))
             .count();
-        let mut exited = run.exited;
+        let mut exited = std::mem::take(&mut run.exited);
         exited.extend(nodes.exited());
         let figures = SafetyFigures {
             etcd_members: self.etcd_members,
@@ -339,7 +364,7 @@ impl Scenario for SafetyArgs {
             stopped,
             double_owners,
             fenced_commits,
-            lost_commits: run.lost,
+            lost_commits: std::mem::take(&mut run.lost),
             commits_sent,
             commits_accepted: verdict.accepted,
             lost_events: verdict.lost.len(),
@@ -400,6 +425,7 @@ impl FaultRound {
             n: 0,
             fault,
             target,
+            joined: None,
             answered_ms: None,
             commits_again_ms: None,
             adopted_ms: None,
@@ -422,7 +448,7 @@ type Step = Result<FaultRound, (FaultRound, String)>;
 /// The run's state between faults.
 struct Run<'a> {
     args: &'a SafetyArgs,
-    fleet: &'a Fleet,
+    fleet: &'a mut Fleet,
     /// Every record so far, in order (taken from the fleet as the run goes).
     archive: Vec<Record>,
     settled_at: Instant,
@@ -431,6 +457,33 @@ struct Run<'a> {
 }
 
 impl Run<'_> {
+    /// Joins one more member to the group with the fewest members of those served by
+    /// coordinator `on` (of all, when `None`); returns the group.
+    async fn join_one(
+        &mut self,
+        nodes: &Coordinators,
+        on: Option<usize>,
+    ) -> Result<String, String> {
+        let placed = placement(nodes.alive()[0], self.args.groups).await?;
+        let on = on.map(|i| Some(nodes.addrs()[i]));
+        let mut sizes = vec![0usize; self.args.groups];
+        for group in &self.fleet.groups {
+            if let Some(g) = group
+                .strip_prefix('g')
+                .and_then(|g| g.parse::<usize>().ok())
+            {
+                sizes[g] += 1;
+            }
+        }
+        let g = (0..self.args.groups)
+            .filter(|g| on.is_none_or(|a| placed[*g] == a))
+            .min_by_key(|g| (sizes[*g], *g))
+            .ok_or("the coordinator to be hit serves no group")?;
+        // Member k of every group lives on client k.
+        self.fleet.add(sizes[g], &group_name(g)).await?;
+        Ok(group_name(g))
+    }
+
     /// Kills coordinator `i`, waits until every member is answered again, restarts it
     /// and waits until the cluster has settled again.
     async fn kill(&mut self, nodes: &mut Coordinators, i: usize) -> Step {
