@@ -168,6 +168,9 @@ pub(crate) struct SafetyFigures {
     pub(crate) double_owners: Vec<String>,
     /// Commits accepted from a member while another held the partition.
     pub(crate) fenced_commits: Vec<String>,
+    /// For each finding of either kind (in the oracle's order), what the members of
+    /// its group recorded about its partition.
+    pub(crate) evidence: Vec<Vec<String>>,
     /// Acknowledged commits lost: found after a fault or at the end.
     pub(crate) lost_commits: Vec<String>,
     pub(crate) commits_sent: usize,
@@ -341,6 +344,13 @@ impl Scenario for SafetyArgs {
             Err(e) => run.lost.push(format!("offsets not read at the end: {e}")),
         }
         let (double_owners, fenced_commits) = split(&verdict.violations);
+        let evidence = steps::evidence(
+            &run.archive,
+            &run.fleet.groups,
+            &verdict.violations,
+            settled_at,
+            400,
+        );
         let commits_sent = run
             .archive
             .iter()
@@ -364,6 +374,7 @@ impl Scenario for SafetyArgs {
             stopped,
             double_owners,
             fenced_commits,
+            evidence,
             lost_commits: std::mem::take(&mut run.lost),
             commits_sent,
             commits_accepted: verdict.accepted,

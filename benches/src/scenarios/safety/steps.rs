@@ -289,3 +289,71 @@ async fn adopted(
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// What the members of a finding's group recorded about its partition (a finding
+/// reads `group/topic-partition: ...`), one line each, times from `settled_at`: the
+/// evidence to trace it with. At most `limit` lines a finding, the last ones.
+pub(super) fn evidence(
+    records: &[Record],
+    groups: &[String],
+    findings: &[String],
+    settled_at: Instant,
+    limit: usize,
+) -> Vec<Vec<String>> {
+    let since = |at: &Instant| at.saturating_duration_since(settled_at).as_secs_f64();
+    findings
+        .iter()
+        .map(|finding| {
+            let Some((group, partition)) = finding
+                .split(':')
+                .next()
+                .and_then(|key| key.split_once('/'))
+            else {
+                return Vec::new();
+            };
+            let names = |ps: &rollcall_client::PartitionSet| {
+                ps.iter().any(|p| p.to_string() == partition)
+            };
+            let mut lines: Vec<String> = records
+                .iter()
+                .filter_map(|r| match r {
+                    Record::Event { at, member, event } if groups[*member] == group => {
+                        let about = match event {
+                            rollcall_client::Event::Assigned { partitions, .. }
+                            | rollcall_client::Event::Resumed { partitions }
+                            | rollcall_client::Event::Suspended { partitions }
+                            | rollcall_client::Event::RevokeRequested { partitions, .. }
+                            | rollcall_client::Event::Lost { partitions, .. } => names(partitions),
+                            _ => true,
+                        };
+                        about.then(|| format!("{:.3} s member {member}: {event:?}", since(at)))
+                    }
+                    Record::Released {
+                        at,
+                        member,
+                        partitions,
+                    } if groups[*member] == group && names(partitions) => {
+                        Some(format!("{:.3} s member {member}: released", since(at)))
+                    }
+                    Record::Commit {
+                        member,
+                        partitions,
+                        offset,
+                        sent,
+                        done,
+                        accepted,
+                    } if groups[*member] == group && names(partitions) => Some(format!(
+                        "{:.3} s member {member}: commit {offset} sent, answered at {:.3} s, accepted {accepted}",
+                        since(sent),
+                        since(done)
+                    )),
+                    _ => None,
+                })
+                .collect();
+            if lines.len() > limit {
+                lines.drain(..lines.len() - limit);
+            }
+            lines
+        })
+        .collect()
+}
