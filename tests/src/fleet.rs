@@ -76,6 +76,10 @@ pub struct Fleet {
     tasks: Vec<JoinHandle<()>>,
     clients: Vec<Client>,
     config: MemberConfig,
+    /// How often each member commits what it holds while committing is on.
+    commit_every: Duration,
+    /// The next offset any member commits: offsets only grow, across members.
+    next_offset: Arc<AtomicI64>,
 }
 
 impl std::fmt::Debug for Fleet {
@@ -105,13 +109,27 @@ pub async fn connect(bootstrap: &[SocketAddr]) -> Client {
 
 impl Fleet {
     /// Joins `per_group` members to each of `groups`, through clients bootstrapped
-    /// from `bootstrap`.
+    /// from `bootstrap`; each member commits every 100 ms while committing is on.
     pub async fn join(
         bootstrap: &[SocketAddr],
         groups: &[String],
         per_group: usize,
         partitions: u32,
         timeouts: Timeouts,
+    ) -> Self {
+        let every = Duration::from_millis(100);
+        Self::join_committing_every(bootstrap, groups, per_group, partitions, timeouts, every).await
+    }
+
+    /// [`Self::join`], each member committing every `commit_every` (a long run keeps
+    /// fewer records with a longer one).
+    pub async fn join_committing_every(
+        bootstrap: &[SocketAddr],
+        groups: &[String],
+        per_group: usize,
+        partitions: u32,
+        timeouts: Timeouts,
+        commit_every: Duration,
     ) -> Self {
         let config = MemberConfig::new("", [(TOPIC, partitions)])
             .with_session_timeout(timeouts.session)
@@ -131,6 +149,8 @@ impl Fleet {
             tasks: Vec::new(),
             clients: Vec::new(),
             config,
+            commit_every,
+            next_offset: next_offset.clone(),
         };
         for k in 0..per_group {
             // Each client starts from another coordinator.
@@ -152,6 +172,25 @@ impl Fleet {
             }
         }
         fleet
+    }
+
+    /// Joins one more member to `group` through client `client` (of the `per_group`
+    /// clients, by index), recorded like the others; returns its index. A join while
+    /// the members commit starts a rebalance that moves partitions to it.
+    pub async fn add(&mut self, client: usize, group: &str) -> Result<usize, String> {
+        let mut config = self.config.clone();
+        config.group = group.to_owned();
+        let join = self.clients[client % self.clients.len()].join(config);
+        let member = match tokio::time::timeout(crate::STEP, join).await {
+            Ok(Ok(member)) => member,
+            Ok(Err(e)) => return Err(format!("{group}: join failed: {e}")),
+            Err(_) => return Err(format!("{group}: no join within {:?}", crate::STEP)),
+        };
+        let index = self.members.len();
+        self.groups.push(group.to_owned());
+        self.members.push(Arc::new(member));
+        self.spawn_member(index, self.next_offset.clone());
+        Ok(index)
     }
 
     fn spawn_member(&mut self, index: usize, next_offset: Arc<AtomicI64>) {
@@ -188,8 +227,9 @@ impl Fleet {
             }
         });
         let committing = self.committing.clone();
+        let every = self.commit_every;
         let commits = tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_millis(100));
+            let mut tick = tokio::time::interval(every);
             loop {
                 tick.tick().await;
                 if !committing.load(Ordering::SeqCst) {
@@ -311,24 +351,38 @@ impl Fleet {
 
     /// The offsets committed in every group, read through one of the fleet's clients.
     pub async fn committed(&self) -> BTreeMap<(String, TopicPartition), i64> {
+        self.try_committed()
+            .await
+            .unwrap_or_else(|e| panic!("fetching offsets failed: {e}"))
+    }
+
+    /// [`Self::committed`], or the first group whose offsets could not be read (each
+    /// read bounded by [`crate::STEP`]).
+    pub async fn try_committed(&self) -> Result<BTreeMap<(String, TopicPartition), i64>, String> {
         let mut out = BTreeMap::new();
         for group in self.group_list() {
-            let offsets = bounded(
-                "fetch offsets",
-                self.clients[0].fetch_offsets(group.clone(), [TOPIC]),
-            )
-            .await
-            .unwrap_or_else(|e| panic!("{group}: fetching offsets failed: {e}"));
+            let fetch = self.clients[0].fetch_offsets(group.clone(), [TOPIC]);
+            let offsets = match tokio::time::timeout(crate::STEP, fetch).await {
+                Ok(Ok(offsets)) => offsets,
+                Ok(Err(e)) => return Err(format!("{group}: {e}")),
+                Err(_) => return Err(format!("{group}: no answer within {:?}", crate::STEP)),
+            };
             for (tp, c) in offsets {
                 out.insert((group.clone(), tp), c.offset);
             }
         }
-        out
+        Ok(out)
     }
 
     /// The records so far.
     pub fn records(&self) -> Vec<Record> {
         self.records.lock().clone()
+    }
+
+    /// Takes the records so far, leaving none: a long run keeps them (in order) and
+    /// reads them without holding up the members, which record as they go.
+    pub fn take_records(&self) -> Vec<Record> {
+        std::mem::take(&mut *self.records.lock())
     }
 }
 
@@ -537,6 +591,28 @@ pub fn check(records: &[Record], groups: &[String], settled_at: Instant, end: In
         }
     }
     verdict
+}
+
+/// Acknowledged commits no longer there: per partition, the committed offset is below
+/// the highest accepted in the records `verdict` read (every one of them answered
+/// before `committed` was read). Offsets only grow, so later commits do not hide a
+/// loss from this check, which can run at any time, while members commit.
+pub fn lost_commits(
+    verdict: &Verdict,
+    committed: &BTreeMap<(String, TopicPartition), i64>,
+) -> Vec<String> {
+    let mut lost = Vec::new();
+    for (key, (accepted, _)) in &verdict.offsets {
+        let Some(accepted) = accepted else { continue };
+        let found = committed.get(key).copied();
+        if found.is_none_or(|f| f < *accepted) {
+            lost.push(format!(
+                "{}/{}: committed {found:?}, accepted up to {accepted}",
+                key.0, key.1
+            ));
+        }
+    }
+    lost
 }
 
 /// Checks that every commit the coordinators accepted is there: per partition, the

@@ -9,5 +9,6 @@ pub(crate) mod floor;
 pub(crate) mod join_storm;
 pub(crate) mod pause;
 pub(crate) mod rolling;
+pub(crate) mod safety;
 pub(crate) mod stall;
 pub(crate) mod steady;

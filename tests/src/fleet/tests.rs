@@ -147,3 +147,21 @@ fn an_accepted_commit_missing_from_the_store_is_found() {
     assert_eq!(missing_commits(&v, &stored(10)).len(), 1);
     assert_eq!(missing_commits(&v, &BTreeMap::new()).len(), 1);
 }
+
+#[test]
+fn a_lost_acknowledged_commit_is_found_while_later_commits_are_still_coming() {
+    let t0 = Instant::now();
+    let records = vec![
+        assigned(t0, 0, 0, &[0]),
+        commit(t0, 10, 20, 0, 7, true),
+        commit(t0, 30, 40, 0, 9, false),
+    ];
+    let v = check(&records, &groups(), at(t0, 0), at(t0, 100));
+    let key = ("g".to_owned(), TopicPartition::new(TOPIC, 0));
+    let stored = |o: i64| [(key.clone(), o)].into_iter().collect();
+    assert!(lost_commits(&v, &stored(7)).is_empty());
+    // Commits sent after the records were read may already be there.
+    assert!(lost_commits(&v, &stored(12)).is_empty());
+    assert_eq!(lost_commits(&v, &stored(6)).len(), 1);
+    assert_eq!(lost_commits(&v, &BTreeMap::new()).len(), 1);
+}

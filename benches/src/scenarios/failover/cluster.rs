@@ -57,8 +57,10 @@ fn stop(child: &mut Option<Child>) {
 /// etcd members on loopback, one cluster.
 #[derive(Debug)]
 pub(crate) struct Etcd {
+    bin: PathBuf,
     children: Vec<Option<Child>>,
     client_ports: Vec<u16>,
+    peer_ports: Vec<u16>,
     dir: RunDir,
 }
 
@@ -73,58 +75,81 @@ impl Etcd {
         let peer_ports = (0..members)
             .map(|_| free_port())
             .collect::<Result<Vec<_>, _>>()?;
-        let initial: Vec<String> = peer_ports
+        let mut etcd = Self {
+            bin: bin.to_owned(),
+            children: Vec::new(),
+            client_ports,
+            peer_ports,
+            dir,
+        };
+        for i in 0..members {
+            let child = etcd.spawn(i)?;
+            etcd.children.push(Some(child));
+        }
+        for i in 0..members {
+            etcd.wait_healthy(i).await?;
+        }
+        Ok(etcd)
+    }
+
+    /// Starts member `i` on its data directory (a new one, or the one it had: etcd
+    /// then ignores the initial cluster and rejoins with what it kept).
+    fn spawn(&self, i: usize) -> Result<Child, String> {
+        let initial: Vec<String> = self
+            .peer_ports
             .iter()
             .enumerate()
             .map(|(i, p)| format!("e{i}=http://127.0.0.1:{p}"))
             .collect();
-        let mut etcd = Self {
-            children: Vec::new(),
-            client_ports: client_ports.clone(),
-            dir,
-        };
-        for i in 0..members {
-            let data = etcd.dir.0.join(format!("e{i}"));
-            let log = std::fs::File::create(etcd.dir.0.join(format!("e{i}.log")))
-                .map_err(|e| e.to_string())?;
-            let client = format!("http://127.0.0.1:{}", client_ports[i]);
-            let peer = format!("http://127.0.0.1:{}", peer_ports[i]);
-            let child = Command::new(bin)
-                .arg(format!("--name=e{i}"))
-                .arg(format!("--data-dir={}", data.display()))
-                .arg(format!("--listen-client-urls={client}"))
-                .arg(format!("--advertise-client-urls={client}"))
-                .arg(format!("--listen-peer-urls={peer}"))
-                .arg(format!("--initial-advertise-peer-urls={peer}"))
-                .arg(format!("--initial-cluster={}", initial.join(",")))
-                .arg("--initial-cluster-state=new")
-                .arg(format!(
-                    "--initial-cluster-token=bench-{}",
-                    std::process::id()
-                ))
-                .arg("--log-level=warn")
-                .stdin(Stdio::null())
-                .stdout(log.try_clone().map_err(|e| e.to_string())?)
-                .stderr(log)
-                .spawn()
-                .map_err(|e| format!("cannot run {}: {e} (install etcd-server)", bin.display()))?;
-            etcd.children.push(Some(child));
-        }
+        let data = self.dir.0.join(format!("e{i}"));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.0.join(format!("e{i}.log")))
+            .map_err(|e| e.to_string())?;
+        let client = format!("http://127.0.0.1:{}", self.client_ports[i]);
+        let peer = format!("http://127.0.0.1:{}", self.peer_ports[i]);
+        Command::new(&self.bin)
+            .arg(format!("--name=e{i}"))
+            .arg(format!("--data-dir={}", data.display()))
+            .arg(format!("--listen-client-urls={client}"))
+            .arg(format!("--advertise-client-urls={client}"))
+            .arg(format!("--listen-peer-urls={peer}"))
+            .arg(format!("--initial-advertise-peer-urls={peer}"))
+            .arg(format!("--initial-cluster={}", initial.join(",")))
+            .arg("--initial-cluster-state=new")
+            .arg(format!(
+                "--initial-cluster-token=bench-{}",
+                std::process::id()
+            ))
+            .arg("--log-level=warn")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| {
+                format!(
+                    "cannot run {}: {e} (install etcd-server)",
+                    self.bin.display()
+                )
+            })
+    }
+
+    /// Waits until member `i` reports itself healthy (it has a leader).
+    async fn wait_healthy(&mut self, i: usize) -> Result<(), String> {
         let deadline = Instant::now() + START_WITHIN;
-        for port in &client_ports {
-            while !healthy(*port).await {
-                for child in etcd.children.iter_mut().flatten() {
-                    if let Ok(Some(status)) = child.try_wait() {
-                        return Err(format!("an etcd member exited with {status}"));
-                    }
+        while !healthy(self.client_ports[i]).await {
+            for child in self.children.iter_mut().flatten() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    return Err(format!("an etcd member exited with {status}"));
                 }
-                if Instant::now() > deadline {
-                    return Err(format!("etcd not healthy within {START_WITHIN:?}"));
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
             }
+            if Instant::now() > deadline {
+                return Err(format!("etcd not healthy within {START_WITHIN:?}"));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        Ok(etcd)
+        Ok(())
     }
 
     /// Every member's client URL.
@@ -133,6 +158,49 @@ impl Etcd {
             .iter()
             .map(|p| format!("http://127.0.0.1:{p}"))
             .collect()
+    }
+
+    /// Every member's client address.
+    pub(crate) fn client_addrs(&self) -> Vec<SocketAddr> {
+        self.client_ports
+            .iter()
+            .map(|p| SocketAddr::from(([127, 0, 0, 1], *p)))
+            .collect()
+    }
+
+    /// The member (by index) that is the cluster's leader, as the running members
+    /// report it; `None` while they do not agree on one.
+    pub(crate) async fn leader(&self) -> Option<usize> {
+        let mut ids = Vec::new();
+        let mut leaders = Vec::new();
+        for (i, port) in self.client_ports.iter().enumerate() {
+            if self.children[i].is_none() {
+                ids.push(None);
+                continue;
+            }
+            let status = status(*port).await;
+            ids.push(status.as_ref().map(|s| s.0.clone()));
+            if let Some((_, leader)) = status {
+                leaders.push(leader);
+            }
+        }
+        let leader = leaders.first()?;
+        if leaders.iter().any(|l| l != leader) {
+            return None;
+        }
+        ids.iter().position(|id| id.as_ref() == Some(leader))
+    }
+
+    /// Kills member `i` with SIGKILL and reaps it; its data stays.
+    pub(crate) fn kill(&mut self, i: usize) {
+        stop(&mut self.children[i]);
+    }
+
+    /// Starts member `i` again on its data and waits until it is healthy.
+    pub(crate) async fn restart(&mut self, i: usize) -> Result<(), String> {
+        let child = self.spawn(i)?;
+        self.children[i] = Some(child);
+        self.wait_healthy(i).await
     }
 }
 
@@ -163,11 +231,49 @@ async fn healthy(port: u16) -> bool {
         .unwrap_or(false)
 }
 
+/// A member's `(member_id, leader)` from `POST /v3/maintenance/status`, both as
+/// etcd's JSON gateway writes them (decimal strings).
+async fn status(port: u16) -> Option<(String, String)> {
+    let ask = async {
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .ok()?;
+        let request = format!(
+            "POST /v3/maintenance/status HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{{}}"
+        );
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.ok()?;
+        parse_status(&response)
+    };
+    tokio::time::timeout(Duration::from_secs(2), ask)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// The member id and leader in an HTTP answer to a status request.
+pub(crate) fn parse_status(response: &str) -> Option<(String, String)> {
+    let body = &response[response.find("\r\n\r\n")? + 4..];
+    let v: serde_json::Value = serde_json::from_str(body).ok()?;
+    let text = |v: &serde_json::Value| match v {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    };
+    let id = text(&v["header"]["member_id"])?;
+    let leader = text(&v["leader"])?;
+    Some((id, leader))
+}
+
 /// How the coordinators run.
 #[derive(Debug, Clone)]
 pub(crate) struct CoordinatorOptions {
     pub(crate) bin: PathBuf,
     pub(crate) etcd: Vec<String>,
+    /// Coordinator `i`'s own etcd endpoints, for those that have them (such as
+    /// proxies that can cut it off); the others use `etcd`.
+    pub(crate) etcd_of: Vec<Vec<String>>,
     pub(crate) lease_ttl: Duration,
     pub(crate) slots: u32,
     pub(crate) shards: Option<usize>,
@@ -222,12 +328,15 @@ impl Coordinators {
         let data = self.dir.0.join(id);
         std::fs::create_dir_all(&data).map_err(|e| e.to_string())?;
         let o = &self.opts;
+        // A node restarted has its index; one being started, the next.
+        let index = (self.nodes.iter().position(|n| n.id == id)).unwrap_or(self.nodes.len());
+        let etcd = o.etcd_of.get(index).unwrap_or(&o.etcd);
         let mut cmd = Command::new(&o.bin);
         cmd.arg("serve")
             .args(["--listen", &listen.to_string(), "--metrics-addr", "off"])
             .arg("--data-dir")
             .arg(&data)
-            .args(["--etcd", &o.etcd.join(",")])
+            .args(["--etcd", &etcd.join(",")])
             .args(["--cluster", &self.name, "--cluster-id", id])
             .args(["--cluster-slots", &o.slots.to_string()])
             .args([
@@ -307,5 +416,20 @@ impl Drop for Coordinators {
         for node in &mut self.nodes {
             stop(&mut node.child);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_status;
+
+    #[test]
+    fn a_status_answer_gives_the_member_and_its_leader() {
+        let answer = "HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n{\"header\":{\"cluster_id\":\"1\",\"member_id\":\"42\",\"revision\":\"9\",\"raft_term\":\"2\"},\"version\":\"3.4.23\",\"dbSize\":\"20480\",\"leader\":\"7\",\"raftIndex\":\"12\",\"raftTerm\":\"2\"}";
+        assert_eq!(parse_status(answer), Some(("42".into(), "7".into())));
+        assert_eq!(
+            parse_status("HTTP/1.0 503 Service Unavailable\r\n\r\n"),
+            None
+        );
     }
 }

@@ -9,8 +9,8 @@
 //! Needs the `etcd` binary (`--etcd-bin`) and a `rollcall` built with the `cluster`
 //! feature (`cargo build --release -p rollcall-coordinator --features cluster`).
 
-mod cluster;
-mod members;
+pub(crate) mod cluster;
+pub(crate) mod members;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -197,6 +197,7 @@ impl Scenario for FailoverArgs {
             CoordinatorOptions {
                 bin,
                 etcd: etcd.endpoints(),
+                etcd_of: Vec::new(),
                 lease_ttl: self.etcd_lease_ttl,
                 slots: self.slots,
                 shards: self.shards,
@@ -351,7 +352,7 @@ fn busiest(nodes: &Coordinators, placed: &[std::net::SocketAddr]) -> usize {
 
 /// Waits (until `deadline`) until every group is served by a live coordinator and
 /// every live coordinator serves some group; returns where each group is served.
-async fn spread(
+pub(crate) async fn spread(
     nodes: &Coordinators,
     groups: usize,
     deadline: Instant,
