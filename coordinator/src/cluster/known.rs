@@ -1,11 +1,14 @@
 //! What the etcd store knows of its adopted slots' `i/<group>` keys without reading
 //! them, so a write usually costs no read before its transactions.
 //!
-//! Sound because only the owner writes a slot's keys and its writes come one batch at
-//! a time (the group committer): after a successful write the written infos are
-//! exactly what etcd holds, and after a slot is loaded whole, a group of it with no
-//! entry has no info key. Adopting or forgetting a slot drops what was known of it; a
-//! failed write drops what it touched, since some of its transactions may have landed.
+//! Sound because only the owner writes a slot's keys, and its writes are prepared one
+//! at a time in the order they are submitted (`pipeline.rs`): a write's infos are
+//! recorded when it is prepared, so they are what etcd holds once every write under way
+//! has landed, and the next write is prepared from them. After a slot is loaded whole,
+//! a group of it with no entry has no info key. Adopting or forgetting a slot drops
+//! what was known of it; a failed write (or one prepared after a failed write of the
+//! same groups) drops what it touched, since some of its transactions may have landed
+//! and those of the earlier one may not.
 
 use std::collections::{HashMap, HashSet};
 
@@ -35,7 +38,7 @@ impl Known {
         self.infos.extend(infos);
     }
 
-    /// A write succeeded: these are the groups' infos now.
+    /// A write was prepared: these are the groups' infos once it has landed.
     pub(crate) fn written(&mut self, infos: impl IntoIterator<Item = (String, Info)>) {
         self.infos.extend(infos);
     }

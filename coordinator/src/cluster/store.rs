@@ -37,8 +37,32 @@
 //! change, a state the core passes through. A chunk that fails transiently is retried
 //! whole (its operations set absolute values, so twice is once) with backoff until the
 //! acting deadline.
+//!
+//! # Writes under way
+//!
+//! The group committer keeps up to [`WRITES_IN_FLIGHT`] writes under way
+//! ([`Store::write_then`]), so a commit waits for about one round trip through etcd
+//! instead of the transaction under way and then its own. Each write is *prepared*
+//! (infos, operations, chunks) on the committer's thread in submission order, from the
+//! infos the earlier writes leave (`known.rs`), then *sent* on the runtime. What keeps
+//! this as safe as one write at a time (`pipeline.rs`):
+//!
+//! - **Fencing** is unchanged: every transaction of every write carries the compares on
+//!   its slots' owner keys, so a deposed coordinator's writes under way all fail.
+//! - **No earlier write lands over a later one.** etcd may apply concurrent requests of
+//!   one client in any order, so a write is sent only after every earlier write under
+//!   way to one of its keys (or prefixes) has ended, and not at all if one failed. A
+//!   group deletion, which reads the group's stored offsets, is prepared only once no
+//!   write of the group is under way.
+//! - **Failures spread forward, within a group.** A write prepared after a failed
+//!   write of the same groups fails too, even if its own transactions landed (they
+//!   are then like a write whose acknowledgement was lost, as above), and what the
+//!   store knew of those groups is read again.
+//! - **Answers in order.** The committer answers each batch only once it and every
+//!   earlier batch have ended; the shard refuses every batch after a failed one of its
+//!   own (`stage.rs`), as before.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -48,15 +72,17 @@ use parking_lot::Mutex;
 use tokio::runtime::Handle;
 
 use super::chunks::{Chunk, Chunks, Op, MAX_TXN_OPS};
-use super::codec::{decode_info, decode_offset, decode_snapshot, prefix_end, Info, VALUE_FORMAT};
+use super::codec::{decode_info, decode_offset, decode_snapshot, prefix_end, Info};
 use super::etcd::{timed, LeaseState};
+use super::group_write::{GroupWrite, Marks};
 use super::keys::{parse_key, Keys, SlotKey};
 use super::known::Known;
+use super::pipeline::{Footprint, Pipeline, Ticket};
 use super::ClusterError;
 use crate::core::{OffsetRecord, Record, RestoredState};
 use crate::server::slot_of;
-use crate::store::retention::{expired, IdleMarks, Retention};
-use crate::store::{snapshot_json, system_clock, Clock, FencingToken, Store, StoreError};
+use crate::store::retention::{expired, Retention};
+use crate::store::{system_clock, Clock, FencingToken, Store, StoreError, WriteDone};
 
 /// Keys per page when reading a range.
 const PAGE: i64 = 1000;
@@ -80,7 +106,21 @@ pub struct EtcdStore {
     known: Mutex<Known>,
     clock: Mutex<Clock>,
     runtime: Handle,
+    /// Writes are prepared one at a time, in the order they are submitted.
+    preparing: tokio::sync::Mutex<()>,
+    pipeline: Arc<Pipeline>,
 }
+
+/// A prepared write ([`EtcdStore::prepare`]), ready to send.
+struct Prepared {
+    tokens: HashMap<u32, FencingToken>,
+    chunks: Vec<Chunk>,
+    order: Vec<(u32, String)>,
+    ticket: Ticket,
+}
+
+/// Writes the group committer may have under way at once.
+pub(crate) const WRITES_IN_FLIGHT: usize = 4;
 
 impl std::fmt::Debug for EtcdStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -103,6 +143,8 @@ impl EtcdStore {
             known: Mutex::new(Known::default()),
             clock: Mutex::new(system_clock()),
             runtime: Handle::current(),
+            preparing: tokio::sync::Mutex::new(()),
+            pipeline: Arc::new(Pipeline::default()),
         }
     }
 
@@ -119,6 +161,10 @@ impl EtcdStore {
         self.known.lock().drop_slot(slot, self.slots);
     }
 
+    pub(super) fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
     /// Reads `clock` to date when groups become empty (tests).
     pub fn set_clock(&self, clock: Clock) {
         *self.clock.lock() = clock;
@@ -129,6 +175,10 @@ impl EtcdStore {
     /// infos.
     pub fn load_slot(&self, slot: u32) -> Result<RestoredState, StoreError> {
         let started = std::time::Instant::now();
+        // A write to the slot begun before it was adopted again (with the same token,
+        // after an abandon) lands before the slot is read, not after.
+        let slots = self.slots;
+        self.block(self.pipeline.quiet(|group| slot_of(group, slots) == slot));
         let (state, infos) = self.block(self.load_prefix(self.keys.slot(slot)))?;
         metrics::histogram!("rollcall_etcd_request_duration_seconds", "op" => "load")
             .record(started.elapsed().as_secs_f64());
@@ -187,7 +237,7 @@ impl EtcdStore {
     }
 
     /// Every key below `prefix`, read at one revision, page by page.
-    async fn scan(
+    pub(super) async fn scan(
         &self,
         prefix: String,
         keys_only: bool,
@@ -302,14 +352,16 @@ impl EtcdStore {
         Ok(out)
     }
 
-    /// The body of [`Store::write`]: see the module documentation.
-    async fn write_async(&self, records: &[Record]) -> Result<(), StoreError> {
-        if records.is_empty() {
-            return Ok(());
-        }
+    /// The first half of a write, in the order writes are submitted: the batch's net
+    /// effect on each group, computed from what the store knows of the groups' infos
+    /// (those of groups whose writes are still under way as those writes will leave
+    /// them), the transactions, and the write registered in the pipeline.
+    async fn prepare(&self, records: &[Record]) -> Result<Prepared, StoreError> {
+        let _order = self.preparing.lock().await;
         let tokens = self.tokens.lock().clone();
         let mut order: Vec<(u32, String)> = Vec::new();
         let mut index: HashMap<&str, usize> = HashMap::new();
+        let mut deleting = HashSet::new();
         for record in records {
             let group = record_group(record);
             if !index.contains_key(group) {
@@ -320,6 +372,14 @@ impl EtcdStore {
                 index.insert(group, order.len());
                 order.push((slot, group.to_owned()));
             }
+            if matches!(record, Record::GroupDeleted { .. }) {
+                deleting.insert(group.to_owned());
+            }
+        }
+        if !deleting.is_empty() {
+            // A deletion reads the group's stored offsets: wait until no earlier write
+            // of the group is under way, so it finds every one of them.
+            self.pipeline.quiet(|group| deleting.contains(group)).await;
         }
         let mut infos: Vec<Option<Info>> = {
             let known = self.known.lock();
@@ -363,23 +423,63 @@ impl EtcdStore {
             let (offsets, last) = group.ops(self).await?;
             chunks.add(group.slot, offsets, last);
         }
-        // The chunks touch distinct keys and each stands alone (see the module
-        // documentation), so they go to etcd together.
-        let commits = chunks
-            .finish()
-            .into_iter()
-            .map(|chunk| self.commit(&tokens, chunk));
-        match futures_util::future::try_join_all(commits).await {
-            Ok(_) => {
-                let infos = groups.into_iter().map(|g| (g.group, g.info));
-                self.known.lock().written(infos);
-                Ok(())
-            }
-            Err(e) => {
-                self.known.lock().failed(&order);
-                Err(e)
-            }
+        let chunks = chunks.finish();
+        let mut footprint = Footprint::default();
+        for op in chunks.iter().flat_map(|chunk| &chunk.ops) {
+            match op {
+                Op::Put(key, _) | Op::Delete(key) => footprint.keys.insert(key.clone()),
+                Op::DeletePrefix(prefix) => {
+                    footprint.prefixes.push(prefix.clone());
+                    true
+                }
+            };
         }
+        footprint.groups = order.iter().map(|(_, group)| group.clone()).collect();
+        let ticket = self.pipeline.begin(footprint);
+        // Later writes are prepared from what this one leaves; if it fails, they fail
+        // with it (the pipeline's "fail with" rule) and the groups are read again.
+        self.known
+            .lock()
+            .written(groups.into_iter().map(|g| (g.group, g.info)));
+        Ok(Prepared {
+            tokens,
+            chunks,
+            order,
+            ticket,
+        })
+    }
+
+    /// The second half of a write, possibly overlapping others: once the earlier writes
+    /// to the same keys have ended, its transactions, sent together (they touch
+    /// distinct keys and each stands alone, see the module documentation).
+    async fn send(&self, prepared: Prepared) -> Result<(), StoreError> {
+        let Prepared {
+            tokens,
+            chunks,
+            order,
+            mut ticket,
+        } = prepared;
+        let own = match ticket.may_send().await {
+            Ok(()) => {
+                let commits = chunks.into_iter().map(|chunk| self.commit(&tokens, chunk));
+                futures_util::future::try_join_all(commits).await.map(drop)
+            }
+            Err(e) => Err(e),
+        };
+        let outcome = ticket.end(own).await;
+        if outcome.is_err() {
+            self.known.lock().failed(&order);
+        }
+        outcome
+    }
+
+    /// A whole write: see the module documentation.
+    async fn write_async(&self, records: &[Record]) -> Result<(), StoreError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let prepared = self.prepare(records).await?;
+        self.send(prepared).await
     }
 
     /// One chunk as one transaction fenced by the tokens of its slots.
@@ -459,9 +559,35 @@ impl Store for EtcdStore {
     fn write(&self, records: &[Record]) -> Result<(), StoreError> {
         let started = std::time::Instant::now();
         let written = self.block(self.write_async(records));
-        metrics::histogram!("rollcall_etcd_request_duration_seconds", "op" => "write")
-            .record(started.elapsed().as_secs_f64());
+        record_write(started);
         written
+    }
+
+    fn writes_in_flight(&self) -> usize {
+        WRITES_IN_FLIGHT
+    }
+
+    /// Prepares on the caller's thread (so writes are prepared in the order they are
+    /// begun) and sends on the connection's runtime.
+    fn write_then(self: Arc<Self>, token: FencingToken, records: Vec<Record>, done: WriteDone) {
+        let _ = token;
+        if records.is_empty() {
+            return done(Ok(()));
+        }
+        let started = std::time::Instant::now();
+        let prepared = match self.block(self.prepare(&records)) {
+            Ok(prepared) => prepared,
+            Err(e) => {
+                record_write(started);
+                return done(Err(e));
+            }
+        };
+        let runtime = self.runtime.clone();
+        runtime.spawn(async move {
+            let written = self.send(prepared).await;
+            record_write(started);
+            done(written);
+        });
     }
 
     fn expired_groups(&self, retention: Duration) -> Result<Vec<String>, StoreError> {
@@ -469,146 +595,15 @@ impl Store for EtcdStore {
     }
 }
 
+fn record_write(started: std::time::Instant) {
+    metrics::histogram!("rollcall_etcd_request_duration_seconds", "op" => "write")
+        .record(started.elapsed().as_secs_f64());
+}
+
 fn record_group(record: &Record) -> &str {
     match record {
         Record::Offset(offset) => &offset.group,
         Record::Group(snapshot) => &snapshot.group,
         Record::GroupDeleted { group } => group,
-    }
-}
-
-/// The net effect of a batch on one group.
-#[derive(Debug)]
-struct GroupWrite {
-    slot: u32,
-    group: String,
-    before: Info,
-    info: Info,
-    /// `Some(None)`: delete the snapshot; `Some(Some(value))`: put it.
-    snapshot: Option<Option<Vec<u8>>>,
-    /// Offsets put after the last deletion, by key.
-    offsets: BTreeMap<String, Vec<u8>>,
-    /// A deletion removes every offset stored before it.
-    deleted: bool,
-}
-
-impl GroupWrite {
-    fn new(slot: u32, group: String, info: Info) -> Self {
-        Self {
-            slot,
-            group,
-            before: info.clone(),
-            info,
-            snapshot: None,
-            offsets: BTreeMap::new(),
-            deleted: false,
-        }
-    }
-
-    fn apply(&mut self, keys: &Keys, record: &Record) -> Result<(), StoreError> {
-        match record {
-            Record::Offset(o) => {
-                let mut value = Vec::with_capacity(9 + o.metadata.len());
-                value.push(VALUE_FORMAT);
-                value.extend_from_slice(&o.offset.to_le_bytes());
-                value.extend_from_slice(o.metadata.as_bytes());
-                self.offsets.insert(
-                    keys.offset(self.slot, &o.group, &o.topic, o.partition),
-                    value,
-                );
-            }
-            Record::Group(snapshot) => {
-                let mut value = vec![VALUE_FORMAT];
-                snapshot_json::encode(snapshot, &mut value).map_err(|e| {
-                    StoreError::Io(format!(
-                        "cannot encode snapshot of group {:?}: {e}",
-                        snapshot.group
-                    ))
-                })?;
-                self.snapshot = Some(Some(value));
-                // The snapshot's generation is above the floor: it speaks for it.
-                self.info.generation = Some(snapshot.generation);
-                self.info.floor = None;
-            }
-            Record::GroupDeleted { .. } => {
-                if let Some(generation) = self.info.generation.take() {
-                    self.info.floor = Some(self.info.floor.unwrap_or(0).max(generation));
-                    self.snapshot = Some(None);
-                }
-                self.offsets.clear();
-                self.deleted = true;
-            }
-        }
-        Ok(())
-    }
-
-    /// The operations: the individual offset ones, and the ones that must land
-    /// together (offset range deletion, snapshot, info).
-    async fn ops(&self, store: &EtcdStore) -> Result<(Vec<Op>, Vec<Op>), StoreError> {
-        let keys = &store.keys;
-        let mut offsets = Vec::new();
-        let mut last = Vec::new();
-        if self.deleted {
-            let prefix = keys.offsets(self.slot, &self.group);
-            if self.offsets.is_empty() {
-                last.push(Op::DeletePrefix(prefix));
-            } else {
-                // etcd refuses a put inside a range deleted by the same transaction:
-                // delete the stored offsets one by one instead.
-                for (key, _) in store.scan(prefix, true).await? {
-                    if !self.offsets.contains_key(&key) {
-                        offsets.push(Op::Delete(key));
-                    }
-                }
-            }
-        }
-        for (key, value) in &self.offsets {
-            offsets.push(Op::Put(key.clone(), value.clone()));
-        }
-        match &self.snapshot {
-            Some(Some(value)) => last.push(Op::Put(
-                keys.snapshot(self.slot, &self.group),
-                value.clone(),
-            )),
-            Some(None) => last.push(Op::Delete(keys.snapshot(self.slot, &self.group))),
-            None => {}
-        }
-        if self.info != self.before {
-            let key = keys.info(self.slot, &self.group);
-            if self.info.is_empty() {
-                last.push(Op::Delete(key));
-            } else {
-                let json =
-                    serde_json::to_vec(&self.info).map_err(|e| StoreError::Io(e.to_string()))?;
-                last.push(Op::Put(key, json));
-            }
-        }
-        Ok((offsets, last))
-    }
-}
-
-/// Retention's view of the batch's groups.
-struct Marks<'a, 'g> {
-    groups: &'a mut [GroupWrite],
-    index: &'a HashMap<&'g str, usize>,
-}
-
-impl IdleMarks for Marks<'_, '_> {
-    fn marked(&self, group: &str) -> Result<bool, StoreError> {
-        Ok(self.groups[self.index[group]].info.since.is_some())
-    }
-
-    fn mark(&mut self, group: &str, since_ms: u64) -> Result<(), StoreError> {
-        self.groups[self.index[group]].info.since = Some(since_ms);
-        Ok(())
-    }
-
-    fn unmark(&mut self, group: &str) -> Result<(), StoreError> {
-        self.groups[self.index[group]].info.since = None;
-        Ok(())
-    }
-
-    fn has_snapshot(&self, group: &str) -> Result<bool, StoreError> {
-        Ok(self.groups[self.index[group]].info.generation.is_some())
     }
 }

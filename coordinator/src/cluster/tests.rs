@@ -4,4 +4,5 @@
 mod chunks;
 mod etcd;
 mod harness;
+mod pipeline;
 mod plan;

@@ -117,6 +117,9 @@ pub enum StoreError {
     },
 }
 
+/// Called once with the result of a write begun by [`Store::write_then`].
+pub type WriteDone = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
+
 /// An owner's fencing token: it grows with every change of owner of a set of groups,
 /// so a store shared by several coordinators can refuse the writes of an owner that was
 /// replaced (see the module documentation).
@@ -153,6 +156,27 @@ pub trait Store: Debug + Send + Sync {
     fn write_fenced(&self, token: FencingToken, records: &[Record]) -> Result<(), StoreError> {
         let _ = token;
         self.write(records)
+    }
+
+    /// How many writes begun with [`Self::write_then`] may be under way at once. 1, the
+    /// default, means each ends before the next begins: a store on one disk gains
+    /// nothing from more (redb writes one transaction at a time).
+    fn writes_in_flight(&self) -> usize {
+        1
+    }
+
+    /// Begins writing `records` as [`Self::write_fenced`] does, and calls `done` with
+    /// the result once they are durable (or failed). The default writes before
+    /// returning.
+    ///
+    /// A store that allows more than one write under way ([`Self::writes_in_flight`])
+    /// must make the writes take effect as if one after the other, in the order they
+    /// were begun: a later write is never overwritten by an earlier one, and what a
+    /// write derives from the stored state (a group's retention mark or floor) is what
+    /// the earlier ones leave. A write may end before an earlier one; the caller
+    /// releases answers in order.
+    fn write_then(self: Arc<Self>, token: FencingToken, records: Vec<Record>, done: WriteDone) {
+        done(self.write_fenced(token, &records));
     }
 
     /// Names of the groups that have had no members for longer than `retention`, in

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 #[cfg(feature = "cluster")]
 mod etcd;
+mod pipelined;
 mod seam;
 
 use super::*;

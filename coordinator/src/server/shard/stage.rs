@@ -4,7 +4,7 @@
 //! once; one that wrote records (the core says so: [`Effects::wrote`]), or concerns a
 //! group that is *pending* ([`ShardState::pending`], the one definition), joins the
 //! open batch. The sender stage takes the open batch whenever fewer than
-//! [`STAGE_DEPTH`] batches are on their way to the store, waits until its records are
+//! [`stage_depth`] batches are on their way to the store, waits until its records are
 //! durable, and sends its answers and pushes in order. A failed durable write is
 //! fail-stop ([`Shard::run_stage`]); in a cluster the shard abandons its groups
 //! instead ([`Shard::finish`]).
@@ -24,7 +24,7 @@ use super::joiner::send_push;
 use super::{Joiner, PanicGuard, Reply, Shard, ShardContext, ShardState};
 use crate::core::{ConnId, Effects, Output};
 use crate::store::group_commit::CommitResult;
-use crate::store::StoreError;
+use crate::store::{GroupCommitter, StoreError};
 
 /// What became of a request handed to [`Shard::request`].
 #[derive(Debug)]
@@ -88,8 +88,13 @@ pub(super) enum Taken {
     Closed,
 }
 
-/// Batches a shard's sender stage keeps submitted at once.
-const STAGE_DEPTH: usize = 2;
+/// Batches a shard's sender stage keeps submitted at once: one more than the store
+/// may have under way ([`GroupCommitter::writes_in_flight`]), so the next batch waits
+/// in the committer's queue while those are written and begins as soon as one ends
+/// (two for redb, which writes one at a time).
+fn stage_depth(committer: &GroupCommitter) -> usize {
+    committer.writes_in_flight() + 1
+}
 
 /// Whether, and until when, what concerns a group must wait ([`ShardState::pending`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -292,7 +297,7 @@ impl Shard {
         self.stage.notify_one();
     }
 
-    /// The sender stage: takes the open batch whenever fewer than [`STAGE_DEPTH`]
+    /// The sender stage: takes the open batch whenever fewer than [`stage_depth`]
     /// batches are submitted, makes its records durable, and sends its outputs in
     /// order. Ends after
     /// [`Shard::close`] once nothing is left, or at a failed durable write (false).
@@ -305,13 +310,14 @@ impl Shard {
     /// what is durable, and members resume without a rebalance. In a cluster the shard
     /// abandons its groups instead and the stage goes on ([`Shard::finish`]).
     pub(crate) async fn run_stage(self: Arc<Self>) -> bool {
-        // Batches submitted and not yet sent, oldest first. The committer makes them
-        // durable in order; a second one waits in its queue while the first is being
-        // written, so the next transaction starts as soon as the last one ends.
-        let mut in_flight: VecDeque<InFlight> = VecDeque::with_capacity(STAGE_DEPTH);
+        // Batches submitted and not yet sent, oldest first. The committer answers them
+        // in order; one more than it writes at once waits in its queue, so the next
+        // transaction starts as soon as one ends.
+        let depth = stage_depth(&self.ctx.committer);
+        let mut in_flight: VecDeque<InFlight> = VecDeque::with_capacity(depth);
         loop {
             let wake = self.stage.notified();
-            if in_flight.len() < STAGE_DEPTH {
+            if in_flight.len() < depth {
                 match self.take_open() {
                     Taken::Batch(batch) => {
                         in_flight.push_back(batch);
@@ -321,7 +327,7 @@ impl Shard {
                     Taken::Nothing | Taken::Closed => {}
                 }
             }
-            let room = in_flight.len() < STAGE_DEPTH;
+            let room = in_flight.len() < depth;
             let front = in_flight.front_mut();
             let waiting = front.is_some();
             let oldest = async move {

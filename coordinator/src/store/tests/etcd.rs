@@ -317,6 +317,63 @@ fn etcd_retries_a_write_through_a_short_outage_and_gives_up_at_the_deadline() {
     );
 }
 
+#[test]
+fn etcd_writes_under_way_land_in_submission_order_and_stay_fenced() {
+    let Some(cluster) = Cluster::start("store-pipelined") else {
+        return;
+    };
+    let (a, store) = cluster.owner_of_all("a");
+    let committer = GroupCommitter::new(store.clone()).unwrap();
+    assert!(committer.writes_in_flight() > 1);
+    // Many batches to the same keys (and a group's snapshot and info), submitted
+    // without waiting: each lands after the one before it.
+    let answers: Vec<_> = (0..60)
+        .map(|i| {
+            let mut records = vec![offset("g", "t", 0, i, ""), offset("h", "t", 0, i, "")];
+            if i % 7 == 0 {
+                records.push(Record::Group(snapshot("g", i as u32 + 1, &["m"])));
+            }
+            committer.submit(records)
+        })
+        .collect();
+    for answer in answers {
+        answer.blocking_recv().unwrap().unwrap();
+    }
+    let state = store.load().unwrap();
+    assert_eq!(offset_of(&state, "g", "t", 0), Some(59));
+    assert_eq!(offset_of(&state, "h", "t", 0), Some(59));
+    let g = state.groups.iter().find(|s| s.group == "g").unwrap();
+    assert_eq!(g.generation, 57);
+
+    // The lease goes while writes are under way: every write after is refused, and
+    // nothing lands after the refusal.
+    let slot = slot_of("g", SLOTS);
+    let before: Vec<_> = (0..5)
+        .map(|i| committer.submit(vec![offset("g", "t", 0, 100 + i, "")]))
+        .collect();
+    cluster.runtime.block_on(a.leave());
+    let after: Vec<_> = (0..5)
+        .map(|i| committer.submit(vec![offset("g", "t", 0, 200 + i, "")]))
+        .collect();
+    let mut landed = None;
+    for (i, answer) in before.into_iter().enumerate() {
+        match answer.blocking_recv().unwrap() {
+            Ok(()) => landed = Some(100 + i as i64),
+            Err(e) => assert_eq!(e, StoreError::Fenced { slot }),
+        }
+    }
+    for answer in after {
+        assert_eq!(
+            answer.blocking_recv().unwrap(),
+            Err(StoreError::Fenced { slot })
+        );
+    }
+    assert_eq!(
+        offset_of(&store.load().unwrap(), "g", "t", 0),
+        Some(landed.unwrap_or(59))
+    );
+}
+
 /// Durable offset commits per second through a [`GroupCommitter`] over the etcd store
 /// and over redb, in the same run: `clients` tasks each commit one offset at a time
 /// for `secs` seconds. A figure, not a check:
