@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, oneshot, Notify};
 use crate::config::{ClientConfig, MemberConfig};
 use crate::driver::{open, Command, Delivery, Driver, MemberShared};
 use crate::error::{CommitError, ConnectError, JoinError, LeaveError, RequestError};
+use crate::handed::Handed;
 use crate::membership::Ticket;
 use crate::types::{Assignment, Committed, Event, Offset, TopicPartition};
 
@@ -116,7 +117,7 @@ impl Client {
             shared,
             events: tokio::sync::Mutex::new(events_rx),
             unconfirmed: parking_lot::Mutex::new(None),
-            announced: parking_lot::Mutex::new(BTreeMap::new()),
+            handed: parking_lot::Mutex::new(Handed::default()),
         };
         match result.await {
             Ok(Ok(())) => Ok(member),
@@ -189,11 +190,9 @@ pub struct Member {
     /// sent a Relinquish) when it asks for the next event, which it does only once it
     /// stopped acting on those partitions.
     unconfirmed: parking_lot::Mutex<Option<Ticket>>,
-    /// For each partition a `RevokeRequested` given to the application named and that
-    /// it has not acknowledged since, that event's generation: an acknowledgement
-    /// answers the requests the application was given, not one still on its way to
-    /// it.
-    announced: parking_lot::Mutex<BTreeMap<TopicPartition, u32>>,
+    /// The revocations given to the application and the partitions it released since:
+    /// what an acknowledgement answers, and what events handed out no longer list.
+    handed: parking_lot::Mutex<Handed>,
 }
 
 impl fmt::Debug for Member {
@@ -286,26 +285,9 @@ impl Member {
                 ticket,
             });
         }
-        let (event, ticket) = self.events.lock().await.recv().await?;
+        let (mut event, ticket) = self.events.lock().await.recv().await?;
         *self.unconfirmed.lock() = ticket;
-        match &event {
-            Event::RevokeRequested {
-                partitions,
-                generation,
-            } => {
-                let mut announced = self.announced.lock();
-                for tp in partitions {
-                    announced.insert(tp.clone(), *generation);
-                }
-            }
-            Event::Lost { partitions, .. } => {
-                let mut announced = self.announced.lock();
-                for tp in partitions {
-                    announced.remove(tp);
-                }
-            }
-            _ => {}
-        }
+        self.handed.lock().hand_out(&mut event);
         Some(event)
     }
 
@@ -376,13 +358,7 @@ impl Member {
         &self,
         partitions: impl IntoIterator<Item = TopicPartition>,
     ) -> Result<(), RequestError> {
-        let partitions: Vec<(TopicPartition, u32)> = {
-            let mut announced = self.announced.lock();
-            partitions
-                .into_iter()
-                .filter_map(|tp| announced.remove(&tp).map(|generation| (tp, generation)))
-                .collect()
-        };
+        let partitions = self.handed.lock().acknowledge(partitions);
         self.commands
             .send(Command::Ack {
                 key: self.key,

@@ -127,6 +127,7 @@ mod client;
 mod config;
 mod driver;
 mod error;
+mod handed;
 #[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
 mod membership;
 pub mod raw;
