@@ -566,7 +566,7 @@ fn defect_26_rejoins_after_a_takeover_do_not_keep_a_withheld_revocation() {
         t.advance(Duration::from_secs(1));
         t.expect_beat_ok(&mut b);
         let since = t.now - restored;
-        if removed(&t, &a).is_none() && since.as_secs() % 5 == 0 {
+        if removed(&t, &a).is_none() && since.as_secs().is_multiple_of(5) {
             rejoin(&mut t, &a, 8);
         }
     }
@@ -638,7 +638,7 @@ fn defect_26_a_rejoin_without_an_acknowledgement_keeps_the_revocation_deadline()
     while removed(&t, &a).is_none() && t.now - asked < REBALANCE * 3 {
         t.advance(Duration::from_secs(1));
         if removed(&t, &a).is_none() {
-            if (t.now - asked).as_secs() % 7 == 0 {
+            if (t.now - asked).as_secs().is_multiple_of(7) {
                 rejoin(&mut t, &a, 8);
             }
             t.expect_beat_ok(&mut a);
