@@ -200,8 +200,9 @@ impl Member {
     /// heartbeat arrives, and that heartbeat carries the progress (and the
     /// acknowledgements) made before the restart, which the store may never have seen.
     /// A member that is never heard again is expelled at its session deadline, counted
-    /// from the restore; one heard only through other requests (a rejoin, a commit)
-    /// beats within its session too, or is expelled for its silence.
+    /// from the restore. One heard only through other requests (a rejoin, a commit)
+    /// keeps its session; a revocation the restore carried over is judged even so once
+    /// the session the restore gave it has run out ([`Self::judged_revocation`]).
     pub(crate) fn judged_progress(&self) -> Option<Instant> {
         (!self.awaiting_beat()).then_some(self.progress_deadline)
     }
