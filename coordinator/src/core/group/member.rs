@@ -142,7 +142,8 @@ pub(crate) const UNHEARD: u8 = 1;
 
 /// In [`Member::since_restore`]: restored, and no heartbeat of it read since. Its waits
 /// for progress and for revocations are judged only once one is (see
-/// [`Member::judged_progress`]).
+/// [`Member::judged_progress`]), or, for a revocation carried over, once the session
+/// the restore gave it has run out ([`Revocation::deferred_to`]).
 pub(crate) const NO_BEAT: u8 = 2;
 
 /// Cache lines of a [`Member`] that a renewal touches (see its layout).
@@ -199,8 +200,9 @@ impl Member {
     /// heartbeat arrives, and that heartbeat carries the progress (and the
     /// acknowledgements) made before the restart, which the store may never have seen.
     /// A member that is never heard again is expelled at its session deadline, counted
-    /// from the restore; one heard only through other requests (a rejoin, a commit)
-    /// beats within its session too, or is expelled for its silence.
+    /// from the restore. One heard only through other requests (a rejoin, a commit)
+    /// keeps its session; a revocation the restore carried over is judged even so once
+    /// the session the restore gave it has run out ([`Self::judged_revocation`]).
     pub(crate) fn judged_progress(&self) -> Option<Instant> {
         (!self.awaiting_beat()).then_some(self.progress_deadline)
     }
@@ -215,10 +217,23 @@ impl Member {
         self.since_restore & NO_BEAT != 0
     }
 
-    /// The revocation deadline ([`Self::revoke_deadline`]), once the member can be
-    /// judged by it (see [`Self::judged_progress`]).
+    /// The revocation deadline ([`Self::revoke_deadline`]) as the member is judged by
+    /// it: while no heartbeat of it has been read since a restore (see
+    /// [`Self::judged_progress`]), each revocation the restore carried over is judged
+    /// no earlier than the end of the session the restore gave the member
+    /// ([`Revocation::deferred_to`]). A rejoin renews the member's session, not that: a
+    /// member that rejoins without acknowledging keeps the time its revocation has
+    /// waited, as if it had beaten, and does not hold the partition for as long as it
+    /// keeps rejoining.
     pub(crate) fn judged_revocation(&self) -> Option<Instant> {
-        self.revoke_deadline().filter(|_| !self.awaiting_beat())
+        if !self.awaiting_beat() {
+            return self.revoke_deadline();
+        }
+        let timeout = self.rebalance_timeout();
+        self.revoking_since
+            .iter()
+            .map(|r| (r.since + timeout).max(r.deferred_to))
+            .min()
     }
 
     /// Of the member's deadlines that have passed at `now` (silence, its lease after its
@@ -407,6 +422,7 @@ impl Member {
                 since: now,
                 credit: Duration::ZERO,
                 restores: 0,
+                deferred_to: now,
             },
         };
         let revoking: Box<[Revocation]> = self.owned.difference(&self.target).map(kept).collect();
@@ -439,6 +455,12 @@ pub(crate) struct Revocation {
     /// Restores its wait has been carried through (saturating): each one halves its
     /// checkpoint interval ([`checkpoint_interval`]).
     pub(crate) restores: u8,
+    /// A wait a restore carried over is not judged, until a heartbeat of the member is
+    /// read, before this: the end of the session the restore gave the member (moved by
+    /// the coordinator's pauses). That heartbeat may carry an acknowledgement the store
+    /// never saw; a rejoin, which carries none, does not put it off. For a revocation
+    /// asked since the restore, when it was asked: nothing to wait for.
+    pub(crate) deferred_to: Instant,
 }
 
 /// A wait that can expel a member is recorded again (a checkpoint: its group is

@@ -311,6 +311,9 @@ fn resume_waits(
             .unwrap_or(now)
     };
     let restores = |r: u32| u8::try_from(r.saturating_add(1)).unwrap_or(u8::MAX);
+    // A carried revocation waits for the member's first heartbeat no longer than the
+    // session the restore gives it.
+    let deferred_to = m.session_deadline();
     let mut carried = false;
     if let Some(p) = progress {
         let timeout = m.progress_timeout();
@@ -330,6 +333,7 @@ fn resume_waits(
             since: since(w.waited_ms),
             credit: Duration::from_millis(w.credit_ms),
             restores: restores(w.restores),
+            deferred_to,
         })
         .collect();
     revoking.sort_by_key(|r| r.tp);

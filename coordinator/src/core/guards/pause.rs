@@ -107,6 +107,7 @@ impl Member {
         self.progress_deadline += paused.min(stuck);
         for r in &mut self.revoking_since {
             r.since += paused;
+            r.deferred_to += paused;
         }
     }
 }

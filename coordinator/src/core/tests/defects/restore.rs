@@ -517,3 +517,139 @@ fn defect_25_a_snapshot_without_waits_starts_them_afresh() {
     }
     assert_eq!(removed(&t, &a), Some(ExpelReason::RebalanceTimeout));
 }
+
+// ------------------------------------------------------------------------------------
+// 26. A rejoin puts off a restored wait.
+// ------------------------------------------------------------------------------------
+
+/// `a`'s join request again, naming its member id, on its current connection.
+fn rejoin(t: &mut TestContext, a: &M, partitions: u32) {
+    let mut req = t.join_request("g", &[("orders", partitions)]);
+    req.member_id = Some(a.id.clone());
+    assert!(matches!(
+        t.request(a.conn, Request::Join(req)),
+        Response::Join(_)
+    ));
+}
+
+/// `a` is asked to release half its partitions to `b` and never acknowledges. After a
+/// takeover, with 25 s of its 30 s rebalance timeout waited, its heartbeats no longer
+/// get through, but its rejoins do, every 5 s (half its session). A restored wait is
+/// judged only once a heartbeat is read (it may carry an acknowledgement the store
+/// never saw), and each rejoin renewed the session: `a` kept the partitions for as long
+/// as it kept rejoining.
+///
+/// Promise: a rejoin without an acknowledgement does not start a revocation's wait
+/// over, after a restore as before one. The restore defers judging the wait until the
+/// member's first heartbeat, but no longer than the session the restore gave it: `a` is
+/// expelled for the revocation by then, and `b` gets the partitions.
+#[test]
+fn defect_26_rejoins_after_a_takeover_do_not_keep_a_withheld_revocation() {
+    let mut t = TestContext::new();
+    let mut a = t.join(1, "g", &[("orders", 8)]);
+    t.advance(SETTLE);
+    t.expect_beat_ok(&mut a);
+    let mut b = t.join(2, "g", &[("orders", 8)]);
+    t.advance(SETTLE);
+    let revoking = flatten(&t.revoking(&a));
+    assert_eq!(revoking.len(), 4, "a is asked to release half");
+    let asked = t.now;
+    while t.now - asked < Duration::from_secs(25) {
+        t.advance(Duration::from_secs(1));
+        t.expect_beat_ok(&mut a);
+        t.expect_beat_ok(&mut b);
+    }
+    take_over(&mut t, &mut [&mut a, &mut b]);
+    let restored = t.now;
+    rejoin(&mut t, &a, 8);
+    while removed(&t, &a).is_none() && t.now - restored < Duration::from_secs(120) {
+        t.advance(Duration::from_secs(1));
+        t.expect_beat_ok(&mut b);
+        let since = t.now - restored;
+        if removed(&t, &a).is_none() && since.as_secs().is_multiple_of(5) {
+            rejoin(&mut t, &a, 8);
+        }
+    }
+    assert_eq!(
+        removed(&t, &a),
+        Some(ExpelReason::RebalanceTimeout),
+        "still a member {:?} after the takeover",
+        t.now - restored
+    );
+    let at = expelled_at(&t, &a).unwrap_or(t.now);
+    assert!(
+        at <= restored + SESSION,
+        "expelled {:?} after the takeover, past its session",
+        at - restored
+    );
+    // Once the lease its last rejoin was promised has run out.
+    for _ in 0..SESSION.as_secs() + 1 {
+        t.advance(Duration::from_secs(1));
+        t.expect_beat_ok(&mut b);
+    }
+    assert_eq!(count(&t.owned(&b)), 8, "b gets a's partitions");
+}
+
+/// The deferral still does what it is for: a member that rejoins at once after a
+/// takeover, its carried wait already past, and acknowledges in its first heartbeat a
+/// few seconds later (within its session) is not expelled at the rejoin.
+#[test]
+fn defect_26_a_rejoin_after_a_takeover_leaves_the_acknowledgement_to_the_first_heartbeat() {
+    let mut t = TestContext::new();
+    let mut a = t.join(1, "g", &[("orders", 8)]);
+    t.advance(SETTLE);
+    t.expect_beat_ok(&mut a);
+    let mut b = t.join(2, "g", &[("orders", 8)]);
+    t.advance(SETTLE);
+    assert_eq!(count(&t.revoking(&a)), 4);
+    let asked = t.now;
+    while t.now - asked < REBALANCE - Duration::from_secs(1) {
+        t.advance(Duration::from_secs(1));
+        t.expect_beat_ok(&mut a);
+        t.expect_beat_ok(&mut b);
+    }
+    take_over(&mut t, &mut [&mut a, &mut b]);
+    rejoin(&mut t, &a, 8);
+    for _ in 0..4 {
+        t.advance(Duration::from_secs(1));
+        t.expect_beat_ok(&mut b);
+    }
+    assert_eq!(removed(&t, &a), None, "judged before its first heartbeat");
+    assert!(matches!(t.ack_all(&mut a), Response::Heartbeat(_)));
+    t.advance(SETTLE);
+    t.expect_beat_ok(&mut a);
+    t.expect_beat_ok(&mut b);
+    assert_eq!(removed(&t, &a), None);
+    assert_eq!([&a, &b].map(|m| count(&t.owned(m))), [4, 4]);
+}
+
+/// Without a restore: a member that rejoins without acknowledging keeps the time its
+/// revocation has waited, and is expelled a rebalance timeout after it was asked.
+#[test]
+fn defect_26_a_rejoin_without_an_acknowledgement_keeps_the_revocation_deadline() {
+    let mut t = TestContext::new();
+    let mut a = t.join(1, "g", &[("orders", 8)]);
+    t.advance(SETTLE);
+    t.expect_beat_ok(&mut a);
+    let mut b = t.join(2, "g", &[("orders", 8)]);
+    t.advance(SETTLE);
+    assert_eq!(count(&t.revoking(&a)), 4);
+    let asked = t.now;
+    while removed(&t, &a).is_none() && t.now - asked < REBALANCE * 3 {
+        t.advance(Duration::from_secs(1));
+        if removed(&t, &a).is_none() {
+            if (t.now - asked).as_secs().is_multiple_of(7) {
+                rejoin(&mut t, &a, 8);
+            }
+            t.expect_beat_ok(&mut a);
+        }
+        t.expect_beat_ok(&mut b);
+    }
+    assert_eq!(removed(&t, &a), Some(ExpelReason::RebalanceTimeout));
+    let at = expelled_at(&t, &a).unwrap();
+    assert!(
+        at <= asked + REBALANCE + Duration::from_secs(1),
+        "expelled {:?} after it was asked",
+        at - asked
+    );
+}
