@@ -87,6 +87,10 @@ use crate::store::{system_clock, Clock, FencingToken, Store, StoreError, WriteDo
 /// Keys per page when reading a range.
 const PAGE: i64 = 1000;
 
+/// A failed request is not tried again when less than twice this is left before the
+/// acting deadline.
+const MIN_RETRY_PAUSE: Duration = Duration::from_millis(5);
+
 /// The store over one etcd connection. Knows the tokens of the slots it may write
 /// ([`Self::adopt`], [`Self::forget`]); a write touching any other slot is refused
 /// with [`StoreError::Fenced`]. The token argument of [`Store::write_fenced`] is not
@@ -209,8 +213,11 @@ impl EtcdStore {
     }
 
     /// `op` retried with backoff while it fails transiently and the acting deadline
-    /// has not passed.
-    async fn retry<T, F, Fut>(&self, mut op: F) -> Result<T, StoreError>
+    /// has not passed. The pause before a retry is at most half the time left to the
+    /// deadline, so a write keeps being tried until shortly before it (an etcd election
+    /// takes a second or two) instead of giving up a whole backoff early and making the
+    /// coordinator drop every slot while its lease is still good.
+    pub(crate) async fn retry<T, F, Fut>(&self, mut op: F) -> Result<T, StoreError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, ClusterError>>,
@@ -219,9 +226,17 @@ impl EtcdStore {
         loop {
             match op().await {
                 Ok(value) => return Ok(value),
-                Err(ClusterError::Etcd(e)) if Instant::now() + backoff < self.lease.deadline() => {
-                    tracing::debug!(error = %e, "etcd request failed; retrying");
-                    tokio::time::sleep(backoff).await;
+                Err(ClusterError::Etcd(e)) => {
+                    let left = self
+                        .lease
+                        .deadline()
+                        .saturating_duration_since(Instant::now());
+                    let pause = backoff.min(left / 2);
+                    if pause < MIN_RETRY_PAUSE {
+                        return Err(StoreError::Io(format!("etcd: {e}")));
+                    }
+                    tracing::debug!(error = %e, ?pause, "etcd request failed; retrying");
+                    tokio::time::sleep(pause).await;
                     backoff = (backoff * 2).min(Duration::from_secs(1));
                 }
                 Err(e) => return Err(StoreError::Io(format!("etcd: {e}"))),

@@ -4,7 +4,7 @@
 //! across an etcd restart. Each test starts its own etcd and skips loudly without one.
 
 use crate::cluster::testing::EtcdProcess;
-use crate::cluster::{ClusterOptions, Etcd, EtcdStore};
+use crate::cluster::{ClusterError, ClusterOptions, Etcd, EtcdStore};
 use crate::server::slot_of;
 
 use super::seam::{check_floors_per_group, check_load_groups};
@@ -305,15 +305,51 @@ fn etcd_retries_a_write_through_a_short_outage_and_gives_up_at_the_deadline() {
     assert_eq!(written, Ok(()));
     assert_eq!(offset_of(&store.load().unwrap(), "g", "t", 0), Some(2));
 
-    // etcd stays away: the write fails once the acting deadline has passed, not later.
+    // etcd stays away: the write is tried until shortly before the acting deadline (an
+    // etcd election may end meanwhile), and fails by then, not later.
     cluster.etcd.kill();
     let deadline = etcd.acting_deadline();
     let failed = store.write(&[offset("g", "t", 0, 3, "")]);
     assert!(matches!(failed, Err(StoreError::Io(_))), "{failed:?}");
-    let late = Instant::now().saturating_duration_since(deadline);
+    let now = Instant::now();
+    let early = deadline.saturating_duration_since(now);
+    assert!(
+        early < Duration::from_millis(250),
+        "gave up {early:?} before the deadline"
+    );
+    let late = now.saturating_duration_since(deadline);
     assert!(
         late < Duration::from_secs(3),
         "gave up {late:?} after the deadline"
+    );
+}
+
+#[test]
+fn etcd_requests_that_fail_at_once_are_tried_until_shortly_before_the_deadline() {
+    let Some(mut cluster) = Cluster::start("store-retry") else {
+        return;
+    };
+    let (etcd, store) = cluster.owner_of_all("a");
+    // No renewal is answered any more: the acting deadline stays where it is.
+    cluster.etcd.kill();
+    let deadline = etcd.acting_deadline();
+    let mut tries = 0;
+    let result = cluster.runtime.block_on(store.retry(|| {
+        tries += 1;
+        async { Err::<(), _>(ClusterError::Etcd("etcdserver: leader changed".into())) }
+    }));
+    let now = Instant::now();
+    assert!(matches!(result, Err(StoreError::Io(_))), "{result:?}");
+    // Not a whole backoff (up to a second) early: an etcd election that ends in the
+    // meantime keeps the coordinator's slots.
+    let early = deadline.saturating_duration_since(now);
+    assert!(
+        early < Duration::from_millis(50),
+        "gave up {early:?} before the deadline, after {tries} tries"
+    );
+    assert!(
+        now < deadline + Duration::from_millis(50),
+        "tried past the deadline"
     );
 }
 
