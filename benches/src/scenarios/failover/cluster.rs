@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::target::start_logged;
+use crate::target::{sibling_binary, start_logged};
 
 /// How long an etcd member or a coordinator has to come up.
 const START_WITHIN: Duration = Duration::from_secs(60);
@@ -264,6 +264,76 @@ pub(crate) fn parse_status(response: &str) -> Option<(String, String)> {
     let id = text(&v["header"]["member_id"])?;
     let leader = text(&v["leader"])?;
     Some((id, leader))
+}
+
+/// The cluster a scenario runs on, as its command-line options: the etcd members and
+/// the `rollcall serve --etcd` coordinators on them (`failover` and `safety`).
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct ClusterArgs {
+    /// etcd members (1 or 3; etcd leader kills need 3).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(1..=3))]
+    pub(crate) etcd_members: u8,
+    /// The `etcd` binary.
+    #[arg(long, value_name = "PATH", default_value = "etcd")]
+    pub(crate) etcd_bin: PathBuf,
+    /// Coordinators.
+    #[arg(long, default_value_t = 3)]
+    pub(crate) coordinators: usize,
+    /// The coordinators' etcd lease TTL (`--etcd-lease-ttl`).
+    #[arg(long, value_parser = crate::common::duration, default_value = "5s")]
+    pub(crate) etcd_lease_ttl: Duration,
+    /// The cluster's slots (`--cluster-slots`).
+    #[arg(long, default_value_t = 64)]
+    pub(crate) slots: u32,
+    /// Each coordinator's shards; default: its own default.
+    #[arg(long)]
+    pub(crate) shards: Option<usize>,
+    /// The `rollcall` binary (built with `--features cluster`); default: the one next
+    /// to this binary.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) rollcall_bin: Option<PathBuf>,
+}
+
+impl ClusterArgs {
+    /// The `rollcall` binary to start.
+    pub(crate) fn rollcall(&self) -> Result<PathBuf, String> {
+        match &self.rollcall_bin {
+            Some(b) => Ok(b.clone()),
+            None => sibling_binary().ok_or_else(|| {
+                "no rollcall binary next to rollcall-bench: build it (cargo build --release -p rollcall-coordinator --features cluster) or pass --rollcall-bin".to_owned()
+            }),
+        }
+    }
+
+    /// Starts the etcd members.
+    pub(crate) async fn start_etcd(&self) -> Result<Etcd, String> {
+        Etcd::start(&self.etcd_bin, usize::from(self.etcd_members)).await
+    }
+
+    /// Starts the coordinators, `bin` (from [`Self::rollcall`], found before anything is
+    /// started), on `etcd`, coordinator `i` reaching it at `etcd_of[i]` when given,
+    /// accepting sessions down to `min_session_timeout`.
+    pub(crate) async fn start_coordinators(
+        &self,
+        bin: PathBuf,
+        etcd: &Etcd,
+        etcd_of: Vec<Vec<String>>,
+        min_session_timeout: Duration,
+    ) -> Result<Coordinators, String> {
+        Coordinators::start(
+            CoordinatorOptions {
+                bin,
+                etcd: etcd.endpoints(),
+                etcd_of,
+                lease_ttl: self.etcd_lease_ttl,
+                slots: self.slots,
+                shards: self.shards,
+                min_session_timeout,
+            },
+            self.coordinators,
+        )
+        .await
+    }
 }
 
 /// How the coordinators run.

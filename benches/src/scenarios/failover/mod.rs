@@ -18,12 +18,11 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use serde::Serialize;
 
-use self::cluster::{CoordinatorOptions, Coordinators, Etcd};
+use self::cluster::{ClusterArgs, Coordinators};
 use self::members::{placement, Fleet, Layout};
 use crate::common::{Check, GeneratorInfo};
 use crate::harness::{Outcome, RunOptions, Scenario};
 use crate::stats::{fmt_ms, median, table, Percentiles};
-use crate::target::sibling_binary;
 
 #[derive(Debug, Clone, Args)]
 pub(crate) struct FailoverArgs {
@@ -49,32 +48,10 @@ pub(crate) struct FailoverArgs {
     /// The members' heartbeat interval.
     #[arg(long, value_parser = crate::common::duration, default_value = "1s")]
     pub(crate) heartbeat_interval: Duration,
-    /// etcd members (1 or 3).
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(1..=3))]
-    pub(crate) etcd_members: u8,
-    /// The `etcd` binary.
-    #[arg(long, value_name = "PATH", default_value = "etcd")]
-    pub(crate) etcd_bin: PathBuf,
-    /// Coordinators.
-    #[arg(long, default_value_t = 3)]
-    pub(crate) coordinators: usize,
-    /// The coordinators' etcd lease TTL (`--etcd-lease-ttl`).
-    #[arg(long, value_parser = crate::common::duration, default_value = "5s")]
-    pub(crate) etcd_lease_ttl: Duration,
-    /// The cluster's slots (`--cluster-slots`).
-    #[arg(long, default_value_t = 64)]
-    pub(crate) slots: u32,
-    /// Each coordinator's shards; default: its own default.
-    #[arg(long)]
-    pub(crate) shards: Option<usize>,
     /// Failovers: a coordinator killed, its groups served again, it restarted and its
     /// share handed back, this many times.
     #[arg(long, default_value_t = 3)]
     pub(crate) kills: usize,
-    /// The `rollcall` binary (built with `--features cluster`); default: the one next
-    /// to this binary.
-    #[arg(long, value_name = "PATH")]
-    pub(crate) rollcall_bin: Option<PathBuf>,
     /// Time allowed to start everything and join every member, and for the cluster to
     /// settle again after each restart.
     #[arg(long, value_parser = crate::common::duration, default_value = "180s")]
@@ -85,6 +62,9 @@ pub(crate) struct FailoverArgs {
     /// No progress lines.
     #[arg(long)]
     pub(crate) quiet: bool,
+    /// The cluster it runs on.
+    #[command(flatten)]
+    pub(crate) cluster: ClusterArgs,
 }
 
 impl RunOptions for FailoverArgs {
@@ -159,21 +139,16 @@ impl Scenario for FailoverArgs {
     async fn run(&self) -> Result<Outcome<FailoverFigures>, String> {
         let members = self.groups * self.members_per_group;
         let clients = members.div_ceil(self.members_per_client.max(1));
-        if clients * self.coordinators > 20_000 {
+        if clients * self.cluster.coordinators > 20_000 {
             return Err(format!(
                 "{clients} clients on {} coordinators open more than 20,000 connections: raise --members-per-client",
-                self.coordinators
+                self.cluster.coordinators
             ));
         }
-        if self.coordinators < 2 {
+        if self.cluster.coordinators < 2 {
             return Err("--coordinators must be at least 2: someone must take over".into());
         }
-        let bin = match &self.rollcall_bin {
-            Some(b) => b.clone(),
-            None => sibling_binary().ok_or(
-                "no rollcall binary next to rollcall-bench: build it (cargo build --release -p rollcall-coordinator --features cluster) or pass --rollcall-bin",
-            )?,
-        };
+        let bin = self.cluster.rollcall()?;
         let layout = Layout {
             groups: self.groups,
             per_group: self.members_per_group,
@@ -190,22 +165,24 @@ impl Scenario for FailoverArgs {
                 eprintln!("[failover] {line}");
             }
         };
-        say(format!("starting {} etcd member(s)", self.etcd_members));
-        let etcd = Etcd::start(&self.etcd_bin, usize::from(self.etcd_members)).await?;
-        say(format!("starting {} coordinators", self.coordinators));
-        let mut nodes = Coordinators::start(
-            CoordinatorOptions {
+        say(format!(
+            "starting {} etcd member(s)",
+            self.cluster.etcd_members
+        ));
+        let etcd = self.cluster.start_etcd().await?;
+        say(format!(
+            "starting {} coordinators",
+            self.cluster.coordinators
+        ));
+        let mut nodes = self
+            .cluster
+            .start_coordinators(
                 bin,
-                etcd: etcd.endpoints(),
-                etcd_of: Vec::new(),
-                lease_ttl: self.etcd_lease_ttl,
-                slots: self.slots,
-                shards: self.shards,
-                min_session_timeout: self.lease_timeout.min(self.session_timeout),
-            },
-            self.coordinators,
-        )
-        .await?;
+                &etcd,
+                Vec::new(),
+                self.lease_timeout.min(self.session_timeout),
+            )
+            .await?;
         let setup_deadline = Instant::now() + self.setup_timeout;
         spread(&nodes, self.groups, setup_deadline).await?;
         say(format!("joining {members} members on {clients} clients"));
@@ -300,10 +277,10 @@ impl Scenario for FailoverArgs {
         let load = std::sync::atomic::Ordering::Relaxed;
         let mut p99s: Vec<f64> = rounds.iter().map(|r| r.answered_again.p99_ms).collect();
         let figures = FailoverFigures {
-            etcd_members: self.etcd_members,
-            coordinators: self.coordinators,
-            etcd_lease_ttl_ms: self.etcd_lease_ttl.as_millis() as u64,
-            slots: self.slots,
+            etcd_members: self.cluster.etcd_members,
+            coordinators: self.cluster.coordinators,
+            etcd_lease_ttl_ms: self.cluster.etcd_lease_ttl.as_millis() as u64,
+            slots: self.cluster.slots,
             groups: self.groups,
             members,
             session_timeout_ms: self.session_timeout.as_millis() as u64,
@@ -325,7 +302,7 @@ impl Scenario for FailoverArgs {
         let generator = GeneratorInfo {
             driver: "rollcall-client (the client crate): members share clients, one connection per client and coordinator, found with FindCoordinator",
             members,
-            connections: fleet.clients * self.coordinators,
+            connections: fleet.clients * self.cluster.coordinators,
             members_per_conn: layout.per_client,
             multiplexed: layout.per_client > 1,
             batch_heartbeats: true,

@@ -29,11 +29,10 @@ use serde::Serialize;
 
 use self::faults::{schedule, victim, Fault};
 use self::steps::Run;
-use super::failover::cluster::{CoordinatorOptions, Coordinators, Etcd};
+use super::failover::cluster::ClusterArgs;
 use super::failover::spread;
 use crate::common::{group_name, GeneratorInfo};
 use crate::harness::{Outcome, RunOptions, Scenario};
-use crate::target::sibling_binary;
 
 #[derive(Debug, Clone, Args)]
 pub(crate) struct SafetyArgs {
@@ -65,24 +64,6 @@ pub(crate) struct SafetyArgs {
     /// oracle until the end: a shorter interval costs memory).
     #[arg(long, value_parser = crate::common::duration, default_value = "1s")]
     pub(crate) commit_interval: Duration,
-    /// etcd members (1 or 3; leader kills need 3).
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(1..=3))]
-    pub(crate) etcd_members: u8,
-    /// The `etcd` binary.
-    #[arg(long, value_name = "PATH", default_value = "etcd")]
-    pub(crate) etcd_bin: PathBuf,
-    /// Coordinators.
-    #[arg(long, default_value_t = 3)]
-    pub(crate) coordinators: usize,
-    /// The coordinators' etcd lease TTL (`--etcd-lease-ttl`).
-    #[arg(long, value_parser = crate::common::duration, default_value = "5s")]
-    pub(crate) etcd_lease_ttl: Duration,
-    /// The cluster's slots (`--cluster-slots`).
-    #[arg(long, default_value_t = 64)]
-    pub(crate) slots: u32,
-    /// Each coordinator's shards; default: its own default.
-    #[arg(long)]
-    pub(crate) shards: Option<usize>,
     /// Coordinators killed with SIGKILL (and restarted).
     #[arg(long, default_value_t = 50)]
     pub(crate) kills: usize,
@@ -92,10 +73,6 @@ pub(crate) struct SafetyArgs {
     /// etcd leaders killed with SIGKILL (and restarted on their data).
     #[arg(long, default_value_t = 5)]
     pub(crate) leader_kills: usize,
-    /// The `rollcall` binary (built with `--features cluster`); default: the one next
-    /// to this binary.
-    #[arg(long, value_name = "PATH")]
-    pub(crate) rollcall_bin: Option<PathBuf>,
     /// Time allowed to start everything and join every member, and for each fault's
     /// two phases (served again; then restored and settled).
     #[arg(long, value_parser = crate::common::duration, default_value = "120s")]
@@ -106,6 +83,9 @@ pub(crate) struct SafetyArgs {
     /// No progress lines.
     #[arg(long)]
     pub(crate) quiet: bool,
+    /// The cluster it runs on.
+    #[command(flatten)]
+    pub(crate) cluster: ClusterArgs,
 }
 
 impl RunOptions for SafetyArgs {
@@ -198,29 +178,27 @@ impl Scenario for SafetyArgs {
     }
 
     async fn run(&self) -> Result<Outcome<SafetyFigures>, String> {
-        if self.coordinators < 2 {
+        if self.cluster.coordinators < 2 {
             return Err("--coordinators must be at least 2: someone must take over".into());
         }
-        if self.leader_kills > 0 && self.etcd_members < 3 {
+        if self.leader_kills > 0 && self.cluster.etcd_members < 3 {
             return Err("--leader-kills needs --etcd-members 3".into());
         }
-        let bin = match &self.rollcall_bin {
-            Some(b) => b.clone(),
-            None => sibling_binary().ok_or(
-                "no rollcall binary next to rollcall-bench: build it (cargo build --release -p rollcall-coordinator --features cluster) or pass --rollcall-bin",
-            )?,
-        };
+        let bin = self.cluster.rollcall()?;
         let say = |line: String| {
             if !self.quiet {
                 eprintln!("[safety] {line}");
             }
         };
-        say(format!("starting {} etcd member(s)", self.etcd_members));
-        let mut etcd = Etcd::start(&self.etcd_bin, usize::from(self.etcd_members)).await?;
+        say(format!(
+            "starting {} etcd member(s)",
+            self.cluster.etcd_members
+        ));
+        let mut etcd = self.cluster.start_etcd().await?;
         // Every coordinator reaches every etcd member through a proxy of its own, so
         // that any one can be cut off from etcd and not from its clients.
         let mut proxies: Vec<Vec<Proxy>> = Vec::new();
-        for _ in 0..self.coordinators {
+        for _ in 0..self.cluster.coordinators {
             let mut mine = Vec::new();
             for addr in etcd.client_addrs() {
                 mine.push(Proxy::start(addr).await);
@@ -235,20 +213,19 @@ impl Scenario for SafetyArgs {
                     .collect()
             })
             .collect();
-        say(format!("starting {} coordinators", self.coordinators));
-        let mut nodes = Coordinators::start(
-            CoordinatorOptions {
+        say(format!(
+            "starting {} coordinators",
+            self.cluster.coordinators
+        ));
+        let mut nodes = self
+            .cluster
+            .start_coordinators(
                 bin,
-                etcd: etcd.endpoints(),
+                &etcd,
                 etcd_of,
-                lease_ttl: self.etcd_lease_ttl,
-                slots: self.slots,
-                shards: self.shards,
-                min_session_timeout: self.lease_timeout.min(self.session_timeout),
-            },
-            self.coordinators,
-        )
-        .await?;
+                self.lease_timeout.min(self.session_timeout),
+            )
+            .await?;
         let setup_deadline = Instant::now() + self.setup_timeout;
         spread(&nodes, self.groups, setup_deadline).await?;
         let partitions = self.partitions;
@@ -294,7 +271,7 @@ impl Scenario for SafetyArgs {
         for (n, fault) in plan.iter().copied().enumerate() {
             tokio::time::sleep(Duration::from_secs(1)).await;
             let kind = fault as usize;
-            let target = victim(fault, nth[kind], self.coordinators);
+            let target = victim(fault, nth[kind], self.cluster.coordinators);
             nth[kind] += 1;
             let joined = if self.churn {
                 let on = (fault != Fault::LeaderKill).then_some(target);
@@ -359,10 +336,10 @@ impl Scenario for SafetyArgs {
         let mut exited = std::mem::take(&mut run.exited);
         exited.extend(nodes.exited());
         let figures = SafetyFigures {
-            etcd_members: self.etcd_members,
-            coordinators: self.coordinators,
-            etcd_lease_ttl_ms: self.etcd_lease_ttl.as_millis() as u64,
-            slots: self.slots,
+            etcd_members: self.cluster.etcd_members,
+            coordinators: self.cluster.coordinators,
+            etcd_lease_ttl_ms: self.cluster.etcd_lease_ttl.as_millis() as u64,
+            slots: self.cluster.slots,
             groups: self.groups,
             members,
             partitions,
@@ -386,8 +363,8 @@ impl Scenario for SafetyArgs {
         let generator = GeneratorInfo {
             driver: "rollcall-client (the client crate) through the end-to-end tests' fleet: client k holds member k of every group, every client bootstrapped from every coordinator",
             members,
-            connections: self.members_per_group * self.coordinators,
-            members_per_conn: self.groups.div_ceil(self.coordinators),
+            connections: self.members_per_group * self.cluster.coordinators,
+            members_per_conn: self.groups.div_ceil(self.cluster.coordinators),
             multiplexed: true,
             batch_heartbeats: true,
             load: format!(

@@ -141,7 +141,7 @@ impl Run<'_> {
         let deadline = Instant::now() + self.args.setup_timeout;
         for (id, status) in nodes.exited() {
             self.exited.push((id.clone(), status));
-            let Some(i) = (0..self.args.coordinators).find(|i| nodes.id(*i) == id) else {
+            let Some(i) = (0..self.args.cluster.coordinators).find(|i| nodes.id(*i) == id) else {
                 continue;
             };
             if let Err(e) = nodes.restart(i).await {
