@@ -25,6 +25,8 @@ asyncio::
 
 from __future__ import annotations
 
+from typing import Union
+
 from ._errors import (
     RollcallError,
     ConfigError,
@@ -89,10 +91,14 @@ from ._rollcall import (
     __version__,
 )
 
+#: Any of the events, for annotations and exhaustive `match` statements.
+AnyEvent = Union[Assigned, RevokeRequested, Lost, Suspended, Resumed, Fatal]
+
 connect = Client.connect
 connect_async = Client.connect_async
 
 __all__ = [
+    "AnyEvent",
     "Client",
     "Member",
     "Events",

@@ -14,7 +14,7 @@ use crate::convert::{
     assignment, event, extract_offsets, extract_partition, seconds, Assignment, EventOut,
 };
 use crate::errors::{to_py, Failure};
-use crate::runtime::{block_on, init_asyncio_runtime};
+use crate::runtime::{block_on, client_runtime, init_asyncio_runtime};
 
 /// What a member handle shares with its `Events` iterators.
 #[derive(Debug)]
@@ -63,46 +63,10 @@ impl Member {
     }
 }
 
-/// Why a leave that takes events failed.
-enum LeaveFailure {
-    Py(PyErr),
-    Failure(Failure),
-}
-
-/// Leaves, taking the events meanwhile: each goes to `on_event`, or without one every
-/// revocation is acknowledged at once.
-async fn leave_taking(
-    inner: Arc<Inner>,
-    timeout: Duration,
-    on_event: Option<Py<PyAny>>,
-) -> Result<(), LeaveFailure> {
-    let member = inner.member.clone();
-    let leave = member.leave(timeout);
-    tokio::pin!(leave);
-    loop {
-        tokio::select! {
-            result = &mut leave => return result.map_err(|e| LeaveFailure::Failure(e.into())),
-            next = inner.next() => match next {
-                None => return leave.await.map_err(|e| LeaveFailure::Failure(e.into())),
-                Some(ev) => match &on_event {
-                    Some(callback) => {
-                        Python::attach(|py| -> PyResult<()> {
-                            callback.call1(py, (event(py, ev)?,))?;
-                            Ok(())
-                        })
-                        .map_err(LeaveFailure::Py)?;
-                    }
-                    None => {
-                        if let Event::RevokeRequested { partitions, .. } = ev {
-                            member
-                                .ack_revocation(partitions)
-                                .map_err(|e| LeaveFailure::Failure(e.into()))?;
-                        }
-                    }
-                },
-            },
-        }
-    }
+/// What a blocking leave waits for next.
+enum LeaveStep {
+    Done(Result<(), rollcall_client::LeaveError>),
+    Event(Option<Event>),
 }
 
 fn optional_timeout(py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Duration>> {
@@ -278,40 +242,74 @@ impl Member {
     }
 
     /// Leaves gracefully, blocking. Every partition still held is revoked: the events
-    /// meanwhile go to `on_event` (which should commit, then `ack_revocation`), or
-    /// without one the revocations are acknowledged at once. Partitions not released
-    /// within `timeout` seconds are reported lost. A static member stands down instead.
+    /// meanwhile go to `on_event` (called on this thread; it should commit, then
+    /// `ack_revocation`), or without one the revocations are acknowledged at once.
+    /// Partitions not released within `timeout` seconds are reported lost. A static
+    /// member stands down instead.
     #[pyo3(signature = (timeout = 5.0, *, on_event = None))]
-    fn leave(&self, py: Python<'_>, timeout: f64, on_event: Option<Py<PyAny>>) -> PyResult<()> {
+    fn leave(
+        &self,
+        py: Python<'_>,
+        timeout: f64,
+        on_event: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
         let timeout = seconds("timeout", timeout).map_err(|e| e.into_py(py))?;
-        let inner = self.inner.clone();
-        match block_on(py, leave_taking(inner, timeout, on_event), None)
-            .map_err(|e| e.into_py(py))?
-        {
-            Ok(()) => Ok(()),
-            Err(LeaveFailure::Py(e)) => Err(e),
-            Err(LeaveFailure::Failure(f)) => Err(f.into_py(py)),
+        let member = self.inner.member.clone();
+        let mut leave = client_runtime().spawn(async move { member.leave(timeout).await });
+        loop {
+            let inner = self.inner.clone();
+            let pending = &mut leave;
+            let step = block_on(
+                py,
+                async move {
+                    tokio::select! {
+                        result = pending => LeaveStep::Done(
+                            result.unwrap_or(Err(rollcall_client::LeaveError::Closed)),
+                        ),
+                        next = inner.next() => LeaveStep::Event(next),
+                    }
+                },
+                None,
+            )
+            .map_err(|e| e.into_py(py))?;
+            match step {
+                LeaveStep::Done(result) => {
+                    return result.map_err(|e| Failure::from(e).into_py(py));
+                }
+                LeaveStep::Event(Some(ev)) => match &on_event {
+                    Some(callback) => {
+                        callback.call1((event(py, ev)?,))?;
+                    }
+                    None => {
+                        if let Event::RevokeRequested { partitions, .. } = ev {
+                            self.inner
+                                .member
+                                .ack_revocation(partitions)
+                                .map_err(|e| Failure::from(e).into_py(py))?;
+                        }
+                    }
+                },
+                LeaveStep::Event(None) => {
+                    let result = block_on(py, &mut leave, None).map_err(|e| e.into_py(py))?;
+                    return result
+                        .unwrap_or(Err(rollcall_client::LeaveError::Closed))
+                        .map_err(|e| Failure::from(e).into_py(py));
+                }
+            }
         }
     }
 
-    /// Leaves gracefully; an awaitable. As `leave`: don't iterate the events meanwhile,
-    /// they go to `on_event`.
-    #[pyo3(signature = (timeout = 5.0, *, on_event = None))]
-    fn leave_async<'py>(
-        &self,
-        py: Python<'py>,
-        timeout: f64,
-        on_event: Option<Py<PyAny>>,
-    ) -> PyResult<Bound<'py, PyAny>> {
+    /// Leaves gracefully; an awaitable. Keep iterating the events meanwhile (another
+    /// task's `async for`): every partition still held is revoked through them, to be
+    /// committed and acknowledged; those not released within `timeout` seconds are
+    /// reported lost. A static member stands down instead.
+    #[pyo3(signature = (timeout = 5.0))]
+    fn leave_async<'py>(&self, py: Python<'py>, timeout: f64) -> PyResult<Bound<'py, PyAny>> {
         let timeout = seconds("timeout", timeout).map_err(|e| e.into_py(py))?;
         init_asyncio_runtime();
-        let inner = self.inner.clone();
+        let member = self.inner.member.clone();
         pyo3_async_runtimes::tokio::future_into_py(py, async move {
-            match leave_taking(inner, timeout, on_event).await {
-                Ok(()) => Ok(()),
-                Err(LeaveFailure::Py(e)) => Err(e),
-                Err(LeaveFailure::Failure(f)) => Err(to_py(f)),
-            }
+            member.leave(timeout).await.map_err(to_py)
         })
     }
 

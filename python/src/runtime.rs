@@ -53,6 +53,14 @@ where
     F: Future<Output = T> + Send,
     T: Send,
 {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        return Err(BlockError::Python(
+            pyo3::exceptions::PyRuntimeError::new_err(
+                "a blocking rollcall call cannot run on the package's runtime threads \
+             (from a callback of an asyncio call): use the *_async variant",
+            ),
+        ));
+    }
     let runtime = client_runtime();
     let deadline = timeout.map(|t| Instant::now() + t);
     let mut future = std::pin::pin!(future);
