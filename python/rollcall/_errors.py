@@ -254,7 +254,7 @@ class CoordinatorLoadingError(RollcallError):
 
 
 _BY_CODE: Dict[str, Type[RollcallError]] = {
-    cls.code: cls
+    str(cls.code): cls
     for cls in list(globals().values())
     if isinstance(cls, type) and issubclass(cls, RollcallError) and cls.__dict__.get("code")
 }

@@ -26,7 +26,12 @@ from ._errors import RollcallError
 __version__: str
 
 PartitionLike = Union["TopicPartition", Tuple[str, int]]
-Offsets = Union[Mapping[PartitionLike, int], Iterable["Offset"]]
+Offsets = Union[
+    Mapping["TopicPartition", int],
+    Mapping[Tuple[str, int], int],
+    Mapping[PartitionLike, int],
+    Iterable["Offset"],
+]
 Topics = Union[Mapping[str, int], Iterable[Tuple[str, int]]]
 Addresses = Union[str, Sequence[str]]
 LostReason = Literal[

@@ -19,6 +19,7 @@ def next_of(member: rollcall.Member, kind: type) -> rollcall.AnyEvent:
     """The next event, which must be of `kind` and come within EVENT_TIMEOUT."""
     event = member.next_event(timeout=EVENT_TIMEOUT)
     assert isinstance(event, kind), f"expected {kind.__name__}, got {event!r}"
+    assert event is not None
     return event
 
 
