@@ -102,3 +102,23 @@ def test_asyncio_errors(coordinator: Coordinator) -> None:
         await asyncio.wait_for(m.leave_async(2.0), STEP)
 
     asyncio.run(asyncio.wait_for(run(), 60.0))
+
+
+def test_an_asyncio_worker_blocking_its_loop_stays_a_member(coordinator: Coordinator) -> None:
+    async def run() -> None:
+        client = await rollcall.connect_async(coordinator.addr)
+        m = await client.join_async("stuck-loop", {"t": 2}, session_timeout=1.0)
+        events = m.events()
+        first = await asyncio.wait_for(events.__anext__(), STEP)
+        assert isinstance(first, rollcall.Assigned)
+        # A coroutine that computes for three session timeouts without awaiting: the
+        # event loop and the GIL are held throughout.
+        end = time.monotonic() + 3.0
+        while time.monotonic() < end:
+            pass
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(events.__anext__(), 0.3)
+        assert not m.is_suspended
+        await m.commit_async({("t", 1): 4})
+
+    asyncio.run(asyncio.wait_for(run(), 60.0))
