@@ -126,6 +126,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--partitions", type=int, required=True, help="the topic's partition count")
     parser.add_argument("--instance-id", help="a static instance id")
     parser.add_argument("--session-timeout-ms", type=int, help="the session timeout")
+    parser.add_argument(
+        "--lease-timeout-ms", type=int,
+        help="the lease timeout (default: three heartbeat intervals and 250 ms)",
+    )
     parser.add_argument("--record-interval-ms", type=int, default=5)
     parser.add_argument("--commit-interval-ms", type=int, default=1000)
     parser.add_argument("--leave-timeout-ms", type=int, default=5000)
@@ -136,12 +140,14 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     client = rollcall.connect(args.addr.split(","))
     session = args.session_timeout_ms / 1000 if args.session_timeout_ms else None
+    lease = args.lease_timeout_ms / 1000 if args.lease_timeout_ms else None
     member = client.join(
         args.group,
         {args.topic: args.partitions},
         instance_id=args.instance_id,
         client_id="rollcall-example-worker",
         session_timeout=session,
+        lease_timeout=lease,
     )
     log.info("joined group=%s member_id=%s", args.group, member.member_id)
 
