@@ -162,6 +162,21 @@ impl Coordinator {
         });
     }
 
+    /// A member frame was read at `at` somewhere on the server: a silence of the whole
+    /// server of at least [`SILENCE_FLOOR`] ended, if the last one was read that long
+    /// before. (Called before the guards note `at`.)
+    pub(crate) fn trace_silence(&mut self, at: Instant) {
+        if self.tracing.groups.is_empty() {
+            return;
+        }
+        let last = self.guards.last_frame_at;
+        if let Some(silent) = last.and_then(|t| at.checked_duration_since(t)) {
+            if silent >= SILENCE_FLOOR {
+                self.trace_shard(at, ArrivalKind::Silence, silent);
+            }
+        }
+    }
+
     /// TraceGroup: starts or extends the group's trace and answers the entries from
     /// the request's cursor on (none when the trace begins with this request): at
     /// version 1 every entry, at version 0 the heartbeats alone.

@@ -6,11 +6,8 @@
 
 use std::time::{Duration, Instant};
 
-use rollcall_protocol::ArrivalKind;
-
 use super::super::group::Member;
 use super::super::timers::TimerKey;
-use super::super::trace::SILENCE_FLOOR;
 use super::super::{Coordinator, Event, Output};
 use super::bound::{Span, Subject};
 use super::{Guard, Guards, Hold, Verdict};
@@ -85,15 +82,7 @@ impl Coordinator {
     /// isolation: members that were not already overdue when the silence began get the
     /// silent time back; members silent since before it get nothing.
     pub fn observe_traffic(&mut self, at: Instant) {
-        if let Some(silent) = self
-            .guards
-            .last_frame_at
-            .and_then(|t| at.checked_duration_since(t))
-        {
-            if silent >= SILENCE_FLOOR {
-                self.trace_shard(at, ArrivalKind::Silence, silent);
-            }
-        }
+        self.trace_silence(at);
         self.guards.heard(at);
         let Some(since) = self.guards.isolated_since else {
             return;
