@@ -2,13 +2,13 @@
 //! clock, as CSV on standard output, for the detector lab (`rollcall-bench detector`).
 //!
 //! It polls TraceGroup with a cursor for `--duration`: every entry once, oldest first,
-//! times in seconds since the trace began. At TraceGroup version 1 (a coordinator that
-//! lists it in its ApiVersions answer) a heartbeat is a `time_s,member_id,seq` line
-//! and an event a line of its own: `closed,t,member`, `opened,t,member`, `pause,t,dur`,
-//! `lag,t,dur` or `silent,t,dur` (durations in seconds). At version 0 a heartbeat is
-//! a `time_s,member_id` line and there are no events. With `--member`, that member's
-//! arrival times alone, one per line. The polls share one connection, opened again if
-//! the coordinator restarts.
+//! times in seconds since the trace began. At TraceGroup version 1 (unless the
+//! coordinator answers `unsupported_version`) a heartbeat is a `time_s,member_id,seq`
+//! line and an event a line of its own: `closed,t,member`, `opened,t,member`,
+//! `pause,t,dur`, `lag,t,dur` or `silent,t,dur` (durations in seconds). At version 0
+//! a heartbeat is a `time_s,member_id` line and there are no events. With `--member`,
+//! that member's arrival times alone, one per line. The polls share one connection,
+//! opened again if the coordinator restarts.
 
 use super::*;
 use rollcall_protocol::{Arrival, ArrivalKind};
