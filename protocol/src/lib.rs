@@ -186,6 +186,9 @@ pub fn max_request_version(key: ApiKey) -> u16 {
     match key {
         ApiKey::Join | ApiKey::DescribeGroup => 2,
         ApiKey::Leave | ApiKey::ListGroups | ApiKey::FetchOffsets => 1,
+        // TraceGroup 1 adds sequence numbers and events; its answer is sent at the
+        // request's version.
+        ApiKey::TraceGroup => 1,
         _ => CURRENT_VERSION,
     }
 }

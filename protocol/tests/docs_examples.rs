@@ -14,17 +14,17 @@ use std::collections::{BTreeMap, BTreeSet};
 use bytes::BytesMut;
 use rollcall_protocol::{
     max_request_version, supported_versions, ApiKey, ApiVersionsRequest, ApiVersionsResponse,
-    Arrival, AssignmentPush, AuthenticateRequest, AuthenticateResponse, Body, CommitOffsetsRequest,
-    CommitOffsetsResponse, CommittedOffset, CoordinatorListing, DescribeGroupRequest,
-    DescribeGroupResponse, ErrorCode, ExpelReason, ExpelledPush, FetchOffsetsRequest,
-    FetchOffsetsResponse, FindCoordinatorRequest, FindCoordinatorResponse, Frame, FrameKind,
-    GroupDetection, GroupListing, GroupState, HeartbeatRequest, HeartbeatResponse, HeartbeatResult,
-    HeartbeatsRequest, HeartbeatsResponse, JoinRequest, JoinResponse, LeaveMode, LeaveRequest,
-    ListCoordinatorsRequest, ListCoordinatorsResponse, ListGroupsRequest, ListGroupsResponse,
-    Liveness, MemberDescription, MemberDetection, OffsetCommit, OffsetCursor, Page,
-    PartitionResult, Push, PushKey, RelinquishRequest, Request, Response, RevokePush, ShutdownPush,
-    TopicPartitions, TopicSubscription, TraceGroupRequest, TraceGroupResponse,
-    DEFAULT_MAX_FRAME_SIZE, LENGTH_PREFIX_SIZE,
+    Arrival, ArrivalKind, AssignmentPush, AuthenticateRequest, AuthenticateResponse, Body,
+    CommitOffsetsRequest, CommitOffsetsResponse, CommittedOffset, CoordinatorListing,
+    DescribeGroupRequest, DescribeGroupResponse, ErrorCode, ExpelReason, ExpelledPush,
+    FetchOffsetsRequest, FetchOffsetsResponse, FindCoordinatorRequest, FindCoordinatorResponse,
+    Frame, FrameKind, GroupDetection, GroupListing, GroupState, HeartbeatRequest,
+    HeartbeatResponse, HeartbeatResult, HeartbeatsRequest, HeartbeatsResponse, JoinRequest,
+    JoinResponse, LeaveMode, LeaveRequest, ListCoordinatorsRequest, ListCoordinatorsResponse,
+    ListGroupsRequest, ListGroupsResponse, Liveness, MemberDescription, MemberDetection,
+    OffsetCommit, OffsetCursor, Page, PartitionResult, Push, PushKey, RelinquishRequest, Request,
+    Response, RevokePush, ShutdownPush, TopicPartitions, TopicSubscription, TraceGroupRequest,
+    TraceGroupResponse, DEFAULT_MAX_FRAME_SIZE, LENGTH_PREFIX_SIZE,
 };
 
 const DOC: &str = include_str!("../../docs/PROTOCOL.md");
@@ -529,6 +529,19 @@ fn examples() -> Vec<(&'static str, Frame)> {
                     group: GROUP.into(),
                     epoch: 1,
                     cursor: 2,
+                    events: false,
+                }),
+            ),
+        ),
+        (
+            "trace-group-request-v1",
+            Frame::request(
+                12,
+                Request::TraceGroup(TraceGroupRequest {
+                    group: GROUP.into(),
+                    epoch: 1,
+                    cursor: 2,
+                    events: true,
                 }),
             ),
         ),
@@ -544,12 +557,57 @@ fn examples() -> Vec<(&'static str, Frame)> {
                         Arrival {
                             member_id: MEMBER.into(),
                             at_us: 2_000_412,
+                            ..Arrival::default()
                         },
                         Arrival {
                             member_id: MEMBER.into(),
                             at_us: 3_001_077,
+                            ..Arrival::default()
                         },
                     ],
+                    events: false,
+                }),
+            ),
+        ),
+        (
+            "trace-group-response-v1",
+            Frame::response(
+                12,
+                Response::TraceGroup(TraceGroupResponse {
+                    epoch: 1,
+                    cursor: 6,
+                    dropped: 0,
+                    arrivals: vec![
+                        Arrival {
+                            member_id: MEMBER.into(),
+                            at_us: 2_000_412,
+                            sequence: 3,
+                            kind: ArrivalKind::Beat,
+                            value_us: 0,
+                        },
+                        Arrival {
+                            member_id: String::new(),
+                            at_us: 2_962_000,
+                            sequence: 0,
+                            kind: ArrivalKind::Silence,
+                            value_us: 62_000,
+                        },
+                        Arrival {
+                            member_id: MEMBER.into(),
+                            at_us: 3_001_077,
+                            sequence: 4,
+                            kind: ArrivalKind::Beat,
+                            value_us: 0,
+                        },
+                        Arrival {
+                            member_id: MEMBER.into(),
+                            at_us: 3_418_000,
+                            sequence: 0,
+                            kind: ArrivalKind::Closed,
+                            value_us: 0,
+                        },
+                    ],
+                    events: true,
                 }),
             ),
         ),

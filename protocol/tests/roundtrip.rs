@@ -6,17 +6,18 @@ use bytes::BytesMut;
 use proptest::prelude::*;
 use rollcall_protocol::{
     max_request_version, ApiKey, ApiVersionRange, ApiVersionsRequest, ApiVersionsResponse, Arrival,
-    AssignmentPush, AuthenticateRequest, AuthenticateResponse, Body, Codec, CommitOffsetsRequest,
-    CommitOffsetsResponse, CommittedOffset, CoordinatorListing, DescribeGroupRequest,
-    DescribeGroupResponse, ErrorCode, ErrorResponse, ExpelReason, ExpelledPush,
-    FetchOffsetsRequest, FetchOffsetsResponse, FindCoordinatorRequest, FindCoordinatorResponse,
-    Frame, FrameError, FrameKind, GroupDetection, GroupListing, GroupState, Header,
-    HeartbeatRequest, HeartbeatResponse, HeartbeatResult, HeartbeatsRequest, HeartbeatsResponse,
-    JoinRequest, JoinResponse, LeaveMode, LeaveRequest, ListCoordinatorsRequest,
-    ListCoordinatorsResponse, ListGroupsRequest, ListGroupsResponse, Liveness, MemberDescription,
-    MemberDetection, OffsetCommit, OffsetCursor, Page, PartitionResult, Push, PushKey,
-    RelinquishRequest, Request, Response, RevokePush, ShutdownPush, TopicPartitions,
-    TopicSubscription, TraceGroupRequest, TraceGroupResponse, CURRENT_VERSION, LENGTH_PREFIX_SIZE,
+    ArrivalKind, AssignmentPush, AuthenticateRequest, AuthenticateResponse, Body, Codec,
+    CommitOffsetsRequest, CommitOffsetsResponse, CommittedOffset, CoordinatorListing,
+    DescribeGroupRequest, DescribeGroupResponse, ErrorCode, ErrorResponse, ExpelReason,
+    ExpelledPush, FetchOffsetsRequest, FetchOffsetsResponse, FindCoordinatorRequest,
+    FindCoordinatorResponse, Frame, FrameError, FrameKind, GroupDetection, GroupListing,
+    GroupState, Header, HeartbeatRequest, HeartbeatResponse, HeartbeatResult, HeartbeatsRequest,
+    HeartbeatsResponse, JoinRequest, JoinResponse, LeaveMode, LeaveRequest,
+    ListCoordinatorsRequest, ListCoordinatorsResponse, ListGroupsRequest, ListGroupsResponse,
+    Liveness, MemberDescription, MemberDetection, OffsetCommit, OffsetCursor, Page,
+    PartitionResult, Push, PushKey, RelinquishRequest, Request, Response, RevokePush, ShutdownPush,
+    TopicPartitions, TopicSubscription, TraceGroupRequest, TraceGroupResponse, CURRENT_VERSION,
+    LENGTH_PREFIX_SIZE,
 };
 use tokio_util::codec::{Decoder, Encoder};
 
@@ -196,13 +197,16 @@ fn request() -> impl Strategy<Value = Request> {
         .prop_map(|page| Request::ListGroups(ListGroupsRequest { page }));
     let relinquish = (text(), text())
         .prop_map(|(group, member_id)| Request::Relinquish(RelinquishRequest { group, member_id }));
-    let trace = (text(), any::<u64>(), any::<u64>()).prop_map(|(group, epoch, cursor)| {
-        Request::TraceGroup(TraceGroupRequest {
-            group,
-            epoch,
-            cursor,
-        })
-    });
+    let trace = (text(), any::<u64>(), any::<u64>(), any::<bool>()).prop_map(
+        |(group, epoch, cursor, events)| {
+            Request::TraceGroup(TraceGroupRequest {
+                group,
+                epoch,
+                cursor,
+                events,
+            })
+        },
+    );
     let authenticate = (text(), text()).prop_map(|(mechanism, payload)| {
         Request::Authenticate(AuthenticateRequest { mechanism, payload })
     });
@@ -476,22 +480,48 @@ fn response() -> impl Strategy<Value = Response> {
     ]
 }
 
+/// A page of a trace: at version 1 any entries; at version 0 heartbeats alone, with no
+/// sequence number or duration (what the version carries).
 fn trace_response() -> impl Strategy<Value = Response> {
+    let arrival = (
+        text(),
+        any::<u64>(),
+        any::<u64>(),
+        prop::sample::select(&ArrivalKind::ALL[..]),
+        any::<u64>(),
+    );
     (
         any::<u64>(),
         any::<u64>(),
         any::<u64>(),
-        small_vec((text(), any::<u64>())),
+        small_vec(arrival),
+        any::<bool>(),
     )
-        .prop_map(|(epoch, cursor, dropped, arrivals)| {
+        .prop_map(|(epoch, cursor, dropped, arrivals, events)| {
             Response::TraceGroup(TraceGroupResponse {
                 epoch,
                 cursor,
                 dropped,
                 arrivals: arrivals
                     .into_iter()
-                    .map(|(member_id, at_us)| Arrival { member_id, at_us })
+                    .map(
+                        |(member_id, at_us, sequence, kind, value_us)| match events {
+                            true => Arrival {
+                                member_id,
+                                at_us,
+                                sequence,
+                                kind,
+                                value_us,
+                            },
+                            false => Arrival {
+                                member_id,
+                                at_us,
+                                ..Arrival::default()
+                            },
+                        },
+                    )
                     .collect(),
+                events,
             })
         })
 }
@@ -687,6 +717,11 @@ proptest! {
             Body::Response(Response::ListGroups(r)) => prop_assert_eq!(r.encoded_len(), body),
             Body::Response(Response::FetchOffsets(r)) => prop_assert_eq!(r.encoded_len(), body),
             Body::Response(Response::DescribeGroup(r)) => prop_assert_eq!(r.encoded_len(), body),
+            Body::Response(Response::TraceGroup(r)) => {
+                let version = u16::from(r.events);
+                let entries: usize = r.arrivals.iter().map(|a| a.encoded_size(version)).sum();
+                prop_assert_eq!(2 + 3 * 8 + 4 + entries, body);
+            }
             _ => {}
         }
         let decoded = Frame::decode(&bytes[LENGTH_PREFIX_SIZE..]);

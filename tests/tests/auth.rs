@@ -264,6 +264,7 @@ async fn a_member_of_one_group_can_do_nothing_to_another_nor_learn_of_it() {
                     group: group.into(),
                     epoch: 0,
                     cursor: 0,
+                    events: true,
                 }),
             ),
             (

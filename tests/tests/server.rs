@@ -852,7 +852,7 @@ async fn trace_records_heartbeat_arrivals_as_csv() {
     // Every member, with a header, without --member; an unknown group is an error.
     let out = rollcall(&["trace", "g-trace", "--addr", &addr, "--duration", "300ms"]).await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
-    assert_eq!(out.stdout.lines().next(), Some("time_s,member_id"));
+    assert_eq!(out.stdout.lines().next(), Some("time_s,member_id,seq"));
     let out = rollcall(&["trace", "nope", "--addr", &addr, "--duration", "300ms"]).await;
     assert_eq!(out.code, Some(1));
     assert!(
@@ -890,8 +890,15 @@ async fn trace_polls_over_one_connection_and_reconnects_when_cut() {
     }
     let out = bounded("rollcall trace", tracing).await.unwrap();
     assert_eq!(out.code, Some(0), "{}", out.stderr);
-    let member = format!(",{}", m.id);
-    let arrivals = out.stdout.lines().filter(|l| l.ends_with(&member)).count();
+    // The member's heartbeats: `time,member,seq` lines.
+    let arrivals = out
+        .stdout
+        .lines()
+        .filter(|l| {
+            let fields: Vec<&str> = l.split(',').collect();
+            matches!(fields[..], [t, id, _] if id == m.id && t.parse::<f64>().is_ok())
+        })
+        .count();
     assert!(arrivals >= 20, "{arrivals} arrivals:\n{}", out.stdout);
     assert_eq!(
         proxy.accepted(),

@@ -133,8 +133,8 @@ pub struct Coordinator {
     /// `records[..records_seen]` (see [`Coordinator::is_unflushed`]).
     unflushed: HashSet<String>,
     records_seen: usize,
-    /// The last trace epoch handed out (see `trace.rs`).
-    next_trace_epoch: u64,
+    /// The groups traced, and the last trace epoch handed out (see `trace.rs`).
+    tracing: trace::Tracing,
     /// Members bound to each connection (group, member), so a disconnect touches only
     /// them. Entries may be stale (the member moved on or left); they are checked.
     bound: HashMap<ConnId, Vec<MemberRef>>,
@@ -183,7 +183,7 @@ impl Coordinator {
             changed: false,
             unflushed: HashSet::new(),
             records_seen: 0,
-            next_trace_epoch: 0,
+            tracing: trace::Tracing::default(),
             bound: HashMap::new(),
             beat_slots: HashMap::new(),
             totals,

@@ -129,6 +129,9 @@ impl Coordinator {
                 group.snapshot_dirty = true;
             }
             if m.conn != Some(conn) {
+                if let Some(trace) = super::trace::live(&mut group.trace, now) {
+                    trace.rebinding(now, m, conn);
+                }
                 let resumed = m.bind(conn);
                 group.push_state(&mut ctx, id);
                 if resumed {

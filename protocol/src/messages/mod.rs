@@ -55,7 +55,7 @@ pub use self::list_groups::{
 pub use self::relinquish::RelinquishRequest;
 pub use self::revoke::RevokePush;
 pub use self::shutdown::ShutdownPush;
-pub use self::trace_group::{Arrival, TraceGroupRequest, TraceGroupResponse};
+pub use self::trace_group::{Arrival, ArrivalKind, TraceGroupRequest, TraceGroupResponse};
 
 use crate::wire::{put_count, put_string, Reader};
 use crate::{ApiKey, DecodeError, EncodeError, ErrorCode, PushKey};
@@ -183,6 +183,7 @@ impl Request {
             Self::DescribeGroup(r) => r.version(),
             Self::ListGroups(r) => r.version(),
             Self::FetchOffsets(r) => r.version(),
+            Self::TraceGroup(r) => r.version(),
             _ => 0,
         }
     }
@@ -222,7 +223,7 @@ impl Request {
             ApiKey::DescribeGroup => Self::DescribeGroup(DescribeGroupRequest::decode(version, r)?),
             ApiKey::Relinquish => Self::Relinquish(RelinquishRequest::decode(r)?),
             ApiKey::Heartbeats => Self::Heartbeats(HeartbeatsRequest::decode(r)?),
-            ApiKey::TraceGroup => Self::TraceGroup(TraceGroupRequest::decode(r)?),
+            ApiKey::TraceGroup => Self::TraceGroup(TraceGroupRequest::decode(version, r)?),
             ApiKey::Authenticate => Self::Authenticate(AuthenticateRequest::decode(r)?),
             ApiKey::FindCoordinator => Self::FindCoordinator(FindCoordinatorRequest::decode(r)?),
             ApiKey::ListCoordinators => Self::ListCoordinators(ListCoordinatorsRequest::decode(r)?),
@@ -325,13 +326,14 @@ impl Response {
 
     /// The API version the response is encoded in: 0, except the answers whose body
     /// changed with their request's version: a DescribeGroup answer carrying detection
-    /// details (1) or a page of members (2), and a ListGroups or FetchOffsets answer
-    /// carrying a page (1).
+    /// details (1) or a page of members (2), a ListGroups or FetchOffsets answer
+    /// carrying a page (1), and a TraceGroup answer carrying events (1).
     pub fn version(&self) -> u16 {
         match self {
             Self::DescribeGroup(r) => r.version(),
             Self::ListGroups(r) => r.version(),
             Self::FetchOffsets(r) => r.version(),
+            Self::TraceGroup(r) => r.version(),
             _ => 0,
         }
     }
@@ -364,7 +366,7 @@ impl Response {
             }
             ApiKey::Relinquish => Self::Relinquish,
             ApiKey::Heartbeats => Self::Heartbeats(HeartbeatsResponse::decode(r)?),
-            ApiKey::TraceGroup => Self::TraceGroup(TraceGroupResponse::decode(r)?),
+            ApiKey::TraceGroup => Self::TraceGroup(TraceGroupResponse::decode(version, r)?),
             ApiKey::Authenticate => Self::Authenticate(AuthenticateResponse::decode(r)?),
             ApiKey::FindCoordinator => Self::FindCoordinator(FindCoordinatorResponse::decode(r)?),
             ApiKey::ListCoordinators => {

@@ -6,6 +6,8 @@
 
 use std::time::{Duration, Instant};
 
+use rollcall_protocol::ArrivalKind;
+
 use super::super::{Coordinator, Event, Output};
 use super::bound::{Span, Subject};
 use super::{Guard, Hold, Verdict};
@@ -36,6 +38,7 @@ impl Coordinator {
     /// [`BACKLOG_FLOOR`]), or closes one not reported for [`BACKLOG_MEMORY`].
     pub fn observe_lag(&mut self, now: Instant, lag: Duration) {
         if lag >= BACKLOG_FLOOR {
+            self.trace_shard(now, ArrivalKind::Lag, lag);
             match &mut self.guards.behind {
                 Some(b) => {
                     b.last = now;

@@ -82,6 +82,7 @@ impl Coordinator {
     /// isolation: members that were not already overdue when the silence began get the
     /// silent time back; members silent since before it get nothing.
     pub fn observe_traffic(&mut self, at: Instant) {
+        self.trace_silence(at);
         self.guards.heard(at);
         let Some(since) = self.guards.isolated_since else {
             return;

@@ -5,6 +5,8 @@
 
 use std::time::{Duration, Instant};
 
+use rollcall_protocol::ArrivalKind;
+
 use super::super::group::Member;
 use super::super::{Coordinator, Event, Output};
 use super::bound::Subject;
@@ -42,7 +44,13 @@ impl Coordinator {
         // entry in the past): it was not paused before then.
         let since = self.ran_before.map_or(expected, |ran| ran.max(expected));
         let late_by = now.saturating_duration_since(since);
-        if late_by <= PAUSE_FLOOR || late_by <= self.pause_threshold() {
+        if late_by <= PAUSE_FLOOR {
+            return;
+        }
+        // Recorded whether or not it reaches the threshold, which depends on the
+        // members' (a replay applies it to its own).
+        self.trace_shard(now, ArrivalKind::Pause, late_by);
+        if late_by <= self.pause_threshold() {
             return;
         }
         for group in self.groups.values_mut() {

@@ -26,6 +26,9 @@ impl Coordinator {
                 continue;
             };
             if m.conn == Some(conn) {
+                if let Some(trace) = super::super::trace::live(&mut g.trace, now) {
+                    trace.closed(now, &m.id);
+                }
                 m.conn = None;
                 m.conn_closed = true;
                 g.schedule_member(&mut ctx, &member);

@@ -121,7 +121,7 @@ impl Coordinator {
             if trace.lapsed(now) {
                 group.trace = None;
             } else {
-                trace.record(now, &m.id);
+                trace.beat(now, m, conn, r.sequence);
             }
         }
         let changes = m.liveness.beat(

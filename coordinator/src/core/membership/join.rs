@@ -212,6 +212,9 @@ impl Coordinator {
         if m.heard(now) {
             group.snapshot_dirty = true;
         }
+        if let Some(trace) = super::super::trace::live(&mut group.trace, now) {
+            trace.rebinding(now, m, conn);
+        }
         let resumed = m.bind(conn);
         // A shorter timeout can bring a deadline forward.
         group.schedule_member(ctx, id);
