@@ -21,7 +21,9 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Detector, DetectorKind, DetectorSettings, Thresholds, Transition, Watch};
+use super::{
+    Detector, DetectorKind, DetectorSettings, Fleet, Judge, Thresholds, Transition, Watch,
+};
 
 /// What happened to the member up to an instant: in the silence before it, and at the
 /// arrival there if there was one ([`Replay::arrive`], [`Replay::advance`]).
@@ -50,7 +52,9 @@ pub struct Pending {
 pub struct Replay {
     detector: Box<dyn Detector>,
     session: Duration,
-    recover_beats: u32,
+    settings: DetectorSettings,
+    /// The member's group, of this member alone.
+    fleet: Fleet,
     /// The member's liveness; `None` before its first arrival and while it is expelled.
     watch: Option<Watch>,
     /// Heartbeat sequence numbers, one per arrival (a trace has no losses of its own).
@@ -67,7 +71,8 @@ impl Replay {
         Self {
             detector: kind.build(settings),
             session,
-            recover_beats: settings.recover_beats,
+            settings: settings.clone(),
+            fleet: Fleet::default(),
             watch: None,
             sequence: 0,
             expelled: false,
@@ -111,14 +116,13 @@ impl Replay {
         match self.watch.as_mut() {
             Some(w) => {
                 w.heard(now);
-                let beat = w.beat(
-                    now,
-                    self.sequence,
-                    self.session,
-                    &*self.detector,
-                    None,
-                    self.recover_beats,
-                );
+                let judge = Judge {
+                    detector: &*self.detector,
+                    shadow: None,
+                    settings: &self.settings,
+                    members: 1,
+                };
+                let beat = w.beat(now, self.sequence, self.session, judge, &mut self.fleet);
                 match beat.change {
                     Some(Transition::Recovered { .. }) => out.alive_again = Some(now),
                     // Only at the instant of its timer, which fired above.
@@ -128,17 +132,18 @@ impl Replay {
             }
             None => {
                 if std::mem::take(&mut self.expelled) {
+                    // Its refused heartbeat proves the expulsion false.
+                    self.fleet.false_expulsion();
                     out.alive_again = Some(now);
                 }
-                let mut w = Watch::new(now, self.session, &*self.detector, None);
-                w.beat(
-                    now,
-                    self.sequence,
-                    self.session,
-                    &*self.detector,
-                    None,
-                    self.recover_beats,
-                );
+                let mut w = Watch::new(now, self.session, &*self.detector, None, &self.fleet);
+                let judge = Judge {
+                    detector: &*self.detector,
+                    shadow: None,
+                    settings: &self.settings,
+                    members: 1,
+                };
+                w.beat(now, self.sequence, self.session, judge, &mut self.fleet);
                 self.watch = Some(w);
             }
         }
@@ -249,16 +254,17 @@ mod tests {
     }
 
     /// The adaptive detector, replayed: a young member is judged by the session
-    /// timeout, a calm one by its own gaps, always within the session.
+    /// timeout, a calm one (in a group, of itself alone, that has shown enough calm)
+    /// by its own gaps, always within the session.
     #[test]
     fn adaptive_follows_the_members_gaps_within_its_session() {
         let start = crate::core::tests::start_instant();
         let session = Duration::from_secs(10);
-        let mut r = Replay::new(
-            DetectorKind::Adaptive,
-            &DetectorSettings::default(),
-            session,
-        );
+        let settings = DetectorSettings {
+            clean_gaps: 100,
+            ..DetectorSettings::default()
+        };
+        let mut r = Replay::new(DetectorKind::Adaptive, &settings, session);
         r.arrive(start);
         assert_eq!(r.thresholds(), Some(Thresholds::fixed(session)));
         for s in 1..=200 {
@@ -269,11 +275,7 @@ mod tests {
         assert!(t.expel_after < Duration::from_secs(2), "{t:?}");
         assert!(t.expel_after >= DetectorSettings::default().floor);
         // Replays are deterministic: the same arrivals, the same verdicts.
-        let mut again = Replay::new(
-            DetectorKind::Adaptive,
-            &DetectorSettings::default(),
-            session,
-        );
+        let mut again = Replay::new(DetectorKind::Adaptive, &settings, session);
         for s in 0..=200 {
             again.arrive(at(start, f64::from(s)));
         }
