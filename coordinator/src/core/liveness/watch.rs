@@ -165,13 +165,16 @@ impl Watch {
         let settings = judge.settings;
         let was_clean = fleet.clean() >= settings.clean_gaps;
         // The gap is judged against the rhythm the member had before it.
-        let (mean, rhythm) = (self.arrivals.mean(), self.arrivals.learned() > 0);
+        let (mean, rhythm) = (self.arrivals.mean_secs(), self.arrivals.learned() > 0);
         let seen = self.arrivals.beat(now, sequence);
         if seen.lost > 0 {
             fleet.lost(now, seen.lost);
             self.arrivals.surprise();
         } else if let Some(gap) = seen.gap.filter(|_| rhythm && !self.excused) {
-            if fleet.learn(now, gap, mean, settings.floor, judge.members) == Pooled::Exceedance {
+            let (gap, mean, floor) = (gap.as_secs_f64(), f64::from(mean), settings.floor);
+            if fleet.learn_secs(now, gap, mean, floor.as_secs_f64(), judge.members)
+                == Pooled::Exceedance
+            {
                 self.arrivals.surprise();
             }
         }
