@@ -136,6 +136,14 @@ pub(crate) struct DetectorArgs {
     /// Adaptive detector: the φ thresholds swept.
     #[arg(long, value_parser = super::trace::number, value_delimiter = ',', default_value = "2,4,8,16")]
     pub(crate) phi: Vec<f64>,
+    /// Adaptive detector: the expulsion budgets per gap in the tail regime swept
+    /// (default: the coordinator's).
+    #[arg(long, value_parser = super::trace::number, value_delimiter = ',')]
+    pub(crate) expel_epsilon: Vec<f64>,
+    /// Adaptive detector: the pooled calm gaps that open the clean regime, swept
+    /// (default: the coordinator's).
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) clean_gaps: Vec<u64>,
     /// Adaptive detector: the floors swept.
     #[arg(long, value_parser = seconds, value_delimiter = ',', default_value = "0.5,1,2")]
     pub(crate) floor: Vec<f64>,
@@ -251,6 +259,19 @@ impl DetectorArgs {
             Sweep::Full => (self.phi.clone(), self.floor.clone()),
             Sweep::Defaults => (vec![d.phi_threshold], vec![d.floor.as_secs_f64()]),
         };
+        if self.expel_epsilon.iter().any(|&e| !(e > 0.0 && e < 1.0)) {
+            return Err("--expel-epsilon is a chance per gap, above 0 and below 1".into());
+        }
+        let epsilons: Vec<Option<f64>> = if self.expel_epsilon.is_empty() {
+            vec![None]
+        } else {
+            self.expel_epsilon.iter().copied().map(Some).collect()
+        };
+        let cleans: Vec<Option<u64>> = if self.clean_gaps.is_empty() {
+            vec![None]
+        } else {
+            self.clean_gaps.iter().copied().map(Some).collect()
+        };
         let mut out = Vec::new();
         for kind in DetectorKind::ALL {
             match kind {
@@ -265,7 +286,13 @@ impl DetectorArgs {
                 DetectorKind::Adaptive => {
                     for &floor in &floors {
                         for &phi in &phis {
-                            out.push(Setting::adaptive(session, phi, floor));
+                            for &e in &epsilons {
+                                for &c in &cleans {
+                                    out.push(
+                                        Setting::adaptive(session, phi, floor).with_model(e, c),
+                                    );
+                                }
+                            }
                         }
                     }
                 }

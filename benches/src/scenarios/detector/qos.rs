@@ -31,6 +31,14 @@ pub(crate) struct Setting {
     pub(crate) phi: Option<f64>,
     /// Adaptive: the floor, seconds.
     pub(crate) floor_s: Option<f64>,
+    /// Adaptive: the expulsion budget per gap in the tail regime, when not the
+    /// coordinator's default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) expel_epsilon: Option<f64>,
+    /// Adaptive: the pooled calm gaps that open the clean regime, when not the
+    /// coordinator's default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) clean_gaps: Option<u64>,
     /// Whether these are the coordinator's default settings of the detector.
     pub(crate) default: bool,
 }
@@ -46,6 +54,8 @@ impl Setting {
             session_s: timeout,
             phi: None,
             floor_s: None,
+            expel_epsilon: None,
+            clean_gaps: None,
             default: false,
         }
     }
@@ -57,6 +67,8 @@ impl Setting {
             session_s: session,
             phi: Some(phi),
             floor_s: Some(floor),
+            expel_epsilon: None,
+            clean_gaps: None,
             default: phi == d.phi_threshold && floor == d.floor.as_secs_f64(),
         }
     }
@@ -70,6 +82,12 @@ impl Setting {
         if let Some(floor) = self.floor_s {
             s.floor = Duration::from_secs_f64(floor);
         }
+        if let Some(e) = self.expel_epsilon {
+            s.expel_epsilon = e;
+        }
+        if let Some(c) = self.clean_gaps {
+            s.clean_gaps = c;
+        }
         s
     }
 
@@ -77,12 +95,33 @@ impl Setting {
     pub(crate) fn label(&self) -> String {
         match self.detector {
             DetectorKind::Fixed => format!("{} s", num(self.session_s)),
-            DetectorKind::Adaptive => format!(
-                "φ {}, floor {} s",
-                num(self.phi.unwrap_or_default()),
-                num(self.floor_s.unwrap_or_default())
-            ),
+            DetectorKind::Adaptive => {
+                let mut label = format!(
+                    "φ {}, floor {} s",
+                    num(self.phi.unwrap_or_default()),
+                    num(self.floor_s.unwrap_or_default())
+                );
+                if let Some(e) = self.expel_epsilon {
+                    label.push_str(&format!(", ε {e:e}"));
+                }
+                if let Some(c) = self.clean_gaps {
+                    label.push_str(&format!(", clean {c}"));
+                }
+                label
+            }
         }
+    }
+
+    /// The same adaptive setting with an expulsion budget and a clean gate other than
+    /// the coordinator's (`None`: its default); no longer the defaults if either is set.
+    pub(crate) fn with_model(mut self, epsilon: Option<f64>, clean_gaps: Option<u64>) -> Self {
+        let d = DetectorSettings::default();
+        self.expel_epsilon = epsilon.filter(|&e| e != d.expel_epsilon);
+        self.clean_gaps = clean_gaps.filter(|&c| c != d.clean_gaps);
+        if self.expel_epsilon.is_some() || self.clean_gaps.is_some() {
+            self.default = false;
+        }
+        self
     }
 
     /// The curve the setting belongs to in the chart.
