@@ -61,10 +61,9 @@ pub struct Fleet {
     lost: u64,
     /// The longest normalised gap of this window and of the one before.
     longest: [f32; 2],
-    /// Every pooled gap over its member's mean gap.
-    normalised: Box<[u32; NORM_BUCKETS]>,
-    /// Every exceedance's excess over `u`, over its member's mean gap.
-    excess: Box<[u32; NORM_BUCKETS]>,
+    /// The histograms, from the first gap pooled on (a group with no gaps yet, as most
+    /// are for a moment, carries none).
+    counts: Option<Box<Histograms>>,
     /// The cached fit, and when it was made.
     fit: Fit,
     fitted_at: Option<Instant>,
@@ -89,8 +88,7 @@ impl Default for Fleet {
             runs: 0,
             lost: 0,
             longest: [0.0; 2],
-            normalised: Box::new([0; NORM_BUCKETS]),
-            excess: Box::new([0; NORM_BUCKETS]),
+            counts: None,
             fit: Fit::default(),
             fitted_at: None,
             stale: false,
@@ -142,11 +140,12 @@ impl Fleet {
         self.gaps += 1;
         let mean = mean.max(1e-3);
         let x = secs / mean;
-        add(&mut self.normalised, x);
+        let counts = self.counts.get_or_insert_with(Box::default);
+        add(&mut counts.normalised, x);
         self.longest[0] = self.longest[0].max(x as f32);
         let u = floor.max(1.5 * mean);
         let pooled = if secs > u {
-            add(&mut self.excess, (secs - u) / mean);
+            add(&mut counts.excess, (secs - u) / mean);
             self.exceedances += 1;
             self.surprise();
             Pooled::Exceedance
@@ -191,15 +190,17 @@ impl Fleet {
         self.gaps /= 2;
         self.runs /= 2;
         self.lost /= 2;
-        for c in self.normalised.iter_mut() {
-            *c >>= 1;
+        if let Some(counts) = self.counts.as_deref_mut() {
+            for c in counts.normalised.iter_mut() {
+                *c >>= 1;
+            }
+            let mut exceedances = 0;
+            for c in counts.excess.iter_mut() {
+                *c >>= 1;
+                exceedances += u64::from(*c);
+            }
+            self.exceedances = exceedances;
         }
-        let mut exceedances = 0;
-        for c in self.excess.iter_mut() {
-            *c >>= 1;
-            exceedances += u64::from(*c);
-        }
-        self.exceedances = exceedances;
         self.longest = [0.0, self.longest[0]];
         self.stale = true;
     }
@@ -226,11 +227,12 @@ impl Fleet {
     pub fn fit_now(&self, min_exceedances: u64, confidence: f64) -> Fit {
         let n = self.gaps.max(self.exceedances);
         let m = self.exceedances;
-        let bins = self
-            .excess
-            .iter()
-            .enumerate()
-            .map(|(i, &c)| (midpoint(i), u64::from(c)));
+        let bins = self.counts.iter().flat_map(|c| {
+            c.excess
+                .iter()
+                .enumerate()
+                .map(|(i, &c)| (midpoint(i), u64::from(c)))
+        });
         let estimate = tail::pwm_fit(bins, min_exceedances);
         let (runs_per_beat, continuation) =
             tail::loss_bounds(self.runs, self.lost, n + self.lost, confidence);
@@ -308,13 +310,13 @@ impl Fleet {
     /// `(lower, upper, count)` per bucket holding a count, ascending (the last bucket's
     /// upper edge is infinite).
     pub fn normalised_gaps(&self) -> impl Iterator<Item = (f64, f64, u32)> + '_ {
-        buckets(&self.normalised)
+        self.counts.iter().flat_map(|c| buckets(&c.normalised))
     }
 
     /// The windowed histogram of the exceedances' excesses over `u`, over their
     /// member's mean gap, as [`Self::normalised_gaps`].
     pub fn excesses(&self) -> impl Iterator<Item = (f64, f64, u32)> + '_ {
-        buckets(&self.excess)
+        self.counts.iter().flat_map(|c| buckets(&c.excess))
     }
 }
 
@@ -393,6 +395,24 @@ impl Fit {
             }
         }
         within
+    }
+}
+
+/// A fleet's two histograms of normalised values.
+#[derive(Debug, Clone)]
+struct Histograms {
+    /// Every pooled gap over its member's mean gap.
+    normalised: [u32; NORM_BUCKETS],
+    /// Every exceedance's excess over `u`, over its member's mean gap.
+    excess: [u32; NORM_BUCKETS],
+}
+
+impl Default for Histograms {
+    fn default() -> Self {
+        Self {
+            normalised: [0; NORM_BUCKETS],
+            excess: [0; NORM_BUCKETS],
+        }
     }
 }
 

@@ -23,6 +23,7 @@ struct Room {
 
 impl Coordinator {
     pub(in crate::core) fn join(&mut self, now: Instant, conn: ConnId, r: JoinRequest) -> Response {
+        self.heard_on(now, conn, &r.group);
         let timeouts = match self.validate_join(&r) {
             Ok(t) => t,
             Err(resp) => return resp,

@@ -110,3 +110,23 @@ fn lost_beats_are_a_surprise_and_stay_out_of_the_rhythm() {
     assert_eq!(thresholds(&t, &b).expel_after, SESSION);
     assert_eq!(false_expulsions(&t), 0);
 }
+
+/// A member that reads its expulsion before it beats again rejoins without a heartbeat
+/// ever being refused: its Join, on the connection it was expelled from, is the proof.
+#[test]
+fn a_rejoin_on_the_expelled_members_connection_proves_the_expulsion_false() {
+    let mut t = TestContext::with_config(clean_after_50());
+    let mut a = t.join(1, "g", &[("orders", 4)]);
+    let mut c = t.join(3, "g", &[("orders", 4)]);
+    beat_all(&mut t, &mut [&mut a, &mut c], 70);
+    beat_all(&mut t, &mut [&mut a], 4);
+    assert_eq!(t.expelled(&c), Some(ExpelReason::SessionExpired));
+    assert_eq!(false_expulsions(&t), 0);
+    // Another connection's join proves nothing.
+    let _other = t.join(9, "g", &[("orders", 4)]);
+    assert_eq!(false_expulsions(&t), 0);
+    let _again = t.join(3, "g", &[("orders", 4)]);
+    assert_eq!(false_expulsions(&t), 1);
+    assert_eq!(clean(&t, "g"), 0);
+    assert_eq!(thresholds(&t, &a).expel_after, SESSION);
+}
