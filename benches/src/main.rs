@@ -87,7 +87,7 @@ enum Command {
     /// preset) replayed through the coordinator's own failure detectors over a sweep of
     /// their settings: false suspicions and expulsions, detection time, mistake
     /// duration, query accuracy; a table, JSON and SVG charts. Starts no coordinator.
-    Detector(scenarios::detector::DetectorArgs),
+    Detector(Box<scenarios::detector::DetectorArgs>),
     /// The floor of the network path on this machine: a bare echo server in a process
     /// of its own, no coordinator logic, answering each Heartbeat frame with a canned
     /// Heartbeat response, driven like `steady` with one member per connection (or,

@@ -36,10 +36,11 @@ fn smoke_seed002() {
     let f = &out.figures;
     assert_eq!(f.runs, 3);
     assert_eq!(f.crash_s, Some(100.0));
+    assert_eq!(f.members, 20);
     assert_eq!(
         f.settings.len(),
-        10 + 12,
-        "10 fixed timeouts, 4 φ × 3 floors"
+        (11 + 12) * 2,
+        "10 fixed timeouts and the session's, 4 φ × 3 floors; a process and a silent crash"
     );
     let fixed = |t: f64| {
         f.settings
@@ -78,6 +79,8 @@ fn smoke_csv() {
     let a = args(&[
         "--trace",
         good.to_str().unwrap(),
+        "--crash-kind",
+        "silent",
         "--timeouts",
         "4s",
         "--phi",
@@ -87,7 +90,7 @@ fn smoke_csv() {
     ]);
     let out = lab(&a).expect("the lab runs");
     let f = &out.figures;
-    assert_eq!((f.arrivals, f.crash_s), (9, Some(16.0)));
+    assert_eq!((f.inputs, f.crash_s), (9, Some(16.0)));
     let s = &f.settings[0];
     assert_eq!((s.false_suspicions, s.false_expulsions), (2, 1));
     assert_eq!(s.detection_median_s, Some(3.0));
@@ -97,5 +100,72 @@ fn smoke_csv() {
     let a = args(&["--trace", bad.to_str().unwrap()]);
     let e = lab(&a).err().expect("a bad line is an error");
     assert!(e.contains("bad.csv:3:"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A group's trace as `rollcall trace` writes it: three members with sequence numbers
+/// (one loss), a connection that closed and reopened, a recorded pause of the
+/// coordinator, and member 0's process crash (its connection closed after it). Under
+/// the fixed 10 s rule with a 3.25 s lease, the crash is caught by the lease, the
+/// pause expels nobody, and a silent crash (the close ignored) waits the session.
+#[test]
+fn smoke_group_trace_with_events() {
+    let dir = std::env::temp_dir().join(format!("rollcall-lab-group-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("group.csv");
+    let mut text = String::from("time_s,member_id,seq\n");
+    for s in 1..=60u32 {
+        for (i, m) in ["a", "b", "c"].iter().enumerate() {
+            let t = f64::from(s) + 0.01 * i as f64;
+            // b loses its 20th beat; the coordinator is paused from 30.5 s to 33 s
+            // (the beats sent meanwhile are read at its wake).
+            if *m == "b" && s == 20 {
+                continue;
+            }
+            if (31..=32).contains(&s) {
+                continue;
+            }
+            if s == 33 && i == 0 {
+                text.push_str("pause,33.000000,2.500000\n");
+            }
+            if *m == "c" && s == 40 {
+                text.push_str("closed,39.500000,c\nopened,40.000000,c\n");
+            }
+            if *m == "a" && s > 50 {
+                continue;
+            }
+            text.push_str(&format!("{t:.6},{m},{s}\n"));
+        }
+        if s == 50 {
+            text.push_str("closed,50.501000,a\n");
+        }
+    }
+    text.push_str("crash,50.5\n");
+    std::fs::write(&path, text).expect("write");
+    let a = args(&[
+        "--trace",
+        path.to_str().unwrap(),
+        "--member",
+        "a",
+        "--sweep",
+        "defaults",
+    ]);
+    let out = lab(&a).expect("the lab runs");
+    let f = &out.figures;
+    assert_eq!(f.members, 3);
+    let fixed = |kind: CrashKind| {
+        f.settings
+            .iter()
+            .find(|s| s.setting.detector == DetectorKind::Fixed && s.crash == kind)
+            .expect("swept")
+    };
+    for kind in [CrashKind::Process, CrashKind::Silent] {
+        assert_eq!(fixed(kind).false_expulsions, 0, "{kind:?}: {}", out.text);
+    }
+    // Last beat at 50 s: the lease expels at 53.25 s, the session at 60 s.
+    let process = fixed(CrashKind::Process).detection_median_s.unwrap();
+    assert!((process - 2.75).abs() < 1e-6, "{process}");
+    let silent = fixed(CrashKind::Silent).detection_median_s.unwrap();
+    assert!((silent - 9.5).abs() < 1e-6, "{silent}");
     let _ = std::fs::remove_dir_all(&dir);
 }

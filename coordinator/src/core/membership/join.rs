@@ -23,6 +23,7 @@ struct Room {
 
 impl Coordinator {
     pub(in crate::core) fn join(&mut self, now: Instant, conn: ConnId, r: JoinRequest) -> Response {
+        self.heard_on(now, conn, &r.group);
         let timeouts = match self.validate_join(&r) {
             Ok(t) => t,
             Err(resp) => return resp,
@@ -205,7 +206,12 @@ impl Coordinator {
         let Some(m) = group.members.get_mut(id) else {
             return refuse(ApiKey::Join, ErrorCode::Internal, "member vanished");
         };
-        if m.set_timeouts(timeouts, &*group.detector, group.shadow.as_deref()) {
+        if m.set_timeouts(
+            timeouts,
+            &*group.detector,
+            group.shadow.as_deref(),
+            &group.fleet,
+        ) {
             // Timeouts decide expiry and holds: a restart must bring the new ones back.
             group.snapshot_dirty = true;
         }

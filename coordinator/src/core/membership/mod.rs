@@ -8,12 +8,13 @@ mod join;
 mod leave;
 mod validate;
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use rollcall_protocol::{ApiKey, ErrorCode, ExpelReason, Response};
 
 use super::group::{Ctx, Group, Refusal};
-use super::{refuse, Coordinator, Event, Output, Quota};
+use super::{refuse, ConnId, Coordinator, Event, Output, Quota};
 
 impl Coordinator {
     /// The error for a request naming a member that is not in the group.
@@ -38,6 +39,34 @@ impl Coordinator {
                 ErrorCode::MemberExpelled,
                 format!("member {member_id:?} was expelled: {}", reason.as_str()),
             ),
+        }
+    }
+
+    /// A frame for `group` arrived on `conn`. Members of the group that talked over
+    /// `conn` and were expelled for silence were alive: a process on their connection
+    /// speaks (typically rejoining after reading its expulsion). Each such expulsion is
+    /// a proven false expulsion ([`Group::heard_from_expelled`]). Costs O(members bound
+    /// to `conn`); only Joins ask.
+    pub(in crate::core) fn heard_on(&mut self, now: Instant, conn: ConnId, group: &str) {
+        let Some(bound) = self.bound.get(&conn) else {
+            return;
+        };
+        let Some(g) = self.groups.get(group) else {
+            return;
+        };
+        let gone: Vec<Arc<str>> = bound
+            .iter()
+            .filter(|(in_group, member)| **in_group == *group && !g.members.contains_key(member))
+            .map(|(_, member)| member.clone())
+            .collect();
+        if gone.is_empty() {
+            return;
+        }
+        let (groups, mut ctx) = self.parts(now);
+        if let Some(g) = groups.get_mut(group) {
+            for member in gone {
+                g.heard_from_expelled(&mut ctx, &member);
+            }
         }
     }
 

@@ -5,8 +5,9 @@
 //! core at every deadline it asked for on the way, exactly as the shell does.
 
 mod defects;
-mod detection;
+pub(super) mod detection;
 mod effects;
+mod fleet;
 mod leases;
 mod pages;
 mod quotas;
