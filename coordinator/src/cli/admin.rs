@@ -208,6 +208,7 @@ impl AdminCommand {
                             group: group.clone(),
                             detection: supports(ApiKey::DescribeGroup, 1),
                             page: None,
+                            summary: false,
                         }))
                         .await;
                 }
@@ -221,6 +222,7 @@ impl AdminCommand {
                         group: group.clone(),
                         detection: true,
                         page: Some(Page { after, limit: 0 }),
+                        summary: false,
                     });
                     match conn.request(request).await? {
                         Response::DescribeGroup(r) => {

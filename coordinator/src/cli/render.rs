@@ -496,6 +496,7 @@ mod tests {
                 gap_p99_ms: p99,
                 gap_p999_ms: p999,
                 gap_max_ms: max,
+                expel_basis: None,
             }),
         }
     }
@@ -510,6 +511,7 @@ mod tests {
             detection: Some(Box::new(GroupDetection {
                 detector: "fixed".into(),
                 shadow: None,
+                summary: None,
             })),
             more: None,
         }

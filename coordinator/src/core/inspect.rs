@@ -80,6 +80,7 @@ impl Coordinator {
                 Box::new(GroupDetection {
                     detector: g.detector.kind().as_str().to_owned(),
                     shadow: g.shadow.as_ref().map(|s| s.kind().as_str().to_owned()),
+                    summary: None,
                 })
             }),
             more: page.map(|_| false),

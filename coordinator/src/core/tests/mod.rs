@@ -278,6 +278,7 @@ impl TestContext {
                 group: group.to_owned(),
                 detection: true,
                 page: None,
+                summary: false,
             }),
         ) {
             Response::DescribeGroup(d) => d,
@@ -342,6 +343,7 @@ impl TestContext {
             group: group.to_owned(),
             detection: true,
             page: None,
+            summary: false,
         });
         let Response::DescribeGroup(d) = self.request(0, request) else {
             return; // no group, nothing owned

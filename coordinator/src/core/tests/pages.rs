@@ -169,6 +169,7 @@ fn describe_pages_describe_every_member_once_with_detection() {
                 group: "g".into(),
                 detection: true,
                 page: Some(Page { after, limit: 0 }),
+                summary: false,
             }),
         );
         assert!(frame_len(&response) <= 1_000);
@@ -204,6 +205,7 @@ fn a_page_always_holds_at_least_one_entry() {
             group: "g".into(),
             detection: true,
             page: Some(Page::default()),
+            summary: false,
         }),
     );
     let Response::DescribeGroup(d) = response else {

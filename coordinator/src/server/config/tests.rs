@@ -83,6 +83,7 @@ fn partition_limit_must_fit_the_frame() {
             detection: Some(Box::new(GroupDetection {
                 detector: "x".repeat(16),
                 shadow: Some("x".repeat(16)),
+                summary: None,
             })),
             // A page (version 2): the largest answer.
             more: Some(true),
