@@ -31,7 +31,6 @@ use rollcall_protocol::{
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::core::liveness::advice::{advise, GapSummary, MIN_GAPS};
 use crate::core::{AssignorKind, CoreConfig, DetectorKind, DetectorSettings};
 use crate::server::{
     format_duration, parse_duration, parse_size, ClientAuth, ClusterSettings, InvalidConfig,

@@ -1,6 +1,13 @@
 //! Rendering admin answers as tables or JSON.
 
+use rollcall_protocol::{DetectionSummary, ExpelBasis};
+
 use super::*;
+#[cfg(test)]
+use crate::core::liveness::advice::DEFAULT_PAUSE_FLOOR;
+use crate::core::liveness::advice::{
+    advise, Advice, Basis, Target, CAP, CONFIDENCE, MIN_EXCEEDANCES, MIN_POOLED_GAPS, MIN_SPAN,
+};
 
 #[derive(Debug, Serialize)]
 pub(super) struct GroupsJson {
@@ -35,55 +42,277 @@ pub(super) struct DescribeJson {
     detector: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     shadow_detector: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    summary: Option<SummaryJson>,
     members: Vec<MemberJson>,
     #[serde(skip_serializing_if = "Option::is_none")]
     advice: Option<AdviceJson>,
 }
 
-/// The advised session timeout and what it rests on.
+/// What the detector has learned from the group's pooled gaps (DescribeGroup version 3).
 #[derive(Debug, Serialize)]
-pub(super) struct AdviceJson {
-    session_timeout_ms: u64,
-    false_expulsions_per_year: f64,
-    members: usize,
-    tail_probability_per_gap: f64,
-    basis: &'static str,
-    from_member: String,
-    gaps: u32,
-    assumptions: &'static str,
+pub(super) struct SummaryJson {
+    pooled_gaps: u64,
+    span_ms: u64,
+    clean_gaps: u64,
+    gap_median_ms: u32,
+    gap_longest_ms: u32,
+    longest_normalised: f64,
+    tail_gaps: u64,
+    threshold_normalised: f64,
+    exceedances: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shape: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    scale_normalised: Option<f64>,
+    loss_runs: u64,
+    lost_beats: u64,
+    tail: Vec<TailJson>,
 }
 
-const ADVICE_ASSUMPTIONS: &str = "gaps independent and the recent window representative; \
-     beyond p99.9 the tail is extrapolated as exponential; correlated stalls (pauses) \
-     make the real rate higher";
+#[derive(Debug, Serialize)]
+pub(super) struct TailJson {
+    over_normalised: f64,
+    gaps: u64,
+}
 
-/// The group's advice: the largest of its members' (the worst member decides).
-fn group_advice(r: &DescribeGroupResponse, per_year: f64) -> Option<AdviceJson> {
-    let members = r.members.len();
-    r.members
-        .iter()
-        .filter_map(|m| {
-            let d = m.detection.as_ref()?;
-            let gaps = GapSummary {
-                gaps: d.gaps,
-                p50_ms: d.gap_p50_ms,
-                p99_ms: d.gap_p99_ms,
-                p999_ms: d.gap_p999_ms,
-                max_ms: d.gap_max_ms,
-            };
-            Some((m, gaps, advise(&gaps, members, per_year)?))
-        })
-        .max_by_key(|(_, _, a)| a.timeout_ms)
-        .map(|(m, gaps, a)| AdviceJson {
-            session_timeout_ms: a.timeout_ms,
-            false_expulsions_per_year: per_year,
-            members,
-            tail_probability_per_gap: a.tail_probability,
-            basis: a.basis.as_str(),
-            from_member: m.member_id.clone(),
-            gaps: gaps.gaps,
+impl From<&DetectionSummary> for SummaryJson {
+    fn from(s: &DetectionSummary) -> Self {
+        let fitted = s.scale_centi > 0 && s.exceedances >= MIN_EXCEEDANCES;
+        Self {
+            pooled_gaps: s.pooled_gaps,
+            span_ms: s.span_ms,
+            clean_gaps: s.clean_gaps,
+            gap_median_ms: s.gap_median_ms,
+            gap_longest_ms: s.gap_longest_ms,
+            longest_normalised: f64::from(s.longest_centi) / 100.0,
+            tail_gaps: s.tail_gaps,
+            threshold_normalised: f64::from(s.threshold_centi) / 100.0,
+            exceedances: s.exceedances,
+            shape: fitted.then(|| f64::from(s.shape_milli) / 1000.0),
+            scale_normalised: fitted.then(|| f64::from(s.scale_centi) / 100.0),
+            loss_runs: s.loss_runs,
+            lost_beats: s.lost_beats,
+            tail: s
+                .tail
+                .iter()
+                .map(|t| TailJson {
+                    over_normalised: f64::from(t.over_centi) / 100.0,
+                    gaps: t.gaps,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The advised session timeout and what it rests on, or why there is none.
+#[derive(Debug, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub(super) enum AdviceJson {
+    /// The coordinator does not report its group's pooled gaps (DescribeGroup below
+    /// version 3).
+    Unavailable,
+    /// Too little history.
+    NotYet {
+        pooled_gaps: u64,
+        span_ms: u64,
+        needs_gaps: u64,
+        needs_span_ms: u64,
+    },
+    /// A timeout.
+    Timeout {
+        session_timeout_ms: u64,
+        basis: &'static str,
+        false_expulsions_per_year: f64,
+        members: usize,
+        /// At most `false_expulsions_per_year` when the basis reaches the target.
+        promise_per_year: f64,
+        /// The chance per gap the target allows.
+        allowed_per_gap: f64,
+        /// The upper bound on the chance that a gap exceeds the timeout.
+        bound_per_gap: f64,
+        confidence: f64,
+        gaps: u64,
+        pooled_gaps: u64,
+        span_ms: u64,
+        longest_gap_ms: u64,
+        pause_floor_ms: u64,
+        floored: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        shape_upper: Option<f64>,
+        assumptions: &'static str,
+    },
+}
+
+const ADVICE_ASSUMPTIONS: &str = "gaps independent, the members of one rhythm and the \
+     record representative of what comes; a pause that hits many members at once \
+     expels them together";
+
+/// The group's advice, from the summary of its pooled gaps (DescribeGroup version 3).
+fn group_advice(r: &DescribeGroupResponse, target: &Target) -> Option<(AdviceJson, Advice)> {
+    let d = r.detection.as_ref()?;
+    let Some(summary) = &d.summary else {
+        return Some((
+            AdviceJson::Unavailable,
+            Advice::NotYet {
+                gaps: 0,
+                span: Duration::ZERO,
+            },
+        ));
+    };
+    let advice = advise(summary, target);
+    let json = match &advice {
+        Advice::NotYet { gaps, span } => AdviceJson::NotYet {
+            pooled_gaps: *gaps,
+            span_ms: span.as_millis() as u64,
+            needs_gaps: MIN_POOLED_GAPS,
+            needs_span_ms: MIN_SPAN.as_millis() as u64,
+        },
+        Advice::Timeout(t) => AdviceJson::Timeout {
+            session_timeout_ms: t.timeout_ms,
+            basis: t.basis.as_str(),
+            false_expulsions_per_year: target.per_year,
+            members: target.members,
+            promise_per_year: t.promise_per_year,
+            allowed_per_gap: t.allowed,
+            bound_per_gap: t.bound,
+            confidence: CONFIDENCE,
+            gaps: t.gaps,
+            pooled_gaps: t.pooled,
+            span_ms: t.span.as_millis() as u64,
+            longest_gap_ms: t.longest_ms,
+            pause_floor_ms: t.pause_floor_ms,
+            floored: t.floored,
+            shape_upper: t.shape_upper,
             assumptions: ADVICE_ASSUMPTIONS,
-        })
+        },
+    };
+    Some((json, advice))
+}
+
+/// `1,234,567`.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A rate a year, shortly: `0.31`, `12`, `1.6e5`.
+fn per_year(rate: f64) -> String {
+    if rate < 1.0 {
+        format!("{rate:.2}")
+    } else if rate < 10_000.0 {
+        format!("{rate:.0}")
+    } else {
+        format!("{rate:.1e}")
+    }
+}
+
+/// The advice as text: the timeout, then what the data supports, with its gaps, span,
+/// confidence, basis and assumptions.
+fn advice_text(advice: &Advice, summary: bool, target: &Target) -> String {
+    let t = match advice {
+        _ if !summary => {
+            return "advice: none: the coordinator does not report the group's pooled gaps \
+                    (DescribeGroup version 3)\n"
+                .into()
+        }
+        Advice::NotYet { gaps, span } => {
+            return format!(
+                "advice: no advice yet: {} gaps over {}; the advisor needs {} gaps and {}\n",
+                thousands(*gaps),
+                format_ms(span.as_millis() as u64),
+                thousands(MIN_POOLED_GAPS),
+                format_ms(MIN_SPAN.as_millis() as u64),
+            )
+        }
+        Advice::Timeout(t) => t,
+    };
+    let asked = per_year(target.per_year);
+    let timeout = format_ms(t.timeout_ms);
+    let mut out = match t.basis {
+        Basis::Observed | Basis::Tail => format!(
+            "advice: a session timeout of {timeout} keeps false expulsions under {asked} a \
+             year across these {} members ({} basis)\n",
+            target.members,
+            t.basis.as_str()
+        ),
+        Basis::PauseFloor => format!(
+            "advice: a session timeout of {timeout} (the pause floor); no timeout the data \
+             supports keeps false expulsions under {asked} a year across these {} members\n",
+            target.members
+        ),
+        Basis::Unreachable => format!(
+            "advice: no timeout under {} keeps false expulsions under {asked} a year across \
+             these {} members: the group's long gaps are heavy-tailed (ξ ≤ {:.2}); a session \
+             timeout of {timeout} (the pause floor)\n",
+            format_ms(CAP.as_millis() as u64),
+            target.members,
+            t.shape_upper.unwrap_or(0.0)
+        ),
+    };
+    out.push_str(&format!(
+        "        the data bounds a gap longer than {timeout} at ≤ {:.1e} ({:.0}%, {} gaps over \
+         {}, the longest {}), so ≤ {} false expulsions a year\n",
+        t.bound,
+        CONFIDENCE * 100.0,
+        thousands(t.gaps),
+        format_ms(t.span.as_millis() as u64),
+        format_ms(t.longest_ms),
+        per_year(t.promise_per_year),
+    ));
+    if let Some(xi) = t.shape_upper.filter(|_| t.basis == Basis::Tail) {
+        out.push_str(&format!(
+            "        beyond the gaps counted, from a generalised Pareto fit of the long gaps \
+             with shape ξ ≤ {xi:.2} (never lighter than exponential)\n"
+        ));
+    }
+    let shown = if t.longest_ms < t.timeout_ms {
+        "which none has shown"
+    } else {
+        "which some have come close to"
+    };
+    out.push_str(&format!(
+        "        fewer only if no member pauses longer than {timeout}, {shown} (the floor: \
+         the median gap + {})\n        assumes {ADVICE_ASSUMPTIONS}\n",
+        format_ms(target.pause_floor.as_millis() as u64),
+    ));
+    out
+}
+
+/// The group's pooled gaps, as text.
+fn summary_text(s: &DetectionSummary) -> String {
+    let fit = if s.scale_centi > 0 && s.exceedances >= MIN_EXCEEDANCES {
+        format!(
+            "ξ {:.2}, σ {:.2}× the mean",
+            f64::from(s.shape_milli) / 1000.0,
+            f64::from(s.scale_centi) / 100.0
+        )
+    } else {
+        format!("no fit below {MIN_EXCEEDANCES} exceedances")
+    };
+    format!(
+        "gaps:       {} pooled over {} ({} since the last long gap), median {}, longest {} \
+         ({:.2}× its member's mean)\ntail:       {} of {} over {:.2}× the mean ({fit}); \
+         {} beats lost in {} runs\n",
+        thousands(s.pooled_gaps),
+        format_ms(s.span_ms),
+        thousands(s.clean_gaps),
+        format_ms(u64::from(s.gap_median_ms)),
+        format_ms(u64::from(s.gap_longest_ms)),
+        f64::from(s.longest_centi) / 100.0,
+        thousands(s.exceedances),
+        thousands(s.tail_gaps),
+        f64::from(s.threshold_centi) / 100.0,
+        thousands(s.lost_beats),
+        thousands(s.loss_runs),
+    )
 }
 
 #[derive(Debug, Serialize)]
@@ -114,6 +343,8 @@ pub(super) struct DetectionJson {
     gap_p99_ms: u32,
     gap_p999_ms: u32,
     gap_max_ms: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    expel_basis: Option<&'static str>,
 }
 
 impl From<&MemberDetection> for DetectionJson {
@@ -130,6 +361,7 @@ impl From<&MemberDetection> for DetectionJson {
             gap_p99_ms: d.gap_p99_ms,
             gap_p999_ms: d.gap_p999_ms,
             gap_max_ms: d.gap_max_ms,
+            expel_basis: d.expel_basis.map(ExpelBasis::as_str),
         }
     }
 }
@@ -211,8 +443,19 @@ pub(super) fn render_groups(r: &ListGroupsResponse, unreached: &[Unreached], jso
     table(&["GROUP", "STATE", "GENERATION", "MEMBERS"], &rows)
 }
 
-pub(super) fn render_describe(r: &DescribeGroupResponse, json: bool, per_year: f64) -> String {
-    let advice = group_advice(r, per_year);
+pub(super) fn render_describe(
+    r: &DescribeGroupResponse,
+    json: bool,
+    per_year: f64,
+    pause_floor: Duration,
+) -> String {
+    let target = Target {
+        per_year,
+        members: r.members.len(),
+        pause_floor,
+    };
+    let advice = group_advice(r, &target);
+    let summary = r.detection.as_ref().and_then(|d| d.summary.as_ref());
     if json {
         return to_json(&DescribeJson {
             group: r.group.clone(),
@@ -221,6 +464,7 @@ pub(super) fn render_describe(r: &DescribeGroupResponse, json: bool, per_year: f
             assignor: r.assignor.clone(),
             detector: r.detection.as_ref().map(|d| d.detector.clone()),
             shadow_detector: r.detection.as_ref().and_then(|d| d.shadow.clone()),
+            summary: summary.map(SummaryJson::from),
             members: r
                 .members
                 .iter()
@@ -237,7 +481,7 @@ pub(super) fn render_describe(r: &DescribeGroupResponse, json: bool, per_year: f
                     detection: m.detection.as_ref().map(DetectionJson::from),
                 })
                 .collect(),
-            advice,
+            advice: advice.map(|(json, _)| json),
         });
     }
     let mut out = format!(
@@ -256,6 +500,9 @@ pub(super) fn render_describe(r: &DescribeGroupResponse, json: bool, per_year: f
                 .as_ref()
                 .map_or(String::new(), |s| format!(" (shadow: {s})"))
         ));
+    }
+    if let Some(s) = summary {
+        out.push_str(&summary_text(s));
     }
     if r.members.is_empty() {
         return out;
@@ -314,6 +561,7 @@ pub(super) fn render_describe(r: &DescribeGroupResponse, json: bool, per_year: f
                     .join(" / "),
                 d.beats_lost.to_string(),
                 d.beats_late.to_string(),
+                d.expel_basis.map_or("-", ExpelBasis::as_str).to_owned(),
             ])
         })
         .collect();
@@ -331,27 +579,13 @@ pub(super) fn render_describe(r: &DescribeGroupResponse, json: bool, per_year: f
                 "GAP P50 / P99 / P99.9 / MAX",
                 "LOST",
                 "LATE",
+                "BASIS",
             ],
             &detection,
         ));
         out.push('\n');
-        match &advice {
-            Some(a) => out.push_str(&format!(
-                "advice: a session timeout of {} keeps false expulsions under {} a year across \
-                 these {} members (from {}'s {} gaps, {}; each gap may exceed it with \
-                 probability {:.1e})\n        assumes {}\n",
-                format_ms(a.session_timeout_ms),
-                per_year,
-                a.members,
-                a.from_member,
-                a.gaps,
-                a.basis.replace('_', " "),
-                a.tail_probability_per_gap,
-                ADVICE_ASSUMPTIONS
-            )),
-            None => out.push_str(&format!(
-                "advice: none yet: no member has shown {MIN_GAPS} heartbeat gaps\n"
-            )),
+        if let Some((_, advice)) = &advice {
+            out.push_str(&advice_text(advice, summary.is_some(), &target));
         }
     }
     out
@@ -469,99 +703,4 @@ pub(super) fn format_ago(ms: u64) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use rollcall_protocol::{GroupDetection, GroupState, Liveness, MemberDescription};
-
-    fn member(id: &str, p50: u32, p99: u32, p999: u32, max: u32) -> MemberDescription {
-        MemberDescription {
-            member_id: id.into(),
-            instance_id: None,
-            client_id: "c".into(),
-            liveness: Liveness::Alive,
-            since_heartbeat_ms: 10,
-            since_progress_ms: 10,
-            owned: Vec::new(),
-            pending_revoke: Vec::new(),
-            pending_grant: Vec::new(),
-            detection: Some(MemberDetection {
-                in_state_ms: 1,
-                phi_centi: 0,
-                suspect_after_ms: 5_000,
-                expel_after_ms: 10_000,
-                gaps: 5_000,
-                beats_lost: 0,
-                beats_late: 0,
-                gap_p50_ms: p50,
-                gap_p99_ms: p99,
-                gap_p999_ms: p999,
-                gap_max_ms: max,
-                expel_basis: None,
-            }),
-        }
-    }
-
-    fn described(members: Vec<MemberDescription>) -> DescribeGroupResponse {
-        DescribeGroupResponse {
-            group: "g".into(),
-            state: GroupState::Stable,
-            generation: 3,
-            assignor: "sticky".into(),
-            members,
-            detection: Some(Box::new(GroupDetection {
-                detector: "fixed".into(),
-                shadow: None,
-                summary: None,
-            })),
-            more: None,
-        }
-    }
-
-    #[test]
-    fn describe_advises_the_timeout_its_worst_member_needs() {
-        let r = described(vec![
-            member("calm", 1_000, 1_050, 1_100, 1_200),
-            member("noisy", 1_000, 1_600, 2_400, 2_600),
-        ]);
-        let gaps = GapSummary {
-            gaps: 5_000,
-            p50_ms: 1_000,
-            p99_ms: 1_600,
-            p999_ms: 2_400,
-            max_ms: 2_600,
-        };
-        let expected = advise(&gaps, 2, 1.0).unwrap();
-        let text = render_describe(&r, false, 1.0);
-        assert!(
-            text.contains(&format!(
-                "advice: a session timeout of {}",
-                format_ms(expected.timeout_ms)
-            )),
-            "{text}"
-        );
-        assert!(text.contains("from noisy's 5000 gaps"), "{text}");
-        let json: serde_json::Value =
-            serde_json::from_str(&render_describe(&r, true, 1.0)).unwrap();
-        assert_eq!(
-            json["advice"]["session_timeout_ms"],
-            serde_json::json!(expected.timeout_ms)
-        );
-        assert_eq!(json["advice"]["from_member"], "noisy");
-        // A stricter target never advises less.
-        let strict: serde_json::Value =
-            serde_json::from_str(&render_describe(&r, true, 0.001)).unwrap();
-        assert!(strict["advice"]["session_timeout_ms"].as_u64().unwrap() >= expected.timeout_ms);
-    }
-
-    #[test]
-    fn describe_says_when_there_is_too_little_to_advise_from() {
-        let mut young = member("young", 1_000, 1_100, 1_200, 1_300);
-        if let Some(d) = young.detection.as_mut() {
-            d.gaps = 10;
-        }
-        let text = render_describe(&described(vec![young]), false, 1.0);
-        assert!(text.contains("advice: none yet"), "{text}");
-        let json = render_describe(&described(vec![]), true, 1.0);
-        assert!(!json.contains("advice"), "{json}");
-    }
-}
+mod tests;
