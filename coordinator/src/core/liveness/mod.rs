@@ -15,8 +15,10 @@
 mod adaptive;
 pub mod advice;
 mod arrivals;
+pub mod fleet;
 mod histogram;
 mod replay;
+pub mod tail;
 mod watch;
 
 use std::fmt::{self, Debug};
