@@ -1,6 +1,6 @@
 //! Inspection: ListGroups, DescribeGroup and the counts behind the gauges.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rollcall_protocol::{
     ApiKey, DescribeGroupResponse, DetectionSummary, ErrorCode, ExpelBasis, GroupDetection,
@@ -8,7 +8,8 @@ use rollcall_protocol::{
 };
 
 use super::group::{Group, Member};
-use super::liveness::advice::{advise, Advice, Target, DEFAULT_PAUSE_FLOOR};
+use super::liveness::advice::{advise, summarise, Advice, Target, DEFAULT_PAUSE_FLOOR};
+use super::liveness::fleet::Fleet;
 use super::liveness::DetectorKind;
 use super::{refuse, Coordinator, CoreStats};
 
@@ -86,7 +87,8 @@ impl Coordinator {
                 Box::new(GroupDetection {
                     detector: g.detector.kind().as_str().to_owned(),
                     shadow: g.shadow.as_ref().map(|s| s.kind().as_str().to_owned()),
-                    summary: summary.then(|| detection_summary(g, now)),
+                    summary: summary
+                        .then(|| detection_summary(g, now, self.config.detector_settings.floor)),
                 })
             }),
             more: page.map(|_| false),
@@ -162,7 +164,8 @@ impl Coordinator {
                 let Some(newest) = g.members.values().map(|m| m.liveness.last_heard()).max() else {
                     return false;
                 };
-                match advise(&detection_summary(g, newest), &target) {
+                let floor = self.config.detector_settings.floor;
+                match advise(&detection_summary(g, newest, floor), &target) {
                     Advice::Timeout(t) => (shortest.as_millis() as u64) < t.timeout_ms,
                     Advice::NotYet { .. } => false,
                 }
@@ -194,30 +197,13 @@ impl Coordinator {
 
 /// What the group's detector has learned from all its members' gaps at `now`, as
 /// DescribeGroup version 3 reports it and the advisor reads it.
-pub(crate) fn detection_summary(g: &Group, now: Instant) -> DetectionSummary {
-    let ms = |d: std::time::Duration| u32::try_from(d.as_millis()).unwrap_or(u32::MAX);
-    let mut medians: Vec<u32> = Vec::with_capacity(g.members.len());
-    let mut summary = DetectionSummary::default();
-    for m in g.members.values() {
-        let a = m.liveness.arrivals();
-        if a.learned() == 0 {
-            continue;
-        }
-        medians.push(ms(a.quantile(0.5)));
-        summary.gap_longest_ms = summary.gap_longest_ms.max(ms(a.longest()));
-        let mean = a.mean().as_secs_f64();
-        if mean > 0.0 {
-            let centi = (a.longest().as_secs_f64() / mean * 100.0).ceil();
-            summary.longest_centi = summary
-                .longest_centi
-                .max(centi.min(f64::from(u32::MAX)) as u32);
-        }
-        summary.pooled_gaps += u64::from(a.learned());
-        summary.lost_beats += a.lost();
-    }
-    medians.sort_unstable();
-    summary.gap_median_ms = medians.get(medians.len() / 2).copied().unwrap_or(0);
-    summary.tail_gaps = summary.pooled_gaps;
-    let _ = now;
-    summary
+pub(crate) fn detection_summary(g: &Group, now: Instant, floor: Duration) -> DetectionSummary {
+    // TODO(fleet): the group's own fleet once groups keep one.
+    let fleet = Fleet::default();
+    summarise(
+        &fleet,
+        g.members.values().map(|m| m.liveness.arrivals()),
+        floor,
+        now,
+    )
 }

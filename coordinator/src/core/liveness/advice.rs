@@ -29,9 +29,13 @@
 //! (independent gaps, members of one rhythm, a representative record; pauses that hit
 //! many members at once make the rate of expulsions per pause higher).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rollcall_protocol::{DetectionSummary, TailCount};
+
+use super::fleet::{self, Fleet};
+use super::tail::{self, Gpd};
+use super::Arrivals;
 
 /// Milliseconds in a year (365.25 days).
 const YEAR_MS: f64 = 365.25 * 24.0 * 3600.0 * 1000.0;
@@ -43,16 +47,13 @@ pub const MIN_POOLED_GAPS: u64 = 3_000;
 pub const MIN_SPAN: Duration = Duration::from_secs(600);
 
 /// Gaps above the long-gap threshold the tail fit needs.
-pub const MIN_EXCEEDANCES: u64 = 30;
+pub const MIN_EXCEEDANCES: u64 = tail::MIN_EXCEEDANCES;
 
 /// The longest timeout the advisor gives.
 pub const CAP: Duration = Duration::from_secs(600);
 
 /// The confidence of every bound the advisor states.
 pub const CONFIDENCE: f64 = 0.95;
-
-/// The one-sided normal quantile at [`CONFIDENCE`].
-const Z: f64 = 1.645;
 
 /// The headroom over the longest gap seen.
 pub const HEADROOM: f64 = 1.15;
@@ -192,7 +193,7 @@ pub fn advise(s: &DetectionSummary, target: &Target) -> Advice {
         longest_ms: (longest * unit).round() as u64,
         pause_floor_ms,
         floored: floor > needed,
-        shape_upper: fit.map(|f| f.shape),
+        shape_upper: fit.map(|f| f.bound.xi),
     })
 }
 
@@ -243,10 +244,9 @@ struct Fit {
     threshold: f64,
     /// The upper bound on the rate of gaps above it.
     rate: f64,
-    /// The upper bound on the shape, never below 0.
-    shape: f64,
-    /// The scale, normalised.
-    scale: f64,
+    /// The excesses over it, normalised, at the bounds of shape (never below 0) and
+    /// scale.
+    bound: Gpd,
 }
 
 impl Fit {
@@ -256,28 +256,27 @@ impl Fit {
         if m < MIN_EXCEEDANCES || s.scale_centi == 0 || m > n {
             return None;
         }
-        let xi = f64::from(s.shape_milli) / 1000.0;
+        let estimate = Gpd {
+            xi: f64::from(s.shape_milli) / 1000.0,
+            sigma: f64::from(s.scale_centi) / 100.0,
+        };
         Some(Self {
             threshold: f64::from(s.threshold_centi) / 100.0,
             rate: upper_bound(m, n),
-            shape: (xi + Z * (1.0 + xi).max(0.0) / (m as f64).sqrt()).max(0.0),
-            scale: f64::from(s.scale_centi) / 100.0,
+            bound: estimate.upper(m),
         })
     }
 
     /// The upper bound on the chance that a gap exceeds the normalised length `t`.
     fn exceeds(&self, t: f64) -> f64 {
-        let over = (t - self.threshold).max(0.0) / self.scale;
-        let tail = if self.shape < 1e-9 {
-            (-over).exp()
-        } else {
-            (1.0 + self.shape * over).powf(-1.0 / self.shape)
-        };
-        (self.rate * tail).min(1.0)
+        if t <= self.threshold {
+            return 1.0;
+        }
+        (self.rate * self.bound.survival(t - self.threshold)).min(1.0)
     }
 
     /// The normalised length whose chance of being exceeded is `q`, if the fit reaches
-    /// it (it reaches any `q` below its rate).
+    /// it.
     fn length_for(&self, q: f64) -> Option<f64> {
         if q.is_nan() || q <= 0.0 {
             return None;
@@ -285,69 +284,21 @@ impl Fit {
         if q >= self.rate {
             return Some(self.threshold);
         }
-        let ratio = self.rate / q;
-        let over = if self.shape < 1e-9 {
-            ratio.ln()
-        } else {
-            (ratio.powf(self.shape) - 1.0) / self.shape
-        };
-        let t = self.threshold + self.scale * over;
+        let t = self.threshold + self.bound.excess_at(q / self.rate);
         t.is_finite().then_some(t)
     }
 }
 
 /// The Clopper–Pearson upper bound ([`CONFIDENCE`], one-sided) on a proportion of
-/// which `k` of `n` were seen: the `p` at which seeing `k` or fewer has chance
-/// `1 − CONFIDENCE`. For `k = 0` it is `1 − 0.05^(1/n)`, about `3/n`.
+/// which `k` of `n` were seen. For `k = 0` it is `1 − 0.05^(1/n)`, about `3/n`.
 pub fn upper_bound(k: u64, n: u64) -> f64 {
-    let alpha = 1.0 - CONFIDENCE;
-    if n == 0 || k >= n {
-        return 1.0;
-    }
-    if k == 0 {
-        return 1.0 - alpha.powf(1.0 / n as f64);
-    }
-    // Bisection on P(X ≤ k; n, p), which falls as p grows.
-    let (mut lo, mut hi) = (k as f64 / n as f64, 1.0);
-    for _ in 0..100 {
-        let mid = 0.5 * (lo + hi);
-        if binomial_cdf(k, n, mid) > alpha {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-        if hi - lo < 1e-12 * hi {
-            break;
-        }
-    }
-    hi
+    tail::binomial_upper(k, n, CONFIDENCE)
 }
 
-/// P(X ≤ k) for X binomial with `n` trials of chance `p`, summed in logarithms.
-fn binomial_cdf(k: u64, n: u64, p: f64) -> f64 {
-    if p <= 0.0 {
-        return 1.0;
-    }
-    if p >= 1.0 {
-        return if k >= n { 1.0 } else { 0.0 };
-    }
-    let (ln_p, ln_q) = (p.ln(), (-p).ln_1p());
-    let mut ln_term = n as f64 * ln_q;
-    let mut max = ln_term;
-    let mut terms = Vec::with_capacity(k as usize + 1);
-    terms.push(ln_term);
-    for i in 0..k.min(n) {
-        ln_term += ((n - i) as f64).ln() - ((i + 1) as f64).ln() + ln_p - ln_q;
-        max = max.max(ln_term);
-        terms.push(ln_term);
-    }
-    let sum: f64 = terms.iter().map(|t| (t - max).exp()).sum();
-    (max + sum.ln()).exp().min(1.0)
-}
-
-/// The upper `CONFIDENCE` quantile of a Poisson count of mean `mean`: the largest
-/// count a rate this high gives with chance at least `1 − CONFIDENCE`.
-pub fn poisson_upper(mean: f64) -> u64 {
+/// The upper `CONFIDENCE` quantile of a Poisson count of mean `mean`: the smallest
+/// count that a count of this mean stays at or under with chance `CONFIDENCE`. A
+/// promise of `mean` false expulsions is broken, at that confidence, by more.
+pub fn poisson_quantile(mean: f64) -> u64 {
     let alpha = 1.0 - CONFIDENCE;
     if mean.is_nan() || mean <= 0.0 {
         return 0;
@@ -357,7 +308,7 @@ pub fn poisson_upper(mean: f64) -> u64 {
     let mut k = 0u64;
     // For very large means, where e^-mean underflows, the normal approximation.
     if term == 0.0 {
-        return (mean + Z * mean.sqrt()).ceil() as u64;
+        return (mean + 1.645 * mean.sqrt()).ceil() as u64;
     }
     while cdf < 1.0 - alpha {
         k += 1;
@@ -365,6 +316,72 @@ pub fn poisson_upper(mean: f64) -> u64 {
         cdf += term;
     }
     k
+}
+
+/// The summary of a group's pooled gaps at `now`, as DescribeGroup version 3 reports
+/// it and [`advise`] reads it: from its `fleet`, the `arrivals` of its members (their
+/// median and longest gaps), and the detector's `floor` (a part of the long-gap
+/// threshold).
+pub fn summarise<'a>(
+    fleet: &Fleet,
+    arrivals: impl Iterator<Item = &'a Arrivals>,
+    floor: Duration,
+    now: Instant,
+) -> DetectionSummary {
+    let ms = |d: Duration| u32::try_from(d.as_millis()).unwrap_or(u32::MAX);
+    let centi = |x: f64| (x * 100.0).ceil().clamp(0.0, f64::from(u32::MAX)) as u32;
+    let mut medians = Vec::new();
+    let mut longest = 0;
+    for a in arrivals.filter(|a| a.learned() > 0) {
+        medians.push(a.quantile(0.5));
+        longest = longest.max(ms(a.longest()));
+    }
+    medians.sort_unstable();
+    let median = medians.get(medians.len() / 2).copied().unwrap_or_default();
+    let fit = fleet.fit_now(MIN_EXCEEDANCES, CONFIDENCE);
+    let estimate = fit.estimate.filter(|g| g.sigma > 0.0);
+    let median_secs = median.as_secs_f64();
+    let threshold = if median_secs > 0.0 {
+        fleet::threshold(median_secs, floor) / median_secs
+    } else {
+        0.0
+    };
+    // Gaps longer than a bucket's lower edge are at most those in it and above; the
+    // edge is rounded up so that the count stays an upper bound. From the mean gap up:
+    // the body says nothing of the tail.
+    let buckets: Vec<(f64, u32)> = fleet
+        .normalised_gaps()
+        .map(|(lower, _, count)| (lower, count))
+        .collect();
+    let mut tail = Vec::new();
+    let mut above: u64 = 0;
+    for &(lower, count) in buckets.iter().rev() {
+        above += u64::from(count);
+        if lower >= 1.0 {
+            tail.push(TailCount {
+                over_centi: centi(lower),
+                gaps: above,
+            });
+        }
+    }
+    tail.reverse();
+    let (loss_runs, lost_beats) = fleet.loss_runs();
+    DetectionSummary {
+        pooled_gaps: fleet.pooled(),
+        span_ms: u64::try_from(fleet.span(now).as_millis()).unwrap_or(u64::MAX),
+        clean_gaps: fleet.clean(),
+        gap_median_ms: ms(median),
+        gap_longest_ms: longest,
+        longest_centi: centi(fleet.longest()),
+        tail_gaps: fleet.window_gaps(),
+        threshold_centi: centi(threshold),
+        exceedances: fit.exceedances,
+        shape_milli: estimate.map_or(0, |g| (g.xi * 1000.0).round().clamp(-1e6, 1e6) as i32),
+        scale_centi: estimate.map_or(0, |g| centi(g.sigma)),
+        loss_runs,
+        lost_beats,
+        tail,
+    }
 }
 
 #[cfg(test)]
