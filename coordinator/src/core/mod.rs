@@ -16,6 +16,7 @@ pub mod liveness;
 mod membership;
 mod offsets;
 pub mod records;
+pub mod replay;
 #[cfg(test)]
 mod tests;
 mod timers;

@@ -1,27 +1,31 @@
-//! One member's heartbeat arrivals replayed through a detector, judged by the rules the
-//! core applies to a live member: the same [`Watch`], the same [`Detector`], with its
-//! timer firing when the core's would. For offline study of detectors (what a detector
-//! would have done on a recorded or synthetic trace); the core itself never uses it.
+//! One member's heartbeat arrivals replayed through the coordinator: a thin adapter
+//! over [`GroupReplay`] for a group of one member, numbering its heartbeats 1, 2, 3…
+//! (a trace of arrival times has no losses of its own). For offline study of detectors
+//! (what a detector would have done on a recorded or synthetic trace); the core itself
+//! never uses it.
 //!
-//! Deterministic and sans-IO like the rest of the core: time arrives as `now`, never read
-//! from a clock. The rules, as the core applies them:
+//! The rules are the coordinator's own, since it is the coordinator that judges (see
+//! [`crate::core::replay`]):
 //!
 //! - The member becomes suspect when its silence reaches `suspect_after` (its timer
 //!   fires then), and is expelled when it reaches `expel_after`. A heartbeat that
-//!   arrives at the very instant of a deadline is in time: the timer is taken to fire
-//!   after it.
+//!   arrives at the very instant of a deadline is in time: the timer runs after it.
 //! - A suspect member is alive again after `recover_beats` consecutive on-time
 //!   heartbeats.
-//! - An expelled member's next heartbeat is refused; its client rejoins at once and is
-//!   judged as a new member from that arrival (no history, so the adaptive detector
+//! - An expelled member's next heartbeat is refused; its client joins again at once and
+//!   is judged as a new member from that arrival (no history, so the adaptive detector
 //!   falls back to the fixed rule until it has shown enough gaps again).
 //!
-//! The guards (pause, backlog, isolation, rate limit) are the coordinator's own trouble
-//! and are not replayed: the trace is taken to be the member's alone.
+//! With one member, no lease shorter than the session and a server that hears frames
+//! throughout, no guard has evidence to act on: the trace is taken to be the member's
+//! alone. [`GroupReplay`] replays groups, connections and the server's own trouble.
 
 use std::time::{Duration, Instant};
 
-use super::{Detector, DetectorKind, DetectorSettings, Thresholds, Transition, Watch};
+use super::{DetectorKind, DetectorSettings, Thresholds};
+use crate::core::replay::{GroupReplay, ReplayConfig, Verdict};
+
+pub use crate::core::replay::Pending;
 
 /// What happened to the member up to an instant: in the silence before it, and at the
 /// arrival there if there was one ([`Replay::arrive`], [`Replay::advance`]).
@@ -36,27 +40,14 @@ pub struct Verdicts {
     pub alive_again: Option<Instant>,
 }
 
-/// When the member would be suspected and expelled if nothing more were heard.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Pending {
-    /// When it becomes suspect; `None` when it is already suspect or expelled.
-    pub suspect_at: Option<Instant>,
-    /// When it is expelled; `None` when it already is.
-    pub expel_at: Option<Instant>,
-}
-
-/// One member's arrivals replayed through a detector; see the module documentation.
+/// One member's arrivals replayed through the coordinator; see the module
+/// documentation.
 #[derive(Debug)]
 pub struct Replay {
-    detector: Box<dyn Detector>,
-    session: Duration,
-    recover_beats: u32,
-    /// The member's liveness; `None` before its first arrival and while it is expelled.
-    watch: Option<Watch>,
-    /// Heartbeat sequence numbers, one per arrival (a trace has no losses of its own).
+    group: GroupReplay,
+    kind: DetectorKind,
+    /// Heartbeat sequence numbers, one per arrival.
     sequence: u64,
-    /// The member was expelled and has not been heard since.
-    expelled: bool,
 }
 
 impl Replay {
@@ -65,81 +56,42 @@ impl Replay {
     /// their thresholds never exceed).
     pub fn new(kind: DetectorKind, settings: &DetectorSettings, session: Duration) -> Self {
         Self {
-            detector: kind.build(settings),
-            session,
-            recover_beats: settings.recover_beats,
-            watch: None,
+            group: GroupReplay::new(ReplayConfig::new(kind, settings, session)),
+            kind,
             sequence: 0,
-            expelled: false,
         }
     }
 
     /// Which detector judges the member.
     pub fn kind(&self) -> DetectorKind {
-        self.detector.kind()
+        self.kind
     }
 
     /// Fires the member's timers that fall before `now` (not at it), with nothing heard:
     /// what the core would have done by then.
     pub fn advance(&mut self, now: Instant) -> Verdicts {
-        let mut out = Verdicts::default();
-        let Some(w) = self.watch.as_mut() else {
-            return out;
-        };
-        if let Some(at) = w.suspect_at() {
-            if at < now {
-                if let Some(Transition::Suspected { .. }) = w.check(at) {
-                    out.suspected = Some(at);
-                }
-            }
-        }
-        let deadline = w.deadline();
-        if deadline < now {
-            out.expelled = Some(deadline);
-            self.watch = None;
-            self.expelled = true;
-        }
-        out
+        self.group.advance(now);
+        self.verdicts()
     }
 
     /// A heartbeat arrived at `now`: fires the timers due before it, then judges it
     /// (recovery of a suspect member; a rejoin after an expulsion). An arrival earlier
     /// than the one before counts as simultaneous with it.
     pub fn arrive(&mut self, now: Instant) -> Verdicts {
-        let mut out = self.advance(now);
         self.sequence += 1;
-        match self.watch.as_mut() {
-            Some(w) => {
-                w.heard(now);
-                let beat = w.beat(
-                    now,
-                    self.sequence,
-                    self.session,
-                    &*self.detector,
-                    None,
-                    self.recover_beats,
-                );
-                match beat.change {
-                    Some(Transition::Recovered { .. }) => out.alive_again = Some(now),
-                    // Only at the instant of its timer, which fired above.
-                    Some(Transition::Suspected { .. }) => out.suspected = Some(now),
-                    None => {}
+        self.group.beat(now, 0, self.sequence);
+        self.verdicts()
+    }
+
+    fn verdicts(&mut self) -> Verdicts {
+        let mut out = Verdicts::default();
+        while let Some(j) = self.group.poll_verdict() {
+            match j.verdict {
+                Verdict::Suspected => {
+                    out.suspected.get_or_insert(j.at);
                 }
-            }
-            None => {
-                if std::mem::take(&mut self.expelled) {
-                    out.alive_again = Some(now);
-                }
-                let mut w = Watch::new(now, self.session, &*self.detector, None);
-                w.beat(
-                    now,
-                    self.sequence,
-                    self.session,
-                    &*self.detector,
-                    None,
-                    self.recover_beats,
-                );
-                self.watch = Some(w);
+                Verdict::Expelled(_) => out.expelled = Some(j.at),
+                Verdict::Recovered | Verdict::Rejoined => out.alive_again = Some(j.at),
             }
         }
         out
@@ -147,136 +99,21 @@ impl Replay {
 
     /// When the member would be suspected and expelled if nothing more were heard.
     pub fn pending(&self) -> Pending {
-        match &self.watch {
-            Some(w) => Pending {
-                suspect_at: w.suspect_at(),
-                expel_at: Some(w.deadline()),
-            },
-            None => Pending {
-                suspect_at: None,
-                expel_at: None,
-            },
-        }
+        self.group.pending(0)
     }
 
     /// The thresholds in force; `None` before the first arrival and while expelled.
     pub fn thresholds(&self) -> Option<Thresholds> {
-        self.watch.as_ref().map(Watch::thresholds)
+        self.group.thresholds(0)
     }
 
     /// Whether the member is suspect (and not expelled) as of the last instant replayed.
     pub fn is_suspect(&self) -> bool {
-        self.watch
-            .as_ref()
-            .is_some_and(|w| w.suspect_at().is_none())
+        self.group.is_suspect(0)
     }
 
     /// Whether the member is expelled and not heard since.
     pub fn is_expelled(&self) -> bool {
-        self.expelled
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn at(start: Instant, secs: f64) -> Instant {
-        start + Duration::from_secs_f64(secs)
-    }
-
-    /// A fixed 4 s timeout (suspect after 2 s), beats every second, by hand: a 3 s gap
-    /// is a suspicion that three on-time beats end; a 5 s gap an expulsion and a
-    /// rejoin; a beat at the very deadline is in time.
-    #[test]
-    fn a_fixed_timeout_replayed_by_hand() {
-        let start = crate::core::tests::start_instant();
-        let mut r = Replay::new(
-            DetectorKind::Fixed,
-            &DetectorSettings::default(),
-            Duration::from_secs(4),
-        );
-        assert_eq!(r.kind(), DetectorKind::Fixed);
-        assert_eq!(r.pending().expel_at, None, "not heard yet");
-        for s in 0..=10 {
-            assert_eq!(r.arrive(at(start, f64::from(s))), Verdicts::default());
-        }
-        // 3 s of silence: suspect at 12, not expelled.
-        let v = r.arrive(at(start, 13.0));
-        assert_eq!(v.suspected, Some(at(start, 12.0)));
-        assert_eq!(v.expelled, None);
-        assert!(r.is_suspect());
-        assert_eq!(r.pending().suspect_at, None, "already suspect");
-        // Three on-time beats: alive again at the third.
-        assert_eq!(r.arrive(at(start, 14.0)), Verdicts::default());
-        assert_eq!(r.arrive(at(start, 15.0)), Verdicts::default());
-        assert_eq!(r.arrive(at(start, 16.0)).alive_again, Some(at(start, 16.0)));
-        assert!(!r.is_suspect());
-        // A beat exactly at the deadline (after a suspicion) is in time.
-        let v = r.arrive(at(start, 20.0));
-        assert_eq!(v.suspected, Some(at(start, 18.0)));
-        assert_eq!(v.expelled, None);
-        // Still suspect (a late beat does not count towards recovery); 5 s of silence:
-        // expelled at 24, rejoined at 25.
-        let v = r.arrive(at(start, 25.0));
-        assert_eq!(
-            v,
-            Verdicts {
-                suspected: None,
-                expelled: Some(at(start, 24.0)),
-                alive_again: Some(at(start, 25.0)),
-            }
-        );
-        assert!(!r.is_expelled() && !r.is_suspect(), "a new member");
-        // Silence from here: pending verdicts, then the timers fire.
-        assert_eq!(
-            r.pending(),
-            Pending {
-                suspect_at: Some(at(start, 27.0)),
-                expel_at: Some(at(start, 29.0)),
-            }
-        );
-        assert_eq!(
-            r.advance(at(start, 27.0)),
-            Verdicts::default(),
-            "not before"
-        );
-        let v = r.advance(at(start, 40.0));
-        assert_eq!(v.suspected, Some(at(start, 27.0)));
-        assert_eq!(v.expelled, Some(at(start, 29.0)));
-        assert!(r.is_expelled());
-        assert_eq!(r.thresholds(), None);
-    }
-
-    /// The adaptive detector, replayed: a young member is judged by the session
-    /// timeout, a calm one by its own gaps, always within the session.
-    #[test]
-    fn adaptive_follows_the_members_gaps_within_its_session() {
-        let start = crate::core::tests::start_instant();
-        let session = Duration::from_secs(10);
-        let mut r = Replay::new(
-            DetectorKind::Adaptive,
-            &DetectorSettings::default(),
-            session,
-        );
-        r.arrive(start);
-        assert_eq!(r.thresholds(), Some(Thresholds::fixed(session)));
-        for s in 1..=200 {
-            let v = r.arrive(at(start, f64::from(s)));
-            assert_eq!(v, Verdicts::default(), "a calm member at {s} s");
-        }
-        let t = r.thresholds().expect("heard");
-        assert!(t.expel_after < Duration::from_secs(2), "{t:?}");
-        assert!(t.expel_after >= DetectorSettings::default().floor);
-        // Replays are deterministic: the same arrivals, the same verdicts.
-        let mut again = Replay::new(
-            DetectorKind::Adaptive,
-            &DetectorSettings::default(),
-            session,
-        );
-        for s in 0..=200 {
-            again.arrive(at(start, f64::from(s)));
-        }
-        assert_eq!(again.pending(), r.pending());
+        self.group.is_expelled(0)
     }
 }

@@ -205,7 +205,7 @@ impl Rng {
 
 /// Seed 002's trace: a heartbeat every second with up to ±100 ms of jitter, a 3.5 s
 /// stop-the-world pause at 40 s, death at 100 s. Arrival times in seconds.
-fn seed_002_trace(seed: u64) -> (Vec<f64>, f64) {
+pub(in crate::core) fn seed_002_trace(seed: u64) -> (Vec<f64>, f64) {
     let mut rng = Rng(seed);
     let mut arrivals = Vec::new();
     let mut t = 1.0;
@@ -225,7 +225,7 @@ fn seed_002_trace(seed: u64) -> (Vec<f64>, f64) {
 /// A heartbeat sent every second over a network that is noisy for ten minutes (each
 /// beat delayed by up to 2.5 s, delivered in order) and then calm for twenty (up to
 /// 50 ms), then death.
-fn noisy_then_calm_trace(seed: u64) -> (Vec<f64>, f64) {
+pub(in crate::core) fn noisy_then_calm_trace(seed: u64) -> (Vec<f64>, f64) {
     let mut rng = Rng(seed);
     let mut arrivals: Vec<f64> = Vec::new();
     let mut sent = 0.0;
@@ -243,7 +243,12 @@ fn noisy_then_calm_trace(seed: u64) -> (Vec<f64>, f64) {
 /// Replays `arrivals` through `detector` with a session timeout of `session`: whether
 /// any silence before the death was convicted, and how long after the death the
 /// silence after the last arrival is convicted.
-fn replay(detector: &dyn Detector, arrivals: &[f64], death: f64, session: Duration) -> (u32, f64) {
+pub(in crate::core) fn replay(
+    detector: &dyn Detector,
+    arrivals: &[f64],
+    death: f64,
+    session: Duration,
+) -> (u32, f64) {
     let start = Instant::now();
     let at = |s: f64| start + Duration::from_secs_f64(s);
     let mut a = Arrivals::default();

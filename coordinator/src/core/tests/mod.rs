@@ -5,7 +5,7 @@
 //! core at every deadline it asked for on the way, exactly as the shell does.
 
 mod defects;
-mod detection;
+pub(super) mod detection;
 mod effects;
 mod leases;
 mod pages;
