@@ -113,6 +113,8 @@ pub(crate) struct DetectorArgs {
     /// No progress lines on stderr.
     #[arg(long)]
     pub(crate) quiet: bool,
+    #[command(flatten)]
+    pub(crate) advise: super::advise::AdviseArgs,
 }
 
 impl DetectorArgs {

@@ -1,0 +1,354 @@
+//! `detector --advise`: does the timeout advisor keep its promise on arrivals it has not
+//! seen? Per run, the first `--train` of a group's heartbeats (every member of a
+//! synthetic preset) is pooled into a fleet by the coordinator's own code and the
+//! advisor asked for a session timeout; the rest of the run is then replayed through a
+//! real coordinator ([`GroupReplay`]) with the fixed detector at that timeout, and its
+//! expulsions (every member is alive: each is a false one) counted. Over the runs, the
+//! count must not exceed the upper 95 % Poisson quantile of what the advice promised
+//! for the held-out member-time: `observed ≤ Poisson95(Σ promise × held-out years)`.
+
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use rollcall_coordinator::core::liveness::advice::{
+    advise, poisson_quantile, summarise, Advice, Basis, Target, DEFAULT_PAUSE_FLOOR,
+    MIN_POOLED_GAPS, MIN_SPAN,
+};
+use rollcall_coordinator::core::liveness::fleet::Fleet;
+use rollcall_coordinator::core::liveness::Arrivals;
+use rollcall_coordinator::core::replay::{GroupReplay, ReplayConfig, Verdict};
+use rollcall_coordinator::core::{DetectorKind, DetectorSettings};
+use rollcall_protocol::ExpelReason;
+use serde::Serialize;
+
+use super::trace::{seconds, Param, Params, Source};
+use super::DetectorArgs;
+use crate::common::{command_line, Check, Machine, Report};
+use crate::stats::median;
+
+/// Seconds in a year (365.25 days), as the advisor counts them.
+const YEAR_S: f64 = 365.25 * 24.0 * 3600.0;
+/// Members of a synthetic group.
+const MEMBERS: usize = 20;
+/// The trace's length by default: half to train on, half held out.
+const DEFAULT_LENGTH_S: f64 = 3_600.0;
+
+/// The options of `--advise`.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct AdviseArgs {
+    /// Check the timeout advisor instead of sweeping the detectors: advise from the
+    /// first --train of each run, replay the rest with the fixed detector at the
+    /// advised timeout, and compare its false expulsions with the promise (the trace
+    /// is 1 h unless --duration says otherwise).
+    #[arg(long)]
+    pub(crate) advise: bool,
+    /// With --advise: the part of each run the advisor learns from.
+    #[arg(long, value_parser = seconds, default_value = "30m", requires = "advise")]
+    pub(crate) train: f64,
+    /// With --advise: the false expulsions a year across the group asked of the
+    /// advisor.
+    #[arg(long, default_value_t = 1.0, requires = "advise")]
+    pub(crate) false_expulsions_per_year: f64,
+}
+
+/// One run's advice and what the held-out part made of it.
+#[derive(Debug, Clone, Serialize)]
+struct RunAdvice {
+    seed: u64,
+    /// `None`: the advisor had too little history.
+    timeout_ms: Option<u64>,
+    basis: Option<&'static str>,
+    /// False expulsions a year across the group the advice promises.
+    promise_per_year: Option<f64>,
+    /// The gaps the advisor pooled, and over how long.
+    pooled_gaps: u64,
+    span_s: f64,
+    /// Held-out member-years replayed.
+    member_years: f64,
+    /// The promise for them: `promise_per_year / members × member_years`.
+    expected: f64,
+    /// False expulsions the replay found.
+    observed: u64,
+    held_out_arrivals: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct AdviseFigures {
+    trace: String,
+    preset: Params,
+    members: usize,
+    runs: usize,
+    train_s: f64,
+    held_out_s: f64,
+    false_expulsions_per_year: f64,
+    per_run: Vec<RunAdvice>,
+    /// Runs with advice.
+    advised: usize,
+    timeout_median_ms: Option<f64>,
+    promise_median_per_year: Option<f64>,
+    expected: f64,
+    observed: u64,
+    /// The most false expulsions the promise allows (upper 95 % Poisson quantile).
+    allowed: u64,
+    wall_s: f64,
+}
+
+/// A run's arrivals: `(seconds, member, sequence)`, in time order.
+fn arrivals(params: &Params, seed: u64) -> Vec<(f64, usize, u64)> {
+    let mut all = Vec::new();
+    for member in 0..MEMBERS {
+        let member_seed = seed.wrapping_mul(1_000_003).wrapping_add(member as u64);
+        for (i, t) in params.generate(member_seed).enumerate() {
+            all.push((t, member, i as u64 + 1));
+        }
+    }
+    all.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    all
+}
+
+/// Advises from the arrivals before `train`: the fleet and the members' arrivals are
+/// the coordinator's own code, fed as the coordinator feeds them.
+fn advice(
+    all: &[(f64, usize, u64)],
+    train: f64,
+    start: Instant,
+    target: &Target,
+) -> (Advice, u64, f64) {
+    let settings = DetectorSettings::default();
+    let mut fleet = Fleet::default();
+    let mut members = vec![Arrivals::default(); MEMBERS];
+    let mut last_seq = vec![0u64; MEMBERS];
+    for &(t, m, seq) in all.iter().take_while(|a| a.0 < train) {
+        let now = start + Duration::from_secs_f64(t);
+        let a = &mut members[m];
+        let (mean, learned) = (a.mean(), a.learned());
+        let gap = a.beat(now, seq);
+        let lost = seq.saturating_sub(last_seq[m] + 1);
+        let first = last_seq[m] == 0;
+        last_seq[m] = seq;
+        if !first && lost > 0 {
+            fleet.lost(now, lost);
+            continue;
+        }
+        // A member's first gap has no mean to be measured in.
+        if let Some(gap) = gap.filter(|_| learned > 0) {
+            fleet.learn(now, gap, mean, settings.floor, MEMBERS);
+        }
+    }
+    let now = start + Duration::from_secs_f64(train);
+    let summary = summarise(&fleet, members.iter(), settings.floor, now);
+    (
+        advise(&summary, target),
+        summary.pooled_gaps,
+        summary.span_ms as f64 / 1000.0,
+    )
+}
+
+/// Replays the arrivals from `train` on through a coordinator with the fixed detector
+/// at `timeout`: its expulsions for silence.
+fn held_out(all: &[(f64, usize, u64)], train: f64, start: Instant, timeout: Duration) -> u64 {
+    let config = ReplayConfig::new(DetectorKind::Fixed, &DetectorSettings::default(), timeout);
+    let mut replay = GroupReplay::new(config);
+    let mut expelled = 0;
+    for &(t, m, seq) in all.iter().filter(|a| a.0 >= train) {
+        replay.beat(start + Duration::from_secs_f64(t), m, seq);
+        while let Some(judged) = replay.poll_verdict() {
+            if judged.verdict == Verdict::Expelled(ExpelReason::SessionExpired) {
+                expelled += 1;
+            }
+        }
+    }
+    expelled
+}
+
+fn lab(args: &DetectorArgs) -> Result<(AdviseFigures, String, Vec<Check>), String> {
+    let started = Instant::now();
+    let a = &args.advise;
+    if args.trace.is_some() {
+        return Err("--advise replays synthetic groups: use --preset".into());
+    }
+    let Source::Synthetic(mut params) = args.source()? else {
+        unreachable!("a file was refused above")
+    };
+    if args.duration.is_none() {
+        let mut overrides = args.overrides();
+        overrides.push((Param::Duration, DEFAULT_LENGTH_S.max(a.train * 2.0)));
+        params = Params::new(params.preset, &overrides)?;
+    }
+    let length = params.get(Param::Duration);
+    if !(a.train > 0.0 && a.train < length) {
+        return Err(format!(
+            "--train must be above 0 and below the trace's {length} s"
+        ));
+    }
+    if !(a.false_expulsions_per_year > 0.0 && a.false_expulsions_per_year.is_finite()) {
+        return Err("--false-expulsions-per-year must be above 0".into());
+    }
+    let target = Target {
+        per_year: a.false_expulsions_per_year,
+        members: MEMBERS,
+        pause_floor: DEFAULT_PAUSE_FLOOR,
+    };
+    let runs = args.runs.unwrap_or(20).max(1);
+    let start = Instant::now();
+    let mut per_run = Vec::with_capacity(runs);
+    for i in 0..runs {
+        let seed = args.seed.saturating_add(i as u64);
+        let all = arrivals(&params, seed);
+        let (advice, pooled_gaps, span_s) = advice(&all, a.train, start, &target);
+        let held_out_s = all.last().map_or(0.0, |l| l.0) - a.train;
+        let member_years = MEMBERS as f64 * held_out_s.max(0.0) / YEAR_S;
+        let held_out_arrivals = all.iter().filter(|x| x.0 >= a.train).count() as u64;
+        let run = match advice {
+            Advice::NotYet { .. } => RunAdvice {
+                seed,
+                timeout_ms: None,
+                basis: None,
+                promise_per_year: None,
+                pooled_gaps,
+                span_s,
+                member_years,
+                expected: 0.0,
+                observed: 0,
+                held_out_arrivals,
+            },
+            Advice::Timeout(t) => RunAdvice {
+                seed,
+                timeout_ms: Some(t.timeout_ms),
+                basis: Some(t.basis.as_str()),
+                promise_per_year: Some(t.promise_per_year),
+                pooled_gaps,
+                span_s,
+                member_years,
+                expected: t.promise_per_year / MEMBERS as f64 * member_years,
+                observed: held_out(&all, a.train, start, Duration::from_millis(t.timeout_ms)),
+                held_out_arrivals,
+            },
+        };
+        if !args.quiet {
+            eprintln!(
+                "[{:7.1}s] run {}/{runs}: timeout {:?} ms ({}), promise {:.3} over the held-out part, {} false expulsions",
+                started.elapsed().as_secs_f64(),
+                i + 1,
+                run.timeout_ms,
+                run.basis.unwrap_or("no advice"),
+                run.expected,
+                run.observed
+            );
+        }
+        if started.elapsed() > args.time_limit {
+            return Err(format!(
+                "stopped after {} s (--time-limit)",
+                started.elapsed().as_secs()
+            ));
+        }
+        per_run.push(run);
+    }
+    let expected: f64 = per_run.iter().map(|r| r.expected).sum();
+    let observed: u64 = per_run.iter().map(|r| r.observed).sum();
+    let allowed = poisson_quantile(expected);
+    let advised = per_run.iter().filter(|r| r.timeout_ms.is_some()).count();
+    let mut timeouts: Vec<f64> = per_run
+        .iter()
+        .filter_map(|r| r.timeout_ms.map(|t| t as f64))
+        .collect();
+    let mut promises: Vec<f64> = per_run.iter().filter_map(|r| r.promise_per_year).collect();
+    let figures = AdviseFigures {
+        trace: params.describe(),
+        preset: params.clone(),
+        members: MEMBERS,
+        runs,
+        train_s: a.train,
+        held_out_s: length - a.train,
+        false_expulsions_per_year: a.false_expulsions_per_year,
+        advised,
+        timeout_median_ms: median(&mut timeouts),
+        promise_median_per_year: median(&mut promises),
+        expected,
+        observed,
+        allowed,
+        per_run,
+        wall_s: started.elapsed().as_secs_f64(),
+    };
+    let text = text(&figures);
+    let checks = vec![Check::new(
+        "held-out false expulsions within the advisor's promise",
+        format!("≤ {allowed} (Poisson 95 % of {expected:.3} promised)"),
+        format!("{observed} in {advised} advised runs of {runs}"),
+        observed <= allowed,
+    )];
+    Ok((figures, text, checks))
+}
+
+fn text(f: &AdviseFigures) -> String {
+    let mut out = format!(
+        "advisor check on {}: {} members, {} runs; advice from the first {:.0} s, held out \
+         {:.0} s; asked for {} false expulsions a year\n",
+        f.trace,
+        f.members,
+        f.runs,
+        f.train_s,
+        f.held_out_s,
+        f.false_expulsions_per_year
+    );
+    out.push_str(&format!(
+        "  the advisor needs {MIN_POOLED_GAPS} gaps over {} s\n",
+        MIN_SPAN.as_secs()
+    ));
+    out.push_str("  run  seed  gaps      timeout   basis         promise/yr  expected  observed\n");
+    for (i, r) in f.per_run.iter().enumerate() {
+        out.push_str(&format!(
+            "  {:>3}  {:>4}  {:>8}  {:>8}  {:<12}  {:>10}  {:>8.3}  {:>8}\n",
+            i + 1,
+            r.seed,
+            r.pooled_gaps,
+            r.timeout_ms
+                .map_or("-".into(), |t| format!("{:.1}s", t as f64 / 1000.0)),
+            r.basis.unwrap_or("no advice"),
+            r.promise_per_year
+                .map_or("-".into(), |p| format!("{p:.3e}")),
+            r.expected,
+            r.observed
+        ));
+    }
+    out.push_str(&format!(
+        "  total: {} false expulsions held out against {:.3} promised (at most {} at 95 %)\n",
+        f.observed, f.expected, f.allowed
+    ));
+    let bases = [Basis::Observed, Basis::Tail, Basis::PauseFloor, Basis::Unreachable];
+    let counts: Vec<String> = bases
+        .iter()
+        .map(|b| {
+            let n = f
+                .per_run
+                .iter()
+                .filter(|r| r.basis == Some(b.as_str()))
+                .count();
+            format!("{} {n}", b.as_str())
+        })
+        .collect();
+    out.push_str(&format!("  bases: {}\n", counts.join(", ")));
+    out
+}
+
+/// Runs the check on a blocking thread and reports it. Returns whether it was met.
+pub(crate) async fn run(args: &DetectorArgs) -> Result<bool, String> {
+    let mut machine = Machine::now();
+    let owned = args.clone();
+    let (figures, text, checks) = tokio::task::spawn_blocking(move || lab(&owned))
+        .await
+        .map_err(|e| format!("the advisor check failed: {e}"))??;
+    machine.finish();
+    let report = Report {
+        scenario: "detector --advise",
+        command: command_line(),
+        machine,
+        coordinator: None,
+        generator: None,
+        figures,
+        checks,
+        notes: Vec::new(),
+        text,
+    };
+    report.emit(args.json.as_ref())
+}
