@@ -128,7 +128,12 @@ impl DetectionSummary {
 
     /// Encoded size, bytes.
     pub fn encoded_len(&self) -> usize {
-        Self::FIXED_SIZE + TailCount::SIZE * self.tail.len()
+        Self::encoded_len_of(self.tail.len())
+    }
+
+    /// Encoded size of a summary with `tail` tail counts, bytes.
+    pub const fn encoded_len_of(tail: usize) -> usize {
+        Self::FIXED_SIZE + TailCount::SIZE * tail
     }
 
     fn encode(&self, buf: &mut BytesMut) -> Result<(), EncodeError> {

@@ -284,12 +284,7 @@ fn text(f: &AdviseFigures) -> String {
     let mut out = format!(
         "advisor check on {}: {} members, {} runs; advice from the first {:.0} s, held out \
          {:.0} s; asked for {} false expulsions a year\n",
-        f.trace,
-        f.members,
-        f.runs,
-        f.train_s,
-        f.held_out_s,
-        f.false_expulsions_per_year
+        f.trace, f.members, f.runs, f.train_s, f.held_out_s, f.false_expulsions_per_year
     );
     out.push_str(&format!(
         "  the advisor needs {MIN_POOLED_GAPS} gaps over {} s\n",
@@ -315,7 +310,12 @@ fn text(f: &AdviseFigures) -> String {
         "  total: {} false expulsions held out against {:.3} promised (at most {} at 95 %)\n",
         f.observed, f.expected, f.allowed
     ));
-    let bases = [Basis::Observed, Basis::Tail, Basis::PauseFloor, Basis::Unreachable];
+    let bases = [
+        Basis::Observed,
+        Basis::Tail,
+        Basis::PauseFloor,
+        Basis::Unreachable,
+    ];
     let counts: Vec<String> = bases
         .iter()
         .map(|b| {

@@ -61,6 +61,14 @@ pub const HEADROOM: f64 = 1.15;
 /// The default pause floor: pauses the group has not shown.
 pub const DEFAULT_PAUSE_FLOOR: Duration = Duration::from_secs(3);
 
+/// The most lengths in a summary's ladder of tail counts ([`summarise`]): the
+/// longest of those the fleet's histogram holds a count at, from its mean gap up (four
+/// an octave), so that a member's description stays small in a frame.
+pub const MAX_TAIL_COUNTS: usize = 16;
+
+/// The most bytes the summary of a group's gaps takes in a DescribeGroup answer.
+pub const MAX_SUMMARY_BYTES: usize = DetectionSummary::encoded_len_of(MAX_TAIL_COUNTS);
+
 /// What the advice is asked for.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Target {
@@ -365,6 +373,9 @@ pub fn summarise<'a>(
         }
     }
     tail.reverse();
+    // The shortest lengths go first: the longest are those the advice needs.
+    let excess = tail.len().saturating_sub(MAX_TAIL_COUNTS);
+    tail.drain(..excess);
     let (loss_runs, lost_beats) = fleet.loss_runs();
     DetectionSummary {
         pooled_gaps: fleet.pooled(),
