@@ -173,6 +173,17 @@ impl Coordinator {
             .count()
     }
 
+    /// Every group's summary of its pooled heartbeat gaps at `now`, as DescribeGroup
+    /// version 3 reports it and the timeout advisor reads it: for tools that drive a
+    /// core themselves (the detector lab).
+    pub fn detection_summaries(&self, now: Instant) -> Vec<(String, DetectionSummary)> {
+        let floor = self.config.detector_settings.floor;
+        self.groups
+            .values()
+            .map(|g| (g.name.to_string(), detection_summary(g, now, floor)))
+            .collect()
+    }
+
     /// What `m`'s expulsion deadline rests on.
     fn expel_basis(&self, g: &Group, m: &Member) -> ExpelBasis {
         if g.detector.kind() == DetectorKind::Fixed {

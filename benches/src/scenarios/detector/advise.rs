@@ -1,9 +1,11 @@
 //! `detector --advise`: does the timeout advisor keep its promise on arrivals it has not
 //! seen? Per run, the first `--train` of a group's heartbeats (every member of a
-//! synthetic preset) is pooled into a fleet by the coordinator's own code and the
-//! advisor asked for a session timeout; the rest of the run is then replayed through a
-//! real coordinator ([`GroupReplay`]) with the fixed detector at that timeout, and its
-//! expulsions (every member is alive: each is a false one) counted. Over the runs, the
+//! synthetic preset) is replayed through a real coordinator ([`GroupReplay`]) with the
+//! preset's session timeout, and the advisor asked for a session timeout from the
+//! summary of the group's pooled gaps the coordinator then holds (DescribeGroup
+//! version 3's); the rest of the run is replayed through another coordinator with the
+//! fixed detector at the advised timeout, and its expulsions (every member is alive:
+//! each is a false one) counted. Over the runs, the
 //! count must not exceed the upper 95 % Poisson quantile of what the advice promised
 //! for the held-out member-time: `observed ≤ Poisson95(Σ promise × held-out years)`.
 
@@ -11,11 +13,8 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use rollcall_coordinator::core::liveness::advice::{
-    advise, poisson_quantile, summarise, Advice, Basis, Target, DEFAULT_PAUSE_FLOOR,
-    MIN_POOLED_GAPS, MIN_SPAN,
+    advise, poisson_quantile, Advice, Basis, Target, DEFAULT_PAUSE_FLOOR, MIN_POOLED_GAPS, MIN_SPAN,
 };
-use rollcall_coordinator::core::liveness::fleet::Fleet;
-use rollcall_coordinator::core::liveness::Arrivals;
 use rollcall_coordinator::core::replay::{GroupReplay, ReplayConfig, Verdict};
 use rollcall_coordinator::core::{DetectorKind, DetectorSettings};
 use rollcall_protocol::ExpelReason;
@@ -106,37 +105,31 @@ fn arrivals(params: &Params, seed: u64) -> Vec<(f64, usize, u64)> {
     all
 }
 
-/// Advises from the arrivals before `train`: the fleet and the members' arrivals are
-/// the coordinator's own code, fed as the coordinator feeds them.
+/// Advises from the arrivals before `train`, replayed through a coordinator whose
+/// members have the preset's session timeout: the group's summary is the one
+/// DescribeGroup version 3 would report at `train`, from the coordinator's own fleet.
 fn advice(
     all: &[(f64, usize, u64)],
     train: f64,
     start: Instant,
+    session: Duration,
     target: &Target,
 ) -> (Advice, u64, f64) {
-    let settings = DetectorSettings::default();
-    let mut fleet = Fleet::default();
-    let mut members = vec![Arrivals::default(); MEMBERS];
-    let mut last_seq = vec![0u64; MEMBERS];
+    let config = ReplayConfig::new(DetectorKind::Fixed, &DetectorSettings::default(), session);
+    let mut replay = GroupReplay::new(config);
     for &(t, m, seq) in all.iter().take_while(|a| a.0 < train) {
-        let now = start + Duration::from_secs_f64(t);
-        let a = &mut members[m];
-        let (mean, learned) = (a.mean(), a.learned());
-        let gap = a.beat(now, seq);
-        let lost = seq.saturating_sub(last_seq[m] + 1);
-        let first = last_seq[m] == 0;
-        last_seq[m] = seq;
-        if !first && lost > 0 {
-            fleet.lost(now, lost);
-            continue;
-        }
-        // A member's first gap has no mean to be measured in.
-        if let Some(gap) = gap.filter(|_| learned > 0) {
-            fleet.learn(now, gap, mean, settings.floor, MEMBERS);
-        }
+        replay.beat(start + Duration::from_secs_f64(t), m, seq);
+        while replay.poll_verdict().is_some() {}
     }
     let now = start + Duration::from_secs_f64(train);
-    let summary = summarise(&fleet, members.iter(), settings.floor, now);
+    replay.advance(now);
+    let summary = replay
+        .coordinator()
+        .detection_summaries(now)
+        .into_iter()
+        .next()
+        .map(|(_, s)| s)
+        .unwrap_or_default();
     (
         advise(&summary, target),
         summary.pooled_gaps,
@@ -190,12 +183,13 @@ fn lab(args: &DetectorArgs) -> Result<(AdviseFigures, String, Vec<Check>), Strin
         pause_floor: DEFAULT_PAUSE_FLOOR,
     };
     let runs = args.runs.unwrap_or(20).max(1);
+    let session = Duration::from_secs_f64(args.session.unwrap_or(params.preset.session()));
     let start = Instant::now();
     let mut per_run = Vec::with_capacity(runs);
     for i in 0..runs {
         let seed = args.seed.saturating_add(i as u64);
         let all = arrivals(&params, seed);
-        let (advice, pooled_gaps, span_s) = advice(&all, a.train, start, &target);
+        let (advice, pooled_gaps, span_s) = advice(&all, a.train, start, session, &target);
         let held_out_s = all.last().map_or(0.0, |l| l.0) - a.train;
         let member_years = MEMBERS as f64 * held_out_s.max(0.0) / YEAR_S;
         let held_out_arrivals = all.iter().filter(|x| x.0 >= a.train).count() as u64;
