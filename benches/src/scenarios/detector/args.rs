@@ -6,23 +6,76 @@ use std::time::Duration;
 use clap::Args;
 use rollcall_coordinator::core::DetectorKind;
 
-use super::qos::Setting;
+use super::qos::{CrashKind, Setting};
 use super::trace::{seconds, Param, Params, Preset, Source};
+
+/// Which crashes of member 0 to replay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum CrashKinds {
+    /// Its process dies: the connection closes.
+    Process,
+    /// Its host or network goes: only silence.
+    Silent,
+    /// Each, in its own replay.
+    Both,
+}
+
+/// Which settings to sweep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Sweep {
+    /// The fixed rule at the session timeout and the adaptive detector's defaults: what
+    /// the checks compare.
+    Defaults,
+    /// Every fixed timeout of --timeouts and every adaptive setting of --phi × --floor,
+    /// with the fixed rule at the session timeout.
+    Full,
+}
 
 #[derive(Debug, Clone, Args)]
 pub(crate) struct DetectorArgs {
-    /// A trace file: one arrival time in seconds per line, in order; optionally a
-    /// header line, `#` comments, and a `crash,<seconds>` line saying when the process
+    /// A trace file: arrival lines `t`, `t,member` or `t,member,seq` (seconds, in
+    /// order), the coordinator's event lines (`closed,t,member`, `opened,t,member`,
+    /// `pause,t,dur`, `lag,t,dur`, `silent,t,dur`), optionally a header line, `#`
+    /// comments, and a `crash,<seconds>` line saying when the measured member's process
     /// died. Read streaming (any length).
     #[arg(long, value_name = "FILE", conflicts_with = "preset")]
     pub(crate) trace: Option<PathBuf>,
     /// A synthetic trace (default: seed002).
     #[arg(long, value_enum)]
     pub(crate) preset: Option<Preset>,
-    /// With --trace of a group (`time,member` lines, as `rollcall trace GROUP` writes
-    /// them): the member whose arrivals to replay (default: the first in the file).
+    /// With --trace of a group (`time,member[,seq]` lines, as `rollcall trace GROUP`
+    /// writes them): the member whose crash is measured (default: the first in the
+    /// file). Every member of the file is replayed.
     #[arg(long, requires = "trace")]
     pub(crate) member: Option<String>,
+    /// Members of a synthetic group, each with its own trace (seed × the preset's
+    /// multiplier + member), all judged by one coordinator (default 20). Member 0 dies;
+    /// the others beat on until two session timeouts after.
+    #[arg(long, conflicts_with = "trace")]
+    pub(crate) members: Option<usize>,
+    /// How member 0 dies: its process (the connection closes --close-delay later, and
+    /// the lease expels it), silently (host or network gone), or both, each in its own
+    /// replay.
+    #[arg(long, value_enum, default_value = "both")]
+    pub(crate) crash_kind: CrashKinds,
+    /// A process crash: how long after the crash its connection closes.
+    #[arg(long, value_parser = seconds, default_value = "0.001")]
+    pub(crate) close_delay: f64,
+    /// The members' lease timeout (default: 3 heartbeat intervals and 250 ms, the
+    /// client's default, at most the session timeout).
+    #[arg(long, value_parser = seconds)]
+    pub(crate) lease: Option<f64>,
+    /// Ablation: replay without sequence numbers (each member's beats numbered 1, 2,
+    /// 3…: losses look like lateness).
+    #[arg(long)]
+    pub(crate) no_seq: bool,
+    /// Ablation: replay without connections (nothing closes: a process crash is silent).
+    #[arg(long)]
+    pub(crate) no_conn: bool,
+    /// Settings swept: `defaults` (the fixed rule at the session timeout, the adaptive
+    /// defaults) or `full`.
+    #[arg(long, value_enum, default_value = "full")]
+    pub(crate) sweep: Sweep,
     /// With --trace: when the process died, seconds (instead of the file's crash line).
     #[arg(long, value_parser = seconds, requires = "trace")]
     pub(crate) crash: Option<f64>,
@@ -86,8 +139,8 @@ pub(crate) struct DetectorArgs {
     /// Adaptive detector: the floors swept.
     #[arg(long, value_parser = seconds, value_delimiter = ',', default_value = "0.5,1,2")]
     pub(crate) floor: Vec<f64>,
-    /// Adaptive detector: the session timeout bounding it, as in the coordinator
-    /// (default 10 s; noisy-then-calm 30 s).
+    /// The session timeout: the adaptive detector's bound, and a fixed timeout always
+    /// swept (default 10 s; noisy-then-calm 30 s).
     #[arg(long, value_parser = seconds)]
     pub(crate) session: Option<f64>,
     /// Also write the report as JSON to this file.
@@ -167,12 +220,25 @@ impl DetectorArgs {
         }
     }
 
-    /// Every detector the coordinator has, each over its sweep.
+    /// The crash kinds replayed.
+    pub(super) fn crash_kinds(&self) -> Vec<CrashKind> {
+        match self.crash_kind {
+            CrashKinds::Process => vec![CrashKind::Process],
+            CrashKinds::Silent => vec![CrashKind::Silent],
+            CrashKinds::Both => vec![CrashKind::Process, CrashKind::Silent],
+        }
+    }
+
+    /// Every detector the coordinator has, each over its sweep; the fixed rule at
+    /// `session` always.
     pub(super) fn sweep(&self, session: f64) -> Result<Vec<Setting>, String> {
-        let timeouts = self
-            .timeouts
-            .clone()
-            .unwrap_or_else(|| (3..=12).map(|i| f64::from(i) * 0.5).collect());
+        let timeouts = match self.sweep {
+            Sweep::Full => self
+                .timeouts
+                .clone()
+                .unwrap_or_else(|| (3..=12).map(|i| f64::from(i) * 0.5).collect()),
+            Sweep::Defaults => Vec::new(),
+        };
         if timeouts.iter().any(|&t| t <= 0.0) || self.floor.iter().any(|&f| f <= 0.0) {
             return Err("timeouts and floors must be above zero".into());
         }
@@ -182,21 +248,30 @@ impl DetectorArgs {
         if session <= 0.0 {
             return Err("--session must be above zero".into());
         }
+        let d = rollcall_coordinator::core::DetectorSettings::default();
+        let (phis, floors) = match self.sweep {
+            Sweep::Full => (self.phi.clone(), self.floor.clone()),
+            Sweep::Defaults => (vec![d.phi_threshold], vec![d.floor.as_secs_f64()]),
+        };
         let mut out = Vec::new();
         for kind in DetectorKind::ALL {
             match kind {
-                DetectorKind::Fixed => out.extend(timeouts.iter().map(|&t| Setting::fixed(t))),
+                DetectorKind::Fixed => {
+                    let mut all = timeouts.clone();
+                    if !all.contains(&session) {
+                        all.push(session);
+                    }
+                    all.sort_by(f64::total_cmp);
+                    out.extend(all.into_iter().map(Setting::fixed));
+                }
                 DetectorKind::Adaptive => {
-                    for &floor in &self.floor {
-                        for &phi in &self.phi {
+                    for &floor in &floors {
+                        for &phi in &phis {
                             out.push(Setting::adaptive(session, phi, floor));
                         }
                     }
                 }
             }
-        }
-        if out.is_empty() {
-            return Err("nothing to sweep".into());
         }
         Ok(out)
     }

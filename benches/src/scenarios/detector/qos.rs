@@ -1,8 +1,12 @@
 //! The quality of service of a detector setting on a trace (Chen, Toueg and Aguilera's
-//! measures): the core's [`Replay`] fed the trace's arrivals, its verdicts tallied.
+//! measures): the coordinator's verdicts on the measured member (member 0) tallied
+//! ([`Tally`]), and false expulsions counted over every member of the group.
 //!
 //! - **False suspicion**: the member became suspect before the crash.
-//! - **False expulsion**: it was expelled before the crash.
+//! - **False expulsion**: a member was expelled while alive (member 0 before its crash;
+//!   the others at any time); *early* when the silence it was expelled for ended with a
+//!   heartbeat within the session timeout, so that the fixed rule at that session
+//!   would not have expelled it.
 //! - **Detection time**: from the crash to the expulsion that followed it (0 when the
 //!   member was already expelled, falsely, and not heard again).
 //! - **Mistake duration**: time before the crash during which "is it alive?" was
@@ -12,7 +16,7 @@
 
 use std::time::{Duration, Instant};
 
-use rollcall_coordinator::core::liveness::{Replay, Verdicts};
+use rollcall_coordinator::core::liveness::{Pending, Verdicts};
 use rollcall_coordinator::core::{DetectorKind, DetectorSettings};
 use serde::Serialize;
 
@@ -108,11 +112,17 @@ pub(crate) struct Band {
     pub(crate) expelled: bool,
 }
 
-/// What a run of one setting found.
+/// What a run of one setting found: member 0's measures, and the group's false
+/// expulsions.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct RunQos {
     pub(crate) false_suspicions: u64,
+    /// Member 0's.
     pub(crate) false_expulsions: u64,
+    /// Every member's.
+    pub(crate) group_false_expulsions: u64,
+    /// Every member's that the fixed rule at the session timeout would not have made.
+    pub(crate) early: u64,
     /// Seconds wrongly taken for not alive.
     pub(crate) mistake_s: f64,
     /// Seconds observed: from the first arrival to the crash (or the last arrival).
@@ -135,10 +145,9 @@ impl RunQos {
     }
 }
 
-/// One setting replayed over one run, arrival by arrival.
+/// Member 0's verdicts over one run of one setting, arrival by arrival.
 #[derive(Debug)]
 pub(crate) struct Tally {
-    replay: Replay,
     epoch: Instant,
     crash: Option<Instant>,
     first: Option<Instant>,
@@ -155,21 +164,15 @@ pub(crate) struct Tally {
 }
 
 impl Tally {
-    /// `setting` replayed on a trace whose times count from `epoch`, the process dying
-    /// at `crash` seconds. With `timeline` (from, to, most bands), the bands that fall in
-    /// that window are kept.
+    /// A member on a trace whose times count from `epoch`, its process dying at `crash`
+    /// seconds. With `timeline` (from, to, most bands), the bands that fall in that
+    /// window are kept.
     pub(crate) fn new(
-        setting: &Setting,
         epoch: Instant,
         crash: Option<f64>,
         timeline: Option<(f64, f64, usize)>,
     ) -> Self {
         Self {
-            replay: Replay::new(
-                setting.detector,
-                &setting.settings(),
-                Duration::from_secs_f64(setting.session_s),
-            ),
             epoch,
             crash: crash.map(|c| epoch + Duration::from_secs_f64(c)),
             first: None,
@@ -182,12 +185,11 @@ impl Tally {
         }
     }
 
-    /// A heartbeat arrived at `at` (on the trace's clock, counted from the epoch).
-    pub(crate) fn arrive(&mut self, at: Instant) {
+    /// A heartbeat of the member arrived at `at` (on the trace's clock, counted from the
+    /// epoch); its verdicts are observed after.
+    pub(crate) fn arrived(&mut self, at: Instant) {
         self.first.get_or_insert(at);
         self.last = Some(at);
-        let v = self.replay.arrive(at);
-        self.observe(v);
     }
 
     fn secs(&self, t: Instant) -> f64 {
@@ -221,7 +223,8 @@ impl Tally {
         }
     }
 
-    fn observe(&mut self, v: Verdicts) {
+    /// The coordinator's verdicts on the member, in the order reached.
+    pub(crate) fn observe(&mut self, v: Verdicts) {
         if let Some(s) = v.suspected {
             if self.before_crash(s) {
                 self.qos.false_suspicions += 1;
@@ -247,13 +250,9 @@ impl Tally {
         }
     }
 
-    /// The trace is over: what the run found.
-    pub(crate) fn finish(mut self) -> (RunQos, Vec<Band>) {
-        if let Some(c) = self.crash {
-            let v = self.replay.advance(c);
-            self.observe(v);
-        }
-        let pending = self.replay.pending();
+    /// The trace is over, and the member would be judged as `pending` says if nothing
+    /// more were heard: what the run found.
+    pub(crate) fn finish(mut self, pending: Pending) -> (RunQos, Vec<Band>) {
         if let Some(first) = self.first {
             let end = self.crash.or(self.last).unwrap_or(first);
             self.qos.observed_s = end.saturating_duration_since(first).as_secs_f64();
@@ -285,16 +284,42 @@ impl Tally {
     }
 }
 
-/// One setting over every run.
+/// How member 0's process dies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum CrashKind {
+    /// The process dies: its connection closes (the kernel closes its sockets) a moment
+    /// later, and the coordinator expels it when its lease runs out.
+    Process,
+    /// The host or the network goes: nothing closes, only silence tells.
+    Silent,
+}
+
+impl CrashKind {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Process => "process",
+            Self::Silent => "silent",
+        }
+    }
+}
+
+/// One setting over every run, for one kind of crash.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct SettingQos {
     #[serde(flatten)]
     pub(crate) setting: Setting,
+    pub(crate) crash: CrashKind,
     pub(crate) label: String,
     pub(crate) runs: usize,
-    /// Totals over the runs.
+    /// Totals over the runs: member 0's false suspicions; every member's false
+    /// expulsions, and of them those the fixed rule at the session would not have
+    /// made; member 0's false expulsions.
     pub(crate) false_suspicions: u64,
     pub(crate) false_expulsions: u64,
+    pub(crate) early: u64,
+    pub(crate) member_false_expulsions: u64,
+    /// Runs in which member 0 was falsely expelled.
     pub(crate) runs_with_false_expulsion: usize,
     /// Detection time over the runs with a crash, seconds.
     pub(crate) detection_mean_s: Option<f64>,
@@ -313,7 +338,7 @@ pub(crate) struct SettingQos {
 }
 
 impl SettingQos {
-    pub(crate) fn of(setting: &Setting, runs: &[RunQos]) -> Self {
+    pub(crate) fn of(setting: &Setting, crash: CrashKind, runs: &[RunQos]) -> Self {
         let detections: Vec<f64> = runs.iter().filter_map(|r| r.detection_s).collect();
         let suspicions: Vec<f64> = runs.iter().filter_map(|r| r.suspicion_s).collect();
         let false_suspicions = runs.iter().map(|r| r.false_suspicions).sum();
@@ -321,10 +346,13 @@ impl SettingQos {
         let observed: f64 = runs.iter().map(|r| r.observed_s).sum();
         Self {
             setting: setting.clone(),
+            crash,
             label: setting.label(),
             runs: runs.len(),
             false_suspicions,
-            false_expulsions: runs.iter().map(|r| r.false_expulsions).sum(),
+            false_expulsions: runs.iter().map(|r| r.group_false_expulsions).sum(),
+            early: runs.iter().map(|r| r.early).sum(),
+            member_false_expulsions: runs.iter().map(|r| r.false_expulsions).sum(),
             runs_with_false_expulsion: runs.iter().filter(|r| r.false_expulsions > 0).count(),
             detection_mean_s: mean(&detections),
             detection_median_s: crate::stats::median(&mut detections.clone()),
@@ -360,14 +388,27 @@ pub(crate) fn mean(v: &[f64]) -> Option<f64> {
 mod tests {
     use super::*;
 
-    /// Replays `arrivals` (seconds) with a fixed timeout.
+    /// Replays `arrivals` (seconds) with a fixed timeout, through the one-member
+    /// replay.
     fn run(timeout: f64, arrivals: &[f64], crash: Option<f64>) -> RunQos {
+        use rollcall_coordinator::core::liveness::Replay;
         let epoch = Instant::now();
-        let mut t = Tally::new(&Setting::fixed(timeout), epoch, crash, None);
+        let s = Setting::fixed(timeout);
+        let mut r = Replay::new(
+            s.detector,
+            &s.settings(),
+            Duration::from_secs_f64(s.session_s),
+        );
+        let mut t = Tally::new(epoch, crash, None);
         for &a in arrivals {
-            t.arrive(epoch + Duration::from_secs_f64(a));
+            let at = epoch + Duration::from_secs_f64(a);
+            t.arrived(at);
+            t.observe(r.arrive(at));
         }
-        t.finish().0
+        if let Some(c) = crash {
+            t.observe(r.advance(epoch + Duration::from_secs_f64(c)));
+        }
+        t.finish(r.pending()).0
     }
 
     fn close(a: f64, b: f64) -> bool {
@@ -439,6 +480,8 @@ mod tests {
             RunQos {
                 false_suspicions: 2,
                 false_expulsions: 1,
+                group_false_expulsions: 1,
+                early: 0,
                 mistake_s: 8.0,
                 observed_s: 16.0,
                 detection_s: Some(3.0),
@@ -451,7 +494,7 @@ mod tests {
                 ..RunQos::default()
             },
         ];
-        let a = SettingQos::of(&s, &runs);
+        let a = SettingQos::of(&s, CrashKind::Silent, &runs);
         assert_eq!((a.false_suspicions, a.false_expulsions), (2, 1));
         assert_eq!(a.runs_with_false_expulsion, 1);
         assert_eq!(a.detection_mean_s, Some(2.0));

@@ -1,9 +1,9 @@
 //! The lab's report: its head, the quality-of-service tables, and the acceptance
-//! checks of the presets that have targets.
+//! checks: do no harm everywhere, and the presets' detection targets.
 
 use rollcall_coordinator::core::DetectorKind;
 
-use super::qos::{num, SettingQos};
+use super::qos::{num, CrashKind, SettingQos};
 use super::trace::{Param, Params, Preset};
 use super::{BestFixed, BestSwept, DetectorArgs, Plan, Summary};
 use crate::common::Check;
@@ -13,81 +13,70 @@ fn secs(v: Option<f64>) -> String {
     v.map_or("–".to_owned(), |v| format!("{v:.2} s"))
 }
 
-fn qos_table(results: &[SettingQos]) -> String {
+fn two(v: Option<f64>) -> String {
+    v.map_or("–".into(), |v| format!("{v:.2}"))
+}
+
+/// One row per setting: member 0's measures and the group's false expulsions from the
+/// first crash kind's replay, and the detection time of each kind.
+fn qos_table(plan: &Plan<'_>, results: &[SettingQos]) -> String {
+    let kinds = &plan.kinds;
     let rows: Vec<Vec<String>> = results
-        .iter()
-        .map(|r| {
-            vec![
+        .chunks(kinds.len())
+        .map(|per_kind| {
+            let r = &per_kind[0];
+            let mut row = vec![
                 r.setting.detector.as_str().to_owned(),
                 format!("{}{}", r.label, if r.setting.default { " *" } else { "" }),
                 fmt_count(r.false_suspicions as f64),
                 fmt_count(r.false_expulsions as f64),
+                fmt_count(r.early as f64),
                 format!("{}/{}", r.runs_with_false_expulsion, r.runs),
-                r.detection_mean_s.map_or("–".into(), |v| format!("{v:.2}")),
-                r.detection_median_s
-                    .map_or("–".into(), |v| format!("{v:.2}")),
-                r.detection_max_s.map_or("–".into(), |v| format!("{v:.2}")),
-                format!("{:.1}", r.mistake_per_run_s),
-                format!("{:.1}", r.mistake_rate_per_h),
-                format!("{:.5}", r.query_accuracy),
+            ];
+            for k in per_kind {
+                row.push(two(k.detection_median_s));
+                row.push(two(k.detection_mean_s));
+            }
+            row.push(format!("{:.1}", r.mistake_rate_per_h));
+            row.push(format!("{:.5}", r.query_accuracy));
+            row
+        })
+        .collect();
+    let mut header = vec![
+        "detector",
+        "setting",
+        "false susp.",
+        "false exp.",
+        "early",
+        "m0 runs w/ f.e.",
+    ];
+    let names: Vec<String> = kinds
+        .iter()
+        .flat_map(|k| {
+            [
+                format!("{} median s", k.name()),
+                format!("{} mean s", k.name()),
             ]
         })
         .collect();
-    let mut out = table(
-        &[
-            "detector",
-            "setting",
-            "false susp.",
-            "false exp.",
-            "runs w/ f.e.",
-            "detect mean s",
-            "median s",
-            "max s",
-            "mistake s/run",
-            "mistakes/h",
-            "P_A",
-        ],
-        &rows,
-    );
-    out.push_str(
-        "* the coordinator's defaults. detect: crash to expulsion. mistake: time wrongly not taken for alive (suspect or expelled) before the crash; mistakes/h: false suspicions per hour; P_A: chance a query at a random time before the crash is answered right.\n",
-    );
+    header.extend(names.iter().map(String::as_str));
+    header.extend(["mistakes/h", "P_A"]);
+    let mut out = table(&header, &rows);
+    out.push_str(&format!(
+        "* the coordinator's defaults. false exp.: every member's expulsions while alive ({} members; member 0 before its crash), totals over the runs; early: of them, those whose silence ended within the session timeout (the fixed rule at the session would not have expelled). Detection (crash to expulsion) is member 0's, per crash kind; false susp., mistakes/h (false suspicions per hour) and P_A (chance a query at a random time before the crash is answered right) are member 0's.\n",
+        plan.members
+    ));
     out
 }
 
-/// Seed 002's table: which fixed timeouts mourn the pause, and the detection time of
-/// each, with the best fixed timeout per trace and the adaptive detector.
-fn seed002_table(results: &[SettingQos], best: Option<&BestFixed>, runs: usize) -> String {
-    let mut rows: Vec<Vec<String>> = results
-        .iter()
-        .filter(|r| r.setting.detector == DetectorKind::Fixed)
-        .map(|r| {
-            vec![
-                format!("fixed {}", r.label),
-                if r.runs_with_false_expulsion == 0 {
-                    "no".to_owned()
-                } else {
-                    format!("yes, in {}/{runs} runs", r.runs_with_false_expulsion)
-                },
-                secs(r.detection_median_s),
-                fmt_count(r.false_expulsions as f64),
-            ]
-        })
-        .collect();
-    if let Some(b) = best {
-        rows.push(vec![
-            "best fixed (per trace)".into(),
-            "no".into(),
-            secs(b.detection_median_s),
-            "0".into(),
-        ]);
-    }
-    for r in results
-        .iter()
-        .filter(|r| r.setting.detector == DetectorKind::Adaptive && r.setting.default)
-    {
-        rows.push(vec![
-            format!("adaptive {}", r.label),
+/// Seed 002's table: which fixed timeouts mourn member 0's pause, and the detection time
+/// of each, with the best fixed timeout per trace and the adaptive detector.
+fn seed002_table(plan: &Plan<'_>, summary: &Summary, kind: CrashKind) -> String {
+    let runs = plan.runs;
+    let results = plan.of_kind(&summary.results, kind);
+    let row = |r: &SettingQos, name: String| {
+        vec![
+            name,
             if r.runs_with_false_expulsion == 0 {
                 "no".to_owned()
             } else {
@@ -95,15 +84,37 @@ fn seed002_table(results: &[SettingQos], best: Option<&BestFixed>, runs: usize) 
             },
             secs(r.detection_median_s),
             fmt_count(r.false_expulsions as f64),
+        ]
+    };
+    let mut rows: Vec<Vec<String>> = results
+        .iter()
+        .filter(|r| r.setting.detector == DetectorKind::Fixed)
+        .map(|r| row(r, format!("fixed {}", r.label)))
+        .collect();
+    if let Some(b) = best_of(&summary.best_fixed, kind) {
+        rows.push(vec![
+            "best fixed (per trace)".into(),
+            "no".into(),
+            secs(b.detection_median_s),
+            String::new(),
         ]);
     }
-    let mut out = "seed 002: which timeouts mourn the pause\n".to_owned();
+    for r in results
+        .iter()
+        .filter(|r| r.setting.detector == DetectorKind::Adaptive && r.setting.default)
+    {
+        rows.push(row(r, format!("adaptive {}", r.label)));
+    }
+    let mut out = format!(
+        "seed 002: which timeouts mourn member 0's pause ({} crash)\n",
+        kind.name()
+    );
     out.push_str(&table(
         &[
             "detector",
-            "mourns the pause",
+            "mourns the pause (member 0)",
             "detection (median)",
-            &format!("false expulsions ({runs} runs)"),
+            &format!("false expulsions, all members ({runs} runs)"),
         ],
         &rows,
     ));
@@ -114,7 +125,7 @@ fn seed002_table(results: &[SettingQos], best: Option<&BestFixed>, runs: usize) 
 /// and every one over the longest gap the trace can have (the pause, an interval, twice
 /// the jitter and the 50 ms the held beats are spread over) in none. A check of the
 /// lab and the trace more than of a detector.
-fn seed002_pause_checks(p: &Params, results: &[SettingQos], runs: usize) -> Vec<Check> {
+fn seed002_pause_checks(p: &Params, results: &[&SettingQos], runs: usize) -> Vec<Check> {
     let pause = p.get(Param::Pause);
     let longest = pause + p.get(Param::Interval) + 2.0 * p.get(Param::Jitter) + 0.05;
     let fixed = || {
@@ -122,8 +133,8 @@ fn seed002_pause_checks(p: &Params, results: &[SettingQos], runs: usize) -> Vec<
             .iter()
             .filter(|r| r.setting.detector == DetectorKind::Fixed)
     };
-    let short: Vec<&SettingQos> = fixed().filter(|r| r.setting.session_s <= pause).collect();
-    let long: Vec<&SettingQos> = fixed().filter(|r| r.setting.session_s > longest).collect();
+    let short: Vec<&&SettingQos> = fixed().filter(|r| r.setting.session_s <= pause).collect();
+    let long: Vec<&&SettingQos> = fixed().filter(|r| r.setting.session_s > longest).collect();
     let mut checks = Vec::new();
     if !short.is_empty() {
         let missed: Vec<String> = short
@@ -133,7 +144,7 @@ fn seed002_pause_checks(p: &Params, results: &[SettingQos], runs: usize) -> Vec<
             .collect();
         checks.push(Check::new(
             format!(
-                "fixed {}–{} s (≤ the {} s pause) mourn the pause",
+                "fixed {}–{} s (≤ the {} s pause) mourn member 0's pause",
                 num(short[0].setting.session_s),
                 num(short[short.len() - 1].setting.session_s),
                 num(pause)
@@ -151,11 +162,11 @@ fn seed002_pause_checks(p: &Params, results: &[SettingQos], runs: usize) -> Vec<
         let mourned: Vec<String> = long
             .iter()
             .filter(|r| r.false_expulsions > 0)
-            .map(|r| format!("{} in {}/{runs}", r.label, r.runs_with_false_expulsion))
+            .map(|r| format!("{}: {} false exp.", r.label, r.false_expulsions))
             .collect();
         checks.push(Check::new(
             format!(
-                "fixed {}–{} s (> the longest possible gap, {} s) never do",
+                "fixed {}–{} s (> the longest possible gap, {} s) never expel a member",
                 num(long[0].setting.session_s),
                 num(long[long.len() - 1].setting.session_s),
                 num(longest)
@@ -172,7 +183,15 @@ fn seed002_pause_checks(p: &Params, results: &[SettingQos], runs: usize) -> Vec<
     checks
 }
 
-/// What the adaptive detector's detection time is held to against the best fixed.
+fn best_of(best: &[BestFixed], kind: CrashKind) -> Option<&BestFixed> {
+    best.iter().find(|b| b.crash == kind)
+}
+
+fn swept_of(best: &[BestSwept], kind: CrashKind) -> Option<&BestSwept> {
+    best.iter().find(|b| b.crash == kind)
+}
+
+/// What the adaptive detector's detection time is held to.
 #[derive(Debug, Clone, Copy)]
 enum Target {
     /// At most this many times the best fixed timeout's.
@@ -181,20 +200,18 @@ enum Target {
     Sooner(f64),
 }
 
-/// The adaptive detector at the coordinator's defaults: no false expulsion, and its
-/// median detection time against the best fixed timeout's, per trace and swept.
-fn adaptive_checks(
+/// The adaptive detector's median detection time for a `kind` crash against the best
+/// fixed timeout's, per trace and swept.
+fn against_best(
     a: &SettingQos,
     best: Option<&BestFixed>,
     swept: Option<&BestSwept>,
     target: Target,
 ) -> Vec<Check> {
-    let mut checks = vec![Check::new(
-        format!("adaptive ({}): false expulsions", a.label),
-        "0",
-        fmt_count(a.false_expulsions as f64),
-        a.false_expulsions == 0,
-    )];
+    let mut checks = Vec::new();
+    let Some(ad) = a.detection_median_s else {
+        return checks;
+    };
     let compared = [
         (
             "the best fixed timeout per trace",
@@ -205,9 +222,6 @@ fn adaptive_checks(
             swept.and_then(|b| b.detection_median_s),
         ),
     ];
-    let Some(ad) = a.detection_median_s else {
-        return checks;
-    };
     for (what, fixed) in compared {
         let Some(fixed) = fixed else {
             continue;
@@ -233,7 +247,10 @@ fn adaptive_checks(
             ),
         };
         checks.push(Check::new(
-            format!("adaptive detection (median) against {what}"),
+            format!(
+                "adaptive detection of a {} crash (median) against {what}",
+                a.crash.name()
+            ),
             target_text,
             measured,
             met,
@@ -242,15 +259,45 @@ fn adaptive_checks(
     checks
 }
 
+/// Do no harm: the adaptive defaults expel no more live members than the fixed rule at
+/// the same session timeout, and none the fixed rule would have kept.
+fn harm_check(plan: &Plan<'_>, results: &[&SettingQos]) -> Vec<Check> {
+    let fixed = results
+        .iter()
+        .find(|r| r.setting.detector == DetectorKind::Fixed && r.setting.session_s == plan.session);
+    let adaptive = results
+        .iter()
+        .find(|r| r.setting.detector == DetectorKind::Adaptive && r.setting.default);
+    let (Some(f), Some(a)) = (fixed, adaptive) else {
+        return Vec::new();
+    };
+    vec![Check::new(
+        format!(
+            "do no harm: adaptive defaults against fixed {} s, false expulsions of all {} members",
+            num(plan.session),
+            plan.members
+        ),
+        "≤ fixed, 0 early",
+        format!(
+            "{} vs {} ({} early)",
+            fmt_count(a.false_expulsions as f64),
+            fmt_count(f.false_expulsions as f64),
+            fmt_count(a.early as f64)
+        ),
+        a.false_expulsions <= f.false_expulsions && a.early == 0,
+    )]
+}
+
 /// The report's head, the table of every setting and the best fixed timeouts.
 pub(super) fn text(
     plan: &Plan<'_>,
     trace_name: &str,
-    arrivals: u64,
+    inputs: u64,
     wall_s: f64,
     summary: &Summary,
 ) -> String {
     let (runs, seeds, crash) = (plan.runs, &plan.seeds, plan.crash);
+    let kinds: Vec<&str> = plan.kinds.iter().map(|k| k.name()).collect();
     let mut head = vec![
         (
             "trace",
@@ -264,21 +311,38 @@ pub(super) fn text(
             },
         ),
         (
-            "arrivals",
+            "group",
             format!(
-                "{} replayed into each of {} settings{}",
-                fmt_count(arrivals as f64),
-                plan.settings.len(),
-                crash.map_or(String::new(), |c| format!(
-                    "; the process dies at {} s",
-                    num(c)
-                ))
+                "{} members; member 0 dies{} ({} crash, each replayed apart); lease {} s (fixed rule: at most its timeout)",
+                plan.members,
+                crash.map_or(String::new(), |c| format!(" at {} s", num(c))),
+                kinds.join(" and "),
+                num(plan.lease_for(&super::qos::Setting::fixed(plan.session)))
             ),
         ),
         (
-            "detectors",
+            "inputs",
             format!(
-                "the coordinator's own (liveness::Replay); adaptive bounded by a session timeout of {} s",
+                "{} replayed into each of {} settings × {} crash kinds{}{}",
+                fmt_count(inputs as f64),
+                plan.settings.len(),
+                plan.kinds.len(),
+                if plan.rules.no_seq {
+                    "; without sequence numbers (--no-seq)"
+                } else {
+                    ""
+                },
+                if plan.rules.no_conn {
+                    "; without connections (--no-conn)"
+                } else {
+                    ""
+                },
+            ),
+        ),
+        (
+            "coordinator",
+            format!(
+                "the coordinator itself (core::replay::GroupReplay), session timeout {} s",
                 num(plan.session)
             ),
         ),
@@ -294,28 +358,42 @@ pub(super) fn text(
     }
     let mut text = kv(&head);
     text.push('\n');
-    text.push_str(&qos_table(&summary.results));
-    if let Some(b) = &summary.best_fixed {
+    text.push_str(&qos_table(plan, &summary.results));
+    for b in &summary.best_fixed {
         text.push_str(&format!(
-            "\nbest fixed timeout per trace (just over its longest gap; no false expulsion by construction): detection median {}, mean {}\n",
+            "\nbest fixed timeout per trace, {} crash (just over member 0's longest gap{}): detection median {}, mean {}",
+            b.crash.name(),
+            if b.crash == CrashKind::Process && !plan.rules.no_conn {
+                ", or the lease if shorter"
+            } else {
+                ""
+            },
             secs(b.detection_median_s),
             secs(b.detection_mean_s)
         ));
     }
-    match &summary.best_swept {
-        Some(b) => text.push_str(&format!(
-            "best swept fixed timeout with no false expulsion in any run: {} s, detection median {}, mean {}\n",
-            num(b.timeout_s),
-            secs(b.detection_median_s),
-            secs(b.detection_mean_s)
-        )),
+    text.push('\n');
+    match summary.best_swept.first() {
+        Some(b) => {
+            let per_kind: Vec<String> = summary
+                .best_swept
+                .iter()
+                .map(|b| format!("{} {}", b.crash.name(), secs(b.detection_median_s)))
+                .collect();
+            text.push_str(&format!(
+                "best swept fixed timeout with no false expulsion of any member: {} s, detection median {}\n",
+                num(b.timeout_s),
+                per_kind.join(", ")
+            ));
+        }
         None => text.push_str("every swept fixed timeout made a false expulsion\n"),
     }
     text
 }
 
-/// The acceptance checks of a preset that has targets (seed 002's table is added to
-/// `text`), and why there are none when the sweep cannot be held to them.
+/// The acceptance checks: do no harm on every trace; a preset's detection targets
+/// (seed 002's table is added to `text`), each for the crash the coordinator can
+/// tell, the other kind's figure reported beside it.
 pub(super) fn preset_checks(
     args: &DetectorArgs,
     plan: &Plan<'_>,
@@ -323,41 +401,82 @@ pub(super) fn preset_checks(
     text: &mut String,
     notes: &mut Vec<String>,
 ) -> Vec<Check> {
-    let (results, runs) = (&summary.results, plan.runs);
-    let (best_fixed, best_swept) = (summary.best_fixed.as_ref(), summary.best_swept.as_ref());
-    let adaptive = results
-        .iter()
-        .find(|r| r.setting.detector == DetectorKind::Adaptive && r.setting.default);
     let mut checks = Vec::new();
+    let first = plan.kinds[0];
+    checks.extend(harm_check(plan, &plan.of_kind(&summary.results, first)));
     let Some(p) = plan.preset else {
         return checks;
     };
+    let session = plan.session;
+    // The crash each target is checked for: a process crash where the coordinator can
+    // tell it from a live member's silence (the connection closes), silence where the
+    // target is about learning a calm member's rhythm.
+    let (kind, target) = match p.preset {
+        Preset::Seed002 => (CrashKind::Process, Some(Target::AtMost(1.3))),
+        Preset::NoisyThenCalm => (CrashKind::Silent, Some(Target::Sooner(0.6))),
+        Preset::HeavyTail | Preset::BurstLoss => (CrashKind::Process, None),
+        Preset::Drift => (CrashKind::Process, None),
+    };
     if p.preset == Preset::Seed002 {
         text.push('\n');
-        text.push_str(&seed002_table(results, best_fixed, runs));
+        text.push_str(&seed002_table(plan, summary, first));
+        checks.extend(seed002_pause_checks(
+            p,
+            &plan.of_kind(&summary.results, first),
+            plan.runs,
+        ));
     }
-    match (adaptive, p.preset) {
-        (Some(a), Preset::Seed002) => {
-            checks.extend(seed002_pause_checks(p, results, runs));
-            checks.extend(adaptive_checks(
+    let adaptive = |k: CrashKind| {
+        summary.results.iter().find(|r| {
+            r.crash == k && r.setting.detector == DetectorKind::Adaptive && r.setting.default
+        })
+    };
+    if !plan.kinds.contains(&kind) {
+        notes.push(format!(
+            "the {} preset's detection target is for a {} crash, not replayed (--crash-kind)",
+            p.preset.name(),
+            kind.name()
+        ));
+    } else if let Some(a) = adaptive(kind) {
+        match target {
+            Some(t) => checks.extend(against_best(
                 a,
-                best_fixed,
-                best_swept,
-                Target::AtMost(1.3),
+                best_of(&summary.best_fixed, kind),
+                swept_of(&summary.best_swept, kind),
+                t,
+            )),
+            None if matches!(p.preset, Preset::HeavyTail | Preset::BurstLoss) => {
+                let d = a.detection_median_s;
+                checks.push(Check::new(
+                    format!(
+                        "adaptive detection of a {} crash (median) against 0.6 × the {} s session",
+                        kind.name(),
+                        num(session)
+                    ),
+                    format!("≤ {:.2} s", 0.6 * session),
+                    secs(d),
+                    d.is_some_and(|d| d <= 0.6 * session),
+                ));
+            }
+            None => {}
+        }
+    } else {
+        notes.push(
+            "the sweep has no adaptive setting at the coordinator's defaults (φ 8, floor 1 s): no detection checks".into(),
+        );
+    }
+    // The other kind, reported beside the checked one.
+    for &k in plan.kinds.iter().filter(|&&k| k != kind) {
+        if let Some(a) = adaptive(k) {
+            let best = best_of(&summary.best_fixed, k).and_then(|b| b.detection_median_s);
+            notes.push(format!(
+                "adaptive defaults, {} crash: detection median {} (best fixed per trace {}; session {} s), reported, not checked",
+                k.name(),
+                secs(a.detection_median_s),
+                secs(best),
+                num(session)
             ));
         }
-        (Some(a), Preset::NoisyThenCalm) => {
-            checks.extend(adaptive_checks(
-                a,
-                best_fixed,
-                best_swept,
-                Target::Sooner(0.6),
-            ));
-        }
-        (None, Preset::Seed002 | Preset::NoisyThenCalm) => notes.push(
-            "the sweep has no adaptive setting at the coordinator's defaults (φ 8, floor 1 s): no acceptance checks".into(),
-        ),
-        _ => {}
     }
     if (!args.overrides().is_empty() || args.session.is_some())
         && matches!(p.preset, Preset::Seed002 | Preset::NoisyThenCalm)

@@ -36,10 +36,11 @@ fn smoke_seed002() {
     let f = &out.figures;
     assert_eq!(f.runs, 3);
     assert_eq!(f.crash_s, Some(100.0));
+    assert_eq!(f.members, 20);
     assert_eq!(
         f.settings.len(),
-        10 + 12,
-        "10 fixed timeouts, 4 φ × 3 floors"
+        (11 + 12) * 2,
+        "10 fixed timeouts and the session's, 4 φ × 3 floors; a process and a silent crash"
     );
     let fixed = |t: f64| {
         f.settings
@@ -78,6 +79,8 @@ fn smoke_csv() {
     let a = args(&[
         "--trace",
         good.to_str().unwrap(),
+        "--crash-kind",
+        "silent",
         "--timeouts",
         "4s",
         "--phi",
@@ -87,7 +90,7 @@ fn smoke_csv() {
     ]);
     let out = lab(&a).expect("the lab runs");
     let f = &out.figures;
-    assert_eq!((f.arrivals, f.crash_s), (9, Some(16.0)));
+    assert_eq!((f.inputs, f.crash_s), (9, Some(16.0)));
     let s = &f.settings[0];
     assert_eq!((s.false_suspicions, s.false_expulsions), (2, 1));
     assert_eq!(s.detection_median_s, Some(3.0));

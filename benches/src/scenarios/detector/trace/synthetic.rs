@@ -276,23 +276,42 @@ impl Params {
         format!("{} ({})", self.preset.name(), parts.join(", "))
     }
 
-    /// The trace for `seed`.
+    /// The trace for `seed` (member 0's).
+    #[cfg(test)]
     pub(crate) fn generate(&self, seed: u64) -> Generator {
+        self.generate_member(seed, 0, None)
+    }
+
+    /// Member `member`'s trace for `seed` (its generator seeded with `seed × the
+    /// preset's multiplier + member`, so member 0's is the coordinator's replay tests'
+    /// trace), sent until `until` instead of the duration if given.
+    pub(crate) fn generate_member(&self, seed: u64, member: u64, until: Option<f64>) -> Generator {
+        let mut p = self.clone();
+        if let Some(until) = until {
+            p.values.insert(Param::Duration.key(), until);
+        }
         Generator {
-            p: self.clone(),
-            rng: Rng::new(seed.wrapping_mul(self.preset.multiplier())),
+            rng: Rng::new(
+                seed.wrapping_mul(self.preset.multiplier())
+                    .wrapping_add(member),
+            ),
             clock: match self.preset {
                 Preset::NoisyThenCalm => 0.0,
                 _ => self.get(Param::Interval),
             },
+            p,
             last: None,
             bad: false,
             beats: 0,
+            arrived: 0,
         }
     }
 }
 
-/// A synthetic trace, arrival by arrival.
+/// A synthetic trace, arrival by arrival: each arrival's time and the heartbeat's
+/// sequence number. The client numbers every beat it sends, so a beat lost in the
+/// network (`burst-loss`) leaves a gap in the numbers; a beat a pause held back is
+/// sent late, not lost (and `seed002`'s beats held by its pause are sent as one).
 #[derive(Debug, Clone)]
 pub(crate) struct Generator {
     p: Params,
@@ -302,13 +321,16 @@ pub(crate) struct Generator {
     last: Option<f64>,
     /// Burst loss: in a run of lost beats.
     bad: bool,
+    /// Beats sent.
     beats: u64,
+    /// Beats arrived.
+    arrived: u64,
 }
 
 impl Iterator for Generator {
-    type Item = f64;
+    type Item = (f64, u64);
 
-    fn next(&mut self) -> Option<f64> {
+    fn next(&mut self) -> Option<(f64, u64)> {
         let p = &self.p;
         let interval = p.get(Param::Interval);
         let duration = p.get(Param::Duration);
@@ -319,6 +341,12 @@ impl Iterator for Generator {
                 return None;
             }
             self.beats += 1;
+            // The beat's sequence number: every beat sent is numbered, but the beats
+            // held by a pause are not sent until it ends (one, in seed002).
+            let seq = match p.preset {
+                Preset::BurstLoss => self.beats,
+                _ => self.arrived + 1,
+            };
             let at = match p.preset {
                 Preset::Seed002 => {
                     let (pause_at, pause) = (p.get(Param::PauseAt), p.get(Param::Pause));
@@ -388,7 +416,8 @@ impl Iterator for Generator {
                 }
             };
             self.last = Some(at);
-            return Some(at);
+            self.arrived += 1;
+            return Some((at, seq));
         }
         None
     }
