@@ -27,7 +27,7 @@ use crate::stats::median;
 
 /// Seconds in a year (365.25 days), as the advisor counts them.
 const YEAR_S: f64 = 365.25 * 24.0 * 3600.0;
-/// Members of a synthetic group.
+/// Members of a synthetic group by default.
 const MEMBERS: usize = 20;
 /// The trace's length by default: half to train on, half held out.
 const DEFAULT_LENGTH_S: f64 = 3_600.0;
@@ -92,13 +92,14 @@ struct AdviseFigures {
     wall_s: f64,
 }
 
-/// A run's arrivals: `(seconds, member, sequence)`, in time order.
-fn arrivals(params: &Params, seed: u64) -> Vec<(f64, usize, u64)> {
+/// A run's arrivals: `(seconds, member, sequence)`, in time order, each member's from
+/// its own generator (the lab's: seed × the preset's multiplier + member), with the
+/// sequence numbers its client would send (a beat lost in the network leaves a gap).
+fn arrivals(params: &Params, seed: u64, members: usize) -> Vec<(f64, usize, u64)> {
     let mut all = Vec::new();
-    for member in 0..MEMBERS {
-        let member_seed = seed.wrapping_mul(1_000_003).wrapping_add(member as u64);
-        for (i, t) in params.generate(member_seed).enumerate() {
-            all.push((t, member, i as u64 + 1));
+    for member in 0..members {
+        for (t, seq) in params.generate_member(seed, member as u64, None) {
+            all.push((t, member, seq));
         }
     }
     all.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
@@ -177,9 +178,10 @@ fn lab(args: &DetectorArgs) -> Result<(AdviseFigures, String, Vec<Check>), Strin
     if !(a.false_expulsions_per_year > 0.0 && a.false_expulsions_per_year.is_finite()) {
         return Err("--false-expulsions-per-year must be above 0".into());
     }
+    let members = args.members.unwrap_or(MEMBERS).max(1);
     let target = Target {
         per_year: a.false_expulsions_per_year,
-        members: MEMBERS,
+        members,
         pause_floor: DEFAULT_PAUSE_FLOOR,
     };
     let runs = args.runs.unwrap_or(20).max(1);
@@ -188,10 +190,10 @@ fn lab(args: &DetectorArgs) -> Result<(AdviseFigures, String, Vec<Check>), Strin
     let mut per_run = Vec::with_capacity(runs);
     for i in 0..runs {
         let seed = args.seed.saturating_add(i as u64);
-        let all = arrivals(&params, seed);
+        let all = arrivals(&params, seed, members);
         let (advice, pooled_gaps, span_s) = advice(&all, a.train, start, session, &target);
         let held_out_s = all.last().map_or(0.0, |l| l.0) - a.train;
-        let member_years = MEMBERS as f64 * held_out_s.max(0.0) / YEAR_S;
+        let member_years = members as f64 * held_out_s.max(0.0) / YEAR_S;
         let held_out_arrivals = all.iter().filter(|x| x.0 >= a.train).count() as u64;
         let run = match advice {
             Advice::NotYet { .. } => RunAdvice {
@@ -214,7 +216,7 @@ fn lab(args: &DetectorArgs) -> Result<(AdviseFigures, String, Vec<Check>), Strin
                 pooled_gaps,
                 span_s,
                 member_years,
-                expected: t.promise_per_year / MEMBERS as f64 * member_years,
+                expected: t.promise_per_year / members as f64 * member_years,
                 observed: held_out(&all, a.train, start, Duration::from_millis(t.timeout_ms)),
                 held_out_arrivals,
             },
@@ -250,7 +252,7 @@ fn lab(args: &DetectorArgs) -> Result<(AdviseFigures, String, Vec<Check>), Strin
     let figures = AdviseFigures {
         trace: params.describe(),
         preset: params.clone(),
-        members: MEMBERS,
+        members,
         runs,
         train_s: a.train,
         held_out_s: length - a.train,
