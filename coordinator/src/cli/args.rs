@@ -369,6 +369,16 @@ pub(super) struct ServeArgs {
     /// a younger member is judged by its session timeout.
     #[arg(long, env = "ROLLCALL_ADAPTIVE_MIN_HISTORY", value_name = "N", default_value_t = core_default().detector_settings.min_history)]
     adaptive_min_history: u32,
+    /// Adaptive detector: in a group that has shown long gaps, a member is expelled
+    /// before its session timeout only after a silence whose chance, at the 95 % upper
+    /// bound of the group's fitted tail, is at most this per heartbeat gap.
+    #[arg(long, env = "ROLLCALL_ADAPTIVE_EXPEL_EPSILON", value_name = "P", default_value_t = core_default().detector_settings.expel_epsilon)]
+    adaptive_expel_epsilon: f64,
+    /// Adaptive detector: heartbeat gaps a group must pool without a surprise (a long
+    /// gap, lost beats, a member expelled for silence that beat again) before its
+    /// members are judged by their own recent gaps alone.
+    #[arg(long, env = "ROLLCALL_ADAPTIVE_CLEAN_GAPS", value_name = "N", default_value_t = core_default().detector_settings.clean_gaps)]
+    adaptive_clean_gaps: u64,
     /// PEM file with the TLS certificate chain of the protocol listener (its own
     /// certificate first). With --tls-key, clients must connect over TLS (1.2 or 1.3).
     #[arg(long, env = "ROLLCALL_TLS_CERT", value_name = "FILE")]
@@ -522,6 +532,8 @@ impl ServeArgs {
                 phi_threshold: self.adaptive_phi,
                 floor: self.adaptive_floor.0,
                 min_history: self.adaptive_min_history,
+                expel_epsilon: self.adaptive_expel_epsilon,
+                clean_gaps: self.adaptive_clean_gaps,
                 ..core_default().detector_settings
             },
             ..CoreConfig::default()

@@ -328,6 +328,28 @@ mod tests {
     }
 
     #[test]
+    fn the_adaptive_expulsion_budget_comes_from_flags_and_is_checked() {
+        let c = config_of(&["rollcall", "serve"]).unwrap();
+        let d = DetectorSettings::default();
+        assert_eq!(c.core.detector_settings.expel_epsilon, d.expel_epsilon);
+        assert_eq!(c.core.detector_settings.clean_gaps, d.clean_gaps);
+        let c = config_of(&[
+            "rollcall",
+            "serve",
+            "--adaptive-expel-epsilon=1e-9",
+            "--adaptive-clean-gaps=5000",
+        ])
+        .unwrap();
+        assert_eq!(c.core.detector_settings.expel_epsilon, 1e-9);
+        assert_eq!(c.core.detector_settings.clean_gaps, 5000);
+        for bad in ["0", "1", "-1e-6", "NaN"] {
+            let flag = format!("--adaptive-expel-epsilon={bad}");
+            let e = config_of(&["rollcall", "serve", &flag]).unwrap_err();
+            assert!(e.contains("adaptive-expel-epsilon"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
     fn tls_options_come_from_flags_and_the_file() {
         let dir = std::env::temp_dir().join(format!("rollcall-cli-tls-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

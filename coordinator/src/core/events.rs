@@ -204,6 +204,16 @@ pub enum Event {
         /// The silence it judged.
         silence: Duration,
     },
+    /// A member expelled for silence beat again: it was alive, and the expulsion was a
+    /// mistake (reported once per expulsion).
+    FalseExpulsion {
+        /// Group id.
+        group: String,
+        /// Member id.
+        member_id: String,
+        /// The detector that expelled it.
+        detector: DetectorKind,
+    },
     /// A request was refused, wholly or for some of its offsets, because it would have
     /// taken a quota past its limit.
     QuotaRefused {

@@ -219,6 +219,20 @@ pub(crate) fn log_event(shard: usize, m: &Metrics, event: Event) {
                 "shadow detector verdict (not acted on)"
             );
         }
+        Event::FalseExpulsion {
+            group,
+            member_id,
+            detector,
+        } => {
+            m.false_expulsion(detector).increment(1);
+            info!(
+                shard,
+                group,
+                member_id,
+                detector = detector.as_str(),
+                "member expelled for silence beat again: a false expulsion"
+            );
+        }
         Event::PauseGraceEnded { .. } => {
             m.guard(Guard::Pause, GuardTransition::Released)
                 .increment(1);

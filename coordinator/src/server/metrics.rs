@@ -182,6 +182,10 @@ fn describe() {
         "What a group's shadow detector would have done, by detector and verdict: suspect or expel a member that then spoke again, or spare one the acting detector expelled."
     );
     describe_counter!(
+        "rollcall_false_expulsions_total",
+        "Members expelled for silence that beat again (proven false expulsions), by the detector that expelled them."
+    );
+    describe_counter!(
         "rollcall_guard_transitions_total",
         "Guards that hold expulsions (pause, isolation, backlog, rate_limit): when one starts holding, lets go, or expels a member it held as long as it may."
     );
@@ -331,6 +335,8 @@ pub(crate) struct Metrics {
     pub(crate) suspected: Counter,
     pub(crate) recovered: Counter,
     shadow_verdicts: Vec<Counter>,
+    /// Per detector, in the order of `DetectorKind::ALL`.
+    false_expulsions: Vec<Counter>,
     pub(crate) authentications_ok: Counter,
     pub(crate) authentications_failed: Counter,
     /// Per API: authentication_required, then not_authorized.
@@ -430,8 +436,20 @@ impl Metrics {
                     })
                 })
                 .collect(),
+            false_expulsions: DetectorKind::ALL
+                .iter()
+                .map(|d| metrics::counter!("rollcall_false_expulsions_total", "detector" => d.as_str()))
+                .collect(),
             cluster: cluster::ClusterMetrics::new(),
         }
+    }
+
+    pub(crate) fn false_expulsion(&self, detector: DetectorKind) -> &Counter {
+        let d = DetectorKind::ALL
+            .iter()
+            .position(|k| *k == detector)
+            .unwrap_or(0);
+        &self.false_expulsions[d]
     }
 
     pub(crate) fn shadow_verdict(

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::super::assignor::TopicPartition;
-use super::super::liveness::{Detector, Watch};
+use super::super::liveness::{Detector, Fleet, Watch};
 use super::super::ConnId;
 use super::PartitionSet;
 
@@ -328,12 +328,14 @@ impl Member {
         timeouts: Timeouts,
         detector: &dyn Detector,
         shadow: Option<&dyn Detector>,
+        fleet: &Fleet,
     ) -> bool {
         let old = self.timeouts;
         let changed = timeouts != old;
         self.timeouts = timeouts;
         if (timeouts.session_ms, timeouts.lease_ms) != (old.session_ms, old.lease_ms) {
-            self.liveness.reset(timeouts.session(), detector, shadow);
+            self.liveness
+                .reset(timeouts.session(), detector, shadow, fleet);
         }
         if timeouts.progress_ms != old.progress_ms {
             // What the guards added (a pause or an isolation the wait overlapped) is the

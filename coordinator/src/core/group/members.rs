@@ -38,6 +38,7 @@ impl Group {
                 timeouts.session(),
                 &*self.detector,
                 self.shadow.as_deref(),
+                &self.fleet,
             ),
             progress: 0,
             progress_deadline: now + timeouts.progress(),
@@ -85,12 +86,42 @@ impl Group {
 
     pub(crate) fn forget(&mut self, id: &Arc<str>, reason: ExpelReason, memory: usize) {
         self.removed.insert(id.clone(), reason);
+        self.disproved.remove(id);
         self.removed_order.push_back(id.clone());
         while self.removed_order.len() > memory {
             if let Some(old) = self.removed_order.pop_front() {
                 self.removed.remove(&old);
+                self.disproved.remove(&old);
             }
         }
+    }
+
+    /// A heartbeat arrived from `id`, which is no longer a member. If it was expelled
+    /// for silence (its session, or its lease after its connection closed, ran out),
+    /// the expulsion was a mistake: the member was alive. The first such heartbeat is
+    /// reported and is a surprise for the fleet; if that ends the group's clean spell,
+    /// every member is judged again.
+    pub(crate) fn heard_from_expelled(&mut self, ctx: &mut Ctx<'_>, id: &str) {
+        let Some((id, ExpelReason::SessionExpired)) = self
+            .removed
+            .get_key_value(id)
+            .map(|(id, reason)| (id.clone(), *reason))
+        else {
+            return;
+        };
+        if !self.disproved.insert(id.clone()) {
+            return;
+        }
+        let was_clean = self.fleet.clean() >= ctx.config.detector_settings.clean_gaps;
+        self.fleet.false_expulsion();
+        if was_clean {
+            self.rejudge_all();
+        }
+        ctx.event(Event::FalseExpulsion {
+            group: self.name.to_string(),
+            member_id: id.to_string(),
+            detector: self.detector.kind(),
+        });
     }
 
     /// Makes sure the member's timer fires by its earliest deadline.
@@ -402,8 +433,15 @@ impl Group {
         &mut self,
         ctx: &mut Ctx<'_>,
         id: &Arc<str>,
-        Beat { change, shadow }: Beat,
+        Beat {
+            change,
+            shadow,
+            gate_closed,
+        }: Beat,
     ) {
+        if gate_closed {
+            self.rejudge_all();
+        }
         let Some(m) = self.members.get_mut(id) else {
             return;
         };
@@ -437,6 +475,18 @@ impl Group {
                 verdict,
                 silence,
             });
+        }
+    }
+
+    /// The group's clean spell ended (a surprise): every member is judged again with
+    /// what the fleet shows now. Its thresholds only grow, so no timer has to move
+    /// earlier: one that fires before a member's new deadline finds it not expired and
+    /// is set again.
+    pub(crate) fn rejudge_all(&mut self) {
+        let (detector, shadow, fleet) = (&*self.detector, self.shadow.as_deref(), &self.fleet);
+        for m in self.members.values_mut() {
+            let session = m.timeouts.session();
+            m.liveness.rejudge(session, detector, shadow, fleet);
         }
     }
 

@@ -15,14 +15,14 @@ mod rebalance;
 mod roster;
 mod topics;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rollcall_protocol::{ExpelReason, GroupState, Push};
 
 use super::assignor::TopicPartition;
-use super::liveness::{Detector, DetectorKind};
+use super::liveness::{Detector, DetectorKind, Fleet};
 use super::timers::Timers;
 use super::{Assignor, ConnId, CoreConfig, Event, Output, Quota, RebalanceCause};
 use roster::Roster;
@@ -119,6 +119,9 @@ pub(crate) struct Group {
     pub(crate) detector: Box<dyn Detector>,
     /// Judges it too, in shadow: counted and reported, never acted on.
     pub(crate) shadow: Option<Box<dyn Detector>>,
+    /// What its members have shown together of their long gaps (in memory only: a
+    /// restart starts it over).
+    pub(crate) fleet: Fleet,
     pub(crate) generation: u32,
     pub(crate) topics: Vec<Topic>,
     pub(crate) topic_index: HashMap<String, u32>,
@@ -144,6 +147,9 @@ pub(crate) struct Group {
     /// Recently removed members and why, oldest first.
     pub(crate) removed: HashMap<Arc<str>, ExpelReason>,
     removed_order: VecDeque<Arc<str>>,
+    /// Removed members expelled for silence that have beaten since (proven false
+    /// expulsions), so that each is counted once.
+    disproved: HashSet<Arc<str>>,
     /// Committed offsets by (topic name, partition).
     pub(crate) offsets: BTreeMap<(String, u32), (i64, String)>,
     /// Bytes of metadata in `offsets`.
@@ -190,6 +196,7 @@ impl Group {
                 .shadow_detector
                 .filter(|s| *s != config.detector)
                 .map(|s| s.build(settings)),
+            fleet: Fleet::default(),
             generation: generation_floor,
             topics: Vec::new(),
             topic_index: HashMap::new(),
@@ -202,6 +209,7 @@ impl Group {
             held: Vec::new(),
             removed: HashMap::new(),
             removed_order: VecDeque::new(),
+            disproved: HashSet::new(),
             offsets: BTreeMap::new(),
             metadata_bytes: 0,
             footprint: 0,
@@ -267,6 +275,7 @@ impl Group {
             match self.removed_order.pop_front() {
                 Some(old) => {
                     self.removed.remove(&old);
+                    self.disproved.remove(&old);
                 }
                 None => return,
             }

@@ -1,36 +1,79 @@
-//! The adaptive detector: thresholds that follow the member's own heartbeat gaps.
+//! The adaptive detector: suspect quickly, convict on evidence.
 //!
-//! A member is expelled after a silence of
+//! **Suspicion** follows the member's own recent gaps: a member becomes suspect where
+//! the suspicion level φ of a normal fit of its last few dozen gaps (the spread at
+//! least a tenth of the mean) reaches its level, never before half the floor and never
+//! after its expulsion threshold. Suspicion only withholds new partitions, so it may be
+//! quick.
 //!
-//! ```text
-//! clamp(max(mean + z·sd, headroom · longest), floor, session)
-//! ```
+//! **Expulsion** before the session timeout needs evidence that the member's silence is
+//! not one a live member shows. Three regimes:
 //!
-//! where `mean` and `sd` follow the last few dozen gaps (the spread at least a tenth of
-//! the mean), `z` is where the suspicion level φ of a normal fit reaches its threshold,
-//! and `longest` is the longest gap of the last 512 to 1,024. The two terms answer the
-//! two ways plain φ accrual goes wrong:
+//! 1. *Young*: a member with fewer than `min_history` gaps (a new member, or one whose
+//!    arrivals were reset) is judged by the fixed rule (with its bound on suspicion,
+//!    `Thresholds::fixed_for`): a fit from a handful of gaps is a guess.
+//! 2. *Clean*: the group went `clean_gaps` pooled gaps without a surprise (see
+//!    [`Fleet`]) and the member itself showed none in its last 1,024 gaps. The
+//!    member's own gaps judge it:
 //!
-//! - **Heavy tails.** Real gaps have heavier tails than a normal fit, and a pause that
-//!   happens once a few minutes is far too rare for the fit to learn but certain to come
-//!   back. The longest gap is remembered for hundreds of beats, long after the mean and
-//!   spread have forgotten it, so a member that paused once keeps that much slack until
-//!   it has been calm for a long while.
-//! - **No history.** A member with fewer than `min_history` gaps (a young member, or
-//!   one whose arrivals were reset) is judged by the fixed rule (with its bound on
-//!   suspicion, `Thresholds::fixed_for`), since a fit from a
-//!   handful of gaps is a guess; the floor bounds how eager the detector can ever get,
-//!   and the session timeout bounds how patient.
+//!    ```text
+//!    clamp(max(mean + z·sd, headroom · longest), floor, session)
+//!    ```
 //!
-//! A member becomes suspect where φ reaches its suspicion level (never after its
-//! expulsion threshold, never before half the floor).
+//!    where `z` is where φ reaches its threshold and `longest` the longest gap of the
+//!    last 512 to 1,024. At 95 % confidence, a group that went `n` pooled gaps without
+//!    a surprise shows one in at most `3/n` of its gaps (the rule of three).
+//! 3. *Tail* (otherwise): the group has shown long gaps, or not yet shown enough calm.
+//!    The member is expelled after the clean regime's silence or after the shortest
+//!    silence `t` whose chance, at the upper confidence bounds of the group's fitted
+//!    tail ([`Fit::exceed_upper`](super::fleet::Fit::exceed_upper)), is at most
+//!    `expel_epsilon` per gap, whichever is longer; at the session timeout if no
+//!    silence up to it is that unlikely, or if the tail has too few long gaps to fit.
+//!
+//! The first early conviction of a live member in the clean regime is proven by its
+//! next heartbeat (refused: it was expelled for silence), which is a surprise and
+//! closes the gate for the whole group; every member is judged again at once, and its
+//! deadline only moves later. The tail threshold is cached in the member's arrivals
+//! and computed again only when the fleet's fit changed (at most once a second) or the
+//! member's mean gap moved by a tenth.
 
 use std::time::Duration;
 
-use super::arrivals::sigmas_for_phi;
+use super::arrivals::{sigmas_for_phi, WINDOW};
+use super::fleet::{self, Fleet};
 use super::{Arrivals, Detector, DetectorKind, DetectorSettings, Thresholds};
 
-/// Thresholds from the member's recent gaps; see the module documentation.
+/// Gaps of its own a member must have shown without a surprise to be judged in the
+/// clean regime: the span of its histogram and of its longest gap.
+pub const OWN_CLEAN_GAPS: u32 = 2 * WINDOW;
+
+/// Which regime set a member's expulsion threshold ([`Detector::basis`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ExpelBasis {
+    /// Too few gaps of its own: the fixed rule.
+    Young,
+    /// The clean regime: its own recent gaps.
+    Clean,
+    /// The tail regime, with a threshold below the session timeout.
+    Tail,
+    /// The tail regime, at the session timeout (or the fixed detector).
+    Session,
+}
+
+impl ExpelBasis {
+    /// The basis's name, as output spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Young => "young",
+            Self::Clean => "clean",
+            Self::Tail => "tail",
+            Self::Session => "session",
+        }
+    }
+}
+
+/// Thresholds from the member's recent gaps and its group's fleet; see the module
+/// documentation.
 #[derive(Debug, Clone)]
 pub struct Adaptive {
     expel_sigmas: f64,
@@ -38,6 +81,16 @@ pub struct Adaptive {
     min_history: u32,
     floor: Duration,
     tail_headroom: f64,
+    epsilon: f64,
+    clean_gaps: u64,
+}
+
+/// What a member's own recent gaps say ([`Adaptive::body`]).
+struct Body {
+    /// The clean regime's expulsion threshold.
+    expel: Duration,
+    /// Where φ reaches the suspicion level.
+    suspect: Duration,
 }
 
 impl Adaptive {
@@ -49,6 +102,78 @@ impl Adaptive {
             min_history: settings.min_history,
             floor: settings.floor,
             tail_headroom: settings.tail_headroom.max(1.0),
+            epsilon: settings.expel_epsilon.clamp(0.0, 1.0),
+            clean_gaps: settings.clean_gaps,
+        }
+    }
+
+    /// The member's own gaps' thresholds; `None` for a young member.
+    fn body(&self, arrivals: &Arrivals, session: Duration) -> Option<Body> {
+        if arrivals.learned() < self.min_history.max(2) {
+            return None;
+        }
+        let mean = arrivals.mean().as_secs_f64();
+        let sd = arrivals.std_dev().as_secs_f64().max(mean / 10.0);
+        let tail = arrivals.longest().as_secs_f64() * self.tail_headroom;
+        let floor = self.floor.min(session);
+        Some(Body {
+            expel: secs((mean + self.expel_sigmas * sd).max(tail)).clamp(floor, session),
+            suspect: secs(mean + self.suspect_sigmas * sd),
+        })
+    }
+
+    /// Whether the member is judged in the clean regime.
+    fn clean(&self, arrivals: &Arrivals, fleet: &Fleet) -> bool {
+        fleet.clean() >= self.clean_gaps && arrivals.since_surprise() >= OWN_CLEAN_GAPS
+    }
+
+    /// The tail regime's threshold for a member whose mean gap is `mean` seconds: the
+    /// shortest silence the fleet's fit bounds at `expel_epsilon`, at most `session`.
+    fn tail(&self, mean: f32, fleet: &Fleet, session: Duration) -> Duration {
+        let mean = f64::from(mean);
+        let u = fleet::threshold(mean, self.floor);
+        let t = fleet
+            .fit()
+            .expel_after(mean, u, u, session.as_secs_f64(), self.epsilon);
+        // Whole milliseconds, rounded up, as the cache keeps it.
+        Duration::from_millis((t * 1000.0).ceil() as u64).min(session)
+    }
+
+    /// [`Self::tail`], as cached in the member's arrivals.
+    fn tail_cached(&self, arrivals: &mut Arrivals, fleet: &Fleet, session: Duration) -> Duration {
+        let mean = arrivals.mean_secs();
+        if let Some(t) = arrivals.cached_tail(fleet.epoch(), mean) {
+            return t.min(session);
+        }
+        let t = self.tail(mean, fleet, session);
+        arrivals.cache_tail(fleet.epoch(), mean, t);
+        t
+    }
+
+    fn judged(&self, body: Body, expel: Duration, session: Duration) -> Thresholds {
+        let floor = self.floor.min(session);
+        Thresholds {
+            suspect_after: body.suspect.clamp(floor / 2, expel),
+            expel_after: expel,
+        }
+    }
+
+    /// The regime that sets the member's expulsion threshold.
+    fn expel_basis(&self, arrivals: &Arrivals, fleet: &Fleet, session: Duration) -> ExpelBasis {
+        let Some(body) = self.body(arrivals, session) else {
+            return ExpelBasis::Young;
+        };
+        if self.clean(arrivals, fleet) {
+            return ExpelBasis::Clean;
+        }
+        if body
+            .expel
+            .max(self.tail(arrivals.mean_secs(), fleet, session))
+            >= session
+        {
+            ExpelBasis::Session
+        } else {
+            ExpelBasis::Tail
         }
     }
 }
@@ -58,20 +183,20 @@ impl Detector for Adaptive {
         DetectorKind::Adaptive
     }
 
-    fn thresholds(&self, arrivals: &Arrivals, session: Duration) -> Thresholds {
-        if arrivals.learned() < self.min_history.max(2) {
+    fn thresholds(&self, arrivals: &mut Arrivals, fleet: &Fleet, session: Duration) -> Thresholds {
+        let Some(body) = self.body(arrivals, session) else {
             return Thresholds::fixed_for(arrivals, session);
-        }
-        let mean = arrivals.mean().as_secs_f64();
-        let sd = arrivals.std_dev().as_secs_f64().max(mean / 10.0);
-        let tail = arrivals.longest().as_secs_f64() * self.tail_headroom;
-        let floor = self.floor.min(session);
-        let expel = secs((mean + self.expel_sigmas * sd).max(tail)).clamp(floor, session);
-        let suspect = secs(mean + self.suspect_sigmas * sd).clamp(floor / 2, expel);
-        Thresholds {
-            suspect_after: suspect,
-            expel_after: expel,
-        }
+        };
+        let expel = if self.clean(arrivals, fleet) {
+            body.expel
+        } else {
+            body.expel.max(self.tail_cached(arrivals, fleet, session))
+        };
+        self.judged(body, expel, session)
+    }
+
+    fn basis(&self, arrivals: &Arrivals, fleet: &Fleet, session: Duration) -> ExpelBasis {
+        self.expel_basis(arrivals, fleet, session)
     }
 }
 
@@ -80,58 +205,4 @@ fn secs(s: f64) -> Duration {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn learned(gaps: impl IntoIterator<Item = u64>) -> Arrivals {
-        let mut a = Arrivals::default();
-        for g in gaps {
-            a.learn(Duration::from_millis(g));
-        }
-        a
-    }
-
-    #[test]
-    fn a_young_member_is_judged_by_the_fixed_rule() {
-        let d = Adaptive::new(&DetectorSettings::default());
-        let session = Duration::from_secs(10);
-        let a = learned([1000; 10]);
-        assert_eq!(d.thresholds(&a, session), Thresholds::fixed(session));
-    }
-
-    #[test]
-    fn calm_beats_give_short_thresholds_within_the_bounds() {
-        let d = Adaptive::new(&DetectorSettings::default());
-        let session = Duration::from_secs(10);
-        let t = d.thresholds(&learned((0..200).map(|i| 980 + (i % 5) * 10)), session);
-        assert!(t.expel_after < Duration::from_millis(1800), "{t:?}");
-        assert!(t.expel_after > Duration::from_millis(1000), "{t:?}");
-        assert!(t.suspect_after <= t.expel_after);
-        assert!(t.suspect_after > Duration::from_millis(1000), "{t:?}");
-        // Fast beats never push below the floor; slow ones never past the session.
-        let fast = d.thresholds(&learned([10; 200]), session);
-        assert_eq!(fast.expel_after, DetectorSettings::default().floor);
-        let slow = d.thresholds(&learned([9000; 200]), session);
-        assert_eq!(slow.expel_after, session);
-    }
-
-    #[test]
-    fn a_pause_is_remembered_long_after_the_mean_forgot_it() {
-        let d = Adaptive::new(&DetectorSettings::default());
-        let session = Duration::from_secs(30);
-        let gaps = (0..100)
-            .map(|_| 1000)
-            .chain([4000])
-            .chain((0..300).map(|_| 1000));
-        let t = d.thresholds(&learned(gaps), session);
-        let headroom = DetectorSettings::default().tail_headroom;
-        assert!(
-            t.expel_after >= Duration::from_secs_f64(4.0 * headroom - 0.01),
-            "{t:?}"
-        );
-        assert!(
-            t.expel_after <= Duration::from_secs_f64(4.0 * headroom + 0.1),
-            "{t:?}"
-        );
-    }
-}
+mod tests;

@@ -1,6 +1,9 @@
 //! What the coordinator has observed of one member's heartbeats, on its own clock: the
 //! gaps between arrivals (a fast-moving mean and spread, a slowly forgetting histogram
-//! and the longest recent gap), and the beats that were lost or late.
+//! and the longest recent gap), and the beats that were lost or late. A gap that ended
+//! a run of lost beats (the sequence numbers jumped) is not the member's rhythm: it
+//! stays out of the mean and spread, and only the histogram and the longest gap keep
+//! it.
 //!
 //! Bounded whatever the member's age: the histogram halves its counts every [`WINDOW`]
 //! gaps instead of keeping the gaps themselves. About 90 bytes while the gaps fall in a
@@ -43,17 +46,26 @@ pub struct Arrivals {
     mean: f32,
     /// Moving variance of the gaps, seconds squared.
     variance: f32,
-    /// Gaps counted in this window.
-    window_gaps: u32,
+    /// Gaps counted in this window (at most [`WINDOW`]).
+    window_gaps: u16,
+    /// Gaps learned since the member's last surprise (see `Fleet`), saturating;
+    /// `u16::MAX` while it has shown none.
+    since_surprise: u16,
     /// The longest gap of this window and of the one before, milliseconds.
     longest: [u32; 2],
     /// Gap histogram, in milliseconds on a log scale.
     counts: Counts<BUCKETS>,
-    /// Heartbeats the member sent that never arrived (gaps in the sequence numbers).
-    lost: u64,
+    /// The adaptive detector's cached tail threshold, milliseconds, for the fleet fit
+    /// of `tail_epoch` (its low bits) and a mean gap of `tail_mean_ms`.
+    tail_ms: u32,
+    tail_epoch: u16,
+    tail_mean_ms: u16,
+    /// Heartbeats the member sent that never arrived (gaps in the sequence numbers),
+    /// saturating.
+    lost: u32,
     /// Heartbeats that arrived after the member was already suspect-worthy: the silence
-    /// before them was longer than the detector's suspicion threshold.
-    late: u64,
+    /// before them was longer than the detector's suspicion threshold (saturating).
+    late: u32,
 }
 
 impl Default for Arrivals {
@@ -67,6 +79,10 @@ impl Default for Arrivals {
             counts: Counts::default(),
             window_gaps: 0,
             longest: [0; 2],
+            since_surprise: u16::MAX,
+            tail_ms: 0,
+            tail_epoch: u16::MAX,
+            tail_mean_ms: 0,
             lost: 0,
             late: 0,
         }
@@ -80,11 +96,16 @@ impl Arrivals {
     pub(crate) const RENEWAL_BYTES: usize = std::mem::offset_of!(Self, lost);
 
     /// A heartbeat with `sequence` arrived at `now`. Returns the gap since the previous
-    /// heartbeat, if it was learned.
-    pub fn beat(&mut self, now: Instant, sequence: u64) -> Option<Duration> {
+    /// heartbeat, if it was learned, and the beats lost just before this one (the jump
+    /// of the sequence numbers). A gap after lost beats is learned without moving the
+    /// mean and spread.
+    pub fn beat(&mut self, now: Instant, sequence: u64) -> BeatGap {
+        let mut lost = 0;
         if sequence > self.last_sequence {
             if self.last_sequence != 0 {
-                self.lost += sequence - self.last_sequence - 1;
+                lost = sequence - self.last_sequence - 1;
+                let counted = u32::try_from(lost).unwrap_or(u32::MAX);
+                self.lost = self.lost.saturating_add(counted);
             }
             self.last_sequence = sequence;
         }
@@ -93,9 +114,13 @@ impl Arrivals {
             .map(|last| now.saturating_duration_since(last));
         self.last_beat = Some(now);
         if let Some(gap) = gap {
-            self.learn(gap);
+            if lost == 0 {
+                self.learn(gap);
+            } else {
+                self.learn_tail(gap);
+            }
         }
-        gap
+        BeatGap { gap, lost }
     }
 
     /// Learns one gap between heartbeats.
@@ -107,13 +132,25 @@ impl Arrivals {
         let delta = secs - self.mean;
         self.mean += weight * delta;
         self.variance = (1.0 - weight) * (self.variance + weight * delta * delta);
+        self.count(gap);
+    }
+
+    /// Learns a gap that lost beats made: counted, but not part of the rhythm.
+    fn learn_tail(&mut self, gap: Duration) {
+        self.learned = self.learned.saturating_add(1);
+        self.count(gap);
+    }
+
+    /// Counts a gap in the histogram, the longest gap and the gaps since a surprise.
+    fn count(&mut self, gap: Duration) {
+        self.since_surprise = self.since_surprise.saturating_add(1);
         let ms = u32::try_from(gap.as_millis())
             .unwrap_or(MAX_GAP_MS)
             .min(MAX_GAP_MS);
         self.counts.add(bucket_of(ms));
         self.longest[0] = self.longest[0].max(ms);
         self.window_gaps += 1;
-        if self.window_gaps >= WINDOW {
+        if u32::from(self.window_gaps) >= WINDOW {
             self.counts.halve();
             self.window_gaps = 0;
             self.longest = [0, self.longest[0]];
@@ -126,14 +163,51 @@ impl Arrivals {
         self.last_beat = None;
     }
 
+    /// The member's latest gap, or its latest heartbeat, was a surprise (see `Fleet`).
+    pub fn surprise(&mut self) {
+        self.since_surprise = 0;
+    }
+
+    /// Gaps learned since the member's last surprise (saturating at `u16::MAX`, which
+    /// is also what a member that showed none has).
+    pub fn since_surprise(&self) -> u32 {
+        u32::from(self.since_surprise)
+    }
+
+    /// The cached tail threshold, if it was computed from the fleet fit of `epoch` for
+    /// a mean gap within a tenth of `mean` seconds.
+    pub(super) fn cached_tail(&self, epoch: u32, mean: f32) -> Option<Duration> {
+        let cached = f32::from(self.tail_mean_ms) / 1000.0;
+        // Only the epoch's low bits are kept: a threshold cached 65,536 fits ago (18
+        // hours of a fit every second, with no heartbeat of the member between) could
+        // pass for a fresh one, and is at worst as old as that.
+        (self.tail_epoch == epoch as u16
+            && self.tail_mean_ms != u16::MAX
+            && (mean - cached).abs() <= 0.1 * cached)
+            .then(|| Duration::from_millis(u64::from(self.tail_ms)))
+    }
+
+    /// Caches the tail threshold `tail`, computed from the fleet fit of `epoch` for a
+    /// mean gap of `mean` seconds.
+    pub(super) fn cache_tail(&mut self, epoch: u32, mean: f32, tail: Duration) {
+        self.tail_epoch = epoch as u16;
+        self.tail_mean_ms = (mean * 1000.0).round().min(f32::from(u16::MAX)) as u16;
+        self.tail_ms = u32::try_from(tail.as_millis()).unwrap_or(u32::MAX);
+    }
+
     /// Counts a heartbeat that came after a silence the detector found suspicious.
     pub fn count_late(&mut self) {
-        self.late += 1;
+        self.late = self.late.saturating_add(1);
     }
 
     /// Gaps learned so far (saturating).
     pub fn learned(&self) -> u32 {
         self.learned
+    }
+
+    /// Moving mean of the gaps, seconds.
+    pub(super) fn mean_secs(&self) -> f32 {
+        self.mean.max(0.0)
     }
 
     /// Moving mean of the gaps.
@@ -153,12 +227,12 @@ impl Arrivals {
 
     /// Heartbeats that never arrived.
     pub fn lost(&self) -> u64 {
-        self.lost
+        u64::from(self.lost)
     }
 
     /// Heartbeats that arrived late.
     pub fn late(&self) -> u64 {
-        self.late
+        u64::from(self.late)
     }
 
     /// The gap at quantile `q` (0..=1) of the histogram: the upper edge of the bucket it
@@ -193,6 +267,16 @@ impl Arrivals {
             .max(1e-3);
         phi_of(normal_tail((silence.as_secs_f64() - mean) / sd))
     }
+}
+
+/// What a heartbeat showed ([`Arrivals::beat`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BeatGap {
+    /// The gap since the previous heartbeat, if it was learned (not the first, nor one
+    /// across a pause of the coordinator).
+    pub gap: Option<Duration>,
+    /// Heartbeats lost just before this one: the jump of its sequence number.
+    pub lost: u64,
 }
 
 /// The chance that a standard normal variable exceeds `y`, by the logistic

@@ -121,16 +121,30 @@ impl Fleet {
         floor: Duration,
         members: usize,
     ) -> Pooled {
-        self.since.get_or_insert(now);
+        let (gap, mean) = (gap.as_secs_f64(), mean.as_secs_f64());
+        self.learn_secs(now, gap, mean, floor.as_secs_f64(), members)
+    }
+
+    /// [`Self::learn`], in seconds.
+    pub(super) fn learn_secs(
+        &mut self,
+        now: Instant,
+        secs: f64,
+        mean: f64,
+        floor: f64,
+        members: usize,
+    ) -> Pooled {
+        if self.since.is_none() {
+            self.since = Some(now);
+        }
         self.pooled += 1;
         self.clean += 1;
         self.gaps += 1;
-        let mean = mean.as_secs_f64().max(1e-3);
-        let secs = gap.as_secs_f64();
+        let mean = mean.max(1e-3);
         let x = secs / mean;
         add(&mut self.normalised, x);
         self.longest[0] = self.longest[0].max(x as f32);
-        let u = threshold(mean, floor);
+        let u = floor.max(1.5 * mean);
         let pooled = if secs > u {
             add(&mut self.excess, (secs - u) / mean);
             self.exceedances += 1;

@@ -1,9 +1,10 @@
 //! How the core judges whether a member's process is there.
 //!
 //! Every member has a [`Watch`]: when it was last heard, its heartbeat [`Arrivals`], and
-//! its state (alive or suspect). A [`Detector`] turns the arrivals into
-//! [`Thresholds`]: how long a silence may last before the member is suspect, and before
-//! it is expelled. The group's detector is chosen by a [`DetectorKind`]; a second
+//! its state (alive or suspect). Every group has a [`Fleet`]: what its members have
+//! shown together of their long gaps. A [`Detector`] turns a member's arrivals and its
+//! group's fleet into [`Thresholds`]: how long a silence may last before the member is
+//! suspect, and before it is expelled. The group's detector is chosen by a [`DetectorKind`]; a second
 //! detector may run in shadow, judged on the same arrivals and never acted on.
 //!
 //! [`Replay`] runs the same rules over a trace of arrival times, for studying detectors
@@ -25,10 +26,11 @@ use std::fmt::{self, Debug};
 use std::str::FromStr;
 use std::time::Duration;
 
-pub use self::adaptive::Adaptive;
-pub use self::arrivals::Arrivals;
+pub use self::adaptive::{Adaptive, ExpelBasis, OWN_CLEAN_GAPS};
+pub use self::arrivals::{Arrivals, BeatGap};
+pub use self::fleet::Fleet;
 pub use self::replay::{Pending, Replay, Verdicts};
-pub use self::watch::{Beat, Transition, Watch};
+pub use self::watch::{Beat, Judge, Transition, Watch};
 
 use super::config::UnknownName;
 
@@ -98,6 +100,19 @@ pub struct DetectorSettings {
     pub floor: Duration,
     /// Adaptive: a silence must exceed the longest gap remembered by this factor.
     pub tail_headroom: f64,
+    /// Adaptive: where the group has shown long gaps (the tail regime), a member is
+    /// expelled before its session timeout only after a silence whose chance, at the
+    /// upper confidence bound of the group's tail, is at most this per gap.
+    pub expel_epsilon: f64,
+    /// Adaptive: pooled gaps without a surprise (a long gap that ended, a lost beat, a
+    /// member expelled for silence that beat again) after which a group's members may
+    /// be judged by their own recent gaps alone (the clean regime).
+    pub clean_gaps: u64,
+    /// Adaptive: the fewest long gaps the group's tail is fitted from; with fewer, the
+    /// tail regime expels at the session timeout.
+    pub tail_min_exceedances: u64,
+    /// Confidence of the bounds the adaptive detector and the advisor rest on.
+    pub confidence: f64,
 }
 
 impl Default for DetectorSettings {
@@ -109,6 +124,10 @@ impl Default for DetectorSettings {
             min_history: 60,
             floor: Duration::from_secs(1),
             tail_headroom: 1.15,
+            expel_epsilon: 1e-6,
+            clean_gaps: 20_000,
+            tail_min_exceedances: tail::MIN_EXCEEDANCES,
+            confidence: 0.95,
         }
     }
 }
@@ -163,10 +182,17 @@ impl Thresholds {
 pub trait Detector: Debug + Send + Sync {
     /// Which detector this is.
     fn kind(&self) -> DetectorKind;
-    /// The thresholds for a member that asked for `session` and has shown `arrivals`.
-    /// `expel_after` is never above `session`, `suspect_after` never above
-    /// `expel_after`.
-    fn thresholds(&self, arrivals: &Arrivals, session: Duration) -> Thresholds;
+    /// The thresholds for a member that asked for `session` and has shown `arrivals`,
+    /// in a group whose members have shown `fleet`. `expel_after` is never above
+    /// `session`, `suspect_after` never above `expel_after`. A detector may keep what
+    /// it computed from the fleet in `arrivals`, for the member's next heartbeat.
+    fn thresholds(&self, arrivals: &mut Arrivals, fleet: &Fleet, session: Duration) -> Thresholds;
+    /// Which regime sets the member's expulsion threshold (the fixed rule: always its
+    /// session timeout).
+    fn basis(&self, arrivals: &Arrivals, fleet: &Fleet, session: Duration) -> ExpelBasis {
+        let _ = (arrivals, fleet, session);
+        ExpelBasis::Session
+    }
 }
 
 /// A fixed session timeout: expelled `session` after the last frame, whatever the gaps;
@@ -180,7 +206,7 @@ impl Detector for FixedTimeout {
         DetectorKind::Fixed
     }
 
-    fn thresholds(&self, arrivals: &Arrivals, session: Duration) -> Thresholds {
+    fn thresholds(&self, arrivals: &mut Arrivals, _: &Fleet, session: Duration) -> Thresholds {
         Thresholds::fixed_for(arrivals, session)
     }
 }

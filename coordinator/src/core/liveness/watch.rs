@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 use rollcall_protocol::Liveness;
 
 use super::super::ShadowVerdict;
-use super::{Arrivals, Detector, Thresholds};
+use super::fleet::Pooled;
+use super::{Arrivals, Detector, DetectorSettings, Fleet, Thresholds};
 
 /// A change worth an event, found when a frame arrives or a timer fires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +33,19 @@ pub struct Beat {
     /// What the shadow detector would have done about the silence the heartbeat ended
     /// (suspected or expelled a member that spoke again), and that silence.
     pub shadow: Option<(ShadowVerdict, Duration)>,
+    /// The heartbeat was a surprise that ended the group's clean spell: every member
+    /// must be judged again ([`Watch::rejudge`]).
+    pub gate_closed: bool,
+}
+
+/// How a group judges its members: its detectors and their settings, and the group's
+/// size (the fleet's windows follow it).
+#[derive(Debug, Clone, Copy)]
+pub struct Judge<'a> {
+    pub detector: &'a dyn Detector,
+    pub shadow: Option<&'a dyn Detector>,
+    pub settings: &'a DetectorSettings,
+    pub members: usize,
 }
 
 /// A member's liveness, as the coordinator judges it.
@@ -51,6 +65,10 @@ pub struct Watch {
     /// On-time heartbeats since the member became suspect.
     streak: u32,
     suspect: bool,
+    /// The guards gave back part of the silence since the last frame (the coordinator
+    /// was at fault): the gap the next heartbeat ends is no evidence for the group's
+    /// fleet.
+    excused: bool,
     /// The shadow detector's thresholds, when the group runs one (boxed: most groups
     /// run none, and it would take 32 bytes in every member).
     shadow: Option<Box<Thresholds>>,
@@ -66,21 +84,24 @@ impl Watch {
     pub(crate) const RENEWAL_BYTES: usize =
         std::mem::offset_of!(Self, arrivals) + Arrivals::RENEWAL_BYTES;
 
-    /// A member first heard at `now`, which asked for `session`.
+    /// A member first heard at `now`, which asked for `session`, in a group that has
+    /// shown `fleet`.
     pub fn new(
         now: Instant,
         session: Duration,
         detector: &dyn Detector,
         shadow: Option<&dyn Detector>,
+        fleet: &Fleet,
     ) -> Self {
-        let arrivals = Arrivals::default();
+        let mut arrivals = Arrivals::default();
         Self {
             last_heard: now,
             last_silence: Duration::ZERO,
-            thresholds: detector.thresholds(&arrivals, session),
-            shadow: shadow.map(|s| Box::new(s.thresholds(&arrivals, session))),
+            thresholds: detector.thresholds(&mut arrivals, fleet, session),
+            shadow: shadow.map(|s| Box::new(s.thresholds(&mut arrivals, fleet, session))),
             arrivals,
             suspect: false,
+            excused: false,
             since: now,
             streak: 0,
         }
@@ -99,18 +120,19 @@ impl Watch {
     /// The frame heard at `now` (after [`Self::heard`]) was a heartbeat with `sequence`
     /// from a member whose session timeout is `session` (the one it was watched with
     /// since [`Self::new`] or [`Self::reset`]): learns its gap, counts it on time or
-    /// late, and judges it again. Returns what changed: suspicion (a beat later than
-    /// the threshold whose timer had not fired yet) or recovery, and what the shadow
-    /// detector would have done.
+    /// late, pools it in the group's `fleet` (a long gap or lost beats are a
+    /// surprise), and judges the member again. Returns what changed: suspicion (a beat
+    /// later than the threshold whose timer had not fired yet) or recovery, what the
+    /// shadow detector would have done, and whether the group's clean spell ended.
     pub fn beat(
         &mut self,
         now: Instant,
         sequence: u64,
         session: Duration,
-        detector: &dyn Detector,
-        shadow: Option<&dyn Detector>,
-        recover_beats: u32,
+        judge: Judge<'_>,
+        fleet: &mut Fleet,
     ) -> Beat {
+        let recover_beats = judge.settings.recover_beats;
         let silence = self.last_silence;
         let mut out = Beat::default();
         if silence > self.thresholds.suspect_after {
@@ -140,10 +162,40 @@ impl Watch {
                 out.shadow = Some((ShadowVerdict::Suspect, silence));
             }
         }
-        self.arrivals.beat(now, sequence);
-        self.thresholds = detector.thresholds(&self.arrivals, session);
-        self.set_shadow(shadow.map(|s| s.thresholds(&self.arrivals, session)));
+        let settings = judge.settings;
+        let was_clean = fleet.clean() >= settings.clean_gaps;
+        // The gap is judged against the rhythm the member had before it.
+        let (mean, rhythm) = (self.arrivals.mean_secs(), self.arrivals.learned() > 0);
+        let seen = self.arrivals.beat(now, sequence);
+        if seen.lost > 0 {
+            fleet.lost(now, seen.lost);
+            self.arrivals.surprise();
+        } else if let Some(gap) = seen.gap.filter(|_| rhythm && !self.excused) {
+            let (gap, mean, floor) = (gap.as_secs_f64(), f64::from(mean), settings.floor);
+            if fleet.learn_secs(now, gap, mean, floor.as_secs_f64(), judge.members)
+                == Pooled::Exceedance
+            {
+                self.arrivals.surprise();
+            }
+        }
+        self.excused = false;
+        fleet.refresh(now, settings.tail_min_exceedances, settings.confidence);
+        out.gate_closed = was_clean && fleet.clean() < settings.clean_gaps;
+        self.rejudge(session, judge.detector, judge.shadow, fleet);
         out
+    }
+
+    /// Judges the member again with what its group's `fleet` shows now.
+    pub fn rejudge(
+        &mut self,
+        session: Duration,
+        detector: &dyn Detector,
+        shadow: Option<&dyn Detector>,
+        fleet: &Fleet,
+    ) {
+        self.thresholds = detector.thresholds(&mut self.arrivals, fleet, session);
+        let shadow = shadow.map(|s| s.thresholds(&mut self.arrivals, fleet, session));
+        self.set_shadow(shadow);
     }
 
     /// Judges the member at `now` (its timer fired): alive and silent past its
@@ -208,9 +260,11 @@ impl Watch {
         self.since
     }
 
-    /// Shifts the last-heard time by `by` (the coordinator itself was at fault).
+    /// Shifts the last-heard time by `by` (the coordinator itself was at fault): the
+    /// gap the next heartbeat ends is not pooled in the group's fleet.
     pub fn extend(&mut self, by: Duration) {
         self.last_heard += by;
+        self.excused |= !by.is_zero();
     }
 
     /// The coordinator was paused: the gap that spans the pause is not the member's.
@@ -231,10 +285,10 @@ impl Watch {
         session: Duration,
         detector: &dyn Detector,
         shadow: Option<&dyn Detector>,
+        fleet: &Fleet,
     ) {
         self.arrivals = Arrivals::default();
-        self.thresholds = detector.thresholds(&self.arrivals, session);
-        self.set_shadow(shadow.map(|s| s.thresholds(&self.arrivals, session)));
+        self.rejudge(session, detector, shadow, fleet);
     }
 
     /// Sets the shadow thresholds, in the box the member already has if any.

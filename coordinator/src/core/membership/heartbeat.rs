@@ -9,7 +9,7 @@ use rollcall_protocol::{
 };
 
 use super::super::group::{Group, Member};
-use super::super::liveness::Beat;
+use super::super::liveness::{Beat, Judge};
 use super::super::{refuse, ConnId, Coordinator, TopicPartition};
 
 impl Coordinator {
@@ -102,8 +102,10 @@ impl Coordinator {
         };
         let group_generation = group.generation;
         let Some(at) = group.members.find(&r.member_id, *slot) else {
+            group.heard_from_expelled(&mut ctx, &r.member_id);
             return Self::member_gone(Some(group), ApiKey::Heartbeat, &r.member_id);
         };
+        let members = group.members.len();
         *slot = at as u32;
         let m = group.members.at_mut(at);
         if r.generation > group_generation {
@@ -124,13 +126,18 @@ impl Coordinator {
                 trace.record(now, &m.id);
             }
         }
+        let judge = Judge {
+            detector: &*group.detector,
+            shadow: group.shadow.as_deref(),
+            settings: &ctx.config.detector_settings,
+            members,
+        };
         let changes = m.liveness.beat(
             now,
             r.sequence,
             m.timeouts.session(),
-            &*group.detector,
-            group.shadow.as_deref(),
-            ctx.config.detector_settings.recover_beats,
+            judge,
+            &mut group.fleet,
         );
         m.report_progress(now, r.progress);
         // Thresholds that shrank can bring a deadline before the member's timer.

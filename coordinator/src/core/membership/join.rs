@@ -205,7 +205,12 @@ impl Coordinator {
         let Some(m) = group.members.get_mut(id) else {
             return refuse(ApiKey::Join, ErrorCode::Internal, "member vanished");
         };
-        if m.set_timeouts(timeouts, &*group.detector, group.shadow.as_deref()) {
+        if m.set_timeouts(
+            timeouts,
+            &*group.detector,
+            group.shadow.as_deref(),
+            &group.fleet,
+        ) {
             // Timeouts decide expiry and holds: a restart must bring the new ones back.
             group.snapshot_dirty = true;
         }

@@ -76,16 +76,17 @@ fn a_fixed_timeout_replayed_by_hand() {
 }
 
 /// The adaptive detector, replayed: a young member is judged by the session
-/// timeout, a calm one by its own gaps, always within the session.
+/// timeout, a calm one (in a group, of itself alone, that has shown enough calm)
+/// by its own gaps, always within the session.
 #[test]
 fn adaptive_follows_the_members_gaps_within_its_session() {
     let start = crate::core::tests::start_instant();
     let session = Duration::from_secs(10);
-    let mut r = Replay::new(
-        DetectorKind::Adaptive,
-        &DetectorSettings::default(),
-        session,
-    );
+    let settings = DetectorSettings {
+        clean_gaps: 100,
+        ..DetectorSettings::default()
+    };
+    let mut r = Replay::new(DetectorKind::Adaptive, &settings, session);
     r.arrive(start);
     assert_eq!(r.thresholds(), Some(Thresholds::fixed(session)));
     for s in 1..=200 {
@@ -96,11 +97,7 @@ fn adaptive_follows_the_members_gaps_within_its_session() {
     assert!(t.expel_after < Duration::from_secs(2), "{t:?}");
     assert!(t.expel_after >= DetectorSettings::default().floor);
     // Replays are deterministic: the same arrivals, the same verdicts.
-    let mut again = Replay::new(
-        DetectorKind::Adaptive,
-        &DetectorSettings::default(),
-        session,
-    );
+    let mut again = Replay::new(DetectorKind::Adaptive, &settings, session);
     for s in 0..=200 {
         again.arrive(at(start, f64::from(s)));
     }
@@ -173,7 +170,7 @@ fn a_group_judges_each_member_as_the_fixed_rule_alone() {
             let got = replay_group(&mut group, start, &traces, death);
             for (m, (arrivals, d)) in runs.iter().enumerate() {
                 let (want_expelled, want_detection) =
-                    replay(&crate::core::FixedTimeout, arrivals, *d, session);
+                    replay(&crate::core::FixedTimeout, &settings, arrivals, *d, session);
                 let detection = got[m]
                     .1
                     .map(|e| (e.duration_since(start).as_secs_f64() - d).max(0.0));

@@ -7,6 +7,7 @@
 mod defects;
 pub(super) mod detection;
 mod effects;
+mod fleet;
 mod leases;
 mod pages;
 mod quotas;

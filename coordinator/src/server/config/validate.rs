@@ -152,7 +152,7 @@ impl ServerConfig {
         positive("stats-interval", self.stats_interval)
     }
 
-    /// The expulsion rate limit, the adaptive detector's threshold, and the bounds of
+    /// The expulsion rate limit, the adaptive detector's threshold and budget, and the bounds of
     /// the session timeouts members may ask for.
     fn check_detection(&self) -> Result<(), InvalidConfig> {
         let core = &self.core;
@@ -168,6 +168,13 @@ impl ServerConfig {
             return Err(InvalidConfig::new(
                 "adaptive-phi",
                 format!("({phi}) must be from 1 to 300"),
+            ));
+        }
+        let epsilon = core.detector_settings.expel_epsilon;
+        if !(epsilon.is_finite() && epsilon > 0.0 && epsilon < 1.0) {
+            return Err(InvalidConfig::new(
+                "adaptive-expel-epsilon",
+                format!("({epsilon}) must be above 0 and below 1"),
             ));
         }
         positive("min-session-timeout", core.min_session_timeout)?;

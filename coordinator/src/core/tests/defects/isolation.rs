@@ -2,6 +2,7 @@
 //! when frames return.
 
 use super::*;
+use crate::core::DetectorSettings;
 
 // ------------------------------------------------------------------------------------
 // 1. A dead member can stay a member forever.
@@ -150,13 +151,18 @@ fn silence_is_given_back_only_to_members_that_were_not_already_overdue() {
 
 /// The coordinator loses its network while its members are judged by the adaptive
 /// detector, which expels them after about a second of silence (they beat every
-/// 100 ms). Everyone goes silent at once for 1.5 s: nobody is expelled, the isolation
-/// guard holds them, and when the network returns the member that really died still
-/// expires.
+/// 100 ms; the group has shown a few hundred calm gaps, which in this test is enough
+/// to be judged by them). Everyone goes silent at once for 1.5 s: nobody is expelled,
+/// the isolation guard holds them, and when the network returns the member that really
+/// died still expires.
 #[test]
 fn defect_9_an_isolated_coordinator_does_not_mass_expel_members_of_an_adaptive_group() {
     let mut t = TestContext::with_config(CoreConfig {
         detector: DetectorKind::Adaptive,
+        detector_settings: DetectorSettings {
+            clean_gaps: 200,
+            ..DetectorSettings::default()
+        },
         ..CoreConfig::default()
     });
     let mut ms: Vec<M> = (0..4).map(|i| t.join(i, "g", &[("orders", 8)])).collect();

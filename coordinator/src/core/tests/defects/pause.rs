@@ -172,7 +172,7 @@ fn defect_18_a_rejoin_keeps_what_a_pause_added_to_the_progress_deadline() {
         progress_ms: 6_000,
         ..timeouts
     };
-    assert!(m.set_timeouts(longer, &*group.detector, None));
+    assert!(m.set_timeouts(longer, &*group.detector, None, &group.fleet));
     assert_eq!(m.progress_deadline, now + Duration::from_secs(11));
 }
 
