@@ -9,8 +9,6 @@ use rollcall_protocol::{
 
 use super::group::{Group, Member};
 use super::liveness::advice::{advise, summarise, Advice, Target, DEFAULT_PAUSE_FLOOR};
-use super::liveness::fleet::Fleet;
-use super::liveness::DetectorKind;
 use super::{refuse, Coordinator, CoreStats};
 
 impl Coordinator {
@@ -184,19 +182,15 @@ impl Coordinator {
             .collect()
     }
 
-    /// What `m`'s expulsion deadline rests on.
+    /// What `m`'s expulsion deadline rests on, as the group's detector judges it.
     fn expel_basis(&self, g: &Group, m: &Member) -> ExpelBasis {
-        if g.detector.kind() == DetectorKind::Fixed {
-            return ExpelBasis::Session;
-        }
+        use super::liveness::ExpelBasis as Basis;
         let arrivals = m.liveness.arrivals();
-        if arrivals.learned() < self.config.detector_settings.min_history {
-            return ExpelBasis::Young;
-        }
-        if m.liveness.thresholds().expel_after < m.session_timeout() {
-            ExpelBasis::Clean
-        } else {
-            ExpelBasis::Session
+        match g.detector.basis(arrivals, &g.fleet, m.session_timeout()) {
+            Basis::Young => ExpelBasis::Young,
+            Basis::Clean => ExpelBasis::Clean,
+            Basis::Tail => ExpelBasis::Tail,
+            Basis::Session => ExpelBasis::Session,
         }
     }
 
@@ -209,10 +203,8 @@ impl Coordinator {
 /// What the group's detector has learned from all its members' gaps at `now`, as
 /// DescribeGroup version 3 reports it and the advisor reads it.
 pub(crate) fn detection_summary(g: &Group, now: Instant, floor: Duration) -> DetectionSummary {
-    // TODO(fleet): the group's own fleet once groups keep one.
-    let fleet = Fleet::default();
     summarise(
-        &fleet,
+        &g.fleet,
         g.members.values().map(|m| m.liveness.arrivals()),
         floor,
         now,

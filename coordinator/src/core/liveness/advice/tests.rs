@@ -241,6 +241,7 @@ fn fleet_of(
     let mut fleet = Fleet::default();
     let mut arrivals = vec![Arrivals::default(); members];
     let mut at = vec![start; members];
+    let mut sequence = vec![0u64; members];
     let end = start + Duration::from_secs(secs);
     let mut i = 0u64;
     let floor = Duration::from_secs(1);
@@ -261,7 +262,8 @@ fn fleet_of(
             progressed = true;
             let mean = a.mean();
             at[m] += gap;
-            if let Some(gap) = a.beat(at[m], i) {
+            sequence[m] += 1;
+            if let Some(gap) = a.beat(at[m], sequence[m]).gap.filter(|_| sequence[m] > 2) {
                 fleet.learn(at[m], gap, mean, floor, members);
             }
         }
