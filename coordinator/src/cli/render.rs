@@ -250,11 +250,14 @@ fn advice_text(advice: &Advice, summary: bool, target: &Target) -> String {
         ),
         Basis::Unreachable => format!(
             "advice: no timeout under {} keeps false expulsions under {asked} a year across \
-             these {} members: the group's long gaps are heavy-tailed (ξ ≤ {:.2}); a session \
-             timeout of {timeout} (the pause floor)\n",
+             these {} members: the group's long gaps are {}; a session timeout of {timeout} \
+             (the pause floor)\n",
             format_ms(CAP.as_millis() as u64),
             target.members,
-            t.shape_upper.unwrap_or(0.0)
+            match t.shape_upper {
+                Some(xi) if xi.is_finite() => format!("heavy-tailed (ξ ≤ {xi:.2})"),
+                _ => "too heavy-tailed to bound (ξ̂ ≥ 0.5)".to_owned(),
+            }
         ),
     };
     out.push_str(&format!(

@@ -58,6 +58,11 @@ pub const CONFIDENCE: f64 = 0.95;
 /// The headroom over the longest gap seen.
 pub const HEADROOM: f64 = 1.15;
 
+/// How far below the distribution-free bound of no gap at all (about `3/n`) the tail
+/// fit may claim: one decade. A fit of a few dozen long gaps says something of the
+/// next decade of rarity, not of seven.
+pub const MAX_EXTRAPOLATION: f64 = 10.0;
+
 /// The default pause floor: pauses the group has not shown.
 pub const DEFAULT_PAUSE_FLOOR: Duration = Duration::from_secs(3);
 
@@ -102,10 +107,12 @@ pub enum Basis {
     Observed,
     /// The tail fit reaches the target.
     Tail,
-    /// Nothing reaches the target: the pause floor, with no promise below about `3/n`.
+    /// Nothing reaches the target (the target is rarer than the gaps, or the tail fit
+    /// within a decade of them, can bound): the pause floor, with no promise below
+    /// about `3/n` (a tenth of it with a fit).
     PauseFloor,
-    /// The tail fit reaches the target only past [`CAP`]: the pause floor, with what
-    /// the data supports there.
+    /// The tail fit reaches the target only past [`CAP`], or its shape has no finite
+    /// bound: the pause floor, with what the data supports there.
     Unreachable,
 }
 
@@ -147,7 +154,8 @@ pub struct Timeout {
     pub pause_floor_ms: u64,
     /// Whether the pause floor set the timeout (above what the basis needs).
     pub floored: bool,
-    /// The upper bound on the tail's shape ξ, with a fit.
+    /// The upper bound on the tail's shape ξ, with a fit (infinite when ξ̂ ≥ ½: no
+    /// finite bound).
     pub shape_upper: Option<f64>,
 }
 
@@ -172,23 +180,31 @@ pub fn advise(s: &DetectionSummary, target: &Target) -> Advice {
     // Normalised lengths (multiples of the median gap) from here to the timeout.
     let longest = (f64::from(s.longest_centi) / 100.0).max(f64::from(s.gap_longest_ms) / unit);
     let fit = Fit::of(s, n);
-    let observed = observed(&s.tail, longest, n, q);
-    let (basis, needed) = match (observed, &fit) {
-        (Some(t), _) => (Basis::Observed, t),
-        (None, Some(fit)) => match fit.length_for(q) {
-            Some(t) if t * unit <= CAP.as_millis() as f64 => (Basis::Tail, t),
-            _ => (Basis::Unreachable, 0.0),
+    let bounds = Bounds {
+        s,
+        n,
+        longest,
+        fit,
+        loss: (s.loss_runs > 0)
+            .then(|| tail::loss_bounds(s.loss_runs, s.lost_beats, n + s.lost_beats, CONFIDENCE)),
+    };
+    let cap = CAP.as_millis() as f64 / unit;
+    let (basis, needed) = match bounds.shortest_within(q, cap) {
+        Some(t) if t > longest && fit.is_some_and(|f| f.exceeds(t) < bounds.empirical(t)) => {
+            (Basis::Tail, t)
+        }
+        Some(t) => (Basis::Observed, t),
+        None => match fit {
+            // The fit would reach the target, but only past the cap, or its shape has
+            // no bound.
+            Some(f) if f.bound.is_none() || f.length_for(q).is_some() => (Basis::Unreachable, 0.0),
+            _ => (Basis::PauseFloor, 0.0),
         },
-        (None, None) => (Basis::PauseFloor, 0.0),
     };
     let pause_floor_ms = u64::from(s.gap_median_ms) + target.pause_floor.as_millis() as u64;
     let floor = (HEADROOM * longest).max(pause_floor_ms as f64 / unit);
     let timeout_ms = round_up(needed.max(floor) * unit).min(CAP.as_millis() as u64);
-    let at = timeout_ms as f64 / unit;
-    let empirical = upper_bound(exceeding(&s.tail, longest, at).unwrap_or(n), n);
-    let bound = fit
-        .as_ref()
-        .map_or(empirical, |f| empirical.min(f.exceeds(at)));
+    let bound = bounds.over(timeout_ms as f64 / unit);
     Advice::Timeout(Timeout {
         timeout_ms,
         basis,
@@ -201,8 +217,65 @@ pub fn advise(s: &DetectionSummary, target: &Target) -> Advice {
         longest_ms: (longest * unit).round() as u64,
         pause_floor_ms,
         floored: floor > needed,
-        shape_upper: fit.map(|f| f.bound.xi),
+        shape_upper: fit.map(|f| f.bound.map_or(f64::INFINITY, |g| g.xi)),
     })
+}
+
+/// What the summary bounds about a gap's length.
+struct Bounds<'a> {
+    s: &'a DetectionSummary,
+    /// The gaps the tail counts are out of.
+    n: u64,
+    /// The longest gap seen, normalised.
+    longest: f64,
+    fit: Option<Fit>,
+    /// Gilbert's rates of lost-beat runs at their upper bounds, once a run was seen.
+    loss: Option<(f64, f64)>,
+}
+
+impl Bounds<'_> {
+    /// The distribution-free upper bound on the chance that a gap exceeds the
+    /// normalised length `t`, from the gaps counted.
+    fn empirical(&self, t: f64) -> f64 {
+        upper_bound(
+            exceeding(&self.s.tail, self.longest, t).unwrap_or(self.n),
+            self.n,
+        )
+    }
+
+    /// The upper bound on the chance that a gap exceeds the normalised length `t`: the
+    /// gaps counted, and past the longest of them the tail fit where it says less;
+    /// plus runs of lost beats that long (a loss gap is not counted among the gaps).
+    fn over(&self, t: f64) -> f64 {
+        let empirical = self.empirical(t);
+        let stall = match &self.fit {
+            // The model speaks only where the gaps are silent.
+            Some(f) if t >= self.longest => empirical.min(f.exceeds(t)),
+            _ => empirical,
+        };
+        let loss = self
+            .loss
+            .map_or(0.0, |(rho, b)| tail::loss_upper(rho, b, t));
+        (stall + loss).min(1.0)
+    }
+
+    /// The shortest normalised length up to `cap` whose bound is at most `q` (the
+    /// bound only falls as the length grows), to within a thousandth.
+    fn shortest_within(&self, q: f64, cap: f64) -> Option<f64> {
+        if self.over(cap) > q {
+            return None;
+        }
+        let (mut above, mut within) = (0.0, cap);
+        while within - above > 1e-3 {
+            let mid = 0.5 * (above + within);
+            if self.over(mid) <= q {
+                within = mid;
+            } else {
+                above = mid;
+            }
+        }
+        Some(within)
+    }
 }
 
 /// `ms` rounded up to 100 ms.
@@ -223,28 +296,6 @@ fn exceeding(tail: &[TailCount], longest: f64, t: f64) -> Option<u64> {
         .min()
 }
 
-/// The shortest normalised length whose upper bound on the chance of a gap exceeding
-/// it is at most `q`, among the ladder's lengths and the longest gap.
-fn observed(tail: &[TailCount], longest: f64, n: u64, q: f64) -> Option<f64> {
-    // Longest first: the bound only grows as the length falls, and the search stops at
-    // the first length that misses (mostly the first, in closed form).
-    let mut lengths: Vec<(f64, u64)> = tail
-        .iter()
-        .map(|c| (f64::from(c.over_centi) / 100.0, c.gaps))
-        .filter(|&(t, _)| t < longest)
-        .collect();
-    lengths.push((longest, 0));
-    lengths.sort_by(|a, b| b.0.total_cmp(&a.0));
-    let mut best = None;
-    for (t, k) in lengths {
-        if upper_bound(k, n) > q {
-            break;
-        }
-        best = Some(t);
-    }
-    best
-}
-
 /// The tail fit, at its upper bounds.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Fit {
@@ -253,12 +304,21 @@ struct Fit {
     /// The upper bound on the rate of gaps above it.
     rate: f64,
     /// The excesses over it, normalised, at the bounds of shape (never below 0) and
-    /// scale.
-    bound: Gpd,
+    /// scale; `None` when the shape has no finite bound (ξ̂ ≥ ½).
+    bound: Option<Gpd>,
+    /// The least chance a gap may be claimed to exceed anything: the distribution-free
+    /// bound of no gap at all, over [`MAX_EXTRAPOLATION`].
+    least: f64,
 }
 
 impl Fit {
     /// The fit in `s`, if it has [`MIN_EXCEEDANCES`] exceedances among `n` gaps.
+    ///
+    /// The shape's bound is the larger of the detector's ([`Gpd::upper`]) and
+    /// `ξ̂ + 1.645 sd`, with the asymptotic variance of the probability-weighted
+    /// moments estimator (Hosking & Wallis 1987), `(1−ξ)(2−ξ)²(1−ξ+2ξ²) /
+    /// ((1−2ξ)(3−2ξ) m)`, which grows without bound as ξ nears ½: past it the
+    /// estimator's spread is not finite, and the advisor claims nothing of the tail.
     fn of(s: &DetectionSummary, n: u64) -> Option<Self> {
         let m = s.exceedances;
         if m < MIN_EXCEEDANCES || s.scale_centi == 0 || m > n {
@@ -268,10 +328,21 @@ impl Fit {
             xi: f64::from(s.shape_milli) / 1000.0,
             sigma: f64::from(s.scale_centi) / 100.0,
         };
+        let xi = estimate.xi.max(-0.5);
+        let bound = (xi < 0.5).then(|| {
+            let variance = (1.0 - xi) * (2.0 - xi).powi(2) * (1.0 - xi + 2.0 * xi * xi)
+                / ((1.0 - 2.0 * xi) * (3.0 - 2.0 * xi) * m as f64);
+            let detector = estimate.upper(m);
+            Gpd {
+                xi: detector.xi.max(xi + 1.645 * variance.sqrt()),
+                sigma: detector.sigma,
+            }
+        });
         Some(Self {
             threshold: f64::from(s.threshold_centi) / 100.0,
             rate: upper_bound(m, n),
-            bound: estimate.upper(m),
+            bound,
+            least: upper_bound(0, n) / MAX_EXTRAPOLATION,
         })
     }
 
@@ -280,19 +351,22 @@ impl Fit {
         if t <= self.threshold {
             return 1.0;
         }
-        (self.rate * self.bound.survival(t - self.threshold)).min(1.0)
+        match self.bound {
+            Some(g) => (self.rate * g.survival(t - self.threshold)).clamp(self.least, 1.0),
+            None => self.rate,
+        }
     }
 
     /// The normalised length whose chance of being exceeded is `q`, if the fit reaches
-    /// it.
+    /// it: never for a `q` below [`Self::least`], nor without a bounded shape.
     fn length_for(&self, q: f64) -> Option<f64> {
-        if q.is_nan() || q <= 0.0 {
+        if q.is_nan() || q < self.least {
             return None;
         }
         if q >= self.rate {
             return Some(self.threshold);
         }
-        let t = self.threshold + self.bound.excess_at(q / self.rate);
+        let t = self.threshold + self.bound?.excess_at(q / self.rate);
         t.is_finite().then_some(t)
     }
 }
