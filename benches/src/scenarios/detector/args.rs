@@ -167,7 +167,7 @@ pub(crate) struct DetectorArgs {
     #[arg(long)]
     pub(crate) quiet: bool,
     #[command(flatten)]
-    pub(crate) advise: super::advise::AdviseArgs,
+    pub(crate) advise: Box<super::advise::AdviseArgs>,
 }
 
 impl DetectorArgs {
