@@ -17,8 +17,12 @@
 //!   `q` is at least `1 − 0.05^(1/n)`, about `3/n`: fewer gaps, a wider bound.
 //! - **Tail**: past that, a generalised Pareto fit of the gaps above the long-gap
 //!   threshold, only with [`MIN_EXCEEDANCES`] of them, with the upper bounds of its rate
-//!   and shape (ξ never below 0: never lighter than exponential). Capped at [`CAP`],
-//!   above which the advisor says plainly that no timeout keeps the rate.
+//!   and shape (ξ never below 0: never lighter than exponential), only past the longest
+//!   gap seen, never more than [`MAX_EXTRAPOLATION`] below the bound of no gap at all,
+//!   and not at all once ξ̂ ≥ ½. Capped at [`CAP`], above which the advisor says plainly
+//!   that no timeout keeps the rate.
+//! - **Lost beats**, which the gaps counted leave out, are bounded with Gilbert's model
+//!   and added to every bound.
 //! - **Pause floor**: otherwise no promise below `3/n`, and always a timeout of at
 //!   least `max(h × longest, median + pause floor)`: a pause the group has not shown is
 //!   not in its data, so the floor stands for it (3 s by default, Akka's
