@@ -446,7 +446,7 @@ mod tests {
         // member of a full group would not fit.
         let e = config_of(&["rollcall", "serve", "--max-frame-size", "64KiB"]).unwrap_err();
         assert!(e.contains("max-partitions-per-group"), "{e}");
-        assert!(e.contains("at most 7883 fit"), "{e}");
+        assert!(e.contains("at most 7849 fit"), "{e}");
         let e = config_of(&["rollcall", "serve", "--idle-timeout", "10m"]).unwrap_err();
         assert!(
             e.contains("idle-timeout (10m) must be more than max-session-timeout (30m)"),
