@@ -250,7 +250,7 @@ fn fleet_of(
     pause_every: u64,
     pause: impl Fn(u64) -> Duration,
 ) -> (Fleet, Vec<Arrivals>, Instant) {
-    let start = Instant::now();
+    let start = crate::core::tests::start_instant();
     let mut fleet = Fleet::default();
     let mut arrivals = vec![Arrivals::default(); members];
     let mut at = vec![start; members];
