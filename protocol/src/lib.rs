@@ -180,11 +180,13 @@ pub const CURRENT_VERSION: u16 = 0;
 /// The highest version of `key` this build speaks (the lowest is always 0). Join is at
 /// version 2 (1 adds the lease timeout, 2 the detector) and Leave at 1 (the leave
 /// mode), their responses the same at every version and sent as version 0; ListGroups
-/// and FetchOffsets are at 1 (a page), DescribeGroup at 2 (1 adds the detection
-/// details, 2 a page of members), their answers sent at the request's version.
+/// and FetchOffsets are at 1 (a page), DescribeGroup at 3 (1 adds the detection
+/// details, 2 a page of members, 3 the group's detection summary), their answers sent
+/// at the request's version.
 pub fn max_request_version(key: ApiKey) -> u16 {
     match key {
-        ApiKey::Join | ApiKey::DescribeGroup => 2,
+        ApiKey::DescribeGroup => 3,
+        ApiKey::Join => 2,
         ApiKey::Leave | ApiKey::ListGroups | ApiKey::FetchOffsets => 1,
         // TraceGroup 1 adds sequence numbers and events; its answer is sent at the
         // request's version.
@@ -374,7 +376,7 @@ impl Frame {
                     return Ok(unsupported(&mut r));
                 };
                 // A response is at version 0, or at its request's version where the
-                // answer's body changed with it (DescribeGroup 1 and 2, ListGroups 1,
+                // answer's body changed with it (DescribeGroup 1 to 3, ListGroups 1,
                 // FetchOffsets 1).
                 let max = max_request_version(key);
                 if version > max {

@@ -395,3 +395,120 @@ fn a_page_takes_its_first_entry_then_what_fits_its_limit_and_frame() {
     assert!(fit.take(1));
     assert!(!fit.take(1));
 }
+
+/// A DescribeGroup answer at version 3: one member, a summary with one tail count.
+fn described_v3() -> Frame {
+    use rollcall_protocol::{
+        DescribeGroupResponse, DetectionSummary, ExpelBasis, GroupDetection, GroupState, Liveness,
+        MemberDescription, MemberDetection, TailCount,
+    };
+    Frame::response(
+        7,
+        Response::DescribeGroup(DescribeGroupResponse {
+            group: "g".into(),
+            state: GroupState::Stable,
+            generation: 1,
+            assignor: "sticky".into(),
+            members: vec![MemberDescription {
+                member_id: "m".into(),
+                instance_id: None,
+                client_id: "c".into(),
+                liveness: Liveness::Alive,
+                since_heartbeat_ms: 1,
+                since_progress_ms: 1,
+                owned: Vec::new(),
+                pending_revoke: Vec::new(),
+                pending_grant: Vec::new(),
+                detection: Some(MemberDetection {
+                    expel_basis: Some(ExpelBasis::Tail),
+                    ..MemberDetection::default()
+                }),
+            }],
+            detection: Some(Box::new(GroupDetection {
+                detector: "adaptive".into(),
+                shadow: None,
+                summary: Some(DetectionSummary {
+                    pooled_gaps: 5,
+                    shape_milli: -250,
+                    tail: vec![TailCount {
+                        over_centi: 300,
+                        gaps: 2,
+                    }],
+                    ..DetectionSummary::default()
+                }),
+            })),
+            more: Some(false),
+        }),
+    )
+}
+
+#[test]
+fn a_describe_group_v3_answer_round_trips_and_its_bad_bodies_are_errors() {
+    let bytes = encoded(&described_v3());
+    // The answer goes at version 3, and decodes to itself (a negative shape included).
+    assert_eq!(u16::from_be_bytes([bytes[7], bytes[8]]), 3);
+    let (result, _) = decode_one(&bytes);
+    assert_eq!(result.unwrap(), Some(described_v3()));
+
+    // An expel basis this build does not know: the byte before `more`.
+    let mut bad = bytes.to_vec();
+    let at = bad.len() - 2;
+    bad[at] = 4;
+    assert!(matches!(
+        malformed(decode_one(&bad).0).1,
+        DecodeError::Invalid {
+            what: "expel basis",
+            ..
+        }
+    ));
+
+    // Cut short anywhere in the body: truncated, never a panic or a wrong value.
+    for cut in LENGTH_PREFIX_SIZE + HEADER_SIZE..bytes.len() - 1 {
+        let mut short = bytes[..cut].to_vec();
+        let len = (cut - LENGTH_PREFIX_SIZE) as u32;
+        short[..4].copy_from_slice(&len.to_be_bytes());
+        assert!(
+            decode_one(&short).0.is_err(),
+            "a body cut at {cut} bytes decoded"
+        );
+    }
+
+    // A hostile count of tail entries allocates nothing.
+    let mut body = Vec::new();
+    body.put_u16(0); // error code
+    body.put_u16(1);
+    body.put_slice(b"g");
+    body.put_u8(2); // stable
+    body.put_u32(1);
+    body.put_u16(0); // assignor ""
+    body.put_u16(0); // detector ""
+    body.put_u8(0); // no shadow
+    body.put_slice(&[0; 8 * 3 + 4 * 3 + 8 + 4 + 8 + 4 + 4 + 8 * 2]);
+    body.put_u32(u32::MAX);
+    let (result, _) = decode_one(&raw(1, ApiKey::DescribeGroup as u16, 3, 7, &body));
+    assert!(matches!(
+        malformed(result).1,
+        DecodeError::Truncated { what: "tail" }
+    ));
+
+    // A version 2 answer of the same value has no summary and no expel basis.
+    let Body::Response(Response::DescribeGroup(mut v2)) = described_v3().body else {
+        unreachable!()
+    };
+    if let Some(d) = v2.detection.as_mut() {
+        d.summary = None;
+    }
+    let v2_bytes = encoded(&Frame::response(7, Response::DescribeGroup(v2.clone())));
+    assert_eq!(u16::from_be_bytes([v2_bytes[7], v2_bytes[8]]), 2);
+    // The summary (84 bytes and 12 a tail count) and the expel basis (1 byte).
+    assert_eq!(v2_bytes.len() + 84 + 12 + 1, bytes.len());
+    let (result, _) = decode_one(&v2_bytes);
+    let Some(Frame {
+        body: Body::Response(Response::DescribeGroup(decoded)),
+        ..
+    }) = result.unwrap()
+    else {
+        unreachable!()
+    };
+    assert_eq!(decoded.members[0].detection.unwrap().expel_basis, None);
+}

@@ -16,15 +16,16 @@ use rollcall_protocol::{
     max_request_version, supported_versions, ApiKey, ApiVersionsRequest, ApiVersionsResponse,
     Arrival, ArrivalKind, AssignmentPush, AuthenticateRequest, AuthenticateResponse, Body,
     CommitOffsetsRequest, CommitOffsetsResponse, CommittedOffset, CoordinatorListing,
-    DescribeGroupRequest, DescribeGroupResponse, ErrorCode, ExpelReason, ExpelledPush,
-    FetchOffsetsRequest, FetchOffsetsResponse, FindCoordinatorRequest, FindCoordinatorResponse,
-    Frame, FrameKind, GroupDetection, GroupListing, GroupState, HeartbeatRequest,
-    HeartbeatResponse, HeartbeatResult, HeartbeatsRequest, HeartbeatsResponse, JoinRequest,
-    JoinResponse, LeaveMode, LeaveRequest, ListCoordinatorsRequest, ListCoordinatorsResponse,
-    ListGroupsRequest, ListGroupsResponse, Liveness, MemberDescription, MemberDetection,
-    OffsetCommit, OffsetCursor, Page, PartitionResult, Push, PushKey, RelinquishRequest, Request,
-    Response, RevokePush, ShutdownPush, TopicPartitions, TopicSubscription, TraceGroupRequest,
-    TraceGroupResponse, DEFAULT_MAX_FRAME_SIZE, LENGTH_PREFIX_SIZE,
+    DescribeGroupRequest, DescribeGroupResponse, DetectionSummary, ErrorCode, ExpelBasis,
+    ExpelReason, ExpelledPush, FetchOffsetsRequest, FetchOffsetsResponse, FindCoordinatorRequest,
+    FindCoordinatorResponse, Frame, FrameKind, GroupDetection, GroupListing, GroupState,
+    HeartbeatRequest, HeartbeatResponse, HeartbeatResult, HeartbeatsRequest, HeartbeatsResponse,
+    JoinRequest, JoinResponse, LeaveMode, LeaveRequest, ListCoordinatorsRequest,
+    ListCoordinatorsResponse, ListGroupsRequest, ListGroupsResponse, Liveness, MemberDescription,
+    MemberDetection, OffsetCommit, OffsetCursor, Page, PartitionResult, Push, PushKey,
+    RelinquishRequest, Request, Response, RevokePush, ShutdownPush, TailCount, TopicPartitions,
+    TopicSubscription, TraceGroupRequest, TraceGroupResponse, DEFAULT_MAX_FRAME_SIZE,
+    LENGTH_PREFIX_SIZE,
 };
 
 const DOC: &str = include_str!("../../docs/PROTOCOL.md");
@@ -73,16 +74,57 @@ fn described(detection: bool, more: Option<bool>) -> Response {
                 gap_p99_ms: 2_559,
                 gap_p999_ms: 3_071,
                 gap_max_ms: 3_100,
+                expel_basis: None,
             }),
         }],
         detection: detection.then(|| {
             Box::new(GroupDetection {
                 detector: "adaptive".into(),
                 shadow: Some("fixed".into()),
+                summary: None,
             })
         }),
         more,
     })
+}
+
+/// The worked examples' DescribeGroup answer at version 3: the version 2 answer, with
+/// what the detector has learned from the group's gaps and the member's expel basis.
+fn described_v3() -> Response {
+    let Response::DescribeGroup(mut r) = described(true, Some(false)) else {
+        unreachable!()
+    };
+    if let Some(d) = r.members[0].detection.as_mut() {
+        d.expel_basis = Some(ExpelBasis::Tail);
+    }
+    if let Some(d) = r.detection.as_mut() {
+        d.summary = Some(DetectionSummary {
+            pooled_gaps: 36_000,
+            span_ms: 72_000_000,
+            clean_gaps: 1_250,
+            gap_median_ms: 2_047,
+            gap_longest_ms: 3_100,
+            longest_centi: 155,
+            tail_gaps: 1_536,
+            threshold_centi: 150,
+            exceedances: 41,
+            shape_milli: 120,
+            scale_centi: 18,
+            loss_runs: 3,
+            lost_beats: 4,
+            tail: vec![
+                TailCount {
+                    over_centi: 150,
+                    gaps: 41,
+                },
+                TailCount {
+                    over_centi: 200,
+                    gaps: 6,
+                },
+            ],
+        });
+    }
+    Response::DescribeGroup(r)
 }
 
 /// The example's join: a first join of a dynamic member, with lease timeout `lease_ms`
@@ -401,6 +443,7 @@ fn examples() -> Vec<(&'static str, Frame)> {
                     group: GROUP.into(),
                     detection: false,
                     page: None,
+                    summary: false,
                 }),
             ),
         ),
@@ -416,6 +459,7 @@ fn examples() -> Vec<(&'static str, Frame)> {
                     group: GROUP.into(),
                     detection: true,
                     page: None,
+                    summary: false,
                 }),
             ),
         ),
@@ -434,12 +478,32 @@ fn examples() -> Vec<(&'static str, Frame)> {
                         after: None,
                         limit: 1,
                     }),
+                    summary: false,
                 }),
             ),
         ),
         (
             "describe-group-response-v2",
             Frame::response(7, described(true, Some(false))),
+        ),
+        (
+            "describe-group-request-v3",
+            Frame::request(
+                7,
+                Request::DescribeGroup(DescribeGroupRequest {
+                    group: GROUP.into(),
+                    detection: true,
+                    page: Some(Page {
+                        after: None,
+                        limit: 1,
+                    }),
+                    summary: true,
+                }),
+            ),
+        ),
+        (
+            "describe-group-response-v3",
+            Frame::response(7, described_v3()),
         ),
         (
             "revoke-push",

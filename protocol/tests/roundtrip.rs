@@ -8,16 +8,16 @@ use rollcall_protocol::{
     max_request_version, ApiKey, ApiVersionRange, ApiVersionsRequest, ApiVersionsResponse, Arrival,
     ArrivalKind, AssignmentPush, AuthenticateRequest, AuthenticateResponse, Body, Codec,
     CommitOffsetsRequest, CommitOffsetsResponse, CommittedOffset, CoordinatorListing,
-    DescribeGroupRequest, DescribeGroupResponse, ErrorCode, ErrorResponse, ExpelReason,
-    ExpelledPush, FetchOffsetsRequest, FetchOffsetsResponse, FindCoordinatorRequest,
-    FindCoordinatorResponse, Frame, FrameError, FrameKind, GroupDetection, GroupListing,
-    GroupState, Header, HeartbeatRequest, HeartbeatResponse, HeartbeatResult, HeartbeatsRequest,
-    HeartbeatsResponse, JoinRequest, JoinResponse, LeaveMode, LeaveRequest,
+    DescribeGroupRequest, DescribeGroupResponse, DetectionSummary, ErrorCode, ErrorResponse,
+    ExpelBasis, ExpelReason, ExpelledPush, FetchOffsetsRequest, FetchOffsetsResponse,
+    FindCoordinatorRequest, FindCoordinatorResponse, Frame, FrameError, FrameKind, GroupDetection,
+    GroupListing, GroupState, Header, HeartbeatRequest, HeartbeatResponse, HeartbeatResult,
+    HeartbeatsRequest, HeartbeatsResponse, JoinRequest, JoinResponse, LeaveMode, LeaveRequest,
     ListCoordinatorsRequest, ListCoordinatorsResponse, ListGroupsRequest, ListGroupsResponse,
     Liveness, MemberDescription, MemberDetection, OffsetCommit, OffsetCursor, Page,
     PartitionResult, Push, PushKey, RelinquishRequest, Request, Response, RevokePush, ShutdownPush,
-    TopicPartitions, TopicSubscription, TraceGroupRequest, TraceGroupResponse, CURRENT_VERSION,
-    LENGTH_PREFIX_SIZE,
+    TailCount, TopicPartitions, TopicSubscription, TraceGroupRequest, TraceGroupResponse,
+    CURRENT_VERSION, LENGTH_PREFIX_SIZE,
 };
 use tokio_util::codec::{Decoder, Encoder};
 
@@ -184,15 +184,21 @@ fn request() -> impl Strategy<Value = Request> {
         },
     );
     // A page is asked for at version 2, which always has the detection details.
-    let describe = (text(), any::<bool>(), prop::option::of(page(text()))).prop_map(
-        |(group, detection, page)| {
+    // Version 3 (the summary) is version 2's body: a summary comes with a page.
+    let describe = (
+        text(),
+        any::<bool>(),
+        prop::option::of(page(text())),
+        any::<bool>(),
+    )
+        .prop_map(|(group, detection, page, summary)| {
             Request::DescribeGroup(DescribeGroupRequest {
                 group,
                 detection: detection || page.is_some(),
+                summary: summary && page.is_some(),
                 page,
             })
-        },
-    );
+        });
     let list = prop::option::of(page(text()))
         .prop_map(|page| Request::ListGroups(ListGroupsRequest { page }));
     let relinquish = (text(), text())
@@ -324,6 +330,53 @@ fn member_description() -> impl Strategy<Value = MemberDescription> {
         )
 }
 
+fn expel_basis() -> impl Strategy<Value = ExpelBasis> {
+    (0u8..4).prop_map(|v| ExpelBasis::from_u8(v).unwrap())
+}
+
+fn detection_summary() -> impl Strategy<Value = DetectionSummary> {
+    (
+        (any::<u64>(), any::<u64>(), any::<u64>()),
+        (any::<u32>(), any::<u32>(), any::<u32>()),
+        (
+            any::<u64>(),
+            any::<u32>(),
+            any::<u64>(),
+            any::<i32>(),
+            any::<u32>(),
+        ),
+        (any::<u64>(), any::<u64>()),
+        small_vec((any::<u32>(), any::<u64>())),
+    )
+        .prop_map(
+            |(
+                (pooled_gaps, span_ms, clean_gaps),
+                (gap_median_ms, gap_longest_ms, longest_centi),
+                (tail_gaps, threshold_centi, exceedances, shape_milli, scale_centi),
+                (loss_runs, lost_beats),
+                tail,
+            )| DetectionSummary {
+                pooled_gaps,
+                span_ms,
+                clean_gaps,
+                gap_median_ms,
+                gap_longest_ms,
+                longest_centi,
+                tail_gaps,
+                threshold_centi,
+                exceedances,
+                shape_milli,
+                scale_centi,
+                loss_runs,
+                lost_beats,
+                tail: tail
+                    .into_iter()
+                    .map(|(over_centi, gaps)| TailCount { over_centi, gaps })
+                    .collect(),
+            },
+        )
+}
+
 fn member_detection() -> impl Strategy<Value = MemberDetection> {
     (
         (
@@ -353,6 +406,7 @@ fn member_detection() -> impl Strategy<Value = MemberDetection> {
                 gap_p99_ms,
                 gap_p999_ms,
                 gap_max_ms,
+                expel_basis: None,
             },
         )
 }
@@ -418,18 +472,23 @@ fn response() -> impl Strategy<Value = Response> {
         prop::collection::vec((member_description(), member_detection()), 0..3),
         prop::option::of((text(), prop::option::of(text()))),
         prop::option::of(any::<bool>()),
+        (prop::option::of(detection_summary()), expel_basis()),
     )
         .prop_map(
-            |(group, state, generation, assignor, members, detection, more)| {
-                // A page (version 2) always has the detection details.
+            |(group, state, generation, assignor, members, detection, more, (summary, basis))| {
+                // A page (versions 2 and 3) always has the detection details.
                 let detection = match (detection, more) {
                     (None, Some(_)) => Some((String::new(), None)),
                     (detection, _) => detection,
                 };
-                // At versions 1 and 2 every member carries its detection; at 0 none does.
+                // Only a page carries the summary (version 3).
+                let summary = summary.filter(|_| more.is_some() && detection.is_some());
+                // At versions 1 to 3 every member carries its detection, and at 3 its
+                // expel basis; at 0 none does.
                 let members = members
                     .into_iter()
-                    .map(|(mut m, d)| {
+                    .map(|(mut m, mut d)| {
+                        d.expel_basis = summary.is_some().then_some(basis);
                         m.detection = detection.is_some().then_some(d);
                         m
                     })
@@ -440,8 +499,13 @@ fn response() -> impl Strategy<Value = Response> {
                     generation,
                     assignor,
                     members,
-                    detection: detection
-                        .map(|(detector, shadow)| Box::new(GroupDetection { detector, shadow })),
+                    detection: detection.map(|(detector, shadow)| {
+                        Box::new(GroupDetection {
+                            detector,
+                            shadow,
+                            summary,
+                        })
+                    }),
                     more,
                 })
             },

@@ -256,6 +256,7 @@ async fn a_member_of_one_group_can_do_nothing_to_another_nor_learn_of_it() {
                     group: group.into(),
                     detection: true,
                     page: None,
+                    summary: false,
                 }),
             ),
             (

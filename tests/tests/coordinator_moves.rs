@@ -123,6 +123,7 @@ async fn heard_at(
             group: group.into(),
             detection: false,
             page: None,
+            summary: false,
         }))
         .await;
     match answer {
@@ -206,6 +207,7 @@ async fn a_member_follows_its_group_to_another_coordinator_and_back_after_a_fail
             group: moving.clone(),
             detection: false,
             page: None,
+            summary: false,
         }))
         .await;
     assert!(matches!(refused, Response::Error(e) if e.code == ErrorCode::NotCoordinator));
@@ -369,6 +371,7 @@ async fn members_of_one_client_join_and_live_on_their_groups_coordinators() {
             group: there.clone(),
             detection: false,
             page: None,
+            summary: false,
         }))
         .await;
     assert!(

@@ -612,6 +612,7 @@ async fn describe(admin: &mut RawClient, group: &str) -> Option<DescribeGroupRes
             group: group.into(),
             detection: true,
             page: None,
+            summary: false,
         }))
         .await;
     match answer {

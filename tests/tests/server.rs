@@ -425,6 +425,7 @@ async fn join_heartbeat_commit_fetch_describe_leave() {
             group: "g-basic".into(),
             detection: false,
             page: None,
+            summary: false,
         }))
         .await;
     let Response::DescribeGroup(d) = described else {
@@ -441,6 +442,7 @@ async fn join_heartbeat_commit_fetch_describe_leave() {
             group: "g-basic".into(),
             detection: true,
             page: None,
+            summary: false,
         }))
         .await;
     let Response::DescribeGroup(d) = described else {
@@ -465,6 +467,7 @@ async fn join_heartbeat_commit_fetch_describe_leave() {
             group: "g-basic".into(),
             detection: false,
             page: None,
+            summary: false,
         }))
         .await;
     let Response::DescribeGroup(d) = described else {
@@ -478,6 +481,7 @@ async fn join_heartbeat_commit_fetch_describe_leave() {
                 group: "no-such-group".into(),
                 detection: false,
                 page: None,
+                summary: false,
             }))
             .await,
     );
@@ -763,6 +767,7 @@ async fn admin_commands_page_through_answers_larger_than_a_frame() {
             group: "g-many".into(),
             detection: true,
             page: None,
+            summary: false,
         }),
     ] {
         match c.request(request).await {
@@ -1071,6 +1076,7 @@ async fn sigterm_shuts_down_cleanly_and_a_restart_restores_the_group() {
             group: "g-restart".into(),
             detection: false,
             page: None,
+            summary: false,
         }))
         .await;
     let Response::DescribeGroup(d) = described else {
@@ -1122,6 +1128,7 @@ async fn answers_wait_for_durability_and_leave_in_order() {
             group: "durable".into(),
             detection: false,
             page: None,
+            summary: false,
         }),
     ))
     .await;
@@ -1162,6 +1169,7 @@ async fn a_heartbeat_does_not_wait_behind_another_groups_durable_write() {
             group: "slow".into(),
             detection: false,
             page: None,
+            summary: false,
         }),
     ))
     .await;
@@ -1205,6 +1213,7 @@ async fn a_failing_store_answers_storage_failure_and_stops_the_server() {
             group: "fragile".into(),
             detection: false,
             page: None,
+            summary: false,
         }),
     )));
     c.send_raw(&both).await;

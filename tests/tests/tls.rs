@@ -1058,6 +1058,7 @@ async fn a_client_certificates_name_is_its_principal_under_the_access_rules() {
             group: "orders".into(),
             detection: false,
             page: None,
+            summary: false,
         })),
     )
     .await

@@ -21,6 +21,10 @@ pub(super) enum AdminCommand {
         /// timeout is computed for (from the members' observed heartbeat gaps).
         #[arg(long, default_value_t = 1.0, value_name = "RATE", value_parser = positive_rate)]
         false_expulsions_per_year: f64,
+        /// The least the advised timeout exceeds the median heartbeat gap by: a margin
+        /// for pauses the group has not shown, which its gaps cannot tell of.
+        #[arg(long, default_value = "3s", value_name = "DURATION", value_parser = parse_duration)]
+        advice_pause_floor: Duration,
         #[command(flatten)]
         admin: AdminArgs,
     },
@@ -208,9 +212,13 @@ impl AdminCommand {
                             group: group.clone(),
                             detection: supports(ApiKey::DescribeGroup, 1),
                             page: None,
+                            summary: false,
                         }))
                         .await;
                 }
+                // Version 3 adds the group's detection summary and each member's expel
+                // basis (every page repeats the summary; the first page's is kept).
+                let summary = supports(ApiKey::DescribeGroup, 3);
                 let mut all: Option<DescribeGroupResponse> = None;
                 loop {
                     let after = all
@@ -221,6 +229,7 @@ impl AdminCommand {
                         group: group.clone(),
                         detection: true,
                         page: Some(Page { after, limit: 0 }),
+                        summary,
                     });
                     match conn.request(request).await? {
                         Response::DescribeGroup(r) => {
@@ -298,10 +307,16 @@ impl AdminCommand {
             (
                 Self::Describe {
                     false_expulsions_per_year,
+                    advice_pause_floor,
                     ..
                 },
                 Response::DescribeGroup(r),
-            ) => Ok(render_describe(&r, json, *false_expulsions_per_year)),
+            ) => Ok(render_describe(
+                &r,
+                json,
+                *false_expulsions_per_year,
+                *advice_pause_floor,
+            )),
             (Self::Offsets { group, .. }, Response::FetchOffsets(r)) => {
                 Ok(render_offsets(group, &r, json))
             }

@@ -31,7 +31,6 @@ use rollcall_protocol::{
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::core::liveness::advice::{advise, GapSummary, MIN_GAPS};
 use crate::core::{AssignorKind, CoreConfig, DetectorKind, DetectorSettings};
 use crate::server::{
     format_duration, parse_duration, parse_size, ClientAuth, ClusterSettings, InvalidConfig,
@@ -447,7 +446,7 @@ mod tests {
         // member of a full group would not fit.
         let e = config_of(&["rollcall", "serve", "--max-frame-size", "64KiB"]).unwrap_err();
         assert!(e.contains("max-partitions-per-group"), "{e}");
-        assert!(e.contains("at most 7883 fit"), "{e}");
+        assert!(e.contains("at most 7849 fit"), "{e}");
         let e = config_of(&["rollcall", "serve", "--idle-timeout", "10m"]).unwrap_err();
         assert!(
             e.contains("idle-timeout (10m) must be more than max-session-timeout (30m)"),

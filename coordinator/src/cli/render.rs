@@ -1,6 +1,17 @@
 //! Rendering admin answers as tables or JSON.
 
+use rollcall_protocol::ExpelBasis;
+
 use super::*;
+use crate::core::liveness::advice::Target;
+#[cfg(test)]
+use crate::core::liveness::advice::DEFAULT_PAUSE_FLOOR;
+
+mod advice;
+
+use advice::{advice_text, group_advice, summary_text, AdviceJson, SummaryJson};
+#[cfg(test)]
+use rollcall_protocol::DetectionSummary;
 
 #[derive(Debug, Serialize)]
 pub(super) struct GroupsJson {
@@ -35,55 +46,11 @@ pub(super) struct DescribeJson {
     detector: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     shadow_detector: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    summary: Option<SummaryJson>,
     members: Vec<MemberJson>,
     #[serde(skip_serializing_if = "Option::is_none")]
     advice: Option<AdviceJson>,
-}
-
-/// The advised session timeout and what it rests on.
-#[derive(Debug, Serialize)]
-pub(super) struct AdviceJson {
-    session_timeout_ms: u64,
-    false_expulsions_per_year: f64,
-    members: usize,
-    tail_probability_per_gap: f64,
-    basis: &'static str,
-    from_member: String,
-    gaps: u32,
-    assumptions: &'static str,
-}
-
-const ADVICE_ASSUMPTIONS: &str = "gaps independent and the recent window representative; \
-     beyond p99.9 the tail is extrapolated as exponential; correlated stalls (pauses) \
-     make the real rate higher";
-
-/// The group's advice: the largest of its members' (the worst member decides).
-fn group_advice(r: &DescribeGroupResponse, per_year: f64) -> Option<AdviceJson> {
-    let members = r.members.len();
-    r.members
-        .iter()
-        .filter_map(|m| {
-            let d = m.detection.as_ref()?;
-            let gaps = GapSummary {
-                gaps: d.gaps,
-                p50_ms: d.gap_p50_ms,
-                p99_ms: d.gap_p99_ms,
-                p999_ms: d.gap_p999_ms,
-                max_ms: d.gap_max_ms,
-            };
-            Some((m, gaps, advise(&gaps, members, per_year)?))
-        })
-        .max_by_key(|(_, _, a)| a.timeout_ms)
-        .map(|(m, gaps, a)| AdviceJson {
-            session_timeout_ms: a.timeout_ms,
-            false_expulsions_per_year: per_year,
-            members,
-            tail_probability_per_gap: a.tail_probability,
-            basis: a.basis.as_str(),
-            from_member: m.member_id.clone(),
-            gaps: gaps.gaps,
-            assumptions: ADVICE_ASSUMPTIONS,
-        })
 }
 
 #[derive(Debug, Serialize)]
@@ -114,6 +81,8 @@ pub(super) struct DetectionJson {
     gap_p99_ms: u32,
     gap_p999_ms: u32,
     gap_max_ms: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    expel_basis: Option<&'static str>,
 }
 
 impl From<&MemberDetection> for DetectionJson {
@@ -130,6 +99,7 @@ impl From<&MemberDetection> for DetectionJson {
             gap_p99_ms: d.gap_p99_ms,
             gap_p999_ms: d.gap_p999_ms,
             gap_max_ms: d.gap_max_ms,
+            expel_basis: d.expel_basis.map(ExpelBasis::as_str),
         }
     }
 }
@@ -211,8 +181,19 @@ pub(super) fn render_groups(r: &ListGroupsResponse, unreached: &[Unreached], jso
     table(&["GROUP", "STATE", "GENERATION", "MEMBERS"], &rows)
 }
 
-pub(super) fn render_describe(r: &DescribeGroupResponse, json: bool, per_year: f64) -> String {
-    let advice = group_advice(r, per_year);
+pub(super) fn render_describe(
+    r: &DescribeGroupResponse,
+    json: bool,
+    per_year: f64,
+    pause_floor: Duration,
+) -> String {
+    let target = Target {
+        per_year,
+        members: r.members.len(),
+        pause_floor,
+    };
+    let advice = group_advice(r, &target);
+    let summary = r.detection.as_ref().and_then(|d| d.summary.as_ref());
     if json {
         return to_json(&DescribeJson {
             group: r.group.clone(),
@@ -221,6 +202,7 @@ pub(super) fn render_describe(r: &DescribeGroupResponse, json: bool, per_year: f
             assignor: r.assignor.clone(),
             detector: r.detection.as_ref().map(|d| d.detector.clone()),
             shadow_detector: r.detection.as_ref().and_then(|d| d.shadow.clone()),
+            summary: summary.map(SummaryJson::from),
             members: r
                 .members
                 .iter()
@@ -237,7 +219,7 @@ pub(super) fn render_describe(r: &DescribeGroupResponse, json: bool, per_year: f
                     detection: m.detection.as_ref().map(DetectionJson::from),
                 })
                 .collect(),
-            advice,
+            advice: advice.map(|(json, _)| json),
         });
     }
     let mut out = format!(
@@ -256,6 +238,9 @@ pub(super) fn render_describe(r: &DescribeGroupResponse, json: bool, per_year: f
                 .as_ref()
                 .map_or(String::new(), |s| format!(" (shadow: {s})"))
         ));
+    }
+    if let Some(s) = summary {
+        out.push_str(&summary_text(s));
     }
     if r.members.is_empty() {
         return out;
@@ -314,6 +299,7 @@ pub(super) fn render_describe(r: &DescribeGroupResponse, json: bool, per_year: f
                     .join(" / "),
                 d.beats_lost.to_string(),
                 d.beats_late.to_string(),
+                d.expel_basis.map_or("-", ExpelBasis::as_str).to_owned(),
             ])
         })
         .collect();
@@ -331,27 +317,13 @@ pub(super) fn render_describe(r: &DescribeGroupResponse, json: bool, per_year: f
                 "GAP P50 / P99 / P99.9 / MAX",
                 "LOST",
                 "LATE",
+                "BASIS",
             ],
             &detection,
         ));
         out.push('\n');
-        match &advice {
-            Some(a) => out.push_str(&format!(
-                "advice: a session timeout of {} keeps false expulsions under {} a year across \
-                 these {} members (from {}'s {} gaps, {}; each gap may exceed it with \
-                 probability {:.1e})\n        assumes {}\n",
-                format_ms(a.session_timeout_ms),
-                per_year,
-                a.members,
-                a.from_member,
-                a.gaps,
-                a.basis.replace('_', " "),
-                a.tail_probability_per_gap,
-                ADVICE_ASSUMPTIONS
-            )),
-            None => out.push_str(&format!(
-                "advice: none yet: no member has shown {MIN_GAPS} heartbeat gaps\n"
-            )),
+        if let Some((_, advice)) = &advice {
+            out.push_str(&advice_text(advice, summary.is_some(), &target));
         }
     }
     out
@@ -469,97 +441,4 @@ pub(super) fn format_ago(ms: u64) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use rollcall_protocol::{GroupDetection, GroupState, Liveness, MemberDescription};
-
-    fn member(id: &str, p50: u32, p99: u32, p999: u32, max: u32) -> MemberDescription {
-        MemberDescription {
-            member_id: id.into(),
-            instance_id: None,
-            client_id: "c".into(),
-            liveness: Liveness::Alive,
-            since_heartbeat_ms: 10,
-            since_progress_ms: 10,
-            owned: Vec::new(),
-            pending_revoke: Vec::new(),
-            pending_grant: Vec::new(),
-            detection: Some(MemberDetection {
-                in_state_ms: 1,
-                phi_centi: 0,
-                suspect_after_ms: 5_000,
-                expel_after_ms: 10_000,
-                gaps: 5_000,
-                beats_lost: 0,
-                beats_late: 0,
-                gap_p50_ms: p50,
-                gap_p99_ms: p99,
-                gap_p999_ms: p999,
-                gap_max_ms: max,
-            }),
-        }
-    }
-
-    fn described(members: Vec<MemberDescription>) -> DescribeGroupResponse {
-        DescribeGroupResponse {
-            group: "g".into(),
-            state: GroupState::Stable,
-            generation: 3,
-            assignor: "sticky".into(),
-            members,
-            detection: Some(Box::new(GroupDetection {
-                detector: "fixed".into(),
-                shadow: None,
-            })),
-            more: None,
-        }
-    }
-
-    #[test]
-    fn describe_advises_the_timeout_its_worst_member_needs() {
-        let r = described(vec![
-            member("calm", 1_000, 1_050, 1_100, 1_200),
-            member("noisy", 1_000, 1_600, 2_400, 2_600),
-        ]);
-        let gaps = GapSummary {
-            gaps: 5_000,
-            p50_ms: 1_000,
-            p99_ms: 1_600,
-            p999_ms: 2_400,
-            max_ms: 2_600,
-        };
-        let expected = advise(&gaps, 2, 1.0).unwrap();
-        let text = render_describe(&r, false, 1.0);
-        assert!(
-            text.contains(&format!(
-                "advice: a session timeout of {}",
-                format_ms(expected.timeout_ms)
-            )),
-            "{text}"
-        );
-        assert!(text.contains("from noisy's 5000 gaps"), "{text}");
-        let json: serde_json::Value =
-            serde_json::from_str(&render_describe(&r, true, 1.0)).unwrap();
-        assert_eq!(
-            json["advice"]["session_timeout_ms"],
-            serde_json::json!(expected.timeout_ms)
-        );
-        assert_eq!(json["advice"]["from_member"], "noisy");
-        // A stricter target never advises less.
-        let strict: serde_json::Value =
-            serde_json::from_str(&render_describe(&r, true, 0.001)).unwrap();
-        assert!(strict["advice"]["session_timeout_ms"].as_u64().unwrap() >= expected.timeout_ms);
-    }
-
-    #[test]
-    fn describe_says_when_there_is_too_little_to_advise_from() {
-        let mut young = member("young", 1_000, 1_100, 1_200, 1_300);
-        if let Some(d) = young.detection.as_mut() {
-            d.gaps = 10;
-        }
-        let text = render_describe(&described(vec![young]), false, 1.0);
-        assert!(text.contains("advice: none yet"), "{text}");
-        let json = render_describe(&described(vec![]), true, 1.0);
-        assert!(!json.contains("advice"), "{json}");
-    }
-}
+mod tests;

@@ -1,13 +1,14 @@
 //! Inspection: ListGroups, DescribeGroup and the counts behind the gauges.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rollcall_protocol::{
-    ApiKey, DescribeGroupResponse, ErrorCode, GroupDetection, GroupListing, ListGroupsResponse,
-    Page, PageFit, Response,
+    ApiKey, DescribeGroupResponse, DetectionSummary, ErrorCode, ExpelBasis, GroupDetection,
+    GroupListing, ListGroupsResponse, Page, PageFit, Response,
 };
 
 use super::group::{Group, Member};
+use super::liveness::advice::{advise, summarise, Advice, Target, DEFAULT_PAUSE_FLOOR};
 use super::{refuse, Coordinator, CoreStats};
 
 impl Coordinator {
@@ -54,13 +55,16 @@ impl Coordinator {
     /// Describes `group`; with `detection`, how its detector judges each member too;
     /// with `page` (DescribeGroup version 2, which has the detection), only a page of
     /// its members: those after the cursor, by member id, at most `limit` and no more
-    /// than fit an answer of `max_answer_bytes` (at least one).
+    /// than fit an answer of `max_answer_bytes` (at least one); with `summary` and a
+    /// page (version 3), what the detector has learned from all the members' gaps and
+    /// each member's expel basis as well.
     pub(super) fn describe(
         &self,
         now: Instant,
         group: &str,
         detection: bool,
         page: Option<&Page<String>>,
+        summary: bool,
     ) -> Response {
         let Some(g) = self.groups.get(group) else {
             return refuse(
@@ -70,6 +74,7 @@ impl Coordinator {
             );
         };
         let detection = detection || page.is_some();
+        let summary = summary && page.is_some();
         let mut response = DescribeGroupResponse {
             group: g.name.to_string(),
             state: g.state(),
@@ -80,11 +85,19 @@ impl Coordinator {
                 Box::new(GroupDetection {
                     detector: g.detector.kind().as_str().to_owned(),
                     shadow: g.shadow.as_ref().map(|s| s.kind().as_str().to_owned()),
+                    summary: summary
+                        .then(|| detection_summary(g, now, self.config.detector_settings.floor)),
                 })
             }),
             more: page.map(|_| false),
         };
-        let describe = |m: &Member| g.describe_member(m, now, detection.then_some(&self.config));
+        let describe = |m: &Member| {
+            let mut d = g.describe_member(m, now, detection.then_some(&self.config));
+            if let Some(d) = d.detection.as_mut().filter(|_| summary) {
+                d.expel_basis = Some(self.expel_basis(g, m));
+            }
+            d
+        };
         let Some(page) = page else {
             response.members = g.members.values().map(|m| describe(m)).collect();
             return Response::DescribeGroup(response);
@@ -92,7 +105,7 @@ impl Coordinator {
         let mut fit = self.page_fit(page.limit, response.encoded_len());
         for m in g.members.after(page.after.as_deref()) {
             let entry = describe(m);
-            if !fit.take(entry.encoded_len(true)) {
+            if !fit.take(entry.encoded_len_at(if summary { 3 } else { 2 })) {
                 response.more = Some(true);
                 break;
             }
@@ -129,31 +142,71 @@ impl Coordinator {
 
     /// Groups whose shortest member session timeout is below the timeout the advisor
     /// gives for `per_year` false expulsions a year across the group (see
-    /// [`liveness::advice`](super::liveness::advice)): groups likely to expel a live
-    /// member. Costs a look at every member's gap histogram.
+    /// [`liveness::advice`](super::liveness::advice)), from the same summary of the
+    /// group's pooled gaps that DescribeGroup version 3 reports: groups likely to expel
+    /// a live member. Groups with too little history to advise from are not counted.
     pub fn groups_below_advice(&self, per_year: f64) -> usize {
-        use super::liveness::advice::{advise, GapSummary};
         self.groups
             .values()
             .filter(|g| {
-                let n = g.members.len();
-                let advised = g
-                    .members
-                    .values()
-                    .filter_map(|m| advise(&GapSummary::of(m.liveness.arrivals()), n, per_year))
-                    .map(|a| a.timeout_ms)
-                    .max();
-                let shortest = g.members.values().map(|m| m.session_timeout()).min();
-                match (advised, shortest) {
-                    (Some(advised), Some(shortest)) => (shortest.as_millis() as u64) < advised,
-                    _ => false,
+                let Some(shortest) = g.members.values().map(|m| m.session_timeout()).min() else {
+                    return false;
+                };
+                let target = Target {
+                    per_year,
+                    members: g.members.len(),
+                    pause_floor: DEFAULT_PAUSE_FLOOR,
+                };
+                // The summary's span is measured to the last time a member was heard:
+                // the gauge is computed without a clock.
+                let Some(newest) = g.members.values().map(|m| m.liveness.last_heard()).max() else {
+                    return false;
+                };
+                let floor = self.config.detector_settings.floor;
+                match advise(&detection_summary(g, newest, floor), &target) {
+                    Advice::Timeout(t) => (shortest.as_millis() as u64) < t.timeout_ms,
+                    Advice::NotYet { .. } => false,
                 }
             })
             .count()
+    }
+
+    /// Every group's summary of its pooled heartbeat gaps at `now`, as DescribeGroup
+    /// version 3 reports it and the timeout advisor reads it: for tools that drive a
+    /// core themselves (the detector lab).
+    pub fn detection_summaries(&self, now: Instant) -> Vec<(String, DetectionSummary)> {
+        let floor = self.config.detector_settings.floor;
+        self.groups
+            .values()
+            .map(|g| (g.name.to_string(), detection_summary(g, now, floor)))
+            .collect()
+    }
+
+    /// What `m`'s expulsion deadline rests on, as the group's detector judges it.
+    fn expel_basis(&self, g: &Group, m: &Member) -> ExpelBasis {
+        use super::liveness::ExpelBasis as Basis;
+        let arrivals = m.liveness.arrivals();
+        match g.detector.basis(arrivals, &g.fleet, m.session_timeout()) {
+            Basis::Young => ExpelBasis::Young,
+            Basis::Clean => ExpelBasis::Clean,
+            Basis::Tail => ExpelBasis::Tail,
+            Basis::Session => ExpelBasis::Session,
+        }
     }
 
     /// Number of timer entries (for tests and memory accounting).
     pub fn timer_entries(&self) -> usize {
         self.timers.len()
     }
+}
+
+/// What the group's detector has learned from all its members' gaps at `now`, as
+/// DescribeGroup version 3 reports it and the advisor reads it.
+pub(crate) fn detection_summary(g: &Group, now: Instant, floor: Duration) -> DetectionSummary {
+    summarise(
+        &g.fleet,
+        g.members.values().map(|m| m.liveness.arrivals()),
+        floor,
+        now,
+    )
 }

@@ -446,7 +446,9 @@ impl Coordinator {
             }
             Request::FetchOffsets(r) => self.fetch(r),
             Request::ListGroups(r) => self.list_groups(r.page.as_ref()),
-            Request::DescribeGroup(r) => self.describe(now, &r.group, r.detection, r.page.as_ref()),
+            Request::DescribeGroup(r) => {
+                self.describe(now, &r.group, r.detection, r.page.as_ref(), r.summary)
+            }
             Request::Relinquish(r) => {
                 let group = r.group.clone();
                 let response = self.relinquish(now, r);

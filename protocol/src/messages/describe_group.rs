@@ -1,6 +1,7 @@
-//! DescribeGroup (API key 7, versions 0 to 2): one group's members, their liveness and
+//! DescribeGroup (API key 7, versions 0 to 3): one group's members, their liveness and
 //! partitions; version 1 adds how the group's detector judges each member, version 2
-//! describes the members a page at a time.
+//! describes the members a page at a time, version 3 adds what the detector has learned
+//! from all the members' gaps together and on what basis each member would be expelled.
 
 use bytes::{BufMut, BytesMut};
 
@@ -21,13 +22,21 @@ pub struct DescribeGroupRequest {
     /// Version 2: a page of the members, by member id (the cursor is the last member
     /// id of the previous page). `None`: every member, in one answer.
     pub page: Option<Page<String>>,
+    /// Version 3 (with a `page`; its body is version 2's): also the group's detection
+    /// summary and each member's expel basis. Without a page it changes nothing: the
+    /// request goes at version 0 or 1.
+    pub summary: bool,
 }
 
 impl DescribeGroupRequest {
     /// The lowest version that can carry the request.
     pub(crate) fn version(&self) -> u16 {
         if self.page.is_some() {
-            2
+            if self.summary {
+                3
+            } else {
+                2
+            }
         } else {
             u16::from(self.detection)
         }
@@ -56,6 +65,7 @@ impl DescribeGroupRequest {
             group,
             detection: version >= 1,
             page,
+            summary: version >= 3,
         })
     }
 }
@@ -67,6 +77,173 @@ pub struct GroupDetection {
     pub detector: String,
     /// The detector run in shadow (reported, never acted on), if any.
     pub shadow: Option<String>,
+    /// What the detector has learned from all the members' gaps (version 3 only).
+    pub summary: Option<DetectionSummary>,
+}
+
+/// What a group's detector has learned from all its members' heartbeat gaps together
+/// (DescribeGroup version 3): the figures the timeout advisor works from. A gap
+/// *normalised* is measured in its own member's mean gap, so that members of different
+/// rhythms pool; `_centi` fields are in hundredths of that mean.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DetectionSummary {
+    /// Gaps learned by all the members together since the group's record began (it is
+    /// not durable: it begins again when the group is loaded).
+    pub pooled_gaps: u64,
+    /// Milliseconds since the group's record began.
+    pub span_ms: u64,
+    /// Pooled gaps since the last proven long gap (a beat that ended a long silence, a
+    /// jump in sequence numbers, or a beat from a member expelled for silence).
+    pub clean_gaps: u64,
+    /// The median of the members' median gaps, milliseconds.
+    pub gap_median_ms: u32,
+    /// The longest gap the members remember, milliseconds.
+    pub gap_longest_ms: u32,
+    /// The longest normalised gap, hundredths of its member's mean gap.
+    pub longest_centi: u32,
+    /// The gaps `tail` and `exceedances` count among (recent gaps weigh most: the
+    /// counts halve as they age, and this with them).
+    pub tail_gaps: u64,
+    /// The threshold of the tail fit, hundredths of the member's mean gap.
+    pub threshold_centi: u32,
+    /// Gaps above the threshold.
+    pub exceedances: u64,
+    /// Shape ξ of the generalised Pareto fit of the gaps above the threshold, in
+    /// thousandths (0 with fewer than 30 exceedances: no fit).
+    pub shape_milli: i32,
+    /// Its scale σ, hundredths of the member's mean gap (0 without a fit).
+    pub scale_centi: u32,
+    /// Runs of lost beats (jumps in the sequence numbers).
+    pub loss_runs: u64,
+    /// Beats lost in those runs.
+    pub lost_beats: u64,
+    /// How many of the `tail_gaps` were longer than each normalised length, shortest
+    /// length first.
+    pub tail: Vec<TailCount>,
+}
+
+impl DetectionSummary {
+    /// Encoded size without the tail counts, bytes.
+    const FIXED_SIZE: usize = 8 * 3 + 4 * 3 + 8 + 4 + 8 + 4 + 4 + 8 * 2 + 4;
+
+    /// Encoded size, bytes.
+    pub fn encoded_len(&self) -> usize {
+        Self::encoded_len_of(self.tail.len())
+    }
+
+    /// Encoded size of a summary with `tail` tail counts, bytes.
+    pub const fn encoded_len_of(tail: usize) -> usize {
+        Self::FIXED_SIZE + TailCount::SIZE * tail
+    }
+
+    fn encode(&self, buf: &mut BytesMut) -> Result<(), EncodeError> {
+        buf.put_u64(self.pooled_gaps);
+        buf.put_u64(self.span_ms);
+        buf.put_u64(self.clean_gaps);
+        buf.put_u32(self.gap_median_ms);
+        buf.put_u32(self.gap_longest_ms);
+        buf.put_u32(self.longest_centi);
+        buf.put_u64(self.tail_gaps);
+        buf.put_u32(self.threshold_centi);
+        buf.put_u64(self.exceedances);
+        buf.put_i32(self.shape_milli);
+        buf.put_u32(self.scale_centi);
+        buf.put_u64(self.loss_runs);
+        buf.put_u64(self.lost_beats);
+        put_count(buf, self.tail.len())?;
+        for t in &self.tail {
+            buf.put_u32(t.over_centi);
+            buf.put_u64(t.gaps);
+        }
+        Ok(())
+    }
+
+    fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        Ok(Self {
+            pooled_gaps: r.u64("pooled gaps")?,
+            span_ms: r.u64("span")?,
+            clean_gaps: r.u64("clean gaps")?,
+            gap_median_ms: r.u32("gap median")?,
+            gap_longest_ms: r.u32("gap longest")?,
+            longest_centi: r.u32("longest normalised gap")?,
+            tail_gaps: r.u64("tail gaps")?,
+            threshold_centi: r.u32("tail threshold")?,
+            exceedances: r.u64("exceedances")?,
+            // The wire's two's complement: the cast only reinterprets the bits.
+            shape_milli: r.u32("tail shape")? as i32,
+            scale_centi: r.u32("tail scale")?,
+            loss_runs: r.u64("loss runs")?,
+            lost_beats: r.u64("lost beats")?,
+            tail: r.array("tail", TailCount::SIZE, |r| {
+                Ok(TailCount {
+                    over_centi: r.u32("tail length")?,
+                    gaps: r.u64("tail gaps longer")?,
+                })
+            })?,
+        })
+    }
+}
+
+/// How many gaps were longer than a normalised length (DescribeGroup version 3).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TailCount {
+    /// The length, hundredths of the member's mean gap.
+    pub over_centi: u32,
+    /// Gaps longer than it.
+    pub gaps: u64,
+}
+
+impl TailCount {
+    /// Encoded size, bytes.
+    pub const SIZE: usize = 4 + 8;
+}
+
+/// What a member's expulsion deadline rests on (DescribeGroup version 3).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum ExpelBasis {
+    /// Too few gaps to judge by: the session timeout.
+    #[default]
+    Young,
+    /// The group has shown no long gap for long enough: the fit of the member's
+    /// recent gaps.
+    Clean,
+    /// The group's long gaps: the earliest silence its tail fit makes rare enough.
+    Tail,
+    /// The session timeout: the fixed detector, or a tail that allows nothing earlier.
+    Session,
+}
+
+impl ExpelBasis {
+    /// Wire value.
+    pub fn to_u8(self) -> u8 {
+        match self {
+            Self::Young => 0,
+            Self::Clean => 1,
+            Self::Tail => 2,
+            Self::Session => 3,
+        }
+    }
+
+    /// From wire value.
+    pub fn from_u8(v: u8) -> Option<Self> {
+        Some(match v {
+            0 => Self::Young,
+            1 => Self::Clean,
+            2 => Self::Tail,
+            3 => Self::Session,
+            _ => return None,
+        })
+    }
+
+    /// Lower-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Young => "young",
+            Self::Clean => "clean",
+            Self::Tail => "tail",
+            Self::Session => "session",
+        }
+    }
 }
 
 /// How the group's detector judges one member (DescribeGroup version 1).
@@ -96,10 +273,12 @@ pub struct MemberDetection {
     pub gap_p999_ms: u32,
     /// Longest gap remembered.
     pub gap_max_ms: u32,
+    /// What the expulsion deadline rests on (version 3 only).
+    pub expel_basis: Option<ExpelBasis>,
 }
 
 impl MemberDetection {
-    /// Encoded size, bytes.
+    /// Encoded size at versions 1 and 2, bytes (version 3 adds the expel basis, 1 byte).
     pub const SIZE: usize = 8 + 4 * 4 + 8 + 8 + 4 * 4;
 
     fn encode(&self, buf: &mut BytesMut) {
@@ -129,6 +308,7 @@ impl MemberDetection {
             gap_p99_ms: r.u32("gap p99")?,
             gap_p999_ms: r.u32("gap p99.9")?,
             gap_max_ms: r.u32("gap max")?,
+            expel_basis: None,
         })
     }
 }
@@ -198,6 +378,11 @@ impl MemberDescription {
     /// Its encoded size, bytes, in an answer with the detection details (version 1 and
     /// 2) or without (version 0).
     pub fn encoded_len(&self, detection: bool) -> usize {
+        self.encoded_len_at(u16::from(detection))
+    }
+
+    /// Its encoded size, bytes, in an answer at `version`.
+    pub fn encoded_len_at(&self, version: u16) -> usize {
         let tps = |l: &[TopicPartitions]| -> usize {
             4 + l
                 .iter()
@@ -215,7 +400,11 @@ impl MemberDescription {
             + tps(&self.owned)
             + tps(&self.pending_revoke)
             + tps(&self.pending_grant)
-            + if detection { MemberDetection::SIZE } else { 0 }
+            + match version {
+                0 => 0,
+                1 | 2 => MemberDetection::SIZE,
+                _ => MemberDetection::SIZE + 1,
+            }
     }
 }
 
@@ -232,21 +421,28 @@ pub struct DescribeGroupResponse {
     pub assignor: String,
     /// Members, by member id.
     pub members: Vec<MemberDescription>,
-    /// How the group judges its members' silence (versions 1 and 2; they also
-    /// describe every member's detection). Boxed to keep [`Response`](crate::Response)
+    /// How the group judges its members' silence (versions 1 to 3; they also
+    /// describe every member's detection; version 3 has its summary). Boxed to keep [`Response`](crate::Response)
     /// small.
     pub detection: Option<Box<GroupDetection>>,
-    /// Version 2 only (with `detection`): whether members after the last one described
-    /// remain (ask again with its id as the cursor). `None` is a version 0 or 1 answer.
+    /// Versions 2 and 3 (with `detection`): whether members after the last one
+    /// described remain (ask again with its id as the cursor). `None` is a version 0 or
+    /// 1 answer.
     pub more: Option<bool>,
 }
 
 impl DescribeGroupResponse {
-    /// The version the response is encoded in: 2 when it answers a page, 1 when it
-    /// carries detection details.
+    /// The version the response is encoded in: 3 when it answers a page with the
+    /// group's detection summary, 2 when it answers a page, 1 when it carries detection
+    /// details.
     pub(crate) fn version(&self) -> u16 {
         if self.more.is_some() {
-            2
+            let summary = self.detection.as_ref().is_some_and(|d| d.summary.is_some());
+            if summary {
+                3
+            } else {
+                2
+            }
         } else {
             u16::from(self.detection.is_some())
         }
@@ -254,7 +450,7 @@ impl DescribeGroupResponse {
 
     /// The encoded size of the body, error code included, bytes.
     pub fn encoded_len(&self) -> usize {
-        let detection = self.detection.is_some() || self.more.is_some();
+        let version = self.version();
         2 + 2
             + self.group.len()
             + 1
@@ -264,14 +460,23 @@ impl DescribeGroupResponse {
             + self
                 .detection
                 .as_ref()
-                .map_or(if detection { 2 + 1 } else { 0 }, |d| {
-                    2 + d.detector.len() + 1 + d.shadow.as_ref().map_or(0, |s| 2 + s.len())
+                .map_or(if version >= 1 { 2 + 1 } else { 0 }, |d| {
+                    2 + d.detector.len()
+                        + 1
+                        + d.shadow.as_ref().map_or(0, |s| 2 + s.len())
+                        + d.summary.as_ref().map_or(0, |s| {
+                            if version >= 3 {
+                                s.encoded_len()
+                            } else {
+                                0
+                            }
+                        })
                 })
             + 4
             + self
                 .members
                 .iter()
-                .map(|m| m.encoded_len(detection))
+                .map(|m| m.encoded_len_at(version))
                 .sum::<usize>()
             + usize::from(self.more.is_some())
     }
@@ -281,11 +486,15 @@ impl DescribeGroupResponse {
         buf.put_u8(self.state.to_u8());
         buf.put_u32(self.generation);
         put_string(buf, &self.assignor)?;
-        let detection = self.version() >= 1;
+        let version = self.version();
+        let detection = version >= 1;
         if detection {
             let d = self.detection.as_deref();
             put_string(buf, d.map_or("", |d| &d.detector))?;
             put_opt_string(buf, d.and_then(|d| d.shadow.as_deref()))?;
+            if let Some(summary) = d.and_then(|d| d.summary.as_ref()).filter(|_| version >= 3) {
+                summary.encode(buf)?;
+            }
         }
         put_count(buf, self.members.len())?;
         for m in &self.members {
@@ -299,7 +508,11 @@ impl DescribeGroupResponse {
             encode_tps(buf, &m.pending_revoke)?;
             encode_tps(buf, &m.pending_grant)?;
             if detection {
-                m.detection.unwrap_or_default().encode(buf);
+                let d = m.detection.unwrap_or_default();
+                d.encode(buf);
+                if version >= 3 {
+                    buf.put_u8(d.expel_basis.unwrap_or_default().to_u8());
+                }
             }
         }
         if let Some(more) = self.more {
@@ -317,15 +530,20 @@ impl DescribeGroupResponse {
             Some(Box::new(GroupDetection {
                 detector: r.string("detector")?,
                 shadow: r.opt_string("shadow detector")?,
+                summary: if version >= 3 {
+                    Some(DetectionSummary::decode(r)?)
+                } else {
+                    None
+                },
             }))
         } else {
             None
         };
         let min_member = 34
-            + if version >= 1 {
-                MemberDetection::SIZE
-            } else {
-                0
+            + match version {
+                0 => 0,
+                1 | 2 => MemberDetection::SIZE,
+                _ => MemberDetection::SIZE + 1,
             };
         let members = r.array("members", min_member, |r| {
             Ok(MemberDescription {
@@ -342,7 +560,16 @@ impl DescribeGroupResponse {
                 pending_revoke: decode_tps(r, "pending revoke")?,
                 pending_grant: decode_tps(r, "pending grant")?,
                 detection: if version >= 1 {
-                    Some(MemberDetection::decode(r)?)
+                    let mut d = MemberDetection::decode(r)?;
+                    if version >= 3 {
+                        let basis = r.u8("expel basis")?;
+                        d.expel_basis =
+                            Some(ExpelBasis::from_u8(basis).ok_or(DecodeError::Invalid {
+                                what: "expel basis",
+                                reason: "unknown expel basis value",
+                            })?);
+                    }
+                    Some(d)
                 } else {
                     None
                 },

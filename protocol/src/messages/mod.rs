@@ -33,8 +33,8 @@ pub use self::commit_offsets::{
     CommitOffsetsRequest, CommitOffsetsResponse, OffsetCommit, PartitionResult,
 };
 pub use self::describe_group::{
-    DescribeGroupRequest, DescribeGroupResponse, GroupDetection, Liveness, MemberDescription,
-    MemberDetection,
+    DescribeGroupRequest, DescribeGroupResponse, DetectionSummary, ExpelBasis, GroupDetection,
+    Liveness, MemberDescription, MemberDetection, TailCount,
 };
 pub use self::error::ErrorResponse;
 pub use self::expelled::{ExpelReason, ExpelledPush};
@@ -326,8 +326,9 @@ impl Response {
 
     /// The API version the response is encoded in: 0, except the answers whose body
     /// changed with their request's version: a DescribeGroup answer carrying detection
-    /// details (1) or a page of members (2), a ListGroups or FetchOffsets answer
-    /// carrying a page (1), and a TraceGroup answer carrying events (1).
+    /// details (1), a page of members (2) or a page with the group's detection summary
+    /// (3), a ListGroups or FetchOffsets answer carrying a page (1), and a TraceGroup
+    /// answer carrying events (1).
     pub fn version(&self) -> u16 {
         match self {
             Self::DescribeGroup(r) => r.version(),

@@ -174,6 +174,8 @@ pub(crate) struct DetectorArgs {
     /// No progress lines on stderr.
     #[arg(long)]
     pub(crate) quiet: bool,
+    #[command(flatten)]
+    pub(crate) advise: Box<super::advise::AdviseArgs>,
 }
 
 impl DetectorArgs {

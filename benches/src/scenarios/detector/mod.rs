@@ -17,6 +17,7 @@
 //! Here, the lab in its steps: the plan (`args.rs` reads the options), the replay
 //! (`replay.rs`), the summary, the report (`report.rs`) and the charts (`charts.rs`).
 
+mod advise;
 mod args;
 mod charts;
 mod qos;
@@ -344,6 +345,9 @@ fn summarise(plan: &Plan<'_>, replayed: Replayed) -> Summary {
 /// Runs the lab on a blocking thread, prints its report and writes its JSON. Returns
 /// whether every check was met.
 pub(crate) async fn run(args: &DetectorArgs) -> Result<bool, String> {
+    if args.advise.advise {
+        return advise::run(args).await;
+    }
     let mut machine = Machine::now();
     let owned = args.clone();
     let lab = tokio::task::spawn_blocking(move || lab(&owned))

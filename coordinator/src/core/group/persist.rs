@@ -363,5 +363,6 @@ fn describe_detection(m: &Member, now: Instant, config: &CoreConfig) -> MemberDe
         gap_p99_ms: ms32(a.quantile(0.99)),
         gap_p999_ms: ms32(a.quantile(0.999)),
         gap_max_ms: ms32(a.longest()),
+        expel_basis: None,
     }
 }

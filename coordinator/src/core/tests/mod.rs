@@ -279,6 +279,7 @@ impl TestContext {
                 group: group.to_owned(),
                 detection: true,
                 page: None,
+                summary: false,
             }),
         ) {
             Response::DescribeGroup(d) => d,
@@ -343,6 +344,7 @@ impl TestContext {
             group: group.to_owned(),
             detection: true,
             page: None,
+            summary: false,
         });
         let Response::DescribeGroup(d) = self.request(0, request) else {
             return; // no group, nothing owned

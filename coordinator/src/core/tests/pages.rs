@@ -169,6 +169,7 @@ fn describe_pages_describe_every_member_once_with_detection() {
                 group: "g".into(),
                 detection: true,
                 page: Some(Page { after, limit: 0 }),
+                summary: false,
             }),
         );
         assert!(frame_len(&response) <= 1_000);
@@ -190,6 +191,59 @@ fn describe_pages_describe_every_member_once_with_detection() {
     assert_eq!(seen, whole.members);
 }
 
+#[test]
+fn describe_pages_at_version_3_carry_the_summary_and_every_expel_basis() {
+    let mut t = small(1_000);
+    for _ in 0..25 {
+        t.join(1, "g", &[("t", 50)]);
+    }
+    t.advance(std::time::Duration::from_millis(300));
+    let mut seen = 0;
+    let mut after = None;
+    loop {
+        let response = t.request(
+            0,
+            Request::DescribeGroup(DescribeGroupRequest {
+                group: "g".into(),
+                detection: true,
+                page: Some(Page { after, limit: 0 }),
+                summary: true,
+            }),
+        );
+        // The summary and the expel basis count in the page's size.
+        assert!(frame_len(&response) <= 1_000);
+        let Response::DescribeGroup(d) = response else {
+            panic!("{response:?}");
+        };
+        let summary = d.detection.as_ref().and_then(|g| g.summary.as_ref());
+        assert!(summary.is_some(), "{d:?}");
+        assert!(d
+            .members
+            .iter()
+            .all(|m| m.detection.is_some_and(|x| x.expel_basis.is_some())));
+        seen += d.members.len();
+        after = d.members.last().map(|m| m.member_id.clone());
+        if !d.more.expect("paged") {
+            break;
+        }
+    }
+    assert_eq!(seen, 25);
+    // Without a page, a summary is not asked for: the answer is version 1's.
+    let response = t.request(
+        0,
+        Request::DescribeGroup(DescribeGroupRequest {
+            group: "g".into(),
+            detection: true,
+            page: None,
+            summary: true,
+        }),
+    );
+    let Response::DescribeGroup(d) = response else {
+        panic!("{response:?}");
+    };
+    assert!(d.detection.is_some_and(|g| g.summary.is_none()));
+}
+
 /// A member whose description alone exceeds the answer size still gets a page of its
 /// own: a page always makes progress (the server's configuration keeps one member
 /// within the frame).
@@ -204,6 +258,7 @@ fn a_page_always_holds_at_least_one_entry() {
             group: "g".into(),
             detection: true,
             page: Some(Page::default()),
+            summary: false,
         }),
     );
     let Response::DescribeGroup(d) = response else {

@@ -16,12 +16,13 @@ use super::{InvalidConfig, ServerConfig};
 /// group, assignor, member id,
 /// client id as strings (2 + length); the instance id as an optional string
 /// (1 + 2 + length); state 1, generation 4, member count 4, liveness 1, two u64s; at
-/// version 1 the detector and shadow detector names and the member's detection; each
+/// version 1 the detector and shadow detector names and the member's detection; at
+/// version 3 the group's summary of its gaps and the member's expel basis; each
 /// partition list a u32 count, then per topic a string and a u32 count (at most 261
 /// bytes), then 4 bytes per partition.
 ///
 /// Each further topic adds at most 261 bytes per list. The default limits leave room
-/// for hundreds of them (100,000 partitions need 802,466 of the 1,048,576 bytes); a
+/// for hundreds of them (100,000 partitions need 802,743 of the 1,048,576 bytes); a
 /// group with so many topics that an answer still does not fit gets the
 /// `frame_too_large` error answer instead (see `docs/PROTOCOL.md` §2).
 pub fn largest_member_answer(partitions: u64) -> u64 {
@@ -43,7 +44,10 @@ pub fn largest_member_answer(partitions: u64) -> u64 {
         + 1 // liveness
         + 8 + 8 // since heartbeat, since progress
         + DETECTION
-        + 1; // version 2: whether more members follow
+        + 1 // version 2: whether more members follow
+        // Version 3: the group's summary of its gaps, and the member's expel basis.
+        + crate::core::liveness::advice::MAX_SUMMARY_BYTES as u64
+        + 1;
     let lists = 3 * (4 + TOPIC);
     fixed + lists + 2 * 4 * partitions
 }

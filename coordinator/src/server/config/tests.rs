@@ -78,13 +78,23 @@ fn partition_limit_must_fit_the_frame() {
                 owned: all.clone(),
                 pending_revoke: half.clone(),
                 pending_grant: half,
-                detection: Some(MemberDetection::default()),
+                detection: Some(MemberDetection {
+                    expel_basis: Some(rollcall_protocol::ExpelBasis::Tail),
+                    ..MemberDetection::default()
+                }),
             }],
             detection: Some(Box::new(GroupDetection {
                 detector: "x".repeat(16),
                 shadow: Some("x".repeat(16)),
+                summary: Some(rollcall_protocol::DetectionSummary {
+                    tail: vec![
+                        rollcall_protocol::TailCount::default();
+                        crate::core::liveness::advice::MAX_TAIL_COUNTS
+                    ],
+                    ..rollcall_protocol::DetectionSummary::default()
+                }),
             })),
-            // A page (version 2): the largest answer.
+            // A page with the group's summary (version 3): the largest answer.
             more: Some(true),
         }),
     );

@@ -147,6 +147,7 @@ async fn a_full_shard_stalls_only_the_connections_that_use_it() {
             group: group.into(),
             detection: false,
             page: None,
+            summary: false,
         })
     };
     // The first connection asks the full shard; the second, the other one.

@@ -535,6 +535,7 @@ impl World {
                 group: group.clone(),
                 detection: true,
                 page: None,
+                summary: false,
             });
             let described = match self.core.handle_request(now, 0, request).response {
                 Response::DescribeGroup(d) => Some(d),
@@ -964,6 +965,7 @@ impl World {
                 group: name.clone(),
                 detection: true,
                 page: None,
+                summary: false,
             });
             let described = match self.core.handle_request(now, 0, request).response {
                 Response::DescribeGroup(d) => Some(d),
