@@ -284,12 +284,21 @@ fn replay_run(
     what: &str,
     mut timeline: Option<&mut Timeline>,
     kinds: usize,
+    crash: Option<f64>,
 ) -> Result<RunResult, String> {
     let mut count = 0u64;
     let mut last: Option<f64> = None;
     let mut longest = 0.0f64;
     // Bounded by the trace: a file's lines, or the generators' beats.
     while let Some(input) = stream.next_input()? {
+        // A dead process sends nothing: a file's frames of member 0 after `--crash`
+        // (a trace recorded without a crash) are not replayed.
+        let dead = matches!(input, Input::Beat { t, member: 0, .. } | Input::Opened { t, member: 0 }
+            if crash.is_some_and(|c| t >= c));
+        if dead {
+            count += 1;
+            continue;
+        }
         if let Input::Beat { t, member: 0, .. } = input {
             if let Some(l) = last {
                 longest = longest.max(t - l);
@@ -443,7 +452,7 @@ pub(super) fn replay_runs(
         }
         sources.push(process_dies(crash, args.close_delay));
         let mut stream = Merge::new(sources);
-        let result = replay_run(tallies, &mut stream, clock, &what, tl, kinds.len())?;
+        let result = replay_run(tallies, &mut stream, clock, &what, tl, kinds.len(), crash)?;
         inputs += result.inputs;
         for (acc, q) in per_setting.iter_mut().zip(result.qos) {
             acc.push(q);

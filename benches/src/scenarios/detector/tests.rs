@@ -169,3 +169,52 @@ fn smoke_group_trace_with_events() {
     assert!((silent - 9.5).abs() < 1e-6, "{silent}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--crash` on a trace recorded without a crash: member 0's beats after it are a dead
+/// process's and are not replayed, so the crash is detected, and its best fixed timeout
+/// comes from the gaps it showed alive.
+#[test]
+fn crash_flag_cuts_the_member_s_later_beats_from_a_file() {
+    let dir = std::env::temp_dir().join(format!("rollcall-lab-cut-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("group.csv");
+    let mut text = String::from("time_s,member_id,seq\n");
+    for s in 1..=60u32 {
+        for (i, m) in ["a", "b"].iter().enumerate() {
+            let t = f64::from(s) + 0.01 * i as f64;
+            text.push_str(&format!("{t:.6},{m},{s}\n"));
+        }
+    }
+    std::fs::write(&path, text).expect("write");
+    let a = args(&[
+        "--trace",
+        path.to_str().unwrap(),
+        "--member",
+        "a",
+        "--crash",
+        "20.5",
+        "--sweep",
+        "defaults",
+    ]);
+    let out = lab(&a).expect("the lab runs");
+    let f = &out.figures;
+    let fixed = |kind: CrashKind| {
+        f.settings
+            .iter()
+            .find(|s| s.setting.detector == DetectorKind::Fixed && s.crash == kind)
+            .expect("swept")
+    };
+    // Last beat alive at 20 s: the session expels at 30 s, 9.5 s after the crash.
+    let silent = fixed(CrashKind::Silent).detection_median_s.unwrap();
+    assert!((silent - 9.5).abs() < 1e-6, "{silent}: {}", out.text);
+    assert_eq!(fixed(CrashKind::Silent).false_expulsions, 0, "{}", out.text);
+    let best = f
+        .best_fixed_per_trace
+        .iter()
+        .find(|b| b.crash == CrashKind::Silent)
+        .and_then(|b| b.detection_median_s)
+        .expect("best fixed");
+    // Just over its 1 s gaps, 0.5 s after the crash.
+    assert!((best - 0.501).abs() < 1e-3, "{best}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
