@@ -38,16 +38,9 @@ impl Group {
             .iter()
             .zip(&self.subscriptions)
             .zip(&self.owned)
-            .map(|((id, subscription), owned)| AssignorMember {
-                id,
-                subscription,
-                owned,
-            })
+            .map(|((id, subscription), owned)| AssignorMember::new(id, subscription, owned))
             .collect();
-        f(&AssignmentInput {
-            topics: &self.topics,
-            members: &members,
-        })
+        f(&AssignmentInput::new(&self.topics, &members))
     }
 
     /// Every member takes what `assignor` gives it.

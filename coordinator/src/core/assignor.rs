@@ -22,6 +22,7 @@ use std::fmt::{self, Debug};
 use std::str::FromStr;
 
 use super::config::UnknownName;
+use super::group::Balance;
 
 /// A partition of one of the group's topics. `topic` indexes the group's topic table,
 /// whose entries never move, so a `TopicPartition` stays valid for the group's life.
@@ -44,6 +45,43 @@ pub struct AssignorMember<'a> {
     /// Partitions the member owns now, ascending. Sticky assignors keep as many of these
     /// as balance allows.
     pub owned: &'a [TopicPartition],
+    /// The member takes nothing (it is drained): it is assigned nothing, and everything
+    /// it owns moves to the others.
+    pub excluded: bool,
+    /// Its weight against the other members' (at least 1): balance is of partitions (or
+    /// load) per unit of capacity.
+    pub capacity: u32,
+    /// Its rack, numbered as in [`AssignmentInput::preferred_racks`]; [`NO_RACK`] for
+    /// none.
+    pub rack: u32,
+}
+
+impl<'a> AssignorMember<'a> {
+    /// A member that declared nothing beyond its subscription: not excluded, capacity 1,
+    /// no rack.
+    pub fn new(id: &'a str, subscription: &'a [u32], owned: &'a [TopicPartition]) -> Self {
+        Self {
+            id,
+            subscription,
+            owned,
+            excluded: false,
+            capacity: 1,
+            rack: NO_RACK,
+        }
+    }
+}
+
+/// In [`AssignorMember::rack`] and [`AssignmentInput::preferred_racks`]: no rack.
+pub const NO_RACK: u32 = u32::MAX;
+
+/// How an assignor weighs its choices beyond the partition counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Policy {
+    /// What is balanced: partition counts or reported load (per unit of capacity).
+    pub balance: Balance,
+    /// Load balance only: at most this share of the partitions (per mille) may move
+    /// beyond those that must (whose owner left, or that nobody owns).
+    pub churn_budget_permille: u16,
 }
 
 /// Everything an assignor needs.
@@ -54,6 +92,28 @@ pub struct AssignmentInput<'a> {
     pub topics: &'a [u32],
     /// The members, sorted by id.
     pub members: &'a [AssignorMember<'a>],
+    /// By topic index, each partition's preferred rack ([`NO_RACK`]: none). A topic
+    /// without preferences has an empty slice, and topics past the end have none.
+    pub preferred_racks: &'a [&'a [u32]],
+    /// By topic index, each partition's reported load. A topic without reports has an
+    /// empty slice, and topics past the end have none; an unreported partition counts
+    /// as the mean of the reported ones (1 when none is).
+    pub loads: &'a [&'a [f64]],
+    /// What is balanced, and how much may move for it.
+    pub policy: Policy,
+}
+
+impl<'a> AssignmentInput<'a> {
+    /// An input with no racks, no loads, and count balance.
+    pub fn new(topics: &'a [u32], members: &'a [AssignorMember<'a>]) -> Self {
+        Self {
+            topics,
+            members,
+            preferred_racks: &[],
+            loads: &[],
+            policy: Policy::default(),
+        }
+    }
 }
 
 /// Computes a target assignment.
@@ -141,6 +201,9 @@ impl Assignor for Sticky {
     }
 
     fn assign(&self, input: &AssignmentInput<'_>) -> Vec<Vec<TopicPartition>> {
+        if let Some(out) = assign_excluding(self, input) {
+            return out;
+        }
         let Some(first) = input.members.first() else {
             return Vec::new();
         };
@@ -169,6 +232,9 @@ impl Assignor for Range {
     }
 
     fn assign(&self, input: &AssignmentInput<'_>) -> Vec<Vec<TopicPartition>> {
+        if let Some(out) = assign_excluding(self, input) {
+            return out;
+        }
         let subscriptions = Subscriptions::new(input);
         let subscribers = subscriptions.by_topic();
         let mut out = subscriptions.empty_output(input);
@@ -199,6 +265,9 @@ impl Assignor for RoundRobin {
     }
 
     fn assign(&self, input: &AssignmentInput<'_>) -> Vec<Vec<TopicPartition>> {
+        if let Some(out) = assign_excluding(self, input) {
+            return out;
+        }
         let subscriptions = Subscriptions::new(input);
         let subscribers = subscriptions.by_topic();
         let mut out = subscriptions.empty_output(input);
@@ -224,6 +293,38 @@ impl Assignor for RoundRobin {
         }
         out
     }
+}
+
+/// If some members are excluded, the assignment `assignor` makes when they subscribe to
+/// nothing and own nothing (so they get nothing and what they owned moves); `None`
+/// when no member is excluded.
+fn assign_excluding(
+    assignor: &dyn Assignor,
+    input: &AssignmentInput<'_>,
+) -> Option<Vec<Vec<TopicPartition>>> {
+    if !input.members.iter().any(|m| m.excluded) {
+        return None;
+    }
+    let members: Vec<AssignorMember<'_>> = input
+        .members
+        .iter()
+        .map(|m| {
+            if m.excluded {
+                AssignorMember {
+                    subscription: &[],
+                    owned: &[],
+                    excluded: false,
+                    ..*m
+                }
+            } else {
+                *m
+            }
+        })
+        .collect();
+    Some(assignor.assign(&AssignmentInput {
+        members: &members,
+        ..*input
+    }))
 }
 
 /// Marks "no member" or "no entry" in the index arrays below.

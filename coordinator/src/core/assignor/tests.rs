@@ -64,16 +64,9 @@ impl Case {
             .members
             .iter()
             .zip(&ids)
-            .map(|(m, id)| AssignorMember {
-                id,
-                subscription: &m.subscription,
-                owned: &m.owned,
-            })
+            .map(|(m, id)| AssignorMember::new(id, &m.subscription, &m.owned))
             .collect();
-        f(&AssignmentInput {
-            topics: &self.topics,
-            members: &members,
-        })
+        f(&AssignmentInput::new(&self.topics, &members))
     }
 
     /// The same group after `out` was adopted.
@@ -806,5 +799,50 @@ proptest! {
             }
         }
         prop_assert!(losers == usize::MAX || losers >= kept_all);
+    }
+}
+
+/// An excluded (drained) member gets nothing, whatever it owned, from every assignor;
+/// under the sticky assignor only its partitions move.
+#[test]
+fn excluded_members_get_nothing_and_sticky_moves_only_theirs() {
+    let topics = [12u32];
+    let sub = [0u32];
+    let ids = ["a", "b", "c"];
+    let owned: Vec<Vec<TopicPartition>> = (0..3u32)
+        .map(|m| {
+            (0..4u32)
+                .map(|i| TopicPartition {
+                    topic: 0,
+                    partition: m * 4 + i,
+                })
+                .collect()
+        })
+        .collect();
+    for kind in AssignorKind::ALL {
+        let members: Vec<AssignorMember<'_>> = (0..3)
+            .map(|m| AssignorMember {
+                excluded: m == 1,
+                ..AssignorMember::new(ids[m], &sub, &owned[m])
+            })
+            .collect();
+        let out = kind
+            .build()
+            .assign(&AssignmentInput::new(&topics, &members));
+        assert!(
+            out[1].is_empty(),
+            "{kind}: the excluded member got {:?}",
+            out[1]
+        );
+        assert_eq!(out[0].len() + out[2].len(), 12, "{kind}");
+        if kind == AssignorKind::Sticky {
+            for m in [0, 2] {
+                assert!(
+                    owned[m].iter().all(|tp| out[m].contains(tp)),
+                    "{kind}: member {m} lost a partition it owned: {:?}",
+                    out[m]
+                );
+            }
+        }
     }
 }

@@ -104,6 +104,8 @@ pub(crate) struct Member {
     pub(crate) id: Arc<str>,
     pub(crate) instance_id: Option<Box<str>>,
     pub(crate) client_id: Box<str>,
+    /// Where it runs and what it can take, if it declared any of it at join.
+    pub(crate) placement: Option<Box<super::Placement>>,
     pub(crate) join_token: u64,
     /// Topic indexes, ascending.
     pub(crate) subscription: Box<[u32]>,

@@ -29,6 +29,7 @@ impl Group {
             id,
             instance_id: instance_id.map(String::into_boxed_str),
             client_id: client_id.into_boxed_str(),
+            placement: None,
             join_token,
             conn,
             timeouts,

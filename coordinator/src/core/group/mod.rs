@@ -6,6 +6,7 @@
 //! `rebalance.rs` computes targets and reconciles ownership toward them, `persist.rs`
 //! describes and snapshots the group.
 
+mod config;
 mod instances;
 mod member;
 mod members;
@@ -27,6 +28,8 @@ use super::timers::Timers;
 use super::{Assignor, ConnId, CoreConfig, Event, Output, Quota, RebalanceCause};
 use roster::Roster;
 
+pub(crate) use self::config::Placement;
+pub use self::config::{Balance, GroupConfig};
 pub(crate) use self::instances::Instance;
 #[cfg(test)]
 pub(crate) use self::member::RENEWAL_LINES;
@@ -123,6 +126,9 @@ pub(crate) struct Group {
     /// restart starts it over).
     pub(crate) fleet: Fleet,
     pub(crate) generation: u32,
+    /// What the operator set (AlterGroupConfig); the default for a group nobody
+    /// configured.
+    pub(crate) config: GroupConfig,
     pub(crate) topics: Vec<Topic>,
     pub(crate) topic_index: HashMap<String, u32>,
     pub(crate) members: Roster,
@@ -198,6 +204,7 @@ impl Group {
                 .map(|s| s.build(settings)),
             fleet: Fleet::default(),
             generation: generation_floor,
+            config: GroupConfig::default(),
             topics: Vec::new(),
             topic_index: HashMap::new(),
             members: Roster::default(),

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use rollcall_protocol::{AssignmentPush, Push, RevokePush};
 
-use super::super::assignor::{AssignmentInput, AssignorMember};
+use super::super::assignor::{AssignmentInput, AssignorMember, Policy};
 use super::super::liveness::Transition;
 use super::super::timers::TimerKey;
 use super::super::{Event, RebalanceCause, TopicPartition};
@@ -52,14 +52,16 @@ impl Group {
             .members
             .values()
             .map(|m| AssignorMember {
-                id: &m.id,
-                subscription: &m.subscription,
-                owned: m.owned.as_slice(),
+                capacity: m.placement.as_ref().map_or(1, |p| p.capacity.max(1)),
+                ..AssignorMember::new(&m.id, &m.subscription, m.owned.as_slice())
             })
             .collect();
         let targets = ctx.assignor.assign(&AssignmentInput {
-            topics: &topics,
-            members: &inputs,
+            policy: Policy {
+                balance: self.config.balance,
+                churn_budget_permille: self.config.churn_budget_permille,
+            },
+            ..AssignmentInput::new(&topics, &inputs)
         });
         drop(inputs);
         let targets = self.spare_suspects(ctx, targets);
