@@ -20,16 +20,20 @@ pub enum RebalanceCause {
     Subscription,
     /// A suspect member, which was given nothing new, is alive again.
     Recovery,
+    /// The partitions reserved for a departed static member's instance (a departure
+    /// delay) were not claimed in time.
+    DepartureDelayEnded,
 }
 
 impl RebalanceCause {
     /// Every cause.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::Join,
         Self::Leave,
         Self::Expulsion,
         Self::Subscription,
         Self::Recovery,
+        Self::DepartureDelayEnded,
     ];
 
     /// Snake-case name, for logs and metric labels.
@@ -40,6 +44,7 @@ impl RebalanceCause {
             Self::Expulsion => "expulsion",
             Self::Subscription => "subscription",
             Self::Recovery => "recovery",
+            Self::DepartureDelayEnded => "departure_delay_ended",
         }
     }
 
@@ -214,6 +219,45 @@ pub enum Event {
         /// The detector that expelled it.
         detector: DetectorKind,
     },
+    /// A static member went away without leaving (its session, or its lease after its
+    /// connection closed, ran out) in a group with a departure delay: its partitions
+    /// are reserved for its instance, granted to nobody, and the others keep theirs.
+    PartitionsReserved {
+        /// Group id.
+        group: String,
+        /// The instance they are kept for.
+        instance_id: String,
+        /// The member that went away.
+        member_id: String,
+        /// How many partitions.
+        partitions: usize,
+        /// How long they are kept at most.
+        delay: Duration,
+    },
+    /// The instance came back within its departure delay and got its reserved
+    /// partitions again, no other member's partitions moving.
+    ReservationReturned {
+        /// Group id.
+        group: String,
+        /// The instance.
+        instance_id: String,
+        /// Its new member id.
+        member_id: String,
+        /// How many partitions it got back.
+        partitions: usize,
+    },
+    /// A reservation ended without its instance taking it back: its partitions move to
+    /// the other members with a rebalance.
+    ReservationEnded {
+        /// Group id.
+        group: String,
+        /// The instance they were kept for.
+        instance_id: String,
+        /// How many partitions.
+        partitions: usize,
+        /// Why it ended.
+        reason: ReservationEnd,
+    },
     /// A request was refused, wholly or for some of its offsets, because it would have
     /// taken a quota past its limit.
     QuotaRefused {
@@ -280,6 +324,32 @@ impl Quota {
     }
 }
 
+/// Why a reservation ended without its instance taking it back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReservationEnd {
+    /// The departure delay passed.
+    Expired,
+    /// The departed member's process left (a Leave naming it).
+    Left,
+    /// The instance joined again with a subscription the reservation does not cover: it
+    /// joins as a new member, with a rebalance.
+    Rejoined,
+}
+
+impl ReservationEnd {
+    /// Every reason.
+    pub const ALL: [Self; 3] = [Self::Expired, Self::Left, Self::Rejoined];
+
+    /// The reason's name, as logs and metrics spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Expired => "expired",
+            Self::Left => "left",
+            Self::Rejoined => "rejoined",
+        }
+    }
+}
+
 /// What a shadow detector would have done.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ShadowVerdict {
@@ -330,4 +400,9 @@ pub struct CoreStats {
     pub members_suspect: usize,
     /// Groups with at least one suspect member.
     pub groups_with_suspects: usize,
+    /// Partitions reserved for departed static members' instances (departure delays):
+    /// owned by nobody until the instance returns or the delay ends.
+    pub partitions_reserved: usize,
+    /// Revocations waiting for room under their group's caps (throttled moves).
+    pub revocations_waiting: usize,
 }

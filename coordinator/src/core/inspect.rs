@@ -136,6 +136,8 @@ impl Coordinator {
             }
             stats.members_suspect += suspects;
             stats.groups_with_suspects += usize::from(suspects > 0);
+            stats.partitions_reserved += g.partitions_reserved();
+            stats.revocations_waiting += g.revocations_waiting();
         }
         stats
     }

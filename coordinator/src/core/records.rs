@@ -91,6 +91,10 @@ pub struct HeldSnapshot {
     pub member_id: String,
     /// The partitions, as (topic index, partition).
     pub partitions: Vec<(u32, u32)>,
+    /// For a reservation (a departure delay), the static instance the partitions are
+    /// kept for; `None` for a hold of a member's lease (and in snapshots written before
+    /// reservations).
+    pub reserved_for: Option<String>,
 }
 
 /// The latest incarnation of a static instance.

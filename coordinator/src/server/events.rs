@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use tracing::{debug, info, warn};
 
-use super::metrics::{GuardTransition, Metrics};
+use super::metrics::{GuardTransition, Metrics, Reservation};
 use crate::core::{Event, Guard};
 
 /// Logs `event` of shard `shard` and counts it in the metrics.
@@ -231,6 +231,52 @@ pub(crate) fn log_event(shard: usize, m: &Metrics, event: Event) {
                 member_id,
                 detector = detector.as_str(),
                 "member expelled for silence beat again: a false expulsion"
+            );
+        }
+        Event::PartitionsReserved {
+            group,
+            instance_id,
+            member_id,
+            partitions,
+            delay,
+        } => {
+            m.reservation(Reservation::Started).increment(1);
+            info!(
+                shard,
+                group,
+                instance_id,
+                member_id,
+                partitions,
+                delay_ms = duration_ms(delay),
+                "partitions reserved for a departed static member"
+            );
+        }
+        Event::ReservationReturned {
+            group,
+            instance_id,
+            member_id,
+            partitions,
+        } => {
+            m.reservation(Reservation::Returned).increment(1);
+            info!(
+                shard,
+                group, instance_id, member_id, partitions, "static member back within its departure delay"
+            );
+        }
+        Event::ReservationEnded {
+            group,
+            instance_id,
+            partitions,
+            reason,
+        } => {
+            m.reservation(Reservation::Ended(reason)).increment(1);
+            info!(
+                shard,
+                group,
+                instance_id,
+                partitions,
+                reason = reason.as_str(),
+                "reservation ended: its partitions move"
             );
         }
         Event::PauseGraceEnded { .. } => {

@@ -14,7 +14,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
-use crate::core::{DetectorKind, Guard, Quota, RebalanceCause, ShadowVerdict};
+use crate::core::{
+    DetectorKind, Guard, Quota, RebalanceCause, ReservationEnd, ShadowVerdict,
+};
 
 /// Buckets of `rollcall_request_duration_seconds`.
 const REQUEST_BUCKETS: &[f64] = &[
@@ -107,6 +109,18 @@ fn describe() {
     describe_gauge!(
         "rollcall_groups_below_advised_timeout",
         "Groups whose shortest session timeout is below the one the timeout advisor gives for one false expulsion a year across the group (from the members' observed heartbeat gaps; refreshed every 10 s)."
+    );
+    describe_gauge!(
+        "rollcall_reserved_partitions",
+        "Partitions reserved for departed static members' instances (departure delays): owned by nobody until the instance returns or the delay ends."
+    );
+    describe_gauge!(
+        "rollcall_revocations_waiting",
+        "Revocations waiting for room under their group's caps on partitions in revocation."
+    );
+    describe_counter!(
+        "rollcall_reservations_total",
+        "Reservations of a departed static member's partitions (departure delays), by outcome."
     );
     describe_counter!("rollcall_heartbeats_total", "Heartbeats received.");
     describe_counter!("rollcall_requests_total", "Requests received, by API.");
@@ -305,6 +319,14 @@ const DENIED: [ErrorCode; 4] = [
     ErrorCode::CoordinatorLoading,
 ];
 
+/// What became of a reservation, as `rollcall_reservations_total` counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reservation {
+    Started,
+    Returned,
+    Ended(ReservationEnd),
+}
+
 /// Every metric handle the server records into.
 #[derive(Debug)]
 pub(crate) struct Metrics {
@@ -314,6 +336,10 @@ pub(crate) struct Metrics {
     pub(crate) members_suspect: Gauge,
     pub(crate) groups_with_suspects: Gauge,
     pub(crate) groups_below_advice: Gauge,
+    pub(crate) partitions_reserved: Gauge,
+    pub(crate) revocations_waiting: Gauge,
+    /// Reservations started and returned, then ended by `ReservationEnd::ALL`.
+    reservations: Vec<Counter>,
     pub(crate) heartbeats: Counter,
     requests: Vec<Counter>,
     durations: Vec<Histogram>,
@@ -356,6 +382,13 @@ impl Metrics {
             members_suspect: metrics::gauge!("rollcall_members", "liveness" => Liveness::Suspect.as_str()),
             groups_with_suspects: metrics::gauge!("rollcall_groups_with_suspects"),
             groups_below_advice: metrics::gauge!("rollcall_groups_below_advised_timeout"),
+            partitions_reserved: metrics::gauge!("rollcall_reserved_partitions"),
+            revocations_waiting: metrics::gauge!("rollcall_revocations_waiting"),
+            reservations: ["started", "returned"]
+                .into_iter()
+                .chain(ReservationEnd::ALL.iter().map(|e| e.as_str()))
+                .map(|o| metrics::counter!("rollcall_reservations_total", "outcome" => o))
+                .collect(),
             heartbeats: metrics::counter!("rollcall_heartbeats_total"),
             requests: ApiKey::ALL
                 .iter()
@@ -510,6 +543,21 @@ impl Metrics {
             .position(|c| *c == reason)
             .unwrap_or(0);
         &self.commits_rejected[i]
+    }
+
+    /// What became of reservations (departure delays).
+    pub(crate) fn reservation(&self, outcome: Reservation) -> &Counter {
+        let i = match outcome {
+            Reservation::Started => 0,
+            Reservation::Returned => 1,
+            Reservation::Ended(end) => {
+                2 + ReservationEnd::ALL
+                    .iter()
+                    .position(|e| *e == end)
+                    .unwrap_or(0)
+            }
+        };
+        &self.reservations[i]
     }
 
     pub(crate) fn quota_refused(&self, quota: Quota) -> &Counter {

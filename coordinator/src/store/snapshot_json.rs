@@ -41,6 +41,10 @@ struct Held {
     #[serde(default)]
     member_id: String,
     partitions: Vec<(u32, u32)>,
+    /// Absent for a hold of a member's lease, and in snapshots written before
+    /// reservations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    reserved_for: Option<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -158,6 +162,7 @@ impl From<&GroupSnapshot> for Group {
                     remaining_ms: h.remaining_ms,
                     member_id: h.member_id.clone(),
                     partitions: h.partitions.clone(),
+                    reserved_for: h.reserved_for.clone(),
                 })
                 .collect(),
             rebalance_pending: s.rebalance_pending.clone(),
@@ -191,6 +196,7 @@ impl From<Group> for GroupSnapshot {
                     remaining_ms: h.remaining_ms,
                     member_id: h.member_id,
                     partitions: h.partitions,
+                    reserved_for: h.reserved_for,
                 })
                 .collect(),
             rebalance_pending: g.rebalance_pending,

@@ -114,6 +114,7 @@ fn snapshot(group: &str, generation: u32, members: &[&str]) -> GroupSnapshot {
             member_id: "gone".into(),
             remaining_ms: 4_000,
             partitions: vec![(1, 0)],
+            reserved_for: None,
         }],
         rebalance_pending: Some("join".to_owned()),
         detector: "adaptive".to_owned(),
@@ -1113,6 +1114,7 @@ fn snapshot_json_format_is_stable() {
         member_id: "m-0".into(),
         remaining_ms: 250,
         partitions: vec![(0, 2)],
+        reserved_for: None,
     });
     full.instances.push(InstanceSnapshot {
         instance_id: "w".into(),

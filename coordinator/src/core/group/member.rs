@@ -434,6 +434,70 @@ impl Member {
     }
 }
 
+impl Member {
+    /// Drops from [`Self::revoking_since`] what the member is no longer asked to release
+    /// (released, or given back by a newer target), asking nothing new: the throttled
+    /// twin of the first half of [`Self::note_revocations`]. Returns how many it dropped.
+    pub(crate) fn prune_revocations(&mut self) -> usize {
+        let before = self.revoking_since.len();
+        if self
+            .revoking_since
+            .iter()
+            .all(|r| self.owned.contains(&r.tp) && !self.target.contains(&r.tp))
+        {
+            return 0;
+        }
+        let kept: Box<[Revocation]> = self
+            .revoking_since
+            .iter()
+            .filter(|r| self.owned.contains(&r.tp) && !self.target.contains(&r.tp))
+            .copied()
+            .collect();
+        self.revoking_since = kept;
+        before - self.revoking_since.len()
+    }
+
+    /// Partitions the member owns, no longer targets and is not asked to release yet:
+    /// revocations a cap keeps waiting (0 when nothing caps them, once
+    /// [`Self::note_revocations`] ran).
+    pub(crate) fn revocations_waiting(&self) -> usize {
+        self.owned
+            .difference(&self.target)
+            .count()
+            .saturating_sub(self.revoking_since.len())
+    }
+
+    /// Asks the member to release up to `limit` more of the partitions waiting for it
+    /// ([`Self::revocations_waiting`]), lowest first, each waited for from `now`.
+    /// Returns how many it asked and how many still wait.
+    pub(crate) fn ask_revocations(&mut self, now: Instant, limit: usize) -> (usize, usize) {
+        let old = &self.revoking_since;
+        let mut asked = 0;
+        let mut waiting = 0;
+        let mut next: Vec<Revocation> = Vec::with_capacity(old.len() + limit.min(64));
+        for tp in self.owned.difference(&self.target) {
+            match old.binary_search_by(|r| r.tp.cmp(tp)) {
+                Ok(i) => next.push(old[i]),
+                Err(_) if asked < limit => {
+                    asked += 1;
+                    next.push(Revocation {
+                        tp: *tp,
+                        since: now,
+                        credit: Duration::ZERO,
+                        restores: 0,
+                        deferred_to: now,
+                    });
+                }
+                Err(_) => waiting += 1,
+            }
+        }
+        if asked > 0 {
+            self.revoking_since = next.into_boxed_slice();
+        }
+        (asked, waiting)
+    }
+}
+
 /// Which of a member's deadlines expels it ([`Member::expiry`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Expiry {

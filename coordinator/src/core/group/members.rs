@@ -161,6 +161,7 @@ impl Group {
             self.owners.remove(tp);
         }
         self.hold(ctx, &member, owned);
+        let reserved = reason == ExpelReason::SessionExpired && self.reserve(ctx, &member);
         self.forget(id, reason, ctx.config.expelled_memory);
         if reason != ExpelReason::Left {
             ctx.push(
@@ -179,6 +180,10 @@ impl Group {
             reason,
         });
         self.snapshot_dirty = true;
+        if reserved {
+            // The others keep their targets: the member's wait for it.
+            return;
+        }
         let cause = if reason == ExpelReason::Left {
             RebalanceCause::Leave
         } else {
@@ -260,7 +265,11 @@ impl Group {
             generation: m.generation,
             partitions: self.to_wire(&m.owned),
         });
-        let revoking = m.revoking();
+        let revoking = match self.revocation_caps() {
+            // What it was asked, not what waits.
+            Some(_) => m.revoking_since.iter().map(|r| r.tp).collect(),
+            None => m.revoking(),
+        };
         let revoke = (!revoking.is_empty()).then(|| {
             Push::Revoke(RevokePush {
                 group: self.name.to_string(),
@@ -285,6 +294,7 @@ impl Group {
                 until,
                 member: member.id.clone(),
                 partitions,
+                reserved_for: None,
             });
             let key = TimerKey::Group(self.name.clone());
             ctx.timers.schedule(&mut self.timer_at, until, key);
@@ -296,7 +306,12 @@ impl Group {
     pub(crate) fn relinquish(&mut self, ctx: &mut Ctx<'_>, id: &str) -> bool {
         let now = ctx.now;
         let mut released = false;
-        for h in self.held.iter_mut().filter(|h| &*h.member == id) {
+        // A reservation is not a lease: the instance may still come back to it.
+        for h in self
+            .held
+            .iter_mut()
+            .filter(|h| &*h.member == id && h.reserved_for.is_none())
+        {
             h.until = h.until.min(now);
             released = true;
         }

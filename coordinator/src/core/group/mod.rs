@@ -14,6 +14,7 @@ mod partition_set;
 mod persist;
 mod rebalance;
 mod roster;
+mod throttle;
 mod topics;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -67,6 +68,11 @@ pub(crate) struct Held {
     /// The member they were taken from.
     pub(crate) member: Arc<str>,
     pub(crate) partitions: Vec<TopicPartition>,
+    /// A reservation (a departure delay): the partitions of a static member that went
+    /// away without leaving, kept for its instance, named here, to come back to. They
+    /// are granted to nobody until it does or `until` passes; a hold of a member's lease
+    /// has none.
+    pub(crate) reserved_for: Option<Box<str>>,
 }
 
 /// Why a join was refused, before anything changed.
@@ -150,6 +156,8 @@ pub(crate) struct Group {
     /// Partitions of removed (or replaced) members, held until the member's lease has
     /// run out, so that it stood down before anyone else gets them.
     pub(crate) held: Vec<Held>,
+    /// Revocations in progress and waiting, when the config caps them.
+    throttle: throttle::Throttle,
     /// Recently removed members and why, oldest first.
     pub(crate) removed: HashMap<Arc<str>, ExpelReason>,
     removed_order: VecDeque<Arc<str>>,
@@ -214,6 +222,7 @@ impl Group {
             owners: HashMap::new(),
             target_owner: HashMap::new(),
             held: Vec::new(),
+            throttle: throttle::Throttle::default(),
             removed: HashMap::new(),
             removed_order: VecDeque::new(),
             disproved: HashSet::new(),

@@ -108,6 +108,7 @@ impl Group {
                     remaining_ms: remaining(h.until),
                     member_id: h.member.to_string(),
                     partitions: pairs(&mut h.partitions.iter()),
+                    reserved_for: h.reserved_for.as_deref().map(str::to_owned),
                 })
                 .collect(),
             rebalance_pending: self.pending.as_ref().map(|p| p.cause.as_str().to_owned()),
@@ -253,6 +254,7 @@ impl Group {
                 until,
                 member: Arc::from(h.member_id.as_str()),
                 partitions,
+                reserved_for: h.reserved_for.map(String::into_boxed_str),
             });
         }
         group.recount_footprint();

@@ -64,7 +64,15 @@ impl Group {
             ..AssignmentInput::new(&topics, &inputs)
         });
         drop(inputs);
-        let targets = self.spare_suspects(ctx, targets);
+        let mut targets = self.spare_suspects(ctx, targets);
+        // Partitions reserved for a departed instance stay out of every target until
+        // it comes back or its delay ends.
+        let reserved = self.reserved();
+        if !reserved.is_empty() {
+            for t in &mut targets {
+                t.retain(|tp| !reserved.contains(tp));
+            }
+        }
         let mut moved = 0;
         self.target_owner.clear();
         for (m, target) in self.members.values_mut().zip(targets) {
@@ -173,6 +181,7 @@ impl Group {
     pub(crate) fn reconcile(&mut self, ctx: &mut Ctx<'_>) {
         let now = ctx.now;
         let before = self.held.len();
+        self.expire_reservations(ctx);
         self.held.retain(|h| h.until > now);
         if self.held.len() != before {
             self.snapshot_dirty = true;
@@ -182,6 +191,12 @@ impl Group {
             .iter()
             .flat_map(|h| h.partitions.iter().copied())
             .collect();
+        // With caps, the revocations asked are planned for the whole group first (the
+        // grants below never change what a member must release).
+        let caps = self.revocation_caps();
+        if let Some(caps) = caps {
+            self.plan_revocations(now, caps);
+        }
 
         let ids: Vec<Arc<str>> = self.members.keys().cloned().collect();
         let mut all_settled = self.pending.is_none();
@@ -218,7 +233,9 @@ impl Group {
             }
             // Revocations: owned partitions that are no longer in the target, each
             // waited for from when it was first asked.
-            m.note_revocations(now);
+            if caps.is_none() {
+                m.note_revocations(now);
+            }
             let revoking: Vec<TopicPartition> = m.revoking_since.iter().map(|r| r.tp).collect();
             if let Some(deadline) = m.revoke_deadline() {
                 let key = TimerKey::Member {
@@ -315,12 +332,24 @@ impl Group {
         changed.extend(grants.into_iter().map(|(to, _)| to));
         changed.sort();
         changed.dedup();
+        // With caps, what it released makes room for revocations that wait: asked now,
+        // of the members whose turn it is (not of every member).
+        let caps = self.revocation_caps();
+        let asked_of = match caps {
+            Some(caps) => {
+                self.note_released(id);
+                self.ask_waiting(ctx.now, caps)
+            }
+            None => Vec::new(),
+        };
         for member in &changed {
             let Some(m) = self.members.get_mut(member) else {
                 continue;
             };
             // What it released no longer waits (a later revocation keeps its own start).
-            m.note_revocations(ctx.now);
+            if caps.is_none() {
+                m.note_revocations(ctx.now);
+            }
             if m.revoking_since.is_empty() {
                 m.revoke_pushed = Box::default();
             }
@@ -332,6 +361,24 @@ impl Group {
                 partitions: self.to_wire(&self.members[member].owned),
             });
             ctx.push(self.members[member].conn, push);
+        }
+        for member in &asked_of {
+            let Some(m) = self.members.get(member) else {
+                continue;
+            };
+            let revoking: Vec<TopicPartition> = m.revoking_since.iter().map(|r| r.tp).collect();
+            let push = Push::Revoke(RevokePush {
+                group: self.name.to_string(),
+                member_id: member.to_string(),
+                generation: m.generation,
+                partitions: self.to_wire(&revoking),
+            });
+            ctx.push(m.conn, push);
+            if let Some(m) = self.members.get_mut(member) {
+                m.revoke_pushed = revoking.into_boxed_slice();
+            }
+            // Its newest revocations are waited for from now.
+            self.schedule_member(ctx, member);
         }
         let unsettled = changed
             .iter()

@@ -141,7 +141,7 @@ impl Coordinator {
         if let Some(instance) = &r.instance_id {
             group.register_instance(instance, member_id.clone(), r.join_token);
         }
-        let member = group.new_member(
+        let mut member = group.new_member(
             now,
             member_id.clone(),
             r.instance_id.clone(),
@@ -156,13 +156,20 @@ impl Coordinator {
                 group.replace_member(&mut ctx, &old, member, subscription_changed);
             }
             None => {
+                // An instance back within its departure delay takes its reserved
+                // partitions back without a rebalance.
+                let returned = group.take_reservation(&mut ctx, &mut member);
                 group.insert_member(&mut ctx, member);
                 ctx.outputs.push_back(Output::Event(Event::MemberJoined {
                     group: r.group.clone(),
                     member_id: member_id.to_string(),
                     instance_id: r.instance_id.clone(),
                 }));
-                group.trigger_rebalance(&mut ctx, RebalanceCause::Join);
+                if returned {
+                    group.reconcile(&mut ctx);
+                } else {
+                    group.trigger_rebalance(&mut ctx, RebalanceCause::Join);
+                }
             }
         }
         Response::Join(JoinResponse {

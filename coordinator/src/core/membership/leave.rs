@@ -25,6 +25,12 @@ impl Coordinator {
             .get_key_value(r.member_id.as_str())
             .map(|(k, _)| k.clone())
         else {
+            // The process of a static member removed while away says it is gone for
+            // good: the partitions reserved for its instance move now.
+            if group.end_reservation_of(&mut ctx, &r.member_id) {
+                group.reconcile(&mut ctx);
+                return Response::Leave;
+            }
             return Self::member_gone(Some(group), ApiKey::Leave, &r.member_id);
         };
         let Some(m) = group.members.get_mut(&id) else {
