@@ -15,6 +15,7 @@ mod scenarios;
 mod shards;
 mod simulation;
 mod stops;
+mod throttle;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
