@@ -4,12 +4,13 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rollcall_protocol::ExpelReason;
 
 use super::super::timers::TimerKey;
 use super::super::{Event, RebalanceCause, ReservationEnd, TopicPartition};
+use super::member::checkpoint_interval;
 use super::{Ctx, Group, Held, Member, PartitionSet};
 
 /// The latest incarnation of a static instance. Kept (and made durable) after that
@@ -133,6 +134,7 @@ impl Group {
         let key = TimerKey::Group(self.name.clone());
         ctx.timers.schedule(&mut self.timer_at, until, key);
         self.snapshot_dirty = true;
+        self.schedule_reservation_checkpoint(ctx);
         ctx.event(Event::PartitionsReserved {
             group: self.name.to_string(),
             instance_id: instance.to_owned(),
@@ -261,5 +263,43 @@ impl Group {
             .filter(|h| h.reserved_for.is_some())
             .map(|h| h.partitions.len())
             .sum()
+    }
+}
+
+impl Group {
+    /// How often a group with reservations is snapshotted: an eighth of its departure
+    /// delay (of a second, if the delay was switched off meanwhile), as a wait that can
+    /// expel a member is (see `checkpoint_interval`).
+    fn reservation_checkpoint_interval(&self) -> Duration {
+        let delay = Duration::from_millis(u64::from(self.config.departure_delay_ms));
+        checkpoint_interval(delay.max(Duration::from_secs(1)), 0)
+    }
+
+    /// Sets the next reservation checkpoint, if there is a reservation and none is set.
+    pub(crate) fn schedule_reservation_checkpoint(&mut self, ctx: &mut Ctx<'_>) {
+        if self.reservation_checkpoint.is_some() || self.partitions_reserved() == 0 {
+            return;
+        }
+        let at = ctx.now + self.reservation_checkpoint_interval();
+        self.reservation_checkpoint = Some(at);
+        let key = TimerKey::Group(self.name.clone());
+        ctx.timers.schedule(&mut self.timer_at, at, key);
+    }
+
+    /// The group's timer fired: a reservation checkpoint that is due asks for a
+    /// snapshot, and the next one is set while reservations remain.
+    pub(crate) fn reservation_checkpoint_due(&mut self, ctx: &mut Ctx<'_>) {
+        if self.reservation_checkpoint.is_some_and(|at| at <= ctx.now) {
+            self.reservation_checkpoint = None;
+            if self.partitions_reserved() > 0 {
+                self.snapshot_dirty = true;
+                self.schedule_reservation_checkpoint(ctx);
+            }
+        }
+    }
+
+    /// When the next reservation checkpoint is due.
+    pub(crate) fn next_reservation_checkpoint(&self) -> Option<Instant> {
+        self.reservation_checkpoint
     }
 }

@@ -511,6 +511,7 @@ impl Group {
         if self.timer_at == Some(fired_at) {
             self.timer_at = None;
         }
+        self.reservation_checkpoint_due(ctx);
         if self.pending.as_ref().is_some_and(|p| p.due <= ctx.now) {
             self.rebalance(ctx);
         }
@@ -519,6 +520,9 @@ impl Group {
 
     pub(crate) fn schedule_group_timer(&mut self, ctx: &mut Ctx<'_>) {
         let mut next = self.pending.as_ref().map(|p| p.due);
+        if let Some(at) = self.next_reservation_checkpoint() {
+            next = Some(next.map_or(at, |n| n.min(at)));
+        }
         for h in &self.held {
             next = Some(next.map_or(h.until, |n| n.min(h.until)));
         }

@@ -158,6 +158,10 @@ pub(crate) struct Group {
     pub(crate) held: Vec<Held>,
     /// Revocations in progress and waiting, when the config caps them.
     throttle: throttle::Throttle,
+    /// While partitions are reserved, when the group is next snapshotted so that a
+    /// restart (which counts a reservation's remaining time from the last snapshot)
+    /// extends it by at most this interval.
+    reservation_checkpoint: Option<Instant>,
     /// Recently removed members and why, oldest first.
     pub(crate) removed: HashMap<Arc<str>, ExpelReason>,
     removed_order: VecDeque<Arc<str>>,
@@ -223,6 +227,7 @@ impl Group {
             target_owner: HashMap::new(),
             held: Vec::new(),
             throttle: throttle::Throttle::default(),
+            reservation_checkpoint: None,
             removed: HashMap::new(),
             removed_order: VecDeque::new(),
             disproved: HashSet::new(),

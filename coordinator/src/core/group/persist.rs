@@ -257,6 +257,7 @@ impl Group {
                 reserved_for: h.reserved_for.map(String::into_boxed_str),
             });
         }
+        group.schedule_reservation_checkpoint(ctx);
         group.recount_footprint();
         if group.members.values().any(|m| m.owned != m.target) {
             group.reconciling = Some((now, group.generation));

@@ -11,6 +11,7 @@ mod fleet;
 mod leases;
 mod pages;
 mod quotas;
+mod reservations;
 mod scenarios;
 mod shards;
 mod simulation;
