@@ -36,9 +36,7 @@ use timers::{TimerKey, Timers};
 pub use assignor::{Assignor, AssignorKind, TopicPartition};
 pub use config::{CoreConfig, UnknownName, MAX_MEMBER_ID_BYTES, MAX_NAME_BYTES};
 pub use effects::{is_member_traffic, Effects};
-pub use events::{
-    CoreStats, Event, Output, Quota, RebalanceCause, ReservationEnd, ShadowVerdict,
-};
+pub use events::{CoreStats, Event, Output, Quota, RebalanceCause, ReservationEnd, ShadowVerdict};
 pub use group::{Balance, GroupConfig};
 pub use guards::Guard;
 pub use liveness::{Detector, DetectorKind, DetectorSettings, FixedTimeout};

@@ -260,7 +260,11 @@ pub(crate) fn log_event(shard: usize, m: &Metrics, event: Event) {
             m.reservation(Reservation::Returned).increment(1);
             info!(
                 shard,
-                group, instance_id, member_id, partitions, "static member back within its departure delay"
+                group,
+                instance_id,
+                member_id,
+                partitions,
+                "static member back within its departure delay"
             );
         }
         Event::ReservationEnded {

@@ -14,9 +14,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
-use crate::core::{
-    DetectorKind, Guard, Quota, RebalanceCause, ReservationEnd, ShadowVerdict,
-};
+use crate::core::{DetectorKind, Guard, Quota, RebalanceCause, ReservationEnd, ShadowVerdict};
 
 /// Buckets of `rollcall_request_duration_seconds`.
 const REQUEST_BUCKETS: &[f64] = &[

@@ -177,7 +177,11 @@ impl Group {
         let alone = member.subscription.iter().any(|&t| {
             let topic = &self.topics[t as usize];
             topic.subscribers <= 1
-                && reservation.partitions.iter().filter(|tp| tp.topic == t).count()
+                && reservation
+                    .partitions
+                    .iter()
+                    .filter(|tp| tp.topic == t)
+                    .count()
                     < topic.partitions as usize
         });
         if !covered || alone {

@@ -103,7 +103,10 @@ impl Group {
             held: self
                 .held
                 .iter()
-                .filter(|h| h.until > now)
+                // A reservation whose delay just passed is kept (with nothing left)
+                // until a reconciliation ends it with its rebalance: a restore in
+                // between ends it then, instead of forgetting its partitions.
+                .filter(|h| h.until > now || h.reserved_for.is_some())
                 .map(|h| HeldSnapshot {
                     remaining_ms: remaining(h.until),
                     member_id: h.member.to_string(),

@@ -63,7 +63,10 @@ fn c_departs(t: &mut TestContext) -> (M, M, M, BTreeSet<(String, u32)>) {
     let rebalances = t.rebalances_started();
     // c falls silent: its session (10 s) runs out.
     run(t, &mut [&mut a, &mut b], SESSION + SECOND);
-    assert_eq!(t.expelled(&c), Some(rollcall_protocol::ExpelReason::SessionExpired));
+    assert_eq!(
+        t.expelled(&c),
+        Some(rollcall_protocol::ExpelReason::SessionExpired)
+    );
     assert!(
         t.events.iter().any(|e| matches!(
             e,
@@ -114,7 +117,10 @@ fn when_the_delay_ends_the_reserved_partitions_move() {
     let reserved_at = t.now;
     // Expelled about a second before c_departs returned: the delay ends 30 s after.
     run(&mut t, &mut [&mut a, &mut b], DELAY - 3 * SECOND);
-    assert!(owned_by_anyone(&mut t).is_disjoint(&c_owned), "not before the delay ends");
+    assert!(
+        owned_by_anyone(&mut t).is_disjoint(&c_owned),
+        "not before the delay ends"
+    );
     run(&mut t, &mut [&mut a, &mut b], 5 * SECOND);
     assert!(t.events.iter().any(|e| matches!(
         e,

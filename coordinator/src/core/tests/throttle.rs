@@ -31,8 +31,10 @@ impl View {
         for (_, _, push) in t.pushes.drain(..) {
             match push {
                 Push::Assignment(a) => {
-                    self.owned
-                        .insert(a.member_id.clone(), flatten(&a.partitions).into_iter().collect());
+                    self.owned.insert(
+                        a.member_id.clone(),
+                        flatten(&a.partitions).into_iter().collect(),
+                    );
                     self.generation.insert(a.member_id, a.generation);
                 }
                 Push::Revoke(r) => {
@@ -256,9 +258,9 @@ fn caps_still_converge_when_an_owner_gives_everything_up_or_is_expelled() {
         }
         most = most.max(core_in_revocation(&t, "g").0);
         t.assert_exclusive("g");
-        let gone = t.events.iter().any(|e| {
-            matches!(e, Event::MemberRemoved { member_id, .. } if *member_id == silent.id)
-        });
+        let gone = t.events.iter().any(
+            |e| matches!(e, Event::MemberRemoved { member_id, .. } if *member_id == silent.id),
+        );
         if settled(&t, "g") && gone {
             break;
         }
@@ -271,7 +273,9 @@ fn caps_still_converge_when_an_owner_gives_everything_up_or_is_expelled() {
     assert!(most <= 3, "{most}");
     let owned: usize = members.iter().map(|m| view.owned[&m.id].len()).sum();
     assert_eq!(owned, 44, "every partition owned by a live member");
-    assert!(view.owned[&members[0].id].iter().all(|(topic, _)| topic == "b"));
+    assert!(view.owned[&members[0].id]
+        .iter()
+        .all(|(topic, _)| topic == "b"));
 }
 
 /// A revocation that waited for room is given its whole rebalance timeout from when it
@@ -361,7 +365,11 @@ fn a_waiting_revocation_a_newer_target_gives_back_is_never_asked() {
     t.leave(&c);
     run_until_settled(&mut t, &mut view, &mut members, Duration::from_secs(30));
     let ever: usize = view.ever_revoked.values().map(BTreeSet::len).sum();
-    assert_eq!(ever, 1, "only the one asked was ever named: {:?}", view.ever_revoked);
+    assert_eq!(
+        ever, 1,
+        "only the one asked was ever named: {:?}",
+        view.ever_revoked
+    );
     assert_eq!(t.core.groups["g"].revocations_waiting(), 0);
     for m in &members {
         assert_eq!(view.owned[&m.id].len(), 10);

@@ -123,12 +123,8 @@ fn refresh_gauges(m: &Metrics, stats: CoreStats, before: CoreStats) {
         stats.groups_with_suspects,
         before.groups_with_suspects,
     ));
-    m.partitions_reserved.increment(delta(
-        stats.partitions_reserved,
-        before.partitions_reserved,
-    ));
-    m.revocations_waiting.increment(delta(
-        stats.revocations_waiting,
-        before.revocations_waiting,
-    ));
+    m.partitions_reserved
+        .increment(delta(stats.partitions_reserved, before.partitions_reserved));
+    m.revocations_waiting
+        .increment(delta(stats.revocations_waiting, before.revocations_waiting));
 }
