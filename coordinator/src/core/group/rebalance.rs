@@ -194,8 +194,10 @@ impl Group {
         // With caps, the revocations asked are planned for the whole group first (the
         // grants below never change what a member must release).
         let caps = self.revocation_caps();
-        if let Some(caps) = caps {
-            self.plan_revocations(now, caps);
+        match caps {
+            Some(caps) => self.plan_revocations(now, caps),
+            // Caps lifted: everything that waited is asked below.
+            None => self.forget_waiting(),
         }
 
         let ids: Vec<Arc<str>> = self.members.keys().cloned().collect();

@@ -57,6 +57,13 @@ impl Group {
         self.throttle.waiting()
     }
 
+    /// Caps are off: nothing waits for room.
+    pub(crate) fn forget_waiting(&mut self) {
+        if !self.throttle.waiting.is_empty() || !self.throttle.queue.is_empty() {
+            self.throttle = Throttle::default();
+        }
+    }
+
     /// A full reconciliation with caps: every member's revocations brought up to its
     /// target (released or given back ones dropped), counted again, and the room the
     /// caps leave shared among the members with revocations waiting, in id order.
