@@ -13,6 +13,7 @@ fn heartbeat() -> Frame {
     Frame::request(
         7,
         Request::Heartbeat(HeartbeatRequest {
+            loads: Vec::new(),
             group: "orders".into(),
             member_id: "m-1".into(),
             generation: 3,
@@ -405,11 +406,13 @@ fn described_v3() -> Frame {
     Frame::response(
         7,
         Response::DescribeGroup(DescribeGroupResponse {
+            operator: None,
             group: "g".into(),
             state: GroupState::Stable,
             generation: 1,
             assignor: "sticky".into(),
             members: vec![MemberDescription {
+                operator: None,
                 member_id: "m".into(),
                 instance_id: None,
                 client_id: "c".into(),
