@@ -20,16 +20,19 @@ pub enum RebalanceCause {
     Subscription,
     /// A suspect member, which was given nothing new, is alive again.
     Recovery,
+    /// An operator drained or undrained members, or changed the group's settings.
+    Operator,
 }
 
 impl RebalanceCause {
     /// Every cause.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::Join,
         Self::Leave,
         Self::Expulsion,
         Self::Subscription,
         Self::Recovery,
+        Self::Operator,
     ];
 
     /// Snake-case name, for logs and metric labels.
@@ -40,6 +43,7 @@ impl RebalanceCause {
             Self::Expulsion => "expulsion",
             Self::Subscription => "subscription",
             Self::Recovery => "recovery",
+            Self::Operator => "operator",
         }
     }
 
@@ -52,6 +56,21 @@ impl RebalanceCause {
 /// Something that happened, for logs and metrics. Never needed for correctness.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
+    /// Members were drained (their partitions move to others while they stay) or
+    /// undrained.
+    MembersDrained {
+        /// Group.
+        group: String,
+        /// The members whose state changed.
+        members: Vec<String>,
+        /// Drained (`true`) or undrained.
+        drained: bool,
+    },
+    /// An operator changed a group's settings.
+    GroupConfigChanged {
+        /// Group.
+        group: String,
+    },
     /// A member joined (a fresh member id).
     MemberJoined {
         /// Group.
@@ -330,4 +349,6 @@ pub struct CoreStats {
     pub members_suspect: usize,
     /// Groups with at least one suspect member.
     pub groups_with_suspects: usize,
+    /// Members drained (by id, instance or label).
+    pub members_drained: usize,
 }

@@ -75,7 +75,7 @@ impl Coordinator {
         };
         let detection = detection || page.is_some();
         let summary = summary && page.is_some();
-        let mut response = DescribeGroupResponse {
+        let mut response = DescribeGroupResponse { operator: None,
             group: g.name.to_string(),
             state: g.state(),
             generation: g.generation,
@@ -135,6 +135,7 @@ impl Coordinator {
                 }
             }
             stats.members_suspect += suspects;
+            stats.members_drained += g.drained_count();
             stats.groups_with_suspects += usize::from(suspects > 0);
         }
         stats

@@ -15,6 +15,7 @@ mod inspect;
 pub mod liveness;
 mod membership;
 mod offsets;
+mod operate;
 pub mod records;
 pub mod replay;
 #[cfg(test)]
@@ -38,11 +39,12 @@ pub use config::{CoreConfig, UnknownName, MAX_MEMBER_ID_BYTES, MAX_NAME_BYTES};
 pub use effects::{is_member_traffic, Effects};
 pub use events::{CoreStats, Event, Output, Quota, RebalanceCause, ShadowVerdict};
 pub use group::{Balance, GroupConfig};
+pub use operate::{Authority, MAX_DEPARTURE_DELAY_MS};
 pub use guards::Guard;
 pub use liveness::{Detector, DetectorKind, DetectorSettings, FixedTimeout};
 pub use records::{
-    GroupSnapshot, HeldSnapshot, InstanceSnapshot, MemberSnapshot, OffsetRecord, Record,
-    RestoredState, WaitSnapshot,
+    GroupSnapshot, HeldSnapshot, InstanceSnapshot, MemberSnapshot, OffsetRecord,
+    OperatorSnapshot, Record, RestoredState, WaitSnapshot,
 };
 pub use totals::Totals;
 
@@ -380,6 +382,19 @@ impl Coordinator {
     /// `ApiVersions` and `Authenticate` are the connection's business and are refused
     /// here.
     pub fn handle_request(&mut self, now: Instant, conn: ConnId, request: Request) -> Effects {
+        self.handle_request_as(now, conn, request, Authority::Operator)
+    }
+
+    /// As [`Self::handle_request`], for a connection whose identity has `authority`
+    /// over the operator's requests (Drain, AlterGroupConfig) of the request's group:
+    /// the shell's access rules decide it; every other request is the same.
+    pub fn handle_request_as(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        request: Request,
+        authority: Authority,
+    ) -> Effects {
         // A pause must be seen before the frames read on waking are judged (their
         // silence was the coordinator's), whether or not the timers ran first.
         if self.tick(now) {
@@ -456,6 +471,8 @@ impl Coordinator {
                 self.note_dirty(&group);
                 response
             }
+            Request::Drain(r) => self.drain(now, conn, r, authority),
+            Request::AlterGroupConfig(r) => self.alter_group_config(now, r, authority),
         };
         Effects {
             response,

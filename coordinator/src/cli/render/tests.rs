@@ -2,7 +2,7 @@ use super::*;
 use rollcall_protocol::{GroupDetection, GroupState, Liveness, MemberDescription, TailCount};
 
 fn member(id: &str, p50: u32, p99: u32, p999: u32, max: u32) -> MemberDescription {
-    MemberDescription {
+    MemberDescription { operator: None,
         member_id: id.into(),
         instance_id: None,
         client_id: "c".into(),
@@ -37,7 +37,7 @@ fn with_summary(
     members: Vec<MemberDescription>,
     summary: Option<DetectionSummary>,
 ) -> DescribeGroupResponse {
-    DescribeGroupResponse {
+    DescribeGroupResponse { operator: None,
         group: "g".into(),
         state: GroupState::Stable,
         generation: 3,

@@ -285,6 +285,7 @@ impl Group {
                 until,
                 member: member.id.clone(),
                 partitions,
+                reserved_for: None,
             });
             let key = TimerKey::Group(self.name.clone());
             ctx.timers.schedule(&mut self.timer_at, until, key);

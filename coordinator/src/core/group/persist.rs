@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use rollcall_protocol::{MemberDescription, MemberDetection};
 
 use super::super::records::{
-    GroupSnapshot, HeldSnapshot, InstanceSnapshot, MemberSnapshot, WaitSnapshot,
+    GroupSnapshot, HeldSnapshot, InstanceSnapshot, MemberSnapshot, OperatorSnapshot,
+    WaitSnapshot,
 };
 use super::super::{CoreConfig, DetectorKind, RebalanceCause, TopicPartition};
 use super::member::{checkpoint_interval, Revocation, NO_BEAT, UNHEARD};
@@ -24,7 +25,7 @@ impl Group {
     ) -> MemberDescription {
         let pending_revoke: Vec<TopicPartition> = m.revoking();
         let pending_grant: Vec<TopicPartition> = m.target.difference(&m.owned).copied().collect();
-        MemberDescription {
+        MemberDescription { operator: None,
             member_id: m.id.to_string(),
             instance_id: m.instance_id.as_deref().map(str::to_owned),
             client_id: m.client_id.to_string(),
@@ -113,6 +114,53 @@ impl Group {
             rebalance_pending: self.pending.as_ref().map(|p| p.cause.as_str().to_owned()),
             detector: self.detector.kind().as_str().to_owned(),
             instances,
+            operator: self.operator_snapshot(),
+        }
+    }
+
+    /// The operator's durable state of the group.
+    fn operator_snapshot(&self) -> OperatorSnapshot {
+        OperatorSnapshot {
+            config: (!self.config.is_default()).then_some(self.config),
+            drained_members: self.drained_members.iter().map(|m| m.to_string()).collect(),
+            drained_labels: self.drained_labels.iter().map(|l| l.to_string()).collect(),
+            placements: self
+                .members
+                .values()
+                .filter_map(|m| {
+                    let p = m.placement.as_deref()?;
+                    Some((
+                        m.id.to_string(),
+                        p.label.to_string(),
+                        p.rack.to_string(),
+                        p.capacity,
+                    ))
+                })
+                .collect(),
+            preferred_racks: self
+                .topics
+                .iter()
+                .enumerate()
+                .filter_map(|(i, t)| {
+                    let racks = t.preferred_racks.as_deref()?;
+                    Some((i as u32, racks.iter().map(|r| r.to_string()).collect()))
+                })
+                .collect(),
+        }
+    }
+
+    /// Restores what [`Self::operator_snapshot`] recorded (before the members are
+    /// inserted: `placements` are looked up as they are).
+    fn restore_operator(&mut self, o: &OperatorSnapshot) {
+        self.config = o.config.unwrap_or_default();
+        self.drained_members = o.drained_members.iter().map(|m| m.as_str().into()).collect();
+        self.drained_labels = o.drained_labels.iter().map(|l| l.as_str().into()).collect();
+        for (topic, racks) in &o.preferred_racks {
+            if let Some(t) = self.topics.get_mut(*topic as usize) {
+                if racks.len() == t.partitions as usize {
+                    t.preferred_racks = Some(racks.iter().map(|r| r.as_str().into()).collect());
+                }
+            }
         }
     }
 
@@ -148,8 +196,10 @@ impl Group {
                 name,
                 partitions,
                 subscribers: 0,
+                preferred_racks: None,
             });
         }
+        group.restore_operator(&snapshot.operator);
         let topic_count = group.topics.len() as u32;
         let tp = |(topic, partition): &(u32, u32)| TopicPartition {
             topic: *topic,
@@ -197,6 +247,14 @@ impl Group {
                 subscription,
             );
             member.generation = ms.generation;
+            if let Some((_, label, rack, capacity)) = snapshot
+                .operator
+                .placements
+                .iter()
+                .find(|p| p.0 == ms.member_id)
+            {
+                member.placement = super::Placement::boxed(label, rack, *capacity);
+            }
             carried |= resume_waits(&mut member, now, ms.progress, &ms.revoking, &tp);
             // Heartbeats renew the lease without a snapshot: any lease promised before
             // the restart ends within a lease timeout of it, or later if a longer one
@@ -253,6 +311,7 @@ impl Group {
                 until,
                 member: Arc::from(h.member_id.as_str()),
                 partitions,
+                reserved_for: None,
             });
         }
         group.recount_footprint();

@@ -232,7 +232,7 @@ impl TwoShards {
 }
 
 fn join(group: &str, token: u64) -> Request {
-    Request::Join(JoinRequest {
+    Request::Join(JoinRequest { placement: None,
         group: group.to_owned(),
         member_id: None,
         instance_id: None,
@@ -256,7 +256,7 @@ fn beat(
     generation: u32,
     acks: Vec<TopicPartitions>,
 ) -> HeartbeatRequest {
-    HeartbeatRequest {
+    HeartbeatRequest { loads: Vec::new(),
         group: group.into(),
         member_id: member.into(),
         generation,

@@ -123,4 +123,6 @@ fn refresh_gauges(m: &Metrics, stats: CoreStats, before: CoreStats) {
         stats.groups_with_suspects,
         before.groups_with_suspects,
     ));
+    m.drained_members
+        .increment(delta(stats.members_drained, before.members_drained));
 }

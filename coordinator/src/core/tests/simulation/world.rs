@@ -531,7 +531,7 @@ impl World {
             touched.insert(group.clone());
         }
         for group in touched {
-            let request = Request::DescribeGroup(DescribeGroupRequest {
+            let request = Request::DescribeGroup(DescribeGroupRequest { operator: false,
                 group: group.clone(),
                 detection: true,
                 page: None,
@@ -961,7 +961,7 @@ impl World {
             if live.is_empty() {
                 continue;
             }
-            let request = Request::DescribeGroup(DescribeGroupRequest {
+            let request = Request::DescribeGroup(DescribeGroupRequest { operator: false,
                 group: name.clone(),
                 detection: true,
                 page: None,
