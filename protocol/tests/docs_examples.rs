@@ -48,11 +48,13 @@ fn tps(partitions: &[u32]) -> Vec<TopicPartitions> {
 /// `detection` (versions 1 and 2), and `more` as a page gives it (version 2).
 fn described(detection: bool, more: Option<bool>) -> Response {
     Response::DescribeGroup(DescribeGroupResponse {
+        operator: None,
         group: GROUP.into(),
         state: GroupState::Stable,
         generation: 5,
         assignor: "sticky".into(),
         members: vec![MemberDescription {
+            operator: None,
             member_id: MEMBER.into(),
             instance_id: None,
             client_id: "invoicer".into(),
@@ -131,6 +133,7 @@ fn described_v3() -> Response {
 /// (0: the session timeout, sent at version 0).
 fn join(lease_ms: u32) -> JoinRequest {
     JoinRequest {
+        placement: None,
         group: GROUP.into(),
         member_id: None,
         instance_id: None,
@@ -222,6 +225,7 @@ fn examples() -> Vec<(&'static str, Frame)> {
             Frame::request(
                 3,
                 Request::Heartbeat(HeartbeatRequest {
+                    loads: Vec::new(),
                     group: GROUP.into(),
                     member_id: MEMBER.into(),
                     generation: 5,
@@ -248,6 +252,7 @@ fn examples() -> Vec<(&'static str, Frame)> {
                 Request::Heartbeats(HeartbeatsRequest {
                     beats: vec![
                         HeartbeatRequest {
+                            loads: Vec::new(),
                             group: GROUP.into(),
                             member_id: MEMBER.into(),
                             generation: 5,
@@ -256,6 +261,7 @@ fn examples() -> Vec<(&'static str, Frame)> {
                             acked_revocations: Vec::new(),
                         },
                         HeartbeatRequest {
+                            loads: Vec::new(),
                             group: OTHER_GROUP.into(),
                             member_id: OTHER_MEMBER.into(),
                             generation: 2,
@@ -440,6 +446,7 @@ fn examples() -> Vec<(&'static str, Frame)> {
             Frame::request(
                 7,
                 Request::DescribeGroup(DescribeGroupRequest {
+                    operator: false,
                     group: GROUP.into(),
                     detection: false,
                     page: None,
@@ -456,6 +463,7 @@ fn examples() -> Vec<(&'static str, Frame)> {
             Frame::request(
                 7,
                 Request::DescribeGroup(DescribeGroupRequest {
+                    operator: false,
                     group: GROUP.into(),
                     detection: true,
                     page: None,
@@ -472,6 +480,7 @@ fn examples() -> Vec<(&'static str, Frame)> {
             Frame::request(
                 7,
                 Request::DescribeGroup(DescribeGroupRequest {
+                    operator: false,
                     group: GROUP.into(),
                     detection: true,
                     page: Some(Page {
@@ -491,6 +500,7 @@ fn examples() -> Vec<(&'static str, Frame)> {
             Frame::request(
                 7,
                 Request::DescribeGroup(DescribeGroupRequest {
+                    operator: false,
                     group: GROUP.into(),
                     detection: true,
                     page: Some(Page {
@@ -519,6 +529,7 @@ fn examples() -> Vec<(&'static str, Frame)> {
             Frame::request(
                 8,
                 Request::Heartbeat(HeartbeatRequest {
+                    loads: Vec::new(),
                     group: GROUP.into(),
                     member_id: MEMBER.into(),
                     generation: 6,
@@ -732,6 +743,7 @@ fn examples() -> Vec<(&'static str, Frame)> {
             Frame::request(
                 2,
                 Request::Heartbeat(HeartbeatRequest {
+                    loads: Vec::new(),
                     group: GROUP.into(),
                     member_id: MEMBER.into(),
                     generation: 5,

@@ -121,6 +121,7 @@ fn request() -> impl Strategy<Value = Request> {
                 detector,
             )| {
                 Request::Join(JoinRequest {
+                    placement: None,
                     group,
                     member_id,
                     instance_id,
@@ -193,6 +194,7 @@ fn request() -> impl Strategy<Value = Request> {
     )
         .prop_map(|(group, detection, page, summary)| {
             Request::DescribeGroup(DescribeGroupRequest {
+                operator: false,
                 group,
                 detection: detection || page.is_some(),
                 summary: summary && page.is_some(),
@@ -248,6 +250,7 @@ fn heartbeat_request() -> impl Strategy<Value = HeartbeatRequest> {
         .prop_map(
             |(group, member_id, generation, sequence, progress, acked_revocations)| {
                 HeartbeatRequest {
+                    loads: Vec::new(),
                     group: group.into(),
                     member_id: member_id.into(),
                     generation,
@@ -316,6 +319,7 @@ fn member_description() -> impl Strategy<Value = MemberDescription> {
                 pending_revoke,
                 pending_grant,
             )| MemberDescription {
+                operator: None,
                 member_id,
                 instance_id,
                 client_id,
@@ -494,6 +498,7 @@ fn response() -> impl Strategy<Value = Response> {
                     })
                     .collect();
                 Response::DescribeGroup(DescribeGroupResponse {
+                    operator: None,
                     group,
                     state,
                     generation,

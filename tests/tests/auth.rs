@@ -218,6 +218,7 @@ async fn a_member_of_one_group_can_do_nothing_to_another_nor_learn_of_it() {
         })
     };
     let beat = |group: &str, member_id: &str, generation: u32| HeartbeatRequest {
+        loads: Vec::new(),
         group: group.into(),
         member_id: member_id.into(),
         generation,
@@ -253,6 +254,7 @@ async fn a_member_of_one_group_can_do_nothing_to_another_nor_learn_of_it() {
             (
                 "describe",
                 Request::DescribeGroup(DescribeGroupRequest {
+                    operator: false,
                     group: group.into(),
                     detection: true,
                     page: None,
@@ -732,6 +734,7 @@ async fn not_authorized_comes_before_what_the_group_would_answer() {
     // A heartbeat naming nobody, on a group she may not be a member of.
     let answer = alice
         .request(Request::Heartbeat(HeartbeatRequest {
+            loads: Vec::new(),
             group: "billing".into(),
             member_id: "".into(),
             generation: 0,
@@ -788,6 +791,7 @@ async fn too_many_beats_are_refused_whole_even_when_some_are_denied() {
     let mut alice = as_user(server.local_addr(), "alice", "alice-pw").await;
     let beats = (0..=rollcall_protocol::MAX_BEATS)
         .map(|i| HeartbeatRequest {
+            loads: Vec::new(),
             group: if i % 2 == 0 { "orders" } else { "billing" }.into(),
             member_id: format!("m-{i}").into(),
             generation: 1,

@@ -208,7 +208,8 @@ impl AdminCommand {
                     // A coordinator without DescribeGroup version 1 is asked at version
                     // 0: the answer then has no detection details.
                     return conn
-                        .request(Request::DescribeGroup(DescribeGroupRequest { operator: false,
+                        .request(Request::DescribeGroup(DescribeGroupRequest {
+                            operator: false,
                             group: group.clone(),
                             detection: supports(ApiKey::DescribeGroup, 1),
                             page: None,
@@ -225,7 +226,8 @@ impl AdminCommand {
                         .as_ref()
                         .and_then(|a| a.members.last())
                         .map(|m| m.member_id.clone());
-                    let request = Request::DescribeGroup(DescribeGroupRequest { operator: false,
+                    let request = Request::DescribeGroup(DescribeGroupRequest {
+                        operator: false,
                         group: group.clone(),
                         detection: true,
                         page: Some(Page { after, limit: 0 }),

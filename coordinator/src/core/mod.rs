@@ -39,12 +39,12 @@ pub use config::{CoreConfig, UnknownName, MAX_MEMBER_ID_BYTES, MAX_NAME_BYTES};
 pub use effects::{is_member_traffic, Effects};
 pub use events::{CoreStats, Event, Output, Quota, RebalanceCause, ShadowVerdict};
 pub use group::{Balance, GroupConfig};
-pub use operate::{Authority, MAX_DEPARTURE_DELAY_MS};
 pub use guards::Guard;
 pub use liveness::{Detector, DetectorKind, DetectorSettings, FixedTimeout};
+pub use operate::{Authority, MAX_DEPARTURE_DELAY_MS};
 pub use records::{
-    GroupSnapshot, HeldSnapshot, InstanceSnapshot, MemberSnapshot, OffsetRecord,
-    OperatorSnapshot, Record, RestoredState, WaitSnapshot,
+    GroupSnapshot, HeldSnapshot, InstanceSnapshot, MemberSnapshot, OffsetRecord, OperatorSnapshot,
+    Record, RestoredState, WaitSnapshot,
 };
 pub use totals::Totals;
 
@@ -462,9 +462,14 @@ impl Coordinator {
             }
             Request::FetchOffsets(r) => self.fetch(r),
             Request::ListGroups(r) => self.list_groups(r.page.as_ref()),
-            Request::DescribeGroup(r) => {
-                self.describe(now, &r.group, r.detection, r.page.as_ref(), r.summary)
-            }
+            Request::DescribeGroup(r) => self.describe(
+                now,
+                &r.group,
+                r.detection,
+                r.page.as_ref(),
+                r.summary,
+                r.operator,
+            ),
             Request::Relinquish(r) => {
                 let group = r.group.clone();
                 let response = self.relinquish(now, r);

@@ -172,7 +172,11 @@ impl Coordinator {
             );
         }
         if r.member_id.len() > MAX_MEMBER_ID_BYTES || r.label.len() > MAX_NAME_BYTES {
-            return refuse(key, ErrorCode::InvalidRequest, "member id or label too long");
+            return refuse(
+                key,
+                ErrorCode::InvalidRequest,
+                "member id or label too long",
+            );
         }
         let own = !r.member_id.is_empty()
             && self.bound.get(&conn).is_some_and(|list| {
@@ -269,16 +273,17 @@ impl Coordinator {
                 format!("group id must be 1 to {MAX_NAME_BYTES} bytes"),
             );
         }
-        let current = self
-            .groups
-            .get(r.group.as_str())
-            .map(|g| g.config);
+        let current = self.groups.get(r.group.as_str()).map(|g| g.config);
         if reading {
             return match current {
                 Some(c) => Response::AlterGroupConfig(AlterGroupConfigResponse {
                     config: settings_of(&c),
                 }),
-                None => refuse(key, ErrorCode::UnknownGroup, format!("no group {:?}", r.group)),
+                None => refuse(
+                    key,
+                    ErrorCode::UnknownGroup,
+                    format!("no group {:?}", r.group),
+                ),
             };
         }
         let mut config = current.unwrap_or_default();
@@ -312,8 +317,16 @@ impl Coordinator {
             };
         }
         for (name, value, field) in [
-            ("churn budget", r.churn_budget_permille, &mut config.churn_budget_permille),
-            ("imbalance", r.imbalance_permille, &mut config.imbalance_permille),
+            (
+                "churn budget",
+                r.churn_budget_permille,
+                &mut config.churn_budget_permille,
+            ),
+            (
+                "imbalance",
+                r.imbalance_permille,
+                &mut config.imbalance_permille,
+            ),
         ] {
             if let Some(v) = value {
                 if v > 1000 {

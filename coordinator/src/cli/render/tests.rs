@@ -2,7 +2,8 @@ use super::*;
 use rollcall_protocol::{GroupDetection, GroupState, Liveness, MemberDescription, TailCount};
 
 fn member(id: &str, p50: u32, p99: u32, p999: u32, max: u32) -> MemberDescription {
-    MemberDescription { operator: None,
+    MemberDescription {
+        operator: None,
         member_id: id.into(),
         instance_id: None,
         client_id: "c".into(),
@@ -37,7 +38,8 @@ fn with_summary(
     members: Vec<MemberDescription>,
     summary: Option<DetectionSummary>,
 ) -> DescribeGroupResponse {
-    DescribeGroupResponse { operator: None,
+    DescribeGroupResponse {
+        operator: None,
         group: "g".into(),
         state: GroupState::Stable,
         generation: 3,

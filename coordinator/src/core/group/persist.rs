@@ -7,8 +7,7 @@ use std::time::{Duration, Instant};
 use rollcall_protocol::{MemberDescription, MemberDetection};
 
 use super::super::records::{
-    GroupSnapshot, HeldSnapshot, InstanceSnapshot, MemberSnapshot, OperatorSnapshot,
-    WaitSnapshot,
+    GroupSnapshot, HeldSnapshot, InstanceSnapshot, MemberSnapshot, OperatorSnapshot, WaitSnapshot,
 };
 use super::super::{CoreConfig, DetectorKind, RebalanceCause, TopicPartition};
 use super::member::{checkpoint_interval, Revocation, NO_BEAT, UNHEARD};
@@ -25,7 +24,7 @@ impl Group {
     ) -> MemberDescription {
         let pending_revoke: Vec<TopicPartition> = m.revoking();
         let pending_grant: Vec<TopicPartition> = m.target.difference(&m.owned).copied().collect();
-        MemberDescription { operator: None,
+        MemberDescription {
             member_id: m.id.to_string(),
             instance_id: m.instance_id.as_deref().map(str::to_owned),
             client_id: m.client_id.to_string(),
@@ -36,6 +35,7 @@ impl Group {
             pending_revoke: self.to_wire(&pending_revoke),
             pending_grant: self.to_wire(&pending_grant),
             detection: detection.map(|config| describe_detection(m, now, config)),
+            operator: None,
         }
     }
 
@@ -153,7 +153,11 @@ impl Group {
     /// inserted: `placements` are looked up as they are).
     fn restore_operator(&mut self, o: &OperatorSnapshot) {
         self.config = o.config.unwrap_or_default();
-        self.drained_members = o.drained_members.iter().map(|m| m.as_str().into()).collect();
+        self.drained_members = o
+            .drained_members
+            .iter()
+            .map(|m| m.as_str().into())
+            .collect();
         self.drained_labels = o.drained_labels.iter().map(|l| l.as_str().into()).collect();
         for (topic, racks) in &o.preferred_racks {
             if let Some(t) = self.topics.get_mut(*topic as usize) {

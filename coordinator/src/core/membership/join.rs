@@ -53,6 +53,9 @@ impl Coordinator {
         match live_member(group, &r, &subscription) {
             Err(resp) => return resp,
             Ok(Some(id)) => {
+                if let Some(p) = r.placement.as_deref() {
+                    group.apply_placement(&id, p);
+                }
                 return Self::rejoin(
                     group,
                     &mut ctx,
@@ -61,7 +64,7 @@ impl Coordinator {
                     &subscription,
                     timeouts,
                     room.partitions,
-                )
+                );
             }
             Ok(None) => {}
         }
@@ -151,6 +154,10 @@ impl Coordinator {
             timeouts,
             topics,
         );
+        let mut member = member;
+        if let Some(p) = r.placement.as_deref() {
+            member.placement = super::super::group::Placement::boxed(&p.label, &p.rack, p.capacity);
+        }
         match replacing {
             Some(old) => {
                 group.replace_member(&mut ctx, &old, member, subscription_changed);
@@ -164,6 +171,10 @@ impl Coordinator {
                 }));
                 group.trigger_rebalance(&mut ctx, RebalanceCause::Join);
             }
+        }
+        if let Some(p) = r.placement.as_deref() {
+            // The topics' preferred racks (the member's placement is already set).
+            group.apply_placement(&member_id, p);
         }
         Response::Join(JoinResponse {
             member_id: member_id.to_string(),

@@ -420,7 +420,8 @@ impl GroupReplay {
     fn join(&mut self, now: Instant, member: usize) {
         self.next_token += 1;
         let c = &self.members[member];
-        let request = JoinRequest { placement: None,
+        let request = JoinRequest {
+            placement: None,
             group: GROUP.to_owned(),
             member_id: None,
             instance_id: None,
@@ -471,7 +472,8 @@ impl GroupReplay {
             return false;
         };
         c.progress += 1;
-        let request = HeartbeatRequest { loads: Vec::new(),
+        let request = HeartbeatRequest {
+            loads: Vec::new(),
             group: GROUP.into(),
             member_id: id.into(),
             generation: c.generation,

@@ -142,7 +142,8 @@ impl TestContext {
 
     pub(super) fn join_request(&mut self, group: &str, spec: &[(&str, u32)]) -> JoinRequest {
         self.next_token += 1;
-        JoinRequest { placement: None,
+        JoinRequest {
+            placement: None,
             group: group.to_owned(),
             member_id: None,
             instance_id: None,
@@ -183,7 +184,8 @@ impl TestContext {
         let generation = self.generation_of(m);
         self.request(
             m.conn,
-            Request::Heartbeat(HeartbeatRequest { loads: Vec::new(),
+            Request::Heartbeat(HeartbeatRequest {
+                loads: Vec::new(),
                 group: m.group.clone().into(),
                 member_id: m.id.clone().into(),
                 generation,
@@ -204,7 +206,8 @@ impl TestContext {
         let generation = self.generation_of(m);
         self.request(
             m.conn,
-            Request::Heartbeat(HeartbeatRequest { loads: Vec::new(),
+            Request::Heartbeat(HeartbeatRequest {
+                loads: Vec::new(),
                 group: m.group.clone().into(),
                 member_id: m.id.clone().into(),
                 generation,
@@ -275,7 +278,8 @@ impl TestContext {
     pub(super) fn describe(&mut self, group: &str) -> DescribeGroupResponse {
         match self.request(
             0,
-            Request::DescribeGroup(rollcall_protocol::DescribeGroupRequest { operator: false,
+            Request::DescribeGroup(rollcall_protocol::DescribeGroupRequest {
+                operator: false,
                 group: group.to_owned(),
                 detection: true,
                 page: None,
@@ -340,7 +344,8 @@ impl TestContext {
 
     /// Checks the core's central invariant: no partition is owned by two members.
     pub(super) fn assert_exclusive(&mut self, group: &str) {
-        let request = Request::DescribeGroup(rollcall_protocol::DescribeGroupRequest { operator: false,
+        let request = Request::DescribeGroup(rollcall_protocol::DescribeGroupRequest {
+            operator: false,
             group: group.to_owned(),
             detection: true,
             page: None,

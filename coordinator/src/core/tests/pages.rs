@@ -165,7 +165,8 @@ fn describe_pages_describe_every_member_once_with_detection() {
     loop {
         let response = t.request(
             0,
-            Request::DescribeGroup(DescribeGroupRequest { operator: false,
+            Request::DescribeGroup(DescribeGroupRequest {
+                operator: false,
                 group: "g".into(),
                 detection: true,
                 page: Some(Page { after, limit: 0 }),
@@ -203,7 +204,8 @@ fn describe_pages_at_version_3_carry_the_summary_and_every_expel_basis() {
     loop {
         let response = t.request(
             0,
-            Request::DescribeGroup(DescribeGroupRequest { operator: false,
+            Request::DescribeGroup(DescribeGroupRequest {
+                operator: false,
                 group: "g".into(),
                 detection: true,
                 page: Some(Page { after, limit: 0 }),
@@ -231,7 +233,8 @@ fn describe_pages_at_version_3_carry_the_summary_and_every_expel_basis() {
     // Without a page, a summary is not asked for: the answer is version 1's.
     let response = t.request(
         0,
-        Request::DescribeGroup(DescribeGroupRequest { operator: false,
+        Request::DescribeGroup(DescribeGroupRequest {
+            operator: false,
             group: "g".into(),
             detection: true,
             page: None,
@@ -254,7 +257,8 @@ fn a_page_always_holds_at_least_one_entry() {
     t.join(1, "g", &[("t", 200)]);
     let response = t.request(
         0,
-        Request::DescribeGroup(DescribeGroupRequest { operator: false,
+        Request::DescribeGroup(DescribeGroupRequest {
+            operator: false,
             group: "g".into(),
             detection: true,
             page: Some(Page::default()),

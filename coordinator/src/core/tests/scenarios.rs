@@ -547,7 +547,8 @@ fn stale_generation_in_a_heartbeat_gets_the_assignment_pushed_again() {
     a.progress += 1;
     let resp = t.request(
         1,
-        Request::Heartbeat(rollcall_protocol::HeartbeatRequest { loads: Vec::new(),
+        Request::Heartbeat(rollcall_protocol::HeartbeatRequest {
+            loads: Vec::new(),
             group: "g".into(),
             member_id: a.id.clone().into(),
             generation: 0,
@@ -563,7 +564,8 @@ fn stale_generation_in_a_heartbeat_gets_the_assignment_pushed_again() {
     // A generation from the future is refused.
     let resp = t.request(
         1,
-        Request::Heartbeat(rollcall_protocol::HeartbeatRequest { loads: Vec::new(),
+        Request::Heartbeat(rollcall_protocol::HeartbeatRequest {
+            loads: Vec::new(),
             group: "g".into(),
             member_id: a.id.clone().into(),
             generation: 99,
@@ -940,7 +942,8 @@ fn a_static_member_with_the_longest_instance_id_can_rejoin_by_its_id() {
 fn next_beat(t: &TestContext, m: &mut M) -> rollcall_protocol::HeartbeatRequest {
     m.seq += 1;
     m.progress += 1;
-    rollcall_protocol::HeartbeatRequest { loads: Vec::new(),
+    rollcall_protocol::HeartbeatRequest {
+        loads: Vec::new(),
         group: m.group.clone().into(),
         member_id: m.id.clone().into(),
         generation: t.generation_of(m),

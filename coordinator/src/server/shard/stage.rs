@@ -185,6 +185,7 @@ impl Shard {
     /// Handles a request from `conn` (called on that connection's task): answered
     /// through `reply` at once if nothing it reveals is pending, otherwise staged and
     /// answered by the sender stage once durable.
+    #[cfg(test)]
     pub(crate) fn request(&self, conn: ConnId, request: Request, reply: Reply) -> Handled {
         self.request_as(conn, request, reply, crate::core::Authority::Operator)
     }

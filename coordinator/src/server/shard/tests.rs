@@ -232,7 +232,8 @@ impl TwoShards {
 }
 
 fn join(group: &str, token: u64) -> Request {
-    Request::Join(JoinRequest { placement: None,
+    Request::Join(JoinRequest {
+        placement: None,
         group: group.to_owned(),
         member_id: None,
         instance_id: None,
@@ -256,7 +257,8 @@ fn beat(
     generation: u32,
     acks: Vec<TopicPartitions>,
 ) -> HeartbeatRequest {
-    HeartbeatRequest { loads: Vec::new(),
+    HeartbeatRequest {
+        loads: Vec::new(),
         group: group.into(),
         member_id: member.into(),
         generation,

@@ -88,7 +88,8 @@ fn redb_restores_a_file_that_kept_one_floor_for_every_group() {
     let mut core = crate::core::Coordinator::new(crate::core::CoreConfig::default());
     let now = Instant::now();
     core.restore(now, state);
-    let join = rollcall_protocol::Request::Join(rollcall_protocol::JoinRequest { placement: None,
+    let join = rollcall_protocol::Request::Join(rollcall_protocol::JoinRequest {
+        placement: None,
         group: "new".into(),
         member_id: None,
         instance_id: None,

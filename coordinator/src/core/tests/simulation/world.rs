@@ -531,7 +531,8 @@ impl World {
             touched.insert(group.clone());
         }
         for group in touched {
-            let request = Request::DescribeGroup(DescribeGroupRequest { operator: false,
+            let request = Request::DescribeGroup(DescribeGroupRequest {
+                operator: false,
                 group: group.clone(),
                 detection: true,
                 page: None,
@@ -961,7 +962,8 @@ impl World {
             if live.is_empty() {
                 continue;
             }
-            let request = Request::DescribeGroup(DescribeGroupRequest { operator: false,
+            let request = Request::DescribeGroup(DescribeGroupRequest {
+                operator: false,
                 group: name.clone(),
                 detection: true,
                 page: None,
