@@ -9,6 +9,7 @@ pub(super) mod detection;
 mod effects;
 mod fleet;
 mod leases;
+mod operator;
 mod pages;
 mod quotas;
 mod scenarios;
