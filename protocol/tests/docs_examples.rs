@@ -28,9 +28,8 @@ use rollcall_protocol::{
     LENGTH_PREFIX_SIZE,
 };
 use rollcall_protocol::{
-    AlterGroupConfigRequest, AlterGroupConfigResponse, DrainRequest, DrainResponse,
-    GroupOperator, GroupSettings, JoinPlacement, MemberOperator, PartitionLoad, Reservation,
-    TopicRacks,
+    AlterGroupConfigRequest, AlterGroupConfigResponse, DrainRequest, DrainResponse, GroupOperator,
+    GroupSettings, JoinPlacement, MemberOperator, PartitionLoad, Reservation, TopicRacks,
 };
 
 const DOC: &str = include_str!("../../docs/PROTOCOL.md");

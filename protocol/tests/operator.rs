@@ -16,7 +16,9 @@ use rollcall_protocol::{
 
 fn encode(frame: &Frame) -> Vec<u8> {
     let mut buf = BytesMut::new();
-    frame.encode(&mut buf, DEFAULT_MAX_FRAME_SIZE).expect("encodes");
+    frame
+        .encode(&mut buf, DEFAULT_MAX_FRAME_SIZE)
+        .expect("encodes");
     buf.to_vec()
 }
 
@@ -119,7 +121,10 @@ fn join_carries_a_placement_at_version_3_and_nothing_new_below() {
 fn heartbeats_carry_loads_at_version_1_only_when_they_report_some() {
     round_trip(Frame::request(1, Request::Heartbeat(beat(Vec::new()))), 0);
     round_trip(
-        Frame::request(1, Request::Heartbeat(beat(vec![load(0, 12.5), load(1, 0.0)]))),
+        Frame::request(
+            1,
+            Request::Heartbeat(beat(vec![load(0, 12.5), load(1, 0.0)])),
+        ),
         1,
     );
     let mixed = HeartbeatsRequest {
@@ -176,8 +181,14 @@ fn drain_and_alter_group_config_round_trip() {
         group: "g".into(),
         ..Default::default()
     };
-    round_trip(Frame::request(5, Request::AlterGroupConfig(read.clone())), 0);
-    assert_eq!(encode(&Frame::request(5, Request::AlterGroupConfig(read)))[16], 0);
+    round_trip(
+        Frame::request(5, Request::AlterGroupConfig(read.clone())),
+        0,
+    );
+    assert_eq!(
+        encode(&Frame::request(5, Request::AlterGroupConfig(read)))[16],
+        0
+    );
     let some = AlterGroupConfigRequest {
         group: "g".into(),
         max_revoking: Some(200),
@@ -278,7 +289,10 @@ fn describe_group_version_4_round_trips_and_its_size_is_exact() {
         summary: true,
         operator: true,
     };
-    round_trip(Frame::request(6, Request::DescribeGroup(request.clone())), 4);
+    round_trip(
+        Frame::request(6, Request::DescribeGroup(request.clone())),
+        4,
+    );
     // Without a page the flag changes nothing (as summary).
     let bare = DescribeGroupRequest {
         page: None,
@@ -345,7 +359,10 @@ fn truncated_malformed_and_oversized_input_is_refused() {
     assert!(matches!(
         Frame::decode(&bytes[4..]),
         Err(FrameError::Malformed {
-            source: DecodeError::Invalid { what: "drained", .. },
+            source: DecodeError::Invalid {
+                what: "drained",
+                ..
+            },
             ..
         })
     ));

@@ -79,9 +79,10 @@ pub struct GroupSnapshot {
     /// The group's failure detector (`fixed`, `adaptive`); empty or unknown: the
     /// coordinator's default.
     pub detector: String,
-    /// What the operator set and drained, and where the members run (all empty in a
-    /// group nobody steered, and in snapshots written before operators could).
-    pub operator: OperatorSnapshot,
+    /// What the operator set and drained, and where the members run (`None` in a group
+    /// nobody steered, and in snapshots written before operators could). Boxed: most
+    /// groups have none.
+    pub operator: Option<Box<OperatorSnapshot>>,
 }
 
 /// The operator's durable state of a group: its settings, its drains, the members'

@@ -249,7 +249,11 @@ impl From<&GroupSnapshot> for Group {
                 .collect(),
             rebalance_pending: s.rebalance_pending.clone(),
             detector: s.detector.clone(),
-            operator: Operator::from(&s.operator),
+            operator: s
+                .operator
+                .as_deref()
+                .map(Operator::from)
+                .unwrap_or_default(),
             instances: s
                 .instances
                 .iter()
@@ -283,7 +287,9 @@ impl From<Group> for GroupSnapshot {
                 .collect(),
             rebalance_pending: g.rebalance_pending,
             detector: g.detector,
-            operator: OperatorSnapshot::from(g.operator),
+            operator: Some(OperatorSnapshot::from(g.operator))
+                .filter(|o| !o.is_empty())
+                .map(Box::new),
             instances: g
                 .instances
                 .into_iter()

@@ -114,7 +114,9 @@ impl Group {
             rebalance_pending: self.pending.as_ref().map(|p| p.cause.as_str().to_owned()),
             detector: self.detector.kind().as_str().to_owned(),
             instances,
-            operator: self.operator_snapshot(),
+            operator: Some(self.operator_snapshot())
+                .filter(|o| !o.is_empty())
+                .map(Box::new),
         }
     }
 
@@ -203,7 +205,8 @@ impl Group {
                 preferred_racks: None,
             });
         }
-        group.restore_operator(&snapshot.operator);
+        let operator = snapshot.operator.unwrap_or_default();
+        group.restore_operator(&operator);
         let topic_count = group.topics.len() as u32;
         let tp = |(topic, partition): &(u32, u32)| TopicPartition {
             topic: *topic,
@@ -251,11 +254,8 @@ impl Group {
                 subscription,
             );
             member.generation = ms.generation;
-            if let Some((_, label, rack, capacity)) = snapshot
-                .operator
-                .placements
-                .iter()
-                .find(|p| p.0 == ms.member_id)
+            if let Some((_, label, rack, capacity)) =
+                operator.placements.iter().find(|p| p.0 == ms.member_id)
             {
                 member.placement = super::Placement::boxed(label, rack, *capacity);
             }

@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use rollcall_protocol::{
-    AlterGroupConfigRequest, DescribeGroupRequest, DescribeGroupResponse, DrainRequest,
-    ErrorCode, JoinPlacement, Page, PartitionLoad, Request, Response, TopicRacks,
+    AlterGroupConfigRequest, DescribeGroupRequest, DescribeGroupResponse, DrainRequest, ErrorCode,
+    JoinPlacement, Page, PartitionLoad, Request, Response, TopicRacks,
 };
 
 use super::*;
@@ -97,7 +97,10 @@ fn a_drain_moves_only_the_drained_members_partitions_and_an_undrain_gives_work_b
     );
     assert_eq!((a0.len(), b0.len(), c0.len()), (4, 4, 4));
 
-    assert_eq!(drained(t.request(9, drain_req(&b.id, "", true))), [b.id.clone()]);
+    assert_eq!(
+        drained(t.request(9, drain_req(&b.id, "", true))),
+        [b.id.clone()]
+    );
     assert!(t.events.iter().any(|e| matches!(e,
         Event::MembersDrained { members, drained: true, .. } if *members == [b.id.clone()])));
     t.advance(SETTLE);
@@ -120,16 +123,19 @@ fn a_drain_moves_only_the_drained_members_partitions_and_an_undrain_gives_work_b
     let d = describe_v4(&mut t);
     let described_b = d.members.iter().find(|m| m.member_id == b.id).expect("b");
     assert!(described_b.operator.as_ref().expect("v4").drained);
-    assert!(d
-        .members
-        .iter()
-        .filter(|m| m.member_id != b.id)
-        .all(|m| !m.operator.as_ref().expect("v4").drained));
+    assert!(d.members.iter().filter(|m| m.member_id != b.id).all(|m| !m
+        .operator
+        .as_ref()
+        .expect("v4")
+        .drained));
     // Draining it again changes nothing.
     assert!(drained(t.request(9, drain_req(&b.id, "", true))).is_empty());
 
     // Undrain: b is given work again.
-    assert_eq!(drained(t.request(9, drain_req(&b.id, "", false))), [b.id.clone()]);
+    assert_eq!(
+        drained(t.request(9, drain_req(&b.id, "", false))),
+        [b.id.clone()]
+    );
     settle(&mut t, &mut [&mut a, &mut b, &mut c]);
     t.assert_exclusive("g");
     assert_eq!(count(&t.owned(&b)), 4);
@@ -141,7 +147,10 @@ fn a_label_drains_its_members_now_and_later() {
     let mut a = join_labelled(&mut t, 1, "host-1");
     let mut b = join_labelled(&mut t, 2, "host-2");
     settle(&mut t, &mut [&mut a, &mut b]);
-    assert_eq!(drained(t.request(9, drain_req("", "host-1", true))), [a.id.clone()]);
+    assert_eq!(
+        drained(t.request(9, drain_req("", "host-1", true))),
+        [a.id.clone()]
+    );
     settle(&mut t, &mut [&mut a, &mut b]);
     assert_eq!((count(&t.owned(&a)), count(&t.owned(&b))), (0, 12));
     // A member joining later with the label is drained at once: it is given nothing.
@@ -159,7 +168,11 @@ fn a_label_drains_its_members_now_and_later() {
     assert_eq!(undrained, both);
     settle(&mut t, &mut [&mut a, &mut b, &mut c]);
     assert_eq!(
-        (count(&t.owned(&a)), count(&t.owned(&b)), count(&t.owned(&c))),
+        (
+            count(&t.owned(&a)),
+            count(&t.owned(&b)),
+            count(&t.owned(&c))
+        ),
         (4, 4, 4)
     );
 }
@@ -266,7 +279,10 @@ fn group_settings_are_validated_created_read_and_kept_across_a_restart() {
         let r = alter(&mut t, bad.clone());
         assert_eq!(error_code(&r), Some(ErrorCode::InvalidRequest), "{bad:?}");
     }
-    assert!(t.core.groups.is_empty(), "a refused setting creates nothing");
+    assert!(
+        t.core.groups.is_empty(),
+        "a refused setting creates nothing"
+    );
     // Setting something creates the group, empty, before anyone joins.
     let set = AlterGroupConfigRequest {
         departure_delay_ms: Some(3_600_000),
@@ -279,14 +295,24 @@ fn group_settings_are_validated_created_read_and_kept_across_a_restart() {
         panic!("refused")
     };
     assert_eq!(
-        (r.config.departure_delay_ms, r.config.max_revoking, r.config.balance),
+        (
+            r.config.departure_delay_ms,
+            r.config.max_revoking,
+            r.config.balance
+        ),
         (3_600_000, 200, 1)
     );
-    assert_eq!(r.config.imbalance_permille, 100, "the rest keep their defaults");
+    assert_eq!(
+        r.config.imbalance_permille, 100,
+        "the rest keep their defaults"
+    );
     let mut a = t.join(1, "g", &[("orders", 4)]);
     let b = t.join(2, "g", &[("orders", 4)]);
     settle(&mut t, &mut [&mut a]);
-    assert_eq!(drained(t.request(9, drain_req(&b.id, "", true))), [b.id.clone()]);
+    assert_eq!(
+        drained(t.request(9, drain_req(&b.id, "", true))),
+        [b.id.as_str()]
+    );
     assert!(drained(t.request(9, drain_req("", "rack-9", true))).is_empty());
     t.advance(SETTLE);
 
@@ -378,7 +404,11 @@ fn loads_count_only_from_the_owner_and_must_be_finite() {
     let r = beat_loads(
         &mut t,
         &mut a,
-        vec![load(mine[0], 10.0), load(mine[1], 2.5), load(theirs[0], 99.0)],
+        vec![
+            load(mine[0], 10.0),
+            load(mine[1], 2.5),
+            load(theirs[0], 99.0),
+        ],
     );
     assert!(matches!(r, Response::Heartbeat(_)), "{r:?}");
     // An unknown topic or partition is ignored too.
@@ -397,7 +427,11 @@ fn loads_count_only_from_the_owner_and_must_be_finite() {
             .map(|o| o.load)
     };
     assert_eq!(load_of(&a.id), Some(12.5));
-    assert_eq!(load_of(&b.id), Some(0.0), "b's partition's load came from a");
+    assert_eq!(
+        load_of(&b.id),
+        Some(0.0),
+        "b's partition's load came from a"
+    );
 }
 
 #[test]
