@@ -198,6 +198,10 @@ impl Coordinator {
                 format!("no group {:?}", r.group),
             );
         };
+        // Forget drained ids of members that are gone (a static instance's stays).
+        let (members, instances) = (&g.members, &g.instances);
+        g.drained_members
+            .retain(|d| members.contains_key(d) || instances.contains_key(&**d));
         let before: BTreeSet<&str> = g
             .members
             .values()

@@ -270,10 +270,11 @@ impl Group {
     /// A group with no members, no offsets, nothing held and no static instances to
     /// fence can be forgotten (its generation lives on in the coordinator's floor).
     pub(crate) fn is_disposable(&self) -> bool {
+        // Drained member ids of members that are gone mean nothing (and a drained
+        // static instance is among `instances`).
         self.members.is_empty()
             && self.config.is_default()
             && self.drained_labels.is_empty()
-            && self.drained_members.is_empty()
             && self.offsets.is_empty()
             && self.held.is_empty()
             && self.instances.is_empty()

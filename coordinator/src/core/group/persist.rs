@@ -124,7 +124,14 @@ impl Group {
     fn operator_snapshot(&self) -> OperatorSnapshot {
         OperatorSnapshot {
             config: (!self.config.is_default()).then_some(self.config),
-            drained_members: self.drained_members.iter().map(|m| m.to_string()).collect(),
+            // Only those of members still here, or of static instances (which may come
+            // back): a dynamic member that is gone never does.
+            drained_members: self
+                .drained_members
+                .iter()
+                .filter(|d| self.members.contains_key(d) || self.instances.contains_key(&***d))
+                .map(|m| m.to_string())
+                .collect(),
             drained_labels: self.drained_labels.iter().map(|l| l.to_string()).collect(),
             placements: self
                 .members

@@ -567,3 +567,77 @@ fn durable_json(records: &[Record]) -> RestoredState {
     store.write(&records).expect("written");
     store.load().expect("loaded")
 }
+
+#[test]
+fn a_drained_static_instance_stays_drained_in_its_next_incarnation() {
+    let mut t = TestContext::new();
+    let mut req = t.join_request("g", &[("orders", 4)]);
+    req.instance_id = Some("host-a".into());
+    let mut a = t.join_with(1, req).expect("join");
+    let mut b = t.join(2, "g", &[("orders", 4)]);
+    settle(&mut t, &mut [&mut a, &mut b]);
+    assert_eq!(
+        drained(t.request(9, drain_req(&a.id, "", true))),
+        [a.id.as_str()]
+    );
+    settle(&mut t, &mut [&mut a, &mut b]);
+    assert_eq!(count(&t.owned(&a)), 0);
+    // The process restarts: a new incarnation of the instance replaces the member.
+    let mut req = t.join_request("g", &[("orders", 4)]);
+    req.instance_id = Some("host-a".into());
+    let mut a2 = t.join_with(3, req).expect("rejoin");
+    assert_ne!(a2.id, a.id);
+    settle(&mut t, &mut [&mut a2, &mut b]);
+    assert_eq!((count(&t.owned(&a2)), count(&t.owned(&b))), (0, 4));
+    let d = describe_v4(&mut t);
+    let m = d.members.iter().find(|m| m.member_id == a2.id).expect("a2");
+    assert!(m.operator.as_ref().expect("v4").drained);
+    // Undraining the new incarnation undrains the instance.
+    assert_eq!(
+        drained(t.request(9, drain_req(&a2.id, "", false))),
+        [a2.id.as_str()]
+    );
+    settle(&mut t, &mut [&mut a2, &mut b]);
+    assert_eq!((count(&t.owned(&a2)), count(&t.owned(&b))), (2, 2));
+}
+
+#[test]
+fn placements_and_preferred_racks_survive_a_restart_and_old_snapshots_have_none() {
+    let mut t = TestContext::new();
+    let mut req = t.join_request("g", &[("orders", 2)]);
+    req.placement = Some(Box::new(JoinPlacement {
+        label: "host-1".into(),
+        rack: "eu-1a".into(),
+        capacity: 3,
+        topic_racks: vec![TopicRacks {
+            topic: "orders".into(),
+            racks: vec!["eu-1a".into(), String::new()],
+        }],
+    }));
+    let a = t.join_with(1, req).expect("join");
+    t.advance(SETTLE);
+    let state = durable_json(&t.records);
+    t.core = Coordinator::new(t.core.config().clone());
+    t.core.restore(t.now, state);
+    t.drain();
+    let g = &t.core.groups["g"];
+    let p = g.members.get(&a.id).and_then(|m| m.placement.clone());
+    let p = p.expect("placement restored");
+    assert_eq!((&*p.label, &*p.rack, p.capacity), ("host-1", "eu-1a", 3));
+    let racks = g.topics[0]
+        .preferred_racks
+        .as_deref()
+        .expect("racks restored");
+    assert_eq!(
+        racks.iter().map(|r| &**r).collect::<Vec<_>>(),
+        ["eu-1a", ""]
+    );
+    // A snapshot written before operators could has nothing of it.
+    let old = br#"{"group":"g","generation":3,"topics":[["orders",2]],"members":[]}"#;
+    let snapshot = snapshot_json::decode(old).expect("an old snapshot decodes");
+    assert_eq!(snapshot.operator, None);
+    // And a group nobody steered writes none.
+    let mut json = Vec::new();
+    snapshot_json::encode(&snapshot, &mut json).expect("encodes");
+    assert!(!String::from_utf8(json).expect("utf-8").contains("operator"));
+}
