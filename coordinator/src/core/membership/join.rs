@@ -53,10 +53,7 @@ impl Coordinator {
         match live_member(group, &r, &subscription) {
             Err(resp) => return resp,
             Ok(Some(id)) => {
-                if let Some(p) = r.placement.as_deref() {
-                    group.apply_placement(&id, p);
-                }
-                return Self::rejoin(
+                let response = Self::rejoin(
                     group,
                     &mut ctx,
                     conn,
@@ -65,6 +62,16 @@ impl Coordinator {
                     timeouts,
                     room.partitions,
                 );
+                if let (Response::Join(_), Some(p)) = (&response, r.placement.as_deref()) {
+                    // A new label may drain the member, or undrain it.
+                    let drained = |g: &Group| g.members.get(&id).is_some_and(|m| g.is_drained(m));
+                    let before = drained(group);
+                    group.apply_placement(&id, p);
+                    if drained(group) != before {
+                        group.trigger_rebalance(&mut ctx, RebalanceCause::Operator);
+                    }
+                }
+                return response;
             }
             Ok(None) => {}
         }
@@ -144,7 +151,7 @@ impl Coordinator {
         if let Some(instance) = &r.instance_id {
             group.register_instance(instance, member_id.clone(), r.join_token);
         }
-        let member = group.new_member(
+        let mut member = group.new_member(
             now,
             member_id.clone(),
             r.instance_id.clone(),
@@ -154,7 +161,6 @@ impl Coordinator {
             timeouts,
             topics,
         );
-        let mut member = member;
         if let Some(p) = r.placement.as_deref() {
             member.placement = super::super::group::Placement::boxed(&p.label, &p.rack, p.capacity);
         }

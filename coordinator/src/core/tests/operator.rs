@@ -641,3 +641,24 @@ fn placements_and_preferred_racks_survive_a_restart_and_old_snapshots_have_none(
     snapshot_json::encode(&snapshot, &mut json).expect("encodes");
     assert!(!String::from_utf8(json).expect("utf-8").contains("operator"));
 }
+
+#[test]
+fn a_rejoin_under_a_drained_label_drains_the_member() {
+    let mut t = TestContext::new();
+    let mut a = join_labelled(&mut t, 1, "host-1");
+    let mut b = join_labelled(&mut t, 2, "host-2");
+    settle(&mut t, &mut [&mut a, &mut b]);
+    assert!(drained(t.request(9, drain_req("", "host-9", true))).is_empty());
+    // a rejoins (its connection moved) declaring that it now runs on host-9.
+    let mut req = t.join_request("g", &[("orders", 12)]);
+    req.member_id = Some(a.id.clone());
+    req.placement = Some(Box::new(JoinPlacement {
+        label: "host-9".into(),
+        ..Default::default()
+    }));
+    let again = t.join_with(3, req).expect("rejoin");
+    assert_eq!(again.id, a.id);
+    a.conn = 3;
+    settle(&mut t, &mut [&mut a, &mut b]);
+    assert_eq!((count(&t.owned(&a)), count(&t.owned(&b))), (0, 12));
+}
