@@ -343,6 +343,12 @@ impl Coordinator {
                 *field = v;
             }
         }
+        if current.is_none() && config.is_default() {
+            // Nothing to keep: a group nobody configured has these.
+            return Response::AlterGroupConfig(AlterGroupConfigResponse {
+                config: settings_of(&config),
+            });
+        }
         if current.is_none() {
             if !self.groups.contains_key(r.group.as_str())
                 && self.totals.groups() >= self.config.max_groups

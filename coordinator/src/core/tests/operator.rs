@@ -662,3 +662,19 @@ fn a_rejoin_under_a_drained_label_drains_the_member() {
     settle(&mut t, &mut [&mut a, &mut b]);
     assert_eq!((count(&t.owned(&a)), count(&t.owned(&b))), (0, 12));
 }
+
+#[test]
+fn setting_the_defaults_on_a_group_that_does_not_exist_creates_nothing() {
+    let mut t = TestContext::new();
+    let r = alter(
+        &mut t,
+        AlterGroupConfigRequest {
+            group: "g".into(),
+            max_revoking: Some(0),
+            ..Default::default()
+        },
+    );
+    assert!(matches!(r, Response::AlterGroupConfig(_)), "{r:?}");
+    assert!(t.core.groups.is_empty());
+    assert!(t.records.is_empty(), "nothing written: {:?}", t.records);
+}
