@@ -323,7 +323,7 @@ impl MemberDetection {
 }
 
 /// The operator's view of one member (DescribeGroup version 4).
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default)]
 pub struct MemberOperator {
     /// The label it declared at join ("" for none).
     pub label: String,
@@ -337,7 +337,18 @@ pub struct MemberOperator {
     pub load: f64,
 }
 
-/// Loads compare by their bits, so equality is total.
+/// Loads compare by their bits, so equality is total (a NaN equals itself, and a
+/// decoded load equals what was encoded).
+impl PartialEq for MemberOperator {
+    fn eq(&self, other: &Self) -> bool {
+        self.label == other.label
+            && self.rack == other.rack
+            && self.capacity == other.capacity
+            && self.drained == other.drained
+            && self.load.to_bits() == other.load.to_bits()
+    }
+}
+
 impl Eq for MemberOperator {}
 
 impl MemberOperator {

@@ -32,7 +32,7 @@ pub struct HeartbeatRequest {
 
 /// The load a member reports for one partition it owns (Heartbeat version 1): an opaque
 /// number (messages a second, CPU) the load-balanced assignor weighs.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct PartitionLoad {
     /// Topic.
     pub topic: String,
@@ -42,7 +42,16 @@ pub struct PartitionLoad {
     pub load: f64,
 }
 
-/// Loads compare by their bits, so equality is total (a NaN equals itself).
+/// Loads compare by their bits, so equality is total (a NaN equals itself, and a
+/// decoded load equals what was encoded).
+impl PartialEq for PartitionLoad {
+    fn eq(&self, other: &Self) -> bool {
+        self.topic == other.topic
+            && self.partition == other.partition
+            && self.load.to_bits() == other.load.to_bits()
+    }
+}
+
 impl Eq for PartitionLoad {}
 
 impl PartitionLoad {
