@@ -15,6 +15,7 @@ fn heartbeat() -> Frame {
     Frame::request(
         1_234,
         Request::Heartbeat(HeartbeatRequest {
+            loads: Vec::new(),
             group: "payments-ledger".into(),
             member_id: "m-7f3a9c2e41d05b68".into(),
             generation: 42,

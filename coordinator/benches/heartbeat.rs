@@ -32,6 +32,7 @@ fn populated(
                     start,
                     token,
                     Request::Join(JoinRequest {
+                        placement: None,
                         group: group.clone(),
                         member_id: None,
                         instance_id: None,
@@ -102,6 +103,7 @@ fn heartbeat_with(c: &mut Criterion, detector: DetectorKind) {
 /// A settled member's heartbeat: generation 1, progress moving with the sequence.
 fn beat(group: &str, member_id: &str, seq: u64) -> HeartbeatRequest {
     HeartbeatRequest {
+        loads: Vec::new(),
         group: group.to_owned().into(),
         member_id: member_id.to_owned().into(),
         generation: 1,

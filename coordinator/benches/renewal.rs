@@ -58,6 +58,7 @@ impl Fleet {
             let group = format!("g{}", i % GROUPS);
             let conn = (i / per_conn) as u64;
             let join = Request::Join(JoinRequest {
+                placement: None,
                 group: group.clone(),
                 member_id: None,
                 instance_id: None,
@@ -109,6 +110,7 @@ impl Fleet {
         let beats = self.conns[conn]
             .iter()
             .map(|(group, id, generation)| HeartbeatRequest {
+                loads: Vec::new(),
                 group: group.as_str().into(),
                 member_id: id.as_str().into(),
                 generation: *generation,

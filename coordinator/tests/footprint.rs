@@ -47,6 +47,7 @@ fn join(
     topics: Vec<(String, u32)>,
 ) -> Request {
     Request::Join(JoinRequest {
+        placement: None,
         group,
         member_id: None,
         instance_id: instance,

@@ -13,6 +13,7 @@ use rollcall_protocol::{JoinRequest, Request, Response, TopicSubscription};
 
 fn join(group: &str, token: u64, topics: Vec<(String, u32)>) -> Request {
     Request::Join(JoinRequest {
+        placement: None,
         group: group.into(),
         member_id: None,
         instance_id: None,

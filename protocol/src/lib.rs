@@ -98,11 +98,15 @@ pub enum ApiKey {
     FindCoordinator = 12,
     /// The cluster's other coordinators.
     ListCoordinators = 13,
+    /// Drain (or undrain) members: their partitions move to others while they stay.
+    Drain = 14,
+    /// Read or change a group's operator settings.
+    AlterGroupConfig = 15,
 }
 
 impl ApiKey {
     /// Every request API.
-    pub const ALL: [Self; 14] = [
+    pub const ALL: [Self; 16] = [
         Self::ApiVersions,
         Self::Join,
         Self::Heartbeat,
@@ -117,6 +121,8 @@ impl ApiKey {
         Self::Authenticate,
         Self::FindCoordinator,
         Self::ListCoordinators,
+        Self::Drain,
+        Self::AlterGroupConfig,
     ];
 
     /// From wire value.
@@ -141,6 +147,8 @@ impl ApiKey {
             Self::Authenticate => "authenticate",
             Self::FindCoordinator => "find_coordinator",
             Self::ListCoordinators => "list_coordinators",
+            Self::Drain => "drain",
+            Self::AlterGroupConfig => "alter_group_config",
         }
     }
 }
@@ -178,16 +186,21 @@ impl PushKey {
 pub const CURRENT_VERSION: u16 = 0;
 
 /// The highest version of `key` this build speaks (the lowest is always 0). Join is at
-/// version 2 (1 adds the lease timeout, 2 the detector) and Leave at 1 (the leave
-/// mode), their responses the same at every version and sent as version 0; ListGroups
-/// and FetchOffsets are at 1 (a page), DescribeGroup at 3 (1 adds the detection
-/// details, 2 a page of members, 3 the group's detection summary), their answers sent
-/// at the request's version.
+/// version 3 (1 adds the lease timeout, 2 the detector, 3 the member's placement),
+/// Leave at 1 (the leave mode) and Heartbeat and Heartbeats at 1 (partition loads),
+/// their responses the same at every version and sent as version 0; ListGroups and
+/// FetchOffsets are at 1 (a page), DescribeGroup at 4 (1 adds the detection details, 2
+/// a page of members, 3 the group's detection summary, 4 the operator's view), their
+/// answers sent at the request's version.
 pub fn max_request_version(key: ApiKey) -> u16 {
     match key {
-        ApiKey::DescribeGroup => 3,
-        ApiKey::Join => 2,
-        ApiKey::Leave | ApiKey::ListGroups | ApiKey::FetchOffsets => 1,
+        ApiKey::DescribeGroup => 4,
+        ApiKey::Join => 3,
+        ApiKey::Leave
+        | ApiKey::ListGroups
+        | ApiKey::FetchOffsets
+        | ApiKey::Heartbeat
+        | ApiKey::Heartbeats => 1,
         // TraceGroup 1 adds sequence numbers and events; its answer is sent at the
         // request's version.
         ApiKey::TraceGroup => 1,

@@ -13,6 +13,7 @@ fn heartbeat() -> Frame {
     Frame::request(
         7,
         Request::Heartbeat(HeartbeatRequest {
+            loads: Vec::new(),
             group: "orders".into(),
             member_id: "m-1".into(),
             generation: 3,
@@ -113,7 +114,7 @@ fn unknown_keys_and_versions_are_skipped_and_the_next_frame_decodes() {
         // An unknown request key with a body this build cannot read.
         raw(0, 999, 0, 11, &[0xde, 0xad, 0xbe, 0xef]),
         // A known request key at a version this build does not speak.
-        raw(0, ApiKey::Heartbeat as u16, 1, 12, &[1, 2, 3]),
+        raw(0, ApiKey::Heartbeat as u16, 2, 12, &[1, 2, 3]),
         // A push key this build does not know.
         raw(2, 90, 0, 0, &[0xff; 10]),
         // A push key used as a request key, and a request key as a push key.
@@ -405,11 +406,13 @@ fn described_v3() -> Frame {
     Frame::response(
         7,
         Response::DescribeGroup(DescribeGroupResponse {
+            operator: None,
             group: "g".into(),
             state: GroupState::Stable,
             generation: 1,
             assignor: "sticky".into(),
             members: vec![MemberDescription {
+                operator: None,
                 member_id: "m".into(),
                 instance_id: None,
                 client_id: "c".into(),

@@ -27,6 +27,10 @@ use rollcall_protocol::{
     TopicSubscription, TraceGroupRequest, TraceGroupResponse, DEFAULT_MAX_FRAME_SIZE,
     LENGTH_PREFIX_SIZE,
 };
+use rollcall_protocol::{
+    AlterGroupConfigRequest, AlterGroupConfigResponse, DrainRequest, DrainResponse, GroupOperator,
+    GroupSettings, JoinPlacement, MemberOperator, PartitionLoad, Reservation, TopicRacks,
+};
 
 const DOC: &str = include_str!("../../docs/PROTOCOL.md");
 
@@ -48,11 +52,13 @@ fn tps(partitions: &[u32]) -> Vec<TopicPartitions> {
 /// `detection` (versions 1 and 2), and `more` as a page gives it (version 2).
 fn described(detection: bool, more: Option<bool>) -> Response {
     Response::DescribeGroup(DescribeGroupResponse {
+        operator: None,
         group: GROUP.into(),
         state: GroupState::Stable,
         generation: 5,
         assignor: "sticky".into(),
         members: vec![MemberDescription {
+            operator: None,
             member_id: MEMBER.into(),
             instance_id: None,
             client_id: "invoicer".into(),
@@ -127,10 +133,50 @@ fn described_v3() -> Response {
     Response::DescribeGroup(r)
 }
 
+/// The worked examples' DescribeGroup answer at version 4: the version 3 answer, with
+/// the group's settings, drains and reservations, and the member's placement, drained
+/// state and load.
+fn described_v4() -> Response {
+    let Response::DescribeGroup(mut r) = described_v3() else {
+        unreachable!()
+    };
+    r.operator = Some(Box::new(GroupOperator {
+        config: settings(),
+        drained_labels: vec!["host-7".into()],
+        reservations: vec![Reservation {
+            instance_id: "host-9".into(),
+            member_id: "host-9#3".into(),
+            partitions: 2,
+            remaining_ms: 25_000,
+        }],
+    }));
+    r.members[0].operator = Some(MemberOperator {
+        label: "host-1".into(),
+        rack: "eu-1a".into(),
+        capacity: 2,
+        drained: false,
+        load: 1_250.5,
+    });
+    Response::DescribeGroup(r)
+}
+
+/// The settings of the AlterGroupConfig example's answer.
+fn settings() -> GroupSettings {
+    GroupSettings {
+        departure_delay_ms: 30_000,
+        max_revoking: 200,
+        max_revoking_per_member: 0,
+        balance: 1,
+        churn_budget_permille: 100,
+        imbalance_permille: 100,
+    }
+}
+
 /// The example's join: a first join of a dynamic member, with lease timeout `lease_ms`
 /// (0: the session timeout, sent at version 0).
 fn join(lease_ms: u32) -> JoinRequest {
     JoinRequest {
+        placement: None,
         group: GROUP.into(),
         member_id: None,
         instance_id: None,
@@ -198,6 +244,25 @@ fn examples() -> Vec<(&'static str, Frame)> {
             ),
         ),
         (
+            "join-request-v3",
+            Frame::request(
+                2,
+                Request::Join(JoinRequest {
+                    detector: "adaptive".into(),
+                    placement: Some(Box::new(JoinPlacement {
+                        label: "host-1".into(),
+                        rack: "eu-1a".into(),
+                        capacity: 2,
+                        topic_racks: vec![TopicRacks {
+                            topic: TOPIC.into(),
+                            racks: vec!["eu-1a".into(), "eu-1b".into(), String::new()],
+                        }],
+                    })),
+                    ..join(6_000)
+                }),
+            ),
+        ),
+        (
             "join-response",
             Frame::response(
                 2,
@@ -222,12 +287,71 @@ fn examples() -> Vec<(&'static str, Frame)> {
             Frame::request(
                 3,
                 Request::Heartbeat(HeartbeatRequest {
+                    loads: Vec::new(),
                     group: GROUP.into(),
                     member_id: MEMBER.into(),
                     generation: 5,
                     sequence: 1,
                     progress: 1_500,
                     acked_revocations: Vec::new(),
+                }),
+            ),
+        ),
+        (
+            "heartbeat-request-v1",
+            Frame::request(
+                3,
+                Request::Heartbeat(HeartbeatRequest {
+                    loads: vec![
+                        PartitionLoad {
+                            topic: TOPIC.into(),
+                            partition: 0,
+                            load: 1_000.0,
+                        },
+                        PartitionLoad {
+                            topic: TOPIC.into(),
+                            partition: 2,
+                            load: 250.5,
+                        },
+                    ],
+                    group: GROUP.into(),
+                    member_id: MEMBER.into(),
+                    generation: 5,
+                    sequence: 2,
+                    progress: 3_000,
+                    acked_revocations: Vec::new(),
+                }),
+            ),
+        ),
+        (
+            "heartbeats-request-v1",
+            Frame::request(
+                3,
+                Request::Heartbeats(HeartbeatsRequest {
+                    beats: vec![
+                        HeartbeatRequest {
+                            loads: vec![PartitionLoad {
+                                topic: TOPIC.into(),
+                                partition: 1,
+                                load: 0.5,
+                            }],
+                            group: GROUP.into(),
+                            member_id: MEMBER.into(),
+                            generation: 5,
+                            sequence: 3,
+                            progress: 3_100,
+                            acked_revocations: Vec::new(),
+                        },
+                        HeartbeatRequest {
+                            loads: Vec::new(),
+                            group: OTHER_GROUP.into(),
+                            member_id: OTHER_MEMBER.into(),
+                            generation: 2,
+                            sequence: 41,
+                            progress: 0,
+                            acked_revocations: Vec::new(),
+                        },
+                    ],
                 }),
             ),
         ),
@@ -248,6 +372,7 @@ fn examples() -> Vec<(&'static str, Frame)> {
                 Request::Heartbeats(HeartbeatsRequest {
                     beats: vec![
                         HeartbeatRequest {
+                            loads: Vec::new(),
                             group: GROUP.into(),
                             member_id: MEMBER.into(),
                             generation: 5,
@@ -256,6 +381,7 @@ fn examples() -> Vec<(&'static str, Frame)> {
                             acked_revocations: Vec::new(),
                         },
                         HeartbeatRequest {
+                            loads: Vec::new(),
                             group: OTHER_GROUP.into(),
                             member_id: OTHER_MEMBER.into(),
                             generation: 2,
@@ -440,6 +566,7 @@ fn examples() -> Vec<(&'static str, Frame)> {
             Frame::request(
                 7,
                 Request::DescribeGroup(DescribeGroupRequest {
+                    operator: false,
                     group: GROUP.into(),
                     detection: false,
                     page: None,
@@ -456,6 +583,7 @@ fn examples() -> Vec<(&'static str, Frame)> {
             Frame::request(
                 7,
                 Request::DescribeGroup(DescribeGroupRequest {
+                    operator: false,
                     group: GROUP.into(),
                     detection: true,
                     page: None,
@@ -472,6 +600,7 @@ fn examples() -> Vec<(&'static str, Frame)> {
             Frame::request(
                 7,
                 Request::DescribeGroup(DescribeGroupRequest {
+                    operator: false,
                     group: GROUP.into(),
                     detection: true,
                     page: Some(Page {
@@ -491,6 +620,7 @@ fn examples() -> Vec<(&'static str, Frame)> {
             Frame::request(
                 7,
                 Request::DescribeGroup(DescribeGroupRequest {
+                    operator: false,
                     group: GROUP.into(),
                     detection: true,
                     page: Some(Page {
@@ -506,6 +636,67 @@ fn examples() -> Vec<(&'static str, Frame)> {
             Frame::response(7, described_v3()),
         ),
         (
+            "describe-group-request-v4",
+            Frame::request(
+                7,
+                Request::DescribeGroup(DescribeGroupRequest {
+                    operator: true,
+                    group: GROUP.into(),
+                    detection: true,
+                    page: Some(Page {
+                        after: None,
+                        limit: 1,
+                    }),
+                    summary: true,
+                }),
+            ),
+        ),
+        (
+            "describe-group-response-v4",
+            Frame::response(7, described_v4()),
+        ),
+        (
+            "drain-request",
+            Frame::request(
+                12,
+                Request::Drain(DrainRequest {
+                    group: GROUP.into(),
+                    member_id: String::new(),
+                    label: "host-1".into(),
+                    drained: true,
+                }),
+            ),
+        ),
+        (
+            "drain-response",
+            Frame::response(
+                12,
+                Response::Drain(DrainResponse {
+                    members: vec![MEMBER.into()],
+                }),
+            ),
+        ),
+        (
+            "alter-group-config-request",
+            Frame::request(
+                13,
+                Request::AlterGroupConfig(AlterGroupConfigRequest {
+                    group: GROUP.into(),
+                    departure_delay_ms: Some(30_000),
+                    max_revoking: Some(200),
+                    balance: Some(1),
+                    ..Default::default()
+                }),
+            ),
+        ),
+        (
+            "alter-group-config-response",
+            Frame::response(
+                13,
+                Response::AlterGroupConfig(AlterGroupConfigResponse { config: settings() }),
+            ),
+        ),
+        (
             "revoke-push",
             Frame::push(Push::Revoke(RevokePush {
                 group: GROUP.into(),
@@ -519,6 +710,7 @@ fn examples() -> Vec<(&'static str, Frame)> {
             Frame::request(
                 8,
                 Request::Heartbeat(HeartbeatRequest {
+                    loads: Vec::new(),
                     group: GROUP.into(),
                     member_id: MEMBER.into(),
                     generation: 6,
@@ -732,6 +924,7 @@ fn examples() -> Vec<(&'static str, Frame)> {
             Frame::request(
                 2,
                 Request::Heartbeat(HeartbeatRequest {
+                    loads: Vec::new(),
                     group: GROUP.into(),
                     member_id: MEMBER.into(),
                     generation: 5,

@@ -107,11 +107,31 @@ fn request() -> impl Strategy<Value = Request> {
                 versions,
             })
         });
+    let placement = prop::option::of(
+        (
+            text(),
+            text(),
+            any::<u32>(),
+            small_vec((text(), small_vec(text()))),
+        )
+            .prop_map(|(label, rack, capacity, racks)| {
+                Box::new(rollcall_protocol::JoinPlacement {
+                    label,
+                    rack,
+                    capacity,
+                    topic_racks: racks
+                        .into_iter()
+                        .map(|(topic, racks)| rollcall_protocol::TopicRacks { topic, racks })
+                        .collect(),
+                })
+            }),
+    );
     let join = (
         (text(), opt_text(), opt_text(), text(), any::<u64>()),
         small_vec((text(), any::<u32>())),
         (any::<u32>(), any::<u32>(), any::<u32>(), any::<u32>()),
         text(),
+        placement,
     )
         .prop_map(
             |(
@@ -119,8 +139,10 @@ fn request() -> impl Strategy<Value = Request> {
                 subscription,
                 (session_timeout_ms, progress_timeout_ms, rebalance_timeout_ms, lease_timeout_ms),
                 detector,
+                placement,
             )| {
                 Request::Join(JoinRequest {
+                    placement,
                     group,
                     member_id,
                     instance_id,
@@ -193,6 +215,7 @@ fn request() -> impl Strategy<Value = Request> {
     )
         .prop_map(|(group, detection, page, summary)| {
             Request::DescribeGroup(DescribeGroupRequest {
+                operator: false,
                 group,
                 detection: detection || page.is_some(),
                 summary: summary && page.is_some(),
@@ -218,7 +241,38 @@ fn request() -> impl Strategy<Value = Request> {
     });
     let find = text().prop_map(|group| Request::FindCoordinator(FindCoordinatorRequest { group }));
     let coordinators = Just(Request::ListCoordinators(ListCoordinatorsRequest));
+    let drain =
+        (text(), text(), text(), any::<bool>()).prop_map(|(group, member_id, label, drained)| {
+            Request::Drain(rollcall_protocol::DrainRequest {
+                group,
+                member_id,
+                label,
+                drained,
+            })
+        });
+    let alter = (
+        text(),
+        prop::option::of(any::<u32>()),
+        prop::option::of(any::<u32>()),
+        prop::option::of(any::<u32>()),
+        prop::option::of(any::<u8>()),
+        prop::option::of(any::<u16>()),
+        prop::option::of(any::<u16>()),
+    )
+        .prop_map(|(group, a, b, c, d, e, f)| {
+            Request::AlterGroupConfig(rollcall_protocol::AlterGroupConfigRequest {
+                group,
+                departure_delay_ms: a,
+                max_revoking: b,
+                max_revoking_per_member: c,
+                balance: d,
+                churn_budget_permille: e,
+                imbalance_permille: f,
+            })
+        });
     prop_oneof![
+        drain,
+        alter,
         api_versions,
         authenticate,
         find,
@@ -244,10 +298,23 @@ fn heartbeat_request() -> impl Strategy<Value = HeartbeatRequest> {
         any::<u64>(),
         any::<u64>(),
         small_vec(topic_partitions()),
+        prop_oneof![
+            Just(Vec::new()),
+            small_vec(
+                (text(), any::<u32>(), any::<f64>()).prop_map(|(topic, partition, load)| {
+                    rollcall_protocol::PartitionLoad {
+                        topic,
+                        partition,
+                        load,
+                    }
+                })
+            ),
+        ],
     )
         .prop_map(
-            |(group, member_id, generation, sequence, progress, acked_revocations)| {
+            |(group, member_id, generation, sequence, progress, acked_revocations, loads)| {
                 HeartbeatRequest {
+                    loads,
                     group: group.into(),
                     member_id: member_id.into(),
                     generation,
@@ -316,6 +383,7 @@ fn member_description() -> impl Strategy<Value = MemberDescription> {
                 pending_revoke,
                 pending_grant,
             )| MemberDescription {
+                operator: None,
                 member_id,
                 instance_id,
                 client_id,
@@ -494,6 +562,7 @@ fn response() -> impl Strategy<Value = Response> {
                     })
                     .collect();
                 Response::DescribeGroup(DescribeGroupResponse {
+                    operator: None,
                     group,
                     state,
                     generation,
@@ -532,6 +601,28 @@ fn response() -> impl Strategy<Value = Response> {
             })
         }),
         text().prop_map(|addr| Response::FindCoordinator(FindCoordinatorResponse { addr })),
+        small_vec(text())
+            .prop_map(|members| { Response::Drain(rollcall_protocol::DrainResponse { members }) }),
+        (
+            any::<u32>(),
+            any::<u32>(),
+            any::<u32>(),
+            any::<u8>(),
+            any::<u16>(),
+            any::<u16>()
+        )
+            .prop_map(|(a, b, c, d, e, f)| {
+                Response::AlterGroupConfig(rollcall_protocol::AlterGroupConfigResponse {
+                    config: rollcall_protocol::GroupSettings {
+                        departure_delay_ms: a,
+                        max_revoking: b,
+                        max_revoking_per_member: c,
+                        balance: d,
+                        churn_budget_permille: e,
+                        imbalance_permille: f,
+                    },
+                })
+            }),
         small_vec((text(), text())).prop_map(|listed| {
             Response::ListCoordinators(ListCoordinatorsResponse {
                 coordinators: listed

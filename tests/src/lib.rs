@@ -296,6 +296,7 @@ fn into_response(frame: Frame) -> Response {
 /// A join request for `group` subscribing to `topic` with `partitions` partitions.
 pub fn join(group: &str, topic: &str, partitions: u32, session_ms: u32) -> JoinRequest {
     JoinRequest {
+        placement: None,
         group: group.into(),
         member_id: None,
         instance_id: None,
@@ -406,6 +407,7 @@ impl Member {
         let response = self
             .client
             .request(Request::Heartbeat(HeartbeatRequest {
+                loads: Vec::new(),
                 group: self.group.clone().into(),
                 member_id: self.id.clone().into(),
                 generation: self.generation,

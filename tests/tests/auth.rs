@@ -218,6 +218,7 @@ async fn a_member_of_one_group_can_do_nothing_to_another_nor_learn_of_it() {
         })
     };
     let beat = |group: &str, member_id: &str, generation: u32| HeartbeatRequest {
+        loads: Vec::new(),
         group: group.into(),
         member_id: member_id.into(),
         generation,
@@ -253,6 +254,7 @@ async fn a_member_of_one_group_can_do_nothing_to_another_nor_learn_of_it() {
             (
                 "describe",
                 Request::DescribeGroup(DescribeGroupRequest {
+                    operator: false,
                     group: group.into(),
                     detection: true,
                     page: None,
@@ -732,6 +734,7 @@ async fn not_authorized_comes_before_what_the_group_would_answer() {
     // A heartbeat naming nobody, on a group she may not be a member of.
     let answer = alice
         .request(Request::Heartbeat(HeartbeatRequest {
+            loads: Vec::new(),
             group: "billing".into(),
             member_id: "".into(),
             generation: 0,
@@ -788,6 +791,7 @@ async fn too_many_beats_are_refused_whole_even_when_some_are_denied() {
     let mut alice = as_user(server.local_addr(), "alice", "alice-pw").await;
     let beats = (0..=rollcall_protocol::MAX_BEATS)
         .map(|i| HeartbeatRequest {
+            loads: Vec::new(),
             group: if i % 2 == 0 { "orders" } else { "billing" }.into(),
             member_id: format!("m-{i}").into(),
             generation: 1,
@@ -806,4 +810,86 @@ async fn too_many_beats_are_refused_whole_even_when_some_are_denied() {
         message(&answer)
     );
     server.shutdown().await.unwrap();
+}
+
+/// Drain and AlterGroupConfig: `admin` drains anyone and sets anything; a member with
+/// `join` alone may drain itself, on its own connection, and no one else; `describe`
+/// reads the settings.
+#[tokio::test]
+async fn a_member_drains_itself_an_operator_drains_anyone() {
+    use rollcall_protocol::{AlterGroupConfigRequest, DrainRequest};
+    let dir = TempDir::new("auth-drain");
+    let (server, _) = secured(&dir).await;
+    let addr = server.local_addr();
+    let mut a = Member::join_on(
+        as_user(addr, "bob", "bob-pw").await,
+        join("billing", "t", 4, 10_000),
+    )
+    .await;
+    let mut b = Member::join_on(
+        as_user(addr, "bob", "bob-pw").await,
+        join("billing", "t", 4, 10_000),
+    )
+    .await;
+    let drain = |member: &str, label: &str| {
+        Request::Drain(DrainRequest {
+            group: "billing".into(),
+            member_id: member.into(),
+            label: label.into(),
+            drained: true,
+        })
+    };
+    // b's connection may not drain a, nor a label; nor change the settings.
+    let r = b.client.request(drain(&a.id, "")).await;
+    assert_eq!(code(&r), ErrorCode::NotAuthorized, "{}", message(&r));
+    let r = b.client.request(drain("", "host-1")).await;
+    assert_eq!(code(&r), ErrorCode::NotAuthorized, "{}", message(&r));
+    let set = Request::AlterGroupConfig(AlterGroupConfigRequest {
+        group: "billing".into(),
+        max_revoking: Some(10),
+        ..Default::default()
+    });
+    let r = b.client.request(set.clone()).await;
+    assert_eq!(code(&r), ErrorCode::NotAuthorized, "{}", message(&r));
+    // A member drains itself on its own connection.
+    let r = a.client.request(drain(&a.id, "")).await;
+    assert!(
+        matches!(&r, Response::Drain(d) if d.members == [a.id.clone()]),
+        "{r:?}"
+    );
+    // ops drains by label and sets the settings; bob reads them.
+    let mut ops = as_user(addr, "ops", "ops-pw").await;
+    let r = ops.request(drain("", "host-1")).await;
+    assert!(matches!(r, Response::Drain(_)), "{r:?}");
+    let r = ops.request(set).await;
+    assert!(
+        matches!(&r, Response::AlterGroupConfig(c) if c.config.max_revoking == 10),
+        "{r:?}"
+    );
+    let read = Request::AlterGroupConfig(AlterGroupConfigRequest {
+        group: "billing".into(),
+        ..Default::default()
+    });
+    let r = b.client.request(read).await;
+    assert!(
+        matches!(&r, Response::AlterGroupConfig(c) if c.config.max_revoking == 10),
+        "{r:?}"
+    );
+    // alice (no rule on billing) may not even read.
+    let mut alice = as_user(addr, "alice", "alice-pw").await;
+    let r = alice
+        .request(Request::AlterGroupConfig(AlterGroupConfigRequest {
+            group: "billing".into(),
+            ..Default::default()
+        }))
+        .await;
+    assert_eq!(code(&r), ErrorCode::NotAuthorized);
+    // a's partitions move to b.
+    bounded("the drained member's partitions move", async {
+        while b.owned_count() < 4 || a.owned_count() > 0 {
+            a.tick(Duration::from_millis(20)).await;
+            b.tick(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
 }

@@ -120,6 +120,7 @@ async fn heard_at(
     let mut raw = RawClient::connected(addr).await;
     let answer = raw
         .request(Request::DescribeGroup(DescribeGroupRequest {
+            operator: false,
             group: group.into(),
             detection: false,
             page: None,
@@ -204,6 +205,7 @@ async fn a_member_follows_its_group_to_another_coordinator_and_back_after_a_fail
     let mut raw = RawClient::connected(a.local_addr()).await;
     let refused = raw
         .request(Request::DescribeGroup(DescribeGroupRequest {
+            operator: false,
             group: moving.clone(),
             detection: false,
             page: None,
@@ -368,6 +370,7 @@ async fn members_of_one_client_join_and_live_on_their_groups_coordinators() {
     dir_a.test_set_here(slot_there);
     let described = raw
         .request(Request::DescribeGroup(DescribeGroupRequest {
+            operator: false,
             group: there.clone(),
             detection: false,
             page: None,

@@ -39,6 +39,7 @@ fn error_code(response: &Response) -> Option<ErrorCode> {
 
 fn beat(m: &Member, sequence: u64) -> HeartbeatRequest {
     HeartbeatRequest {
+        loads: Vec::new(),
         group: m.group.clone().into(),
         member_id: m.id.clone().into(),
         generation: m.generation,

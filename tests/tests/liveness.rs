@@ -429,6 +429,7 @@ impl Worker {
                 }]
             };
             let request = Request::Heartbeat(HeartbeatRequest {
+                loads: Vec::new(),
                 group: slot.group.clone().into(),
                 member_id: id.into(),
                 generation,
@@ -609,6 +610,7 @@ fn apply(
 async fn describe(admin: &mut RawClient, group: &str) -> Option<DescribeGroupResponse> {
     let answer = admin
         .request(Request::DescribeGroup(DescribeGroupRequest {
+            operator: false,
             group: group.into(),
             detection: true,
             page: None,

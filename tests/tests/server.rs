@@ -314,6 +314,7 @@ fn many_beats(beats: usize) -> Request {
     Request::Heartbeats(HeartbeatsRequest {
         beats: (0..beats)
             .map(|i| HeartbeatRequest {
+                loads: Vec::new(),
                 group: "nowhere".into(),
                 member_id: format!("nobody-{i:06}").into(),
                 generation: 0,
@@ -422,6 +423,7 @@ async fn join_heartbeat_commit_fetch_describe_leave() {
 
     let described = admin
         .request(Request::DescribeGroup(DescribeGroupRequest {
+            operator: false,
             group: "g-basic".into(),
             detection: false,
             page: None,
@@ -439,6 +441,7 @@ async fn join_heartbeat_commit_fetch_describe_leave() {
     // Version 1 adds how the detector judges the group and each member.
     let described = admin
         .request(Request::DescribeGroup(DescribeGroupRequest {
+            operator: false,
             group: "g-basic".into(),
             detection: true,
             page: None,
@@ -464,6 +467,7 @@ async fn join_heartbeat_commit_fetch_describe_leave() {
     assert_eq!(left, Response::Leave);
     let described = admin
         .request(Request::DescribeGroup(DescribeGroupRequest {
+            operator: false,
             group: "g-basic".into(),
             detection: false,
             page: None,
@@ -478,6 +482,7 @@ async fn join_heartbeat_commit_fetch_describe_leave() {
     let e = error_of(
         admin
             .request(Request::DescribeGroup(DescribeGroupRequest {
+                operator: false,
                 group: "no-such-group".into(),
                 detection: false,
                 page: None,
@@ -764,6 +769,7 @@ async fn admin_commands_page_through_answers_larger_than_a_frame() {
             page: None,
         }),
         Request::DescribeGroup(DescribeGroupRequest {
+            operator: false,
             group: "g-many".into(),
             detection: true,
             page: None,
@@ -1073,6 +1079,7 @@ async fn sigterm_shuts_down_cleanly_and_a_restart_restores_the_group() {
     let mut admin = RawClient::connected(addr).await;
     let described = admin
         .request(Request::DescribeGroup(DescribeGroupRequest {
+            operator: false,
             group: "g-restart".into(),
             detection: false,
             page: None,
@@ -1125,6 +1132,7 @@ async fn answers_wait_for_durability_and_leave_in_order() {
     c.send(Frame::request(
         101,
         Request::DescribeGroup(DescribeGroupRequest {
+            operator: false,
             group: "durable".into(),
             detection: false,
             page: None,
@@ -1166,6 +1174,7 @@ async fn a_heartbeat_does_not_wait_behind_another_groups_durable_write() {
     c.send(Frame::request(
         201,
         Request::DescribeGroup(DescribeGroupRequest {
+            operator: false,
             group: "slow".into(),
             detection: false,
             page: None,
@@ -1210,6 +1219,7 @@ async fn a_failing_store_answers_storage_failure_and_stops_the_server() {
     both.extend_from_slice(&RawClient::encode(&Frame::request(
         301,
         Request::DescribeGroup(DescribeGroupRequest {
+            operator: false,
             group: "fragile".into(),
             detection: false,
             page: None,

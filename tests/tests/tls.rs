@@ -1055,6 +1055,7 @@ async fn a_client_certificates_name_is_its_principal_under_the_access_rules() {
     let answer = bounded(
         "describe",
         other.request(Request::DescribeGroup(DescribeGroupRequest {
+            operator: false,
             group: "orders".into(),
             detection: false,
             page: None,

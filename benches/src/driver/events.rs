@@ -107,6 +107,7 @@ impl ConnTask {
         m.phase = Phase::Joining;
         let ms = |d: Duration| u32::try_from(d.as_millis()).unwrap_or(u32::MAX);
         let request = Request::Join(JoinRequest {
+            placement: None,
             group: m.spec.group.clone(),
             member_id: None,
             instance_id: m.spec.instance_id.clone(),
@@ -263,6 +264,7 @@ impl ConnTask {
         }
         m.last_sent = Some(now);
         let beat = HeartbeatRequest {
+            loads: Vec::new(),
             group: m.spec.group.clone().into(),
             member_id: member_id.into(),
             generation: m.generation,
@@ -294,6 +296,7 @@ impl ConnTask {
         }
         m.last_sent = Some(now);
         let request = Request::Heartbeat(HeartbeatRequest {
+            loads: Vec::new(),
             group: m.spec.group.clone().into(),
             member_id: member_id.into(),
             generation: m.generation,

@@ -182,6 +182,7 @@ mod tests {
             key: 0,
             id: 1,
             beat: HeartbeatRequest {
+                loads: Vec::new(),
                 group: "g".into(),
                 member_id: member.into(),
                 generation: 1,

@@ -91,6 +91,7 @@ impl Membership {
                     0
                 };
                 let request = Request::Join(JoinRequest {
+                    placement: None,
                     group: s.group.clone(),
                     member_id: j.member_id.clone(),
                     instance_id: s.instance_id.clone(),
@@ -156,6 +157,7 @@ impl Membership {
                 let acks = mem::take(&mut self.acks_unsent);
                 self.sequence += 1;
                 let request = Request::Heartbeat(HeartbeatRequest {
+                    loads: Vec::new(),
                     group: self.settings.group.as_str().into(),
                     member_id: member_id.into(),
                     generation: self.generation,

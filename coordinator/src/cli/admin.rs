@@ -209,6 +209,7 @@ impl AdminCommand {
                     // 0: the answer then has no detection details.
                     return conn
                         .request(Request::DescribeGroup(DescribeGroupRequest {
+                            operator: false,
                             group: group.clone(),
                             detection: supports(ApiKey::DescribeGroup, 1),
                             page: None,
@@ -226,6 +227,7 @@ impl AdminCommand {
                         .and_then(|a| a.members.last())
                         .map(|m| m.member_id.clone());
                     let request = Request::DescribeGroup(DescribeGroupRequest {
+                        operator: false,
                         group: group.clone(),
                         detection: true,
                         page: Some(Page { after, limit: 0 }),

@@ -23,17 +23,20 @@ pub enum RebalanceCause {
     /// The partitions reserved for a departed static member's instance (a departure
     /// delay) were not claimed in time.
     DepartureDelayEnded,
+    /// An operator drained or undrained members, or changed the group's settings.
+    Operator,
 }
 
 impl RebalanceCause {
     /// Every cause.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 7] = [
         Self::Join,
         Self::Leave,
         Self::Expulsion,
         Self::Subscription,
         Self::Recovery,
         Self::DepartureDelayEnded,
+        Self::Operator,
     ];
 
     /// Snake-case name, for logs and metric labels.
@@ -45,6 +48,7 @@ impl RebalanceCause {
             Self::Subscription => "subscription",
             Self::Recovery => "recovery",
             Self::DepartureDelayEnded => "departure_delay_ended",
+            Self::Operator => "operator",
         }
     }
 
@@ -57,6 +61,21 @@ impl RebalanceCause {
 /// Something that happened, for logs and metrics. Never needed for correctness.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
+    /// Members were drained (their partitions move to others while they stay) or
+    /// undrained.
+    MembersDrained {
+        /// Group.
+        group: String,
+        /// The members whose state changed.
+        members: Vec<String>,
+        /// Drained (`true`) or undrained.
+        drained: bool,
+    },
+    /// An operator changed a group's settings.
+    GroupConfigChanged {
+        /// Group.
+        group: String,
+    },
     /// A member joined (a fresh member id).
     MemberJoined {
         /// Group.
@@ -405,4 +424,6 @@ pub struct CoreStats {
     pub partitions_reserved: usize,
     /// Revocations waiting for room under their group's caps (throttled moves).
     pub revocations_waiting: usize,
+    /// Members drained (by id, instance or label).
+    pub members_drained: usize,
 }

@@ -4,7 +4,8 @@ use std::time::{Duration, Instant};
 
 use rollcall_protocol::{
     ApiKey, DescribeGroupResponse, DetectionSummary, ErrorCode, ExpelBasis, GroupDetection,
-    GroupListing, ListGroupsResponse, Page, PageFit, Response,
+    GroupListing, GroupOperator, ListGroupsResponse, MemberOperator, Page, PageFit, Reservation,
+    Response,
 };
 
 use super::group::{Group, Member};
@@ -65,6 +66,7 @@ impl Coordinator {
         detection: bool,
         page: Option<&Page<String>>,
         summary: bool,
+        operator: bool,
     ) -> Response {
         let Some(g) = self.groups.get(group) else {
             return refuse(
@@ -74,7 +76,8 @@ impl Coordinator {
             );
         };
         let detection = detection || page.is_some();
-        let summary = summary && page.is_some();
+        let operator = operator && page.is_some();
+        let summary = (summary || operator) && page.is_some();
         let mut response = DescribeGroupResponse {
             group: g.name.to_string(),
             state: g.state(),
@@ -90,11 +93,15 @@ impl Coordinator {
                 })
             }),
             more: page.map(|_| false),
+            operator: operator.then(|| Box::new(group_operator(g, now))),
         };
         let describe = |m: &Member| {
             let mut d = g.describe_member(m, now, detection.then_some(&self.config));
             if let Some(d) = d.detection.as_mut().filter(|_| summary) {
                 d.expel_basis = Some(self.expel_basis(g, m));
+            }
+            if operator {
+                d.operator = Some(member_operator(g, m));
             }
             d
         };
@@ -105,7 +112,14 @@ impl Coordinator {
         let mut fit = self.page_fit(page.limit, response.encoded_len());
         for m in g.members.after(page.after.as_deref()) {
             let entry = describe(m);
-            if !fit.take(entry.encoded_len_at(if summary { 3 } else { 2 })) {
+            let version = if operator {
+                4
+            } else if summary {
+                3
+            } else {
+                2
+            };
+            if !fit.take(entry.encoded_len_at(version)) {
                 response.more = Some(true);
                 break;
             }
@@ -135,6 +149,7 @@ impl Coordinator {
                 }
             }
             stats.members_suspect += suspects;
+            stats.members_drained += g.drained_count();
             stats.groups_with_suspects += usize::from(suspects > 0);
             stats.partitions_reserved += g.partitions_reserved();
             stats.revocations_waiting += g.revocations_waiting();
@@ -199,6 +214,40 @@ impl Coordinator {
     /// Number of timer entries (for tests and memory accounting).
     pub fn timer_entries(&self) -> usize {
         self.timers.len()
+    }
+}
+
+/// The operator's view of `g` at `now` (DescribeGroup version 4).
+fn group_operator(g: &Group, now: Instant) -> GroupOperator {
+    GroupOperator {
+        config: g.settings(),
+        drained_labels: g.drained_labels.iter().map(|l| l.to_string()).collect(),
+        reservations: g
+            .held
+            .iter()
+            .filter_map(|h| {
+                let instance = h.reserved_for.as_deref()?;
+                let remaining = h.until.saturating_duration_since(now).as_millis();
+                Some(Reservation {
+                    instance_id: instance.to_owned(),
+                    member_id: h.member.to_string(),
+                    partitions: u32::try_from(h.partitions.len()).unwrap_or(u32::MAX),
+                    remaining_ms: u32::try_from(remaining).unwrap_or(u32::MAX),
+                })
+            })
+            .collect(),
+    }
+}
+
+/// The operator's view of member `m` (DescribeGroup version 4).
+fn member_operator(g: &Group, m: &Member) -> MemberOperator {
+    let p = m.about.placement.as_deref();
+    MemberOperator {
+        label: p.map_or(String::new(), |p| p.label.to_string()),
+        rack: p.map_or(String::new(), |p| p.rack.to_string()),
+        capacity: p.map_or(1, |p| p.capacity),
+        drained: g.is_drained(m),
+        load: g.load_of(m),
     }
 }
 

@@ -15,6 +15,7 @@ mod inspect;
 pub mod liveness;
 mod membership;
 mod offsets;
+mod operate;
 pub mod records;
 pub mod replay;
 #[cfg(test)]
@@ -40,9 +41,10 @@ pub use events::{CoreStats, Event, Output, Quota, RebalanceCause, ReservationEnd
 pub use group::{Balance, GroupConfig};
 pub use guards::Guard;
 pub use liveness::{Detector, DetectorKind, DetectorSettings, FixedTimeout};
+pub use operate::{Authority, MAX_DEPARTURE_DELAY_MS};
 pub use records::{
-    GroupSnapshot, HeldSnapshot, InstanceSnapshot, MemberSnapshot, OffsetRecord, Record,
-    RestoredState, WaitSnapshot,
+    GroupSnapshot, HeldSnapshot, InstanceSnapshot, MemberSnapshot, OffsetRecord, OperatorSnapshot,
+    Record, RestoredState, WaitSnapshot,
 };
 pub use totals::Totals;
 
@@ -380,6 +382,19 @@ impl Coordinator {
     /// `ApiVersions` and `Authenticate` are the connection's business and are refused
     /// here.
     pub fn handle_request(&mut self, now: Instant, conn: ConnId, request: Request) -> Effects {
+        self.handle_request_as(now, conn, request, Authority::Operator)
+    }
+
+    /// As [`Self::handle_request`], for a connection whose identity has `authority`
+    /// over the operator's requests (Drain, AlterGroupConfig) of the request's group:
+    /// the shell's access rules decide it; every other request is the same.
+    pub fn handle_request_as(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        request: Request,
+        authority: Authority,
+    ) -> Effects {
         // A pause must be seen before the frames read on waking are judged (their
         // silence was the coordinator's), whether or not the timers ran first.
         if self.tick(now) {
@@ -447,15 +462,22 @@ impl Coordinator {
             }
             Request::FetchOffsets(r) => self.fetch(r),
             Request::ListGroups(r) => self.list_groups(r.page.as_ref()),
-            Request::DescribeGroup(r) => {
-                self.describe(now, &r.group, r.detection, r.page.as_ref(), r.summary)
-            }
+            Request::DescribeGroup(r) => self.describe(
+                now,
+                &r.group,
+                r.detection,
+                r.page.as_ref(),
+                r.summary,
+                r.operator,
+            ),
             Request::Relinquish(r) => {
                 let group = r.group.clone();
                 let response = self.relinquish(now, r);
                 self.note_dirty(&group);
                 response
             }
+            Request::Drain(r) => self.drain(now, conn, r, authority),
+            Request::AlterGroupConfig(r) => self.alter_group_config(now, r, authority),
         };
         Effects {
             response,

@@ -79,6 +79,34 @@ pub struct GroupSnapshot {
     /// The group's failure detector (`fixed`, `adaptive`); empty or unknown: the
     /// coordinator's default.
     pub detector: String,
+    /// What the operator set and drained, and where the members run (`None` in a group
+    /// nobody steered, and in snapshots written before operators could). Boxed: most
+    /// groups have none.
+    pub operator: Option<Box<OperatorSnapshot>>,
+}
+
+/// The operator's durable state of a group: its settings, its drains, the members'
+/// placements and the topics' preferred racks.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OperatorSnapshot {
+    /// The group's settings; `None`: the default.
+    pub config: Option<super::GroupConfig>,
+    /// Drained member ids (and static instance ids, which stay drained across
+    /// incarnations), sorted.
+    pub drained_members: Vec<String>,
+    /// Drained labels, sorted.
+    pub drained_labels: Vec<String>,
+    /// Members that declared a placement: (member id, label, rack, capacity).
+    pub placements: Vec<(String, String, String, u32)>,
+    /// Topics with preferred racks: (topic index, preferred rack of each partition).
+    pub preferred_racks: Vec<(u32, Vec<String>)>,
+}
+
+impl OperatorSnapshot {
+    /// Whether there is nothing in it.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 /// Partitions held for a member that may still be acting on them.

@@ -20,8 +20,10 @@
 //! client certificate whose name is the principal) and everything not allowed by a rule
 //! is denied. Operations: `join` (Join, Heartbeat(s), Leave, Relinquish), `commit` (a
 //! member's CommitOffsets), `fetch` (FetchOffsets), `describe` (DescribeGroup,
-//! TraceGroup, and seeing the group in ListGroups), `admin` (an administrative
-//! CommitOffsets, with no member), or `all`.
+//! TraceGroup, reading a group's settings, and seeing the group in ListGroups), `admin`
+//! (an administrative CommitOffsets, with no member; Drain; changing a group's settings
+//! with AlterGroupConfig), or `all`. A member may drain itself, on the connection it
+//! joined over, with `join` alone.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -90,6 +92,11 @@ impl Operation {
             Request::DescribeGroup(_) | Request::TraceGroup(_) | Request::ListGroups(_) => {
                 Self::Describe
             }
+            // Reading a group's settings is describing it; changing them, or draining,
+            // is administering it (a member's drain of itself is let through with `join`,
+            // and the core checks it is the member's own connection).
+            Request::AlterGroupConfig(r) if r.set_mask() == 0 => Self::Describe,
+            Request::Drain(_) | Request::AlterGroupConfig(_) => Self::Admin,
             // Say where groups are served (or which coordinators there are), not
             // whether a group exists: any authenticated principal may ask.
             Request::ApiVersions(_)

@@ -10,6 +10,18 @@ use crate::core::{Event, Guard};
 /// Logs `event` of shard `shard` and counts it in the metrics.
 pub(crate) fn log_event(shard: usize, m: &Metrics, event: Event) {
     match event {
+        Event::MembersDrained {
+            group,
+            members,
+            drained,
+        } => info!(
+            shard,
+            group,
+            members = ?members,
+            drained,
+            "members drained or undrained"
+        ),
+        Event::GroupConfigChanged { group } => info!(shard, group, "group settings changed"),
         Event::MemberJoined {
             group,
             member_id,

@@ -105,6 +105,10 @@ fn describe() {
         "Groups with at least one suspect member."
     );
     describe_gauge!(
+        "rollcall_drained_members",
+        "Members drained by an operator or by themselves: in their groups, given nothing."
+    );
+    describe_gauge!(
         "rollcall_groups_below_advised_timeout",
         "Groups whose shortest session timeout is below the one the timeout advisor gives for one false expulsion a year across the group (from the members' observed heartbeat gaps; refreshed every 10 s)."
     );
@@ -333,6 +337,7 @@ pub(crate) struct Metrics {
     pub(crate) members_alive: Gauge,
     pub(crate) members_suspect: Gauge,
     pub(crate) groups_with_suspects: Gauge,
+    pub(crate) drained_members: Gauge,
     pub(crate) groups_below_advice: Gauge,
     pub(crate) partitions_reserved: Gauge,
     pub(crate) revocations_waiting: Gauge,
@@ -379,6 +384,7 @@ impl Metrics {
             members_alive: metrics::gauge!("rollcall_members", "liveness" => Liveness::Alive.as_str()),
             members_suspect: metrics::gauge!("rollcall_members", "liveness" => Liveness::Suspect.as_str()),
             groups_with_suspects: metrics::gauge!("rollcall_groups_with_suspects"),
+            drained_members: metrics::gauge!("rollcall_drained_members"),
             groups_below_advice: metrics::gauge!("rollcall_groups_below_advised_timeout"),
             partitions_reserved: metrics::gauge!("rollcall_reserved_partitions"),
             revocations_waiting: metrics::gauge!("rollcall_revocations_waiting"),

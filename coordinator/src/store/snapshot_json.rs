@@ -6,7 +6,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::core::{GroupSnapshot, HeldSnapshot, InstanceSnapshot, MemberSnapshot, WaitSnapshot};
+use crate::core::{
+    Balance, GroupConfig, GroupSnapshot, HeldSnapshot, InstanceSnapshot, MemberSnapshot,
+    OperatorSnapshot, WaitSnapshot,
+};
 
 /// Encodes `snapshot` as JSON, appending to `out`.
 pub(crate) fn encode(snapshot: &GroupSnapshot, out: &mut Vec<u8>) -> serde_json::Result<()> {
@@ -33,6 +36,90 @@ struct Group {
     /// Empty in snapshots written before groups chose their detector.
     #[serde(default)]
     detector: String,
+    /// Absent when nobody steered the group, and in snapshots written before operators
+    /// could.
+    #[serde(default, skip_serializing_if = "Operator::is_empty")]
+    operator: Operator,
+}
+
+#[derive(Serialize, Deserialize, Default, PartialEq)]
+struct Operator {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    config: Option<Config>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    drained_members: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    drained_labels: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    placements: Vec<(String, String, String, u32)>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    preferred_racks: Vec<(u32, Vec<String>)>,
+}
+
+impl Operator {
+    fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// A group's settings; a field absent takes its default.
+#[derive(Serialize, Deserialize, Default, PartialEq)]
+struct Config {
+    #[serde(default)]
+    departure_delay_ms: u32,
+    #[serde(default)]
+    max_revoking: u32,
+    #[serde(default)]
+    max_revoking_per_member: u32,
+    /// "count" or "load"; anything else reads as "count".
+    #[serde(default)]
+    balance: String,
+    #[serde(default = "default_permille")]
+    churn_budget_permille: u16,
+    #[serde(default = "default_permille")]
+    imbalance_permille: u16,
+}
+
+fn default_permille() -> u16 {
+    GroupConfig::DEFAULT_CHURN_BUDGET_PERMILLE
+}
+
+impl From<&OperatorSnapshot> for Operator {
+    fn from(o: &OperatorSnapshot) -> Self {
+        Self {
+            config: o.config.map(|c| Config {
+                departure_delay_ms: c.departure_delay_ms,
+                max_revoking: c.max_revoking,
+                max_revoking_per_member: c.max_revoking_per_member,
+                balance: c.balance.as_str().to_owned(),
+                churn_budget_permille: c.churn_budget_permille,
+                imbalance_permille: c.imbalance_permille,
+            }),
+            drained_members: o.drained_members.clone(),
+            drained_labels: o.drained_labels.clone(),
+            placements: o.placements.clone(),
+            preferred_racks: o.preferred_racks.clone(),
+        }
+    }
+}
+
+impl From<Operator> for OperatorSnapshot {
+    fn from(o: Operator) -> Self {
+        Self {
+            config: o.config.map(|c| GroupConfig {
+                departure_delay_ms: c.departure_delay_ms,
+                max_revoking: c.max_revoking,
+                max_revoking_per_member: c.max_revoking_per_member,
+                balance: c.balance.parse().unwrap_or(Balance::Count),
+                churn_budget_permille: c.churn_budget_permille,
+                imbalance_permille: c.imbalance_permille,
+            }),
+            drained_members: o.drained_members,
+            drained_labels: o.drained_labels,
+            placements: o.placements,
+            preferred_racks: o.preferred_racks,
+        }
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -167,6 +254,11 @@ impl From<&GroupSnapshot> for Group {
                 .collect(),
             rebalance_pending: s.rebalance_pending.clone(),
             detector: s.detector.clone(),
+            operator: s
+                .operator
+                .as_deref()
+                .map(Operator::from)
+                .unwrap_or_default(),
             instances: s
                 .instances
                 .iter()
@@ -201,6 +293,9 @@ impl From<Group> for GroupSnapshot {
                 .collect(),
             rebalance_pending: g.rebalance_pending,
             detector: g.detector,
+            operator: Some(OperatorSnapshot::from(g.operator))
+                .filter(|o| !o.is_empty())
+                .map(Box::new),
             instances: g
                 .instances
                 .into_iter()

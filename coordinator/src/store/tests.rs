@@ -106,6 +106,7 @@ fn member(id: &str) -> MemberSnapshot {
 
 fn snapshot(group: &str, generation: u32, members: &[&str]) -> GroupSnapshot {
     GroupSnapshot {
+        operator: Default::default(),
         group: group.to_owned(),
         generation,
         topics: vec![("orders".to_owned(), 2), ("payments".to_owned(), 3)],

@@ -1,12 +1,14 @@
-//! DescribeGroup (API key 7, versions 0 to 3): one group's members, their liveness and
+//! DescribeGroup (API key 7, versions 0 to 4): one group's members, their liveness and
 //! partitions; version 1 adds how the group's detector judges each member, version 2
 //! describes the members a page at a time, version 3 adds what the detector has learned
-//! from all the members' gaps together and on what basis each member would be expelled.
+//! from all the members' gaps together and on what basis each member would be expelled,
+//! version 4 the operator's view: the group's settings, drains and reservations, and
+//! each member's placement, drained state and load.
 
 use bytes::{BufMut, BytesMut};
 
 use super::list_groups::decode_state;
-use super::{decode_tps, encode_tps, GroupState, Page, TopicPartitions};
+use super::{decode_tps, encode_tps, GroupSettings, GroupState, Page, TopicPartitions};
 use crate::wire::{put_bool, put_count, put_opt_string, put_string, Reader};
 use crate::{DecodeError, EncodeError};
 
@@ -26,13 +28,19 @@ pub struct DescribeGroupRequest {
     /// summary and each member's expel basis. Without a page it changes nothing: the
     /// request goes at version 0 or 1.
     pub summary: bool,
+    /// Version 4 (with a `page`; its body is version 2's): everything version 3 has,
+    /// and the operator's view of the group and of each member. Without a page it
+    /// changes nothing.
+    pub operator: bool,
 }
 
 impl DescribeGroupRequest {
     /// The lowest version that can carry the request.
     pub(crate) fn version(&self) -> u16 {
         if self.page.is_some() {
-            if self.summary {
+            if self.operator {
+                4
+            } else if self.summary {
                 3
             } else {
                 2
@@ -66,6 +74,7 @@ impl DescribeGroupRequest {
             detection: version >= 1,
             page,
             summary: version >= 3,
+            operator: version >= 4,
         })
     }
 }
@@ -313,6 +322,143 @@ impl MemberDetection {
     }
 }
 
+/// The operator's view of one member (DescribeGroup version 4).
+#[derive(Debug, Clone, Default)]
+pub struct MemberOperator {
+    /// The label it declared at join ("" for none).
+    pub label: String,
+    /// Its rack ("" for none).
+    pub rack: String,
+    /// Its capacity (1 when it declared none).
+    pub capacity: u32,
+    /// Whether it is drained (by its id, its instance or its label).
+    pub drained: bool,
+    /// The sum of the loads it last reported for the partitions it owns.
+    pub load: f64,
+}
+
+/// Loads compare by their bits, so equality is total (a NaN equals itself, and a
+/// decoded load equals what was encoded).
+impl PartialEq for MemberOperator {
+    fn eq(&self, other: &Self) -> bool {
+        self.label == other.label
+            && self.rack == other.rack
+            && self.capacity == other.capacity
+            && self.drained == other.drained
+            && self.load.to_bits() == other.load.to_bits()
+    }
+}
+
+impl Eq for MemberOperator {}
+
+impl MemberOperator {
+    /// Encoded size, bytes.
+    pub fn encoded_len(&self) -> usize {
+        2 + self.label.len() + 2 + self.rack.len() + 4 + 1 + 8
+    }
+
+    fn encode(&self, buf: &mut BytesMut) -> Result<(), EncodeError> {
+        put_string(buf, &self.label)?;
+        put_string(buf, &self.rack)?;
+        buf.put_u32(self.capacity);
+        put_bool(buf, self.drained);
+        buf.put_f64(self.load);
+        Ok(())
+    }
+
+    fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        Ok(Self {
+            label: r.string("label")?,
+            rack: r.string("rack")?,
+            capacity: r.u32("capacity")?,
+            drained: r.bool("drained")?,
+            load: f64::from_bits(r.u64("load")?),
+        })
+    }
+}
+
+/// Partitions kept, unowned, for a departed static member's instance to come back to
+/// (DescribeGroup version 4).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reservation {
+    /// The instance they wait for.
+    pub instance_id: String,
+    /// The member of that instance they were taken from.
+    pub member_id: String,
+    /// How many partitions.
+    pub partitions: u32,
+    /// Milliseconds until the reservation ends and they move.
+    pub remaining_ms: u32,
+}
+
+impl Reservation {
+    /// Encoded size, bytes.
+    pub fn encoded_len(&self) -> usize {
+        2 + self.instance_id.len() + 2 + self.member_id.len() + 4 + 4
+    }
+}
+
+/// The operator's view of a group (DescribeGroup version 4).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GroupOperator {
+    /// Its settings.
+    pub config: GroupSettings,
+    /// The labels drained: a member that joins with one is drained at once.
+    pub drained_labels: Vec<String>,
+    /// Partitions reserved for departed static members.
+    pub reservations: Vec<Reservation>,
+}
+
+impl GroupOperator {
+    /// Encoded size, bytes.
+    pub fn encoded_len(&self) -> usize {
+        GroupSettings::SIZE
+            + 4
+            + self
+                .drained_labels
+                .iter()
+                .map(|l| 2 + l.len())
+                .sum::<usize>()
+            + 4
+            + self
+                .reservations
+                .iter()
+                .map(Reservation::encoded_len)
+                .sum::<usize>()
+    }
+
+    fn encode(&self, buf: &mut BytesMut) -> Result<(), EncodeError> {
+        self.config.encode(buf);
+        put_count(buf, self.drained_labels.len())?;
+        for l in &self.drained_labels {
+            put_string(buf, l)?;
+        }
+        put_count(buf, self.reservations.len())?;
+        for res in &self.reservations {
+            put_string(buf, &res.instance_id)?;
+            put_string(buf, &res.member_id)?;
+            buf.put_u32(res.partitions);
+            buf.put_u32(res.remaining_ms);
+        }
+        Ok(())
+    }
+
+    fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        Ok(Self {
+            config: GroupSettings::decode(r)?,
+            drained_labels: r.array("drained labels", 2, |r| r.string("label"))?,
+            reservations: r.array("reservations", 12, |r| {
+                Ok(Reservation {
+                    instance_id: r.string("instance id")?,
+                    member_id: r.string("member id")?,
+                    partitions: r.u32("partitions")?,
+                    remaining_ms: r.u32("remaining")?,
+                })
+            })?,
+        })
+    }
+}
+
 /// How the coordinator judges a member's liveness right now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Liveness {
@@ -372,6 +518,8 @@ pub struct MemberDescription {
     pub pending_grant: Vec<TopicPartitions>,
     /// How the detector judges it (version 1 only).
     pub detection: Option<MemberDetection>,
+    /// The operator's view of it (version 4 only).
+    pub operator: Option<MemberOperator>,
 }
 
 impl MemberDescription {
@@ -405,6 +553,13 @@ impl MemberDescription {
                 1 | 2 => MemberDetection::SIZE,
                 _ => MemberDetection::SIZE + 1,
             }
+            + if version >= 4 {
+                self.operator
+                    .as_ref()
+                    .map_or(MemberOperator::default().encoded_len(), |o| o.encoded_len())
+            } else {
+                0
+            }
     }
 }
 
@@ -429,6 +584,10 @@ pub struct DescribeGroupResponse {
     /// described remain (ask again with its id as the cursor). `None` is a version 0 or
     /// 1 answer.
     pub more: Option<bool>,
+    /// Version 4 (with `more` and the detection summary): the operator's view of the
+    /// group; each member has its own. Boxed to keep [`Response`](crate::Response)
+    /// small.
+    pub operator: Option<Box<GroupOperator>>,
 }
 
 impl DescribeGroupResponse {
@@ -438,7 +597,9 @@ impl DescribeGroupResponse {
     pub(crate) fn version(&self) -> u16 {
         if self.more.is_some() {
             let summary = self.detection.as_ref().is_some_and(|d| d.summary.is_some());
-            if summary {
+            if self.operator.is_some() {
+                4
+            } else if summary {
                 3
             } else {
                 2
@@ -464,14 +625,16 @@ impl DescribeGroupResponse {
                     2 + d.detector.len()
                         + 1
                         + d.shadow.as_ref().map_or(0, |s| 2 + s.len())
-                        + d.summary.as_ref().map_or(0, |s| {
-                            if version >= 3 {
-                                s.encoded_len()
-                            } else {
-                                0
-                            }
-                        })
+                        + if version >= 3 {
+                            d.summary.as_ref().map_or(
+                                DetectionSummary::encoded_len_of(0),
+                                DetectionSummary::encoded_len,
+                            )
+                        } else {
+                            0
+                        }
                 })
+            + self.operator.as_ref().map_or(0, |o| o.encoded_len())
             + 4
             + self
                 .members
@@ -492,9 +655,15 @@ impl DescribeGroupResponse {
             let d = self.detection.as_deref();
             put_string(buf, d.map_or("", |d| &d.detector))?;
             put_opt_string(buf, d.and_then(|d| d.shadow.as_deref()))?;
-            if let Some(summary) = d.and_then(|d| d.summary.as_ref()).filter(|_| version >= 3) {
-                summary.encode(buf)?;
+            if version >= 3 {
+                match d.and_then(|d| d.summary.as_ref()) {
+                    Some(summary) => summary.encode(buf)?,
+                    None => DetectionSummary::default().encode(buf)?,
+                }
             }
+        }
+        if let Some(o) = self.operator.as_deref().filter(|_| version >= 4) {
+            o.encode(buf)?;
         }
         put_count(buf, self.members.len())?;
         for m in &self.members {
@@ -513,6 +682,9 @@ impl DescribeGroupResponse {
                 if version >= 3 {
                     buf.put_u8(d.expel_basis.unwrap_or_default().to_u8());
                 }
+            }
+            if version >= 4 {
+                m.operator.clone().unwrap_or_default().encode(buf)?;
             }
         }
         if let Some(more) = self.more {
@@ -539,11 +711,17 @@ impl DescribeGroupResponse {
         } else {
             None
         };
+        let operator = if version >= 4 {
+            Some(Box::new(GroupOperator::decode(r)?))
+        } else {
+            None
+        };
         let min_member = 34
             + match version {
                 0 => 0,
                 1 | 2 => MemberDetection::SIZE,
-                _ => MemberDetection::SIZE + 1,
+                3 => MemberDetection::SIZE + 1,
+                _ => MemberDetection::SIZE + 1 + 17,
             };
         let members = r.array("members", min_member, |r| {
             Ok(MemberDescription {
@@ -573,6 +751,11 @@ impl DescribeGroupResponse {
                 } else {
                     None
                 },
+                operator: if version >= 4 {
+                    Some(MemberOperator::decode(r)?)
+                } else {
+                    None
+                },
             })
         })?;
         Ok(Self {
@@ -587,6 +770,7 @@ impl DescribeGroupResponse {
             } else {
                 None
             },
+            operator,
         })
     }
 }

@@ -1,5 +1,6 @@
-//! Heartbeats (API key 9): many members' heartbeats in one frame, for a client that
-//! multiplexes members over one connection; one result per beat, in order.
+//! Heartbeats (API key 9, versions 0 and 1): many members' heartbeats in one frame, for
+//! a client that multiplexes members over one connection; one result per beat, in
+//! order. At version 1 every beat is a Heartbeat version 1 body (with its loads).
 
 use bytes::{BufMut, BytesMut};
 
@@ -27,11 +28,15 @@ impl HeartbeatsRequest {
         beats: impl IntoIterator<Item = &'a HeartbeatRequest>,
         max_frame_size: usize,
     ) -> Vec<usize> {
+        let beats: Vec<&HeartbeatRequest> = beats.into_iter().collect();
+        // A frame with a beat that reports loads goes at version 1, where every beat
+        // has a loads array: counted for all, so that any split fits.
+        let version = beats.iter().map(|b| b.version()).max().unwrap_or(0);
         let empty = HEADER_SIZE + 4;
         let mut sizes = Vec::new();
         let (mut count, mut size) = (0, empty);
         for beat in beats {
-            let len = beat.encoded_len();
+            let len = beat.encoded_len_at(version);
             if count > 0 && (count == MAX_BEATS || size + len > max_frame_size) {
                 sizes.push(count);
                 (count, size) = (0, empty);
@@ -45,18 +50,26 @@ impl HeartbeatsRequest {
         sizes
     }
 
+    /// The lowest version that can carry the request: 1 when a beat reports loads.
+    pub(crate) fn version(&self) -> u16 {
+        u16::from(self.beats.iter().any(|b| !b.loads.is_empty()))
+    }
+
     pub(crate) fn encode(&self, buf: &mut BytesMut) -> Result<(), EncodeError> {
+        let version = self.version();
         put_count(buf, self.beats.len())?;
         for beat in &self.beats {
-            beat.encode(buf)?;
+            beat.encode_at(version, buf)?;
         }
         Ok(())
     }
 
-    pub(crate) fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        // group, member id, generation, sequence, progress, acked revocations: 2+2+4+8+8+4.
+    pub(crate) fn decode(version: u16, r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        // group, member id, generation, sequence, progress, acked revocations: 2+2+4+8+8+4
+        // (and the loads' count at version 1).
+        let min = if version >= 1 { 32 } else { 28 };
         Ok(Self {
-            beats: r.array("beats", 28, HeartbeatRequest::decode)?,
+            beats: r.array("beats", min, |r| HeartbeatRequest::decode(version, r))?,
         })
     }
 }
@@ -171,6 +184,7 @@ mod tests {
             sequence: 1,
             progress: 1,
             acked_revocations: Vec::new(),
+            loads: Vec::new(),
         }
     }
 

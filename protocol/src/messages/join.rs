@@ -1,5 +1,7 @@
-//! Join (API key 1, versions 0 to 2): join a group, or rejoin it with a known member
-//! id; version 1 adds the lease timeout, version 2 the group's failure detector.
+//! Join (API key 1, versions 0 to 3): join a group, or rejoin it with a known member
+//! id; version 1 adds the lease timeout, version 2 the group's failure detector,
+//! version 3 where the member runs (label, rack), its capacity and the preferred racks
+//! of its topics' partitions.
 
 use bytes::{BufMut, BytesMut};
 
@@ -47,12 +49,43 @@ pub struct JoinRequest {
     /// `adaptive`). Empty: the coordinator's default for a new group, whatever the group
     /// uses for an existing one. Any other value needs version 2.
     pub detector: String,
+    /// Where the member runs and how much it can take (version 3). `None`: nothing
+    /// declared (sent at a lower version). Boxed to keep [`Request`](crate::Request)
+    /// small.
+    pub placement: Option<Box<JoinPlacement>>,
+}
+
+/// What a member declares at join about where it runs and how much it can take (Join
+/// version 3). Every field may be left at its default.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JoinPlacement {
+    /// An operator's name for where the member runs (a host name), by which a drain can
+    /// select it. Empty: none.
+    pub label: String,
+    /// The member's rack (zone). Empty: none.
+    pub rack: String,
+    /// Its weight against the other members'. 0: undeclared, counted as 1.
+    pub capacity: u32,
+    /// Preferred racks of the partitions of topics of the subscription.
+    pub topic_racks: Vec<TopicRacks>,
+}
+
+/// The preferred rack of each partition of a topic (Join version 3).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TopicRacks {
+    /// A topic of the subscription.
+    pub topic: String,
+    /// `racks[i]`: the preferred rack of partition `i` ("" for none); as many as the
+    /// subscription gives the topic partitions.
+    pub racks: Vec<String>,
 }
 
 impl JoinRequest {
     /// The lowest version that can carry the request.
     pub(crate) fn version(&self) -> u16 {
-        if !self.detector.is_empty() {
+        if self.placement.is_some() {
+            3
+        } else if !self.detector.is_empty() {
             2
         } else {
             u16::from(self.lease_timeout_ms != 0)
@@ -79,6 +112,19 @@ impl JoinRequest {
         }
         if version >= 2 {
             put_string(buf, &self.detector)?;
+        }
+        if let Some(p) = self.placement.as_deref() {
+            put_string(buf, &p.label)?;
+            put_string(buf, &p.rack)?;
+            buf.put_u32(p.capacity);
+            put_count(buf, p.topic_racks.len())?;
+            for t in &p.topic_racks {
+                put_string(buf, &t.topic)?;
+                put_count(buf, t.racks.len())?;
+                for rack in &t.racks {
+                    put_string(buf, rack)?;
+                }
+            }
         }
         Ok(())
     }
@@ -108,6 +154,21 @@ impl JoinRequest {
                 r.string("detector")?
             } else {
                 String::new()
+            },
+            placement: if version >= 3 {
+                Some(Box::new(JoinPlacement {
+                    label: r.string("label")?,
+                    rack: r.string("rack")?,
+                    capacity: r.u32("capacity")?,
+                    topic_racks: r.array("topic racks", 6, |r| {
+                        Ok(TopicRacks {
+                            topic: r.string("topic")?,
+                            racks: r.array("racks", 2, |r| r.string("rack"))?,
+                        })
+                    })?,
+                }))
+            } else {
+                None
             },
         })
     }

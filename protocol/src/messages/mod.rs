@@ -9,10 +9,12 @@ mod assignment;
 mod authenticate;
 mod commit_offsets;
 mod describe_group;
+mod drain;
 mod error;
 mod expelled;
 mod fetch_offsets;
 mod find_coordinator;
+mod group_config;
 mod heartbeat;
 mod heartbeats;
 mod join;
@@ -34,17 +36,20 @@ pub use self::commit_offsets::{
 };
 pub use self::describe_group::{
     DescribeGroupRequest, DescribeGroupResponse, DetectionSummary, ExpelBasis, GroupDetection,
-    Liveness, MemberDescription, MemberDetection, TailCount,
+    GroupOperator, Liveness, MemberDescription, MemberDetection, MemberOperator, Reservation,
+    TailCount,
 };
+pub use self::drain::{DrainRequest, DrainResponse};
 pub use self::error::ErrorResponse;
 pub use self::expelled::{ExpelReason, ExpelledPush};
 pub use self::fetch_offsets::{
     CommittedOffset, FetchOffsetsRequest, FetchOffsetsResponse, OffsetCursor,
 };
 pub use self::find_coordinator::{FindCoordinatorRequest, FindCoordinatorResponse};
-pub use self::heartbeat::{HeartbeatRequest, HeartbeatResponse};
+pub use self::group_config::{AlterGroupConfigRequest, AlterGroupConfigResponse, GroupSettings};
+pub use self::heartbeat::{HeartbeatRequest, HeartbeatResponse, PartitionLoad};
 pub use self::heartbeats::{HeartbeatResult, HeartbeatsRequest, HeartbeatsResponse, MAX_BEATS};
-pub use self::join::{JoinRequest, JoinResponse, TopicSubscription};
+pub use self::join::{JoinPlacement, JoinRequest, JoinResponse, TopicRacks, TopicSubscription};
 pub use self::leave::{LeaveMode, LeaveRequest};
 pub use self::list_coordinators::{
     CoordinatorListing, ListCoordinatorsRequest, ListCoordinatorsResponse,
@@ -132,6 +137,10 @@ pub enum Request {
     FindCoordinator(FindCoordinatorRequest),
     /// The cluster's other coordinators (API key 13).
     ListCoordinators(ListCoordinatorsRequest),
+    /// Drain or undrain members (API key 14).
+    Drain(DrainRequest),
+    /// Read or change a group's operator settings (API key 15).
+    AlterGroupConfig(AlterGroupConfigRequest),
 }
 
 impl Request {
@@ -152,6 +161,8 @@ impl Request {
             Self::Authenticate(_) => ApiKey::Authenticate,
             Self::FindCoordinator(_) => ApiKey::FindCoordinator,
             Self::ListCoordinators(_) => ApiKey::ListCoordinators,
+            Self::Drain(_) => ApiKey::Drain,
+            Self::AlterGroupConfig(_) => ApiKey::AlterGroupConfig,
         }
     }
 
@@ -167,6 +178,8 @@ impl Request {
             Self::Relinquish(r) => Some(&r.group),
             Self::TraceGroup(r) => Some(&r.group),
             Self::FindCoordinator(r) => Some(&r.group),
+            Self::Drain(r) => Some(&r.group),
+            Self::AlterGroupConfig(r) => Some(&r.group),
             Self::ApiVersions(_)
             | Self::ListGroups(_)
             | Self::Heartbeats(_)
@@ -184,6 +197,8 @@ impl Request {
             Self::ListGroups(r) => r.version(),
             Self::FetchOffsets(r) => r.version(),
             Self::TraceGroup(r) => r.version(),
+            Self::Heartbeat(r) => r.version(),
+            Self::Heartbeats(r) => r.version(),
             _ => 0,
         }
     }
@@ -204,6 +219,8 @@ impl Request {
             Self::Authenticate(r) => r.encode(buf),
             Self::FindCoordinator(r) => r.encode(buf),
             Self::ListCoordinators(r) => r.encode(buf),
+            Self::Drain(r) => r.encode(buf),
+            Self::AlterGroupConfig(r) => r.encode(buf),
         }
     }
 
@@ -215,18 +232,20 @@ impl Request {
         Ok(match key {
             ApiKey::ApiVersions => Self::ApiVersions(ApiVersionsRequest::decode(r)?),
             ApiKey::Join => Self::Join(JoinRequest::decode(version, r)?),
-            ApiKey::Heartbeat => Self::Heartbeat(HeartbeatRequest::decode(r)?),
+            ApiKey::Heartbeat => Self::Heartbeat(HeartbeatRequest::decode(version, r)?),
             ApiKey::Leave => Self::Leave(LeaveRequest::decode(version, r)?),
             ApiKey::CommitOffsets => Self::CommitOffsets(CommitOffsetsRequest::decode(r)?),
             ApiKey::FetchOffsets => Self::FetchOffsets(FetchOffsetsRequest::decode(version, r)?),
             ApiKey::ListGroups => Self::ListGroups(ListGroupsRequest::decode(version, r)?),
             ApiKey::DescribeGroup => Self::DescribeGroup(DescribeGroupRequest::decode(version, r)?),
             ApiKey::Relinquish => Self::Relinquish(RelinquishRequest::decode(r)?),
-            ApiKey::Heartbeats => Self::Heartbeats(HeartbeatsRequest::decode(r)?),
+            ApiKey::Heartbeats => Self::Heartbeats(HeartbeatsRequest::decode(version, r)?),
             ApiKey::TraceGroup => Self::TraceGroup(TraceGroupRequest::decode(version, r)?),
             ApiKey::Authenticate => Self::Authenticate(AuthenticateRequest::decode(r)?),
             ApiKey::FindCoordinator => Self::FindCoordinator(FindCoordinatorRequest::decode(r)?),
             ApiKey::ListCoordinators => Self::ListCoordinators(ListCoordinatorsRequest::decode(r)?),
+            ApiKey::Drain => Self::Drain(DrainRequest::decode(r)?),
+            ApiKey::AlterGroupConfig => Self::AlterGroupConfig(AlterGroupConfigRequest::decode(r)?),
         })
     }
 }
@@ -262,6 +281,10 @@ pub enum Response {
     FindCoordinator(FindCoordinatorResponse),
     /// Answer to ListCoordinators: the cluster's other coordinators.
     ListCoordinators(ListCoordinatorsResponse),
+    /// Answer to Drain: the members it changed.
+    Drain(DrainResponse),
+    /// Answer to AlterGroupConfig: the group's settings.
+    AlterGroupConfig(AlterGroupConfigResponse),
     /// Any request refused.
     Error(ErrorResponse),
 }
@@ -294,6 +317,8 @@ impl Response {
             Self::Authenticate(_) => ApiKey::Authenticate,
             Self::FindCoordinator(_) => ApiKey::FindCoordinator,
             Self::ListCoordinators(_) => ApiKey::ListCoordinators,
+            Self::Drain(_) => ApiKey::Drain,
+            Self::AlterGroupConfig(_) => ApiKey::AlterGroupConfig,
             Self::Error(e) => return e.api_key,
         };
         key as u16
@@ -320,14 +345,16 @@ impl Response {
             Self::Authenticate(r) => r.encode(buf),
             Self::FindCoordinator(r) => r.encode(buf),
             Self::ListCoordinators(r) => r.encode(buf),
+            Self::Drain(r) => r.encode(buf),
+            Self::AlterGroupConfig(r) => r.encode(buf),
             Self::Error(_) => unreachable!("handled above"),
         }
     }
 
     /// The API version the response is encoded in: 0, except the answers whose body
     /// changed with their request's version: a DescribeGroup answer carrying detection
-    /// details (1), a page of members (2) or a page with the group's detection summary
-    /// (3), a ListGroups or FetchOffsets answer carrying a page (1), and a TraceGroup
+    /// details (1), a page of members (2), a page with the group's detection summary
+    /// (3) or with the operator's view too (4), a ListGroups or FetchOffsets answer carrying a page (1), and a TraceGroup
     /// answer carrying events (1).
     pub fn version(&self) -> u16 {
         match self {
@@ -372,6 +399,10 @@ impl Response {
             ApiKey::FindCoordinator => Self::FindCoordinator(FindCoordinatorResponse::decode(r)?),
             ApiKey::ListCoordinators => {
                 Self::ListCoordinators(ListCoordinatorsResponse::decode(r)?)
+            }
+            ApiKey::Drain => Self::Drain(DrainResponse::decode(r)?),
+            ApiKey::AlterGroupConfig => {
+                Self::AlterGroupConfig(AlterGroupConfigResponse::decode(r)?)
             }
         })
     }

@@ -54,6 +54,7 @@ pub(super) enum Pace {
 /// `m<n>-<start ms, hex><nonce, hex>-<shard>`).
 pub(super) fn heartbeat(i: usize, groups: usize, start_ms: u128) -> HeartbeatRequest {
     HeartbeatRequest {
+        loads: Vec::new(),
         group: group_name(i % groups).into(),
         member_id: format!("m{i}-{start_ms:x}{:04x}-{}", 0x5eed, i % 2).into(),
         generation: 1,

@@ -3,6 +3,7 @@ use rollcall_protocol::{GroupDetection, GroupState, Liveness, MemberDescription,
 
 fn member(id: &str, p50: u32, p99: u32, p999: u32, max: u32) -> MemberDescription {
     MemberDescription {
+        operator: None,
         member_id: id.into(),
         instance_id: None,
         client_id: "c".into(),
@@ -38,6 +39,7 @@ fn with_summary(
     summary: Option<DetectionSummary>,
 ) -> DescribeGroupResponse {
     DescribeGroupResponse {
+        operator: None,
         group: "g".into(),
         state: GroupState::Stable,
         generation: 3,

@@ -106,6 +106,19 @@ pub(crate) struct Placement {
     pub(crate) capacity: u32,
 }
 
+impl Placement {
+    /// A placement as declared (a capacity of 0 counts as 1), or `None` when it is
+    /// the default.
+    pub(crate) fn boxed(label: &str, rack: &str, capacity: u32) -> Option<Box<Self>> {
+        let p = Self {
+            label: label.into(),
+            rack: rack.into(),
+            capacity: capacity.max(1),
+        };
+        (p != Self::default()).then(|| Box::new(p))
+    }
+}
+
 impl Default for Placement {
     fn default() -> Self {
         Self {

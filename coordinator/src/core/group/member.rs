@@ -45,6 +45,15 @@ impl Timeouts {
     }
 }
 
+/// What a member declared about itself at join beyond its subscription and timeouts.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct About {
+    /// Its free-form client name.
+    pub(crate) client_id: Box<str>,
+    /// Where it runs and what it can take, if it declared any of it.
+    pub(crate) placement: Option<Box<super::Placement>>,
+}
+
 /// One member of a group.
 ///
 /// Laid out for the renewal, the coordinator's most frequent work: a member's lines
@@ -103,9 +112,9 @@ pub(crate) struct Member {
     // What a renewal does not touch.
     pub(crate) id: Arc<str>,
     pub(crate) instance_id: Option<Box<str>>,
-    pub(crate) client_id: Box<str>,
-    /// Where it runs and what it can take, if it declared any of it at join.
-    pub(crate) placement: Option<Box<super::Placement>>,
+    /// What it declared about itself that only joins, describes, snapshots and
+    /// rebalances read (one box, so that a member stays within 512 bytes).
+    pub(crate) about: Box<About>,
     pub(crate) join_token: u64,
     /// Topic indexes, ascending.
     pub(crate) subscription: Box<[u32]>,

@@ -10,6 +10,7 @@ use super::super::guards::Hold;
 use super::super::liveness::{Beat, Transition, Watch};
 use super::super::timers::TimerKey;
 use super::super::{ConnId, Event, RebalanceCause, ShadowVerdict, TopicPartition};
+use super::member::About;
 use super::{Ctx, Expiry, Group, Held, Member, PartitionSet, Timeouts};
 
 impl Group {
@@ -28,8 +29,10 @@ impl Group {
         Member {
             id,
             instance_id: instance_id.map(String::into_boxed_str),
-            client_id: client_id.into_boxed_str(),
-            placement: None,
+            about: Box::new(About {
+                client_id: client_id.into_boxed_str(),
+                placement: None,
+            }),
             join_token,
             conn,
             timeouts,

@@ -17,7 +17,7 @@ mod roster;
 mod throttle;
 mod topics;
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -55,7 +55,7 @@ impl Ctx<'_> {
         }
     }
 
-    fn event(&mut self, event: Event) {
+    pub(crate) fn event(&mut self, event: Event) {
         self.outputs.push_back(Output::Event(event));
     }
 }
@@ -135,6 +135,14 @@ pub(crate) struct Group {
     /// What the operator set (AlterGroupConfig); the default for a group nobody
     /// configured.
     pub(crate) config: GroupConfig,
+    /// Drained member ids, and the instance ids of drained static members (a new
+    /// incarnation of the instance is drained too). Durable.
+    pub(crate) drained_members: BTreeSet<Box<str>>,
+    /// Drained labels: a member with one is drained, however late it joins. Durable.
+    pub(crate) drained_labels: BTreeSet<Box<str>>,
+    /// The last load each partition's owner reported (not durable; a partition keeps
+    /// its load when it moves).
+    pub(crate) loads: HashMap<TopicPartition, f64>,
     pub(crate) topics: Vec<Topic>,
     pub(crate) topic_index: HashMap<String, u32>,
     pub(crate) members: Roster,
@@ -217,6 +225,9 @@ impl Group {
             fleet: Fleet::default(),
             generation: generation_floor,
             config: GroupConfig::default(),
+            drained_members: BTreeSet::new(),
+            drained_labels: BTreeSet::new(),
+            loads: HashMap::new(),
             topics: Vec::new(),
             topic_index: HashMap::new(),
             members: Roster::default(),
@@ -271,7 +282,11 @@ impl Group {
     /// A group with no members, no offsets, nothing held and no static instances to
     /// fence can be forgotten (its generation lives on in the coordinator's floor).
     pub(crate) fn is_disposable(&self) -> bool {
+        // Drained member ids of members that are gone mean nothing (and a drained
+        // static instance is among `instances`).
         self.members.is_empty()
+            && self.config.is_default()
+            && self.drained_labels.is_empty()
             && self.offsets.is_empty()
             && self.held.is_empty()
             && self.instances.is_empty()

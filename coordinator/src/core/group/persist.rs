@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use rollcall_protocol::{MemberDescription, MemberDetection};
 
 use super::super::records::{
-    GroupSnapshot, HeldSnapshot, InstanceSnapshot, MemberSnapshot, WaitSnapshot,
+    GroupSnapshot, HeldSnapshot, InstanceSnapshot, MemberSnapshot, OperatorSnapshot, WaitSnapshot,
 };
 use super::super::{CoreConfig, DetectorKind, RebalanceCause, TopicPartition};
 use super::member::{checkpoint_interval, Revocation, NO_BEAT, UNHEARD};
@@ -27,7 +27,7 @@ impl Group {
         MemberDescription {
             member_id: m.id.to_string(),
             instance_id: m.instance_id.as_deref().map(str::to_owned),
-            client_id: m.client_id.to_string(),
+            client_id: m.about.client_id.to_string(),
             liveness: m.liveness.liveness(now),
             since_heartbeat_ms: duration_ms(now.saturating_duration_since(m.liveness.last_heard())),
             since_progress_ms: duration_ms(now.saturating_duration_since(m.last_progress_at)),
@@ -35,6 +35,7 @@ impl Group {
             pending_revoke: self.to_wire(&pending_revoke),
             pending_grant: self.to_wire(&pending_grant),
             detection: detection.map(|config| describe_detection(m, now, config)),
+            operator: None,
         }
     }
 
@@ -70,7 +71,7 @@ impl Group {
                 .map(|m| MemberSnapshot {
                     member_id: m.id.to_string(),
                     instance_id: m.instance_id.as_deref().map(str::to_owned),
-                    client_id: m.client_id.to_string(),
+                    client_id: m.about.client_id.to_string(),
                     join_token: m.join_token,
                     session_timeout_ms: m.timeouts.session_ms,
                     progress_timeout_ms: m.timeouts.progress_ms,
@@ -117,6 +118,66 @@ impl Group {
             rebalance_pending: self.pending.as_ref().map(|p| p.cause.as_str().to_owned()),
             detector: self.detector.kind().as_str().to_owned(),
             instances,
+            operator: Some(self.operator_snapshot())
+                .filter(|o| !o.is_empty())
+                .map(Box::new),
+        }
+    }
+
+    /// The operator's durable state of the group.
+    fn operator_snapshot(&self) -> OperatorSnapshot {
+        OperatorSnapshot {
+            config: (!self.config.is_default()).then_some(self.config),
+            // Only those of members still here, or of static instances (which may come
+            // back): a dynamic member that is gone never does.
+            drained_members: self
+                .drained_members
+                .iter()
+                .filter(|d| self.members.contains_key(d) || self.instances.contains_key(&***d))
+                .map(|m| m.to_string())
+                .collect(),
+            drained_labels: self.drained_labels.iter().map(|l| l.to_string()).collect(),
+            placements: self
+                .members
+                .values()
+                .filter_map(|m| {
+                    let p = m.about.placement.as_deref()?;
+                    Some((
+                        m.id.to_string(),
+                        p.label.to_string(),
+                        p.rack.to_string(),
+                        p.capacity,
+                    ))
+                })
+                .collect(),
+            preferred_racks: self
+                .topics
+                .iter()
+                .enumerate()
+                .filter_map(|(i, t)| {
+                    let racks = t.preferred_racks.as_deref()?;
+                    Some((i as u32, racks.iter().map(|r| r.to_string()).collect()))
+                })
+                .collect(),
+        }
+    }
+
+    /// Restores what [`Self::operator_snapshot`] recorded (before the members are
+    /// inserted: `placements` are looked up as they are).
+    fn restore_operator(&mut self, o: &OperatorSnapshot) {
+        self.config = o.config.unwrap_or_default();
+        self.drained_members = o
+            .drained_members
+            .iter()
+            .map(|m| m.as_str().into())
+            .collect();
+        self.drained_labels = o.drained_labels.iter().map(|l| l.as_str().into()).collect();
+        for (topic, racks) in &o.preferred_racks {
+            if let Some(t) = self.topics.get_mut(*topic as usize) {
+                if racks.len() == t.partitions as usize {
+                    t.preferred_racks = Some(racks.iter().map(|r| r.as_str().into()).collect());
+                }
+            }
         }
     }
 
@@ -152,8 +213,11 @@ impl Group {
                 name,
                 partitions,
                 subscribers: 0,
+                preferred_racks: None,
             });
         }
+        let operator = snapshot.operator.unwrap_or_default();
+        group.restore_operator(&operator);
         let topic_count = group.topics.len() as u32;
         let tp = |(topic, partition): &(u32, u32)| TopicPartition {
             topic: *topic,
@@ -201,6 +265,11 @@ impl Group {
                 subscription,
             );
             member.generation = ms.generation;
+            if let Some((_, label, rack, capacity)) =
+                operator.placements.iter().find(|p| p.0 == ms.member_id)
+            {
+                member.about.placement = super::Placement::boxed(label, rack, *capacity);
+            }
             carried |= resume_waits(&mut member, now, ms.progress, &ms.revoking, &tp);
             // Heartbeats renew the lease without a snapshot: any lease promised before
             // the restart ends within a lease timeout of it, or later if a longer one

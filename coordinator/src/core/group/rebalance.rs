@@ -52,7 +52,8 @@ impl Group {
             .members
             .values()
             .map(|m| AssignorMember {
-                capacity: m.placement.as_ref().map_or(1, |p| p.capacity.max(1)),
+                capacity: m.about.placement.as_ref().map_or(1, |p| p.capacity.max(1)),
+                excluded: self.is_drained(m),
                 ..AssignorMember::new(&m.id, &m.subscription, m.owned.as_slice())
             })
             .collect();

@@ -15,6 +15,9 @@ pub(crate) struct Topic {
     pub(crate) partitions: u32,
     /// Members subscribing to it; a topic with none is no longer part of the work.
     pub(crate) subscribers: u32,
+    /// The preferred rack of each partition (the last join that declared them wins;
+    /// durable). "" for none.
+    pub(crate) preferred_racks: Option<Box<[Box<str>]>>,
 }
 
 impl Group {
@@ -130,6 +133,7 @@ impl Group {
                         name: name.clone(),
                         partitions: *count,
                         subscribers: 0,
+                        preferred_racks: None,
                     });
                     self.topic_index.insert(name.clone(), idx);
                     (idx, 0)

@@ -96,6 +96,16 @@ impl Coordinator {
         r: HeartbeatRequest,
         slot: &mut u32,
     ) -> Response {
+        if let Some(bad) = r.loads.iter().find(|l| !l.load.is_finite() || l.load < 0.0) {
+            return refuse(
+                ApiKey::Heartbeat,
+                ErrorCode::InvalidRequest,
+                format!(
+                    "load {} of {}/{} must be finite and not negative",
+                    bad.load, bad.topic, bad.partition
+                ),
+            );
+        }
         let (groups, mut ctx) = self.parts(now);
         let Some(group) = groups.get_mut(&*r.group) else {
             return Self::member_gone(None, ApiKey::Heartbeat, &r.member_id);
@@ -107,6 +117,9 @@ impl Coordinator {
         };
         let members = group.members.len();
         *slot = at as u32;
+        if !r.loads.is_empty() {
+            group.record_loads(at, &r.loads);
+        }
         let m = group.members.at_mut(at);
         if r.generation > group_generation {
             return refuse(

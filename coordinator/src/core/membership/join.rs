@@ -53,7 +53,7 @@ impl Coordinator {
         match live_member(group, &r, &subscription) {
             Err(resp) => return resp,
             Ok(Some(id)) => {
-                return Self::rejoin(
+                let response = Self::rejoin(
                     group,
                     &mut ctx,
                     conn,
@@ -61,7 +61,17 @@ impl Coordinator {
                     &subscription,
                     timeouts,
                     room.partitions,
-                )
+                );
+                if let (Response::Join(_), Some(p)) = (&response, r.placement.as_deref()) {
+                    // A new label may drain the member, or undrain it.
+                    let drained = |g: &Group| g.members.get(&id).is_some_and(|m| g.is_drained(m));
+                    let before = drained(group);
+                    group.apply_placement(&id, p);
+                    if drained(group) != before {
+                        group.trigger_rebalance(&mut ctx, RebalanceCause::Operator);
+                    }
+                }
+                return response;
             }
             Ok(None) => {}
         }
@@ -151,6 +161,10 @@ impl Coordinator {
             timeouts,
             topics,
         );
+        if let Some(p) = r.placement.as_deref() {
+            member.about.placement =
+                super::super::group::Placement::boxed(&p.label, &p.rack, p.capacity);
+        }
         match replacing {
             Some(old) => {
                 group.replace_member(&mut ctx, &old, member, subscription_changed);
@@ -171,6 +185,10 @@ impl Coordinator {
                     group.trigger_rebalance(&mut ctx, RebalanceCause::Join);
                 }
             }
+        }
+        if let Some(p) = r.placement.as_deref() {
+            // The topics' preferred racks (the member's placement is already set).
+            group.apply_placement(&member_id, p);
         }
         Response::Join(JoinResponse {
             member_id: member_id.to_string(),
@@ -307,7 +325,7 @@ fn live_member(
             .filter(|id| {
                 group.members.get(id).is_some_and(|m| {
                     m.instance_id.as_deref() == r.instance_id.as_deref()
-                        && *m.client_id == *r.client_id
+                        && *m.about.client_id == *r.client_id
                         && group.subscription_is(m, subscription)
                 })
             })

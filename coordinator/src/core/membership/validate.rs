@@ -26,6 +26,16 @@ impl Coordinator {
         }
         check_detector(r)?;
         check_topics(r)?;
+        if let Some(p) = r.placement.as_deref() {
+            let subscription: Vec<(String, u32)> = r
+                .subscription
+                .iter()
+                .map(|t| (t.topic.clone(), t.partitions))
+                .collect();
+            if let Err(message) = super::super::operate::check_placement(p, &subscription) {
+                return bad(ErrorCode::InvalidRequest, message);
+            }
+        }
         check_timeouts(r, &self.config)
     }
 }

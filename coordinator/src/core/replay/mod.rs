@@ -421,6 +421,7 @@ impl GroupReplay {
         self.next_token += 1;
         let c = &self.members[member];
         let request = JoinRequest {
+            placement: None,
             group: GROUP.to_owned(),
             member_id: None,
             instance_id: None,
@@ -472,6 +473,7 @@ impl GroupReplay {
         };
         c.progress += 1;
         let request = HeartbeatRequest {
+            loads: Vec::new(),
             group: GROUP.into(),
             member_id: id.into(),
             generation: c.generation,

@@ -9,6 +9,7 @@ pub(super) mod detection;
 mod effects;
 mod fleet;
 mod leases;
+mod operator;
 mod pages;
 mod quotas;
 mod reservations;
@@ -145,6 +146,7 @@ impl TestContext {
     pub(super) fn join_request(&mut self, group: &str, spec: &[(&str, u32)]) -> JoinRequest {
         self.next_token += 1;
         JoinRequest {
+            placement: None,
             group: group.to_owned(),
             member_id: None,
             instance_id: None,
@@ -186,6 +188,7 @@ impl TestContext {
         self.request(
             m.conn,
             Request::Heartbeat(HeartbeatRequest {
+                loads: Vec::new(),
                 group: m.group.clone().into(),
                 member_id: m.id.clone().into(),
                 generation,
@@ -207,6 +210,7 @@ impl TestContext {
         self.request(
             m.conn,
             Request::Heartbeat(HeartbeatRequest {
+                loads: Vec::new(),
                 group: m.group.clone().into(),
                 member_id: m.id.clone().into(),
                 generation,
@@ -278,6 +282,7 @@ impl TestContext {
         match self.request(
             0,
             Request::DescribeGroup(rollcall_protocol::DescribeGroupRequest {
+                operator: false,
                 group: group.to_owned(),
                 detection: true,
                 page: None,
@@ -343,6 +348,7 @@ impl TestContext {
     /// Checks the core's central invariant: no partition is owned by two members.
     pub(super) fn assert_exclusive(&mut self, group: &str) {
         let request = Request::DescribeGroup(rollcall_protocol::DescribeGroupRequest {
+            operator: false,
             group: group.to_owned(),
             detection: true,
             page: None,

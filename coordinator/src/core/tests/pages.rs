@@ -166,6 +166,7 @@ fn describe_pages_describe_every_member_once_with_detection() {
         let response = t.request(
             0,
             Request::DescribeGroup(DescribeGroupRequest {
+                operator: false,
                 group: "g".into(),
                 detection: true,
                 page: Some(Page { after, limit: 0 }),
@@ -204,6 +205,7 @@ fn describe_pages_at_version_3_carry_the_summary_and_every_expel_basis() {
         let response = t.request(
             0,
             Request::DescribeGroup(DescribeGroupRequest {
+                operator: false,
                 group: "g".into(),
                 detection: true,
                 page: Some(Page { after, limit: 0 }),
@@ -232,6 +234,7 @@ fn describe_pages_at_version_3_carry_the_summary_and_every_expel_basis() {
     let response = t.request(
         0,
         Request::DescribeGroup(DescribeGroupRequest {
+            operator: false,
             group: "g".into(),
             detection: true,
             page: None,
@@ -255,6 +258,7 @@ fn a_page_always_holds_at_least_one_entry() {
     let response = t.request(
         0,
         Request::DescribeGroup(DescribeGroupRequest {
+            operator: false,
             group: "g".into(),
             detection: true,
             page: Some(Page::default()),

@@ -548,6 +548,7 @@ fn stale_generation_in_a_heartbeat_gets_the_assignment_pushed_again() {
     let resp = t.request(
         1,
         Request::Heartbeat(rollcall_protocol::HeartbeatRequest {
+            loads: Vec::new(),
             group: "g".into(),
             member_id: a.id.clone().into(),
             generation: 0,
@@ -564,6 +565,7 @@ fn stale_generation_in_a_heartbeat_gets_the_assignment_pushed_again() {
     let resp = t.request(
         1,
         Request::Heartbeat(rollcall_protocol::HeartbeatRequest {
+            loads: Vec::new(),
             group: "g".into(),
             member_id: a.id.clone().into(),
             generation: 99,
@@ -941,6 +943,7 @@ fn next_beat(t: &TestContext, m: &mut M) -> rollcall_protocol::HeartbeatRequest 
     m.seq += 1;
     m.progress += 1;
     rollcall_protocol::HeartbeatRequest {
+        loads: Vec::new(),
         group: m.group.clone().into(),
         member_id: m.id.clone().into(),
         generation: t.generation_of(m),

@@ -78,6 +78,7 @@ fn beat(t: &mut TestContext, view: &mut View, m: &mut M, acks: &[Tp]) -> Respons
             sequence: m.seq,
             progress: m.progress,
             acked_revocations: unflatten(acks),
+            loads: Vec::new(),
         }),
     );
     view.absorb(t);

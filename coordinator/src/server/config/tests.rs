@@ -64,11 +64,13 @@ fn partition_limit_must_fit_the_frame() {
     let describe = Frame::response(
         1,
         Response::DescribeGroup(DescribeGroupResponse {
+            operator: None,
             group: name('g'),
             state: GroupState::Reconciling,
             generation: 7,
             assignor: name('a'),
             members: vec![MemberDescription {
+                operator: None,
                 member_id: "m".repeat(crate::core::MAX_MEMBER_ID_BYTES),
                 instance_id: Some(name('i')),
                 client_id: name('c'),

@@ -6,6 +6,7 @@
 use rollcall_protocol::{AuthenticateResponse, Request};
 
 use super::*;
+use crate::core::Authority;
 use crate::server::auth::{Operation, Step};
 
 /// What became of a request at the access check.
@@ -29,6 +30,22 @@ pub(super) fn not_authorized(api: ApiKey) -> Response {
 }
 
 impl Connection {
+    /// The authority this connection's identity has over an operator's request on
+    /// `group`: an operator's without access rules or with `admin` on the group, else a
+    /// member's (which may drain only members bound to this connection).
+    pub(super) fn authority(&mut self, group: &str) -> Authority {
+        match self.auth.as_mut() {
+            Some(auth) if self.ctx.security.is_some() => {
+                if auth.allows(Operation::Admin, group) {
+                    Authority::Operator
+                } else {
+                    Authority::Member
+                }
+            }
+            _ => Authority::Operator,
+        }
+    }
+
     /// Counts the connection against its principal's limit once it has one; answers
     /// `too_many_connections` and closes if the principal has its maximum.
     fn hold_principal(
@@ -146,6 +163,13 @@ impl Connection {
             _ => {
                 let group = request.group().unwrap_or_default();
                 if auth.allows(operation, group) {
+                    return Access::Pass(request);
+                }
+                // A member's drain of itself needs only `join`; the core checks that the
+                // member is bound to this connection (see `Connection::authority`).
+                if matches!(&request, Request::Drain(d) if !d.member_id.is_empty())
+                    && auth.allows(Operation::Join, group)
+                {
                     return Access::Pass(request);
                 }
                 self.ctx

@@ -257,7 +257,14 @@ impl Connection {
         reply: Reply,
     ) -> Option<Exit> {
         self.used_shards[shard] = true;
-        match self.ctx.shards[shard].request(self.id, request, reply) {
+        let authority = match &request {
+            Request::Drain(_) | Request::AlterGroupConfig(_) => {
+                let group = request.group().unwrap_or_default().to_owned();
+                self.authority(&group)
+            }
+            _ => crate::core::Authority::Operator,
+        };
+        match self.ctx.shards[shard].request_as(self.id, request, reply, authority) {
             Handled::Answered | Handled::Staged => None,
             Handled::Unavailable(reply) => {
                 let api = match &reply {

@@ -144,6 +144,7 @@ async fn a_full_shard_stalls_only_the_connections_that_use_it() {
     }
     let describe = |group: &str| {
         Request::DescribeGroup(DescribeGroupRequest {
+            operator: false,
             group: group.into(),
             detection: false,
             page: None,

@@ -185,7 +185,20 @@ impl Shard {
     /// Handles a request from `conn` (called on that connection's task): answered
     /// through `reply` at once if nothing it reveals is pending, otherwise staged and
     /// answered by the sender stage once durable.
+    #[cfg(test)]
     pub(crate) fn request(&self, conn: ConnId, request: Request, reply: Reply) -> Handled {
+        self.request_as(conn, request, reply, crate::core::Authority::Operator)
+    }
+
+    /// As [`Self::request`], with the authority the connection's identity has over an
+    /// operator's request (see `Coordinator::handle_request_as`).
+    pub(crate) fn request_as(
+        &self,
+        conn: ConnId,
+        request: Request,
+        reply: Reply,
+        authority: crate::core::Authority,
+    ) -> Handled {
         if self.ctx.failed.load(Ordering::Acquire) {
             return Handled::Unavailable(reply);
         }
@@ -221,7 +234,9 @@ impl Shard {
             response,
             wrote,
             joined,
-        } = st.core.handle_request(now.into_std(), conn, request);
+        } = st
+            .core
+            .handle_request_as(now.into_std(), conn, request, authority);
         // The answer first, then the pushes it caused.
         let handled = if pending || wrote {
             st.open.outgoing.push(Outgoing::Response {

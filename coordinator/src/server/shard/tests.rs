@@ -233,6 +233,7 @@ impl TwoShards {
 
 fn join(group: &str, token: u64) -> Request {
     Request::Join(JoinRequest {
+        placement: None,
         group: group.to_owned(),
         member_id: None,
         instance_id: None,
@@ -257,6 +258,7 @@ fn beat(
     acks: Vec<TopicPartitions>,
 ) -> HeartbeatRequest {
     HeartbeatRequest {
+        loads: Vec::new(),
         group: group.into(),
         member_id: member.into(),
         generation,

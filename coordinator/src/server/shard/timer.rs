@@ -127,4 +127,6 @@ fn refresh_gauges(m: &Metrics, stats: CoreStats, before: CoreStats) {
         .increment(delta(stats.partitions_reserved, before.partitions_reserved));
     m.revocations_waiting
         .increment(delta(stats.revocations_waiting, before.revocations_waiting));
+    m.drained_members
+        .increment(delta(stats.members_drained, before.members_drained));
 }

@@ -89,6 +89,7 @@ fn redb_restores_a_file_that_kept_one_floor_for_every_group() {
     let now = Instant::now();
     core.restore(now, state);
     let join = rollcall_protocol::Request::Join(rollcall_protocol::JoinRequest {
+        placement: None,
         group: "new".into(),
         member_id: None,
         instance_id: None,

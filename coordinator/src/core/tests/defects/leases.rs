@@ -116,6 +116,7 @@ fn an_acknowledgement_or_commit_from_an_earlier_ownership_does_not_act_on_the_ne
     // The frame of the first ownership, kept to be read late.
     a.seq += 1;
     let late_ack = Request::Heartbeat(HeartbeatRequest {
+        loads: Vec::new(),
         group: "g".into(),
         member_id: a.id.clone().into(),
         generation: earlier_generation,

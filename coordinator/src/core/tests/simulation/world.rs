@@ -532,6 +532,7 @@ impl World {
         }
         for group in touched {
             let request = Request::DescribeGroup(DescribeGroupRequest {
+                operator: false,
                 group: group.clone(),
                 detection: true,
                 page: None,
@@ -962,6 +963,7 @@ impl World {
                 continue;
             }
             let request = Request::DescribeGroup(DescribeGroupRequest {
+                operator: false,
                 group: name.clone(),
                 detection: true,
                 page: None,
