@@ -1,0 +1,304 @@
+//! The sticky assignor's load balance ([`Balance::Load`](super::Balance::Load)), and the
+//! imbalance measure that decides whether a load report is worth a rebalance.
+//!
+//! Each partition weighs its reported load; a partition without a report (or with a
+//! report that is not a finite, non-negative number) weighs the mean of the reported
+//! ones, or 1 when none is. A member's _load_ is the sum of its partitions' weights, and
+//! what is balanced is load per unit of capacity.
+//!
+//! 1. **Keep.** Every member keeps every valid partition it owns (as in the count
+//!    balance: the first owner that subscribes to it).
+//! 2. **Must move.** The partitions nobody keeps (new, or whose owner left, stopped
+//!    subscribing or is excluded) are placed heaviest first (ties by partition), each on
+//!    the subscriber whose load per capacity is the lowest after taking it, then the one
+//!    with the fewest partitions per capacity, then member order (longest processing
+//!    time first, with capacities).
+//! 3. **Improve.** Then, while the churn budget lasts, the most loaded member (per
+//!    capacity; ties by member order) hands one partition to a subscriber of its topic:
+//!    of all such moves, the one that brings the larger of the two members' new loads
+//!    per capacity lowest, made only if that is below the giver's load now. Moving a
+//!    partition away from the member that owned it costs one unit of the budget; moving
+//!    it back refunds it; partitions placed in step 2 move freely. The budget is
+//!    `⌊churn_budget_permille × partitions / 1000⌋`. Improvement stops when the most
+//!    loaded member has no improving move, or after a bounded number of moves.
+//!
+//! Guaranteed: every partition to exactly one subscriber; excluded members get nothing;
+//! at most the budget of the partitions members kept are moved away from them; the
+//! output is a function of the input. Not guaranteed: the best balance. Placing the
+//! heaviest first puts a partition heavier than the mean on a member of its own, so the
+//! most loaded member is near `max(mean, heaviest partition)` per capacity on skewed
+//! loads (that bound is what [`imbalance`] measures against); with a small budget a
+//! badly balanced start (a group that just grew) takes several rebalances to even out.
+//! Load balance does not consider racks.
+
+use std::cmp::Ordering;
+
+use super::capacity::capacity;
+use super::sticky::Layout;
+use super::{AssignmentInput, Subscribers, Subscriptions, TopicPartition, NONE};
+
+/// Each partition's weight, by flat index (see [`Layout`]); `None` when no partition of
+/// a subscribed topic has a usable report.
+fn weights(input: &AssignmentInput<'_>, layout: &Layout<'_>, assignable: &[bool]) -> Option<Vec<f64>> {
+    let reported = |topic: usize, p: usize| {
+        input
+            .loads
+            .get(topic)
+            .and_then(|loads| loads.get(p))
+            .copied()
+            .filter(|l| l.is_finite() && *l >= 0.0)
+    };
+    let (mut sum, mut count) = (0.0_f64, 0_usize);
+    for (topic, &partitions) in input.topics.iter().enumerate() {
+        if !assignable[topic] {
+            continue;
+        }
+        for p in 0..partitions as usize {
+            if let Some(l) = reported(topic, p) {
+                sum += l;
+                count += 1;
+            }
+        }
+    }
+    if count == 0 {
+        return None;
+    }
+    let mean = sum / count as f64;
+    let mut weight = vec![0.0; layout.total()];
+    for (topic, &partitions) in input.topics.iter().enumerate() {
+        if !assignable[topic] {
+            continue;
+        }
+        let start = layout.start[topic];
+        for p in 0..partitions as usize {
+            weight[start + p] = reported(topic, p).unwrap_or(mean);
+        }
+    }
+    Some(weight)
+}
+
+/// The valid owner of each partition (first member owning it that subscribes to it).
+fn owners(
+    input: &AssignmentInput<'_>,
+    subscriptions: &Subscriptions,
+    layout: &Layout<'_>,
+) -> Vec<u32> {
+    let mut owner = vec![NONE; layout.total()];
+    for (m, member) in input.members.iter().enumerate() {
+        let topics = subscriptions.of(m);
+        for &tp in member.owned {
+            let Some(index) = layout.index(tp) else {
+                continue;
+            };
+            if owner[index] == NONE && topics.binary_search(&tp.topic).is_ok() {
+                owner[index] = m as u32;
+            }
+        }
+    }
+    owner
+}
+
+/// Assigns by load; `None` when no partition has a usable report (the caller then
+/// balances counts).
+pub(super) fn assign_by_load(
+    input: &AssignmentInput<'_>,
+    subscriptions: &Subscriptions,
+    subscribers: &Subscribers,
+) -> Option<Vec<Vec<TopicPartition>>> {
+    let n = subscriptions.members();
+    let layout = Layout::new(input.topics);
+    let assignable: Vec<bool> = (0..input.topics.len())
+        .map(|t| !subscribers.slots(t).is_empty())
+        .collect();
+    let weight = weights(input, &layout, &assignable)?;
+    let owner = owners(input, subscriptions, &layout);
+    let cap: Vec<f64> = input
+        .members
+        .iter()
+        .map(|m| capacity(m.capacity) as f64)
+        .collect();
+    let topic_of: Vec<u32> = (0..input.topics.len() as u32)
+        .flat_map(|t| std::iter::repeat(t).take(input.topics[t as usize] as usize))
+        .collect();
+
+    // 1. Keep.
+    let mut assigned = owner.clone();
+    let mut load = vec![0.0_f64; n];
+    let mut count = vec![0_usize; n];
+    for (index, &m) in owner.iter().enumerate() {
+        if m != NONE {
+            load[m as usize] += weight[index];
+            count[m as usize] += 1;
+        }
+    }
+
+    // 2. Must move: heaviest first.
+    let mut must: Vec<usize> = (0..layout.total())
+        .filter(|&i| assigned[i] == NONE && assignable[topic_of[i] as usize])
+        .collect();
+    must.sort_by(|&a, &b| weight[b].total_cmp(&weight[a]).then(a.cmp(&b)));
+    for index in must {
+        let w = weight[index];
+        let m = subscribers
+            .members(topic_of[index] as usize)
+            .iter()
+            .map(|&m| m as usize)
+            .min_by(|&a, &b| {
+                ((load[a] + w) / cap[a])
+                    .total_cmp(&((load[b] + w) / cap[b]))
+                    .then(((count[a] + 1) as f64 / cap[a]).total_cmp(&((count[b] + 1) as f64 / cap[b])))
+                    .then(a.cmp(&b))
+            })
+            .expect("an assignable topic has subscribers");
+        assigned[index] = m as u32;
+        load[m] += w;
+        count[m] += 1;
+    }
+
+    // 3. Improve, within the budget.
+    let partitions = assignable
+        .iter()
+        .zip(input.topics)
+        .filter(|(a, _)| **a)
+        .map(|(_, &c)| c as usize)
+        .sum::<usize>();
+    let mut budget = usize::from(input.policy.churn_budget_permille.min(1000)) * partitions / 1000;
+    let mut held: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (index, &m) in assigned.iter().enumerate() {
+        if m != NONE {
+            held[m as usize].push(index);
+        }
+    }
+    let ratio = |load: &[f64], m: usize| load[m] / cap[m];
+    let mut rounds = 4 * partitions + 16;
+    while rounds > 0 {
+        rounds -= 1;
+        let Some(giver) = (0..n)
+            .filter(|&m| !held[m].is_empty())
+            .max_by(|&a, &b| ratio(&load, a).total_cmp(&ratio(&load, b)).then(b.cmp(&a)))
+        else {
+            break;
+        };
+        let now = ratio(&load, giver);
+        // The best move: (pair maximum after, position in the giver's list, taker).
+        let mut best: Option<(f64, usize, usize)> = None;
+        for (k, &index) in held[giver].iter().enumerate() {
+            let w = weight[index];
+            if w <= 0.0 {
+                continue;
+            }
+            let leaving = owner[index] == giver as u32;
+            for &taker in subscribers.members(topic_of[index] as usize) {
+                let taker = taker as usize;
+                if taker == giver {
+                    continue;
+                }
+                let back = owner[index] == taker as u32;
+                if leaving && !back && budget == 0 {
+                    continue;
+                }
+                let after = ((load[giver] - w) / cap[giver]).max((load[taker] + w) / cap[taker]);
+                if after >= now * (1.0 - 1e-9) {
+                    continue;
+                }
+                if best.is_none_or(|(b, _, _)| after.total_cmp(&b) == Ordering::Less) {
+                    best = Some((after, k, taker));
+                }
+            }
+        }
+        let Some((_, k, taker)) = best else {
+            break;
+        };
+        let index = held[giver].swap_remove(k);
+        if owner[index] == giver as u32 {
+            budget -= 1;
+        } else if owner[index] == taker as u32 {
+            budget += 1;
+        }
+        let w = weight[index];
+        load[giver] -= w;
+        load[taker] += w;
+        held[taker].push(index);
+        assigned[index] = taker as u32;
+    }
+    // Keep the scan order of `held` from mattering beyond this point.
+    drop(held);
+
+    let mut out: Vec<Vec<TopicPartition>> = vec![Vec::new(); n];
+    for (index, &m) in assigned.iter().enumerate() {
+        if m != NONE {
+            let topic = topic_of[index];
+            out[m as usize].push(TopicPartition {
+                topic,
+                partition: (index - layout.start[topic as usize]) as u32,
+            });
+        }
+    }
+    Some(out)
+}
+
+/// How far the current ownership is from balanced load: the most loaded member's load
+/// per unit of capacity, over the best any assignment could do, minus one (0: as
+/// balanced as possible; 0.25: the most loaded member carries 25 % more than it would
+/// have to).
+///
+/// "The best any assignment could do" is the larger of the mean (the load of every
+/// subscribed partition, owned or not, over the capacity of the members that subscribe
+/// to something and are not excluded) and the heaviest partition over the largest
+/// capacity: a partition heavier than the mean sets a floor no assignment goes under,
+/// so a skewed load does not read as an imbalance a rebalance could fix. Weights are as
+/// in load balance (unreported partitions weigh the mean of the reported ones, all 1
+/// when none is reported: then this measures partition counts). Only valid ownership
+/// counts (the first owner that subscribes; excluded members' partitions count for
+/// nobody). Subscriptions are taken as given, so with different subscriptions the
+/// figure may stay above 0 however the partitions are placed. Returns 0 for a group with
+/// no load or no members.
+pub fn imbalance(input: &AssignmentInput<'_>) -> f64 {
+    let subscriptions = Subscriptions::new(input);
+    let subscribers = subscriptions.by_topic();
+    let layout = Layout::new(input.topics);
+    let n = subscriptions.members();
+    let assignable: Vec<bool> = (0..input.topics.len())
+        .map(|t| {
+            subscribers
+                .members(t)
+                .iter()
+                .any(|&m| !input.members[m as usize].excluded)
+        })
+        .collect();
+    let weight = weights(input, &layout, &assignable).unwrap_or_else(|| vec![1.0; layout.total()]);
+    let owner = owners(input, &subscriptions, &layout);
+    let mut load = vec![0.0_f64; n];
+    let mut total = 0.0;
+    let mut heaviest = 0.0_f64;
+    for (topic, &partitions) in input.topics.iter().enumerate() {
+        if !assignable[topic] {
+            continue;
+        }
+        let start = layout.start[topic];
+        for index in start..start + partitions as usize {
+            let w = weight[index];
+            total += w;
+            heaviest = heaviest.max(w);
+            let m = owner[index];
+            if m != NONE && !input.members[m as usize].excluded {
+                load[m as usize] += w;
+            }
+        }
+    }
+    let (mut capacity_sum, mut largest, mut worst) = (0.0, 0.0_f64, 0.0_f64);
+    for (m, member) in input.members.iter().enumerate() {
+        if member.excluded || subscriptions.of(m).is_empty() {
+            continue;
+        }
+        let c = capacity(member.capacity) as f64;
+        capacity_sum += c;
+        largest = largest.max(c);
+        worst = worst.max(load[m] / c);
+    }
+    if capacity_sum == 0.0 || total <= 0.0 {
+        return 0.0;
+    }
+    let floor = (total / capacity_sum).max(heaviest / largest);
+    (worst / floor - 1.0).max(0.0)
+}
