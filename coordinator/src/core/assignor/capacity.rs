@@ -4,12 +4,13 @@
 //! `P` partitions and capacities `c` summing to `C`, member `m` gets `⌊P·c_m / C⌋`, and
 //! the partitions left over go one each to the members with the largest remainders
 //! `P·c_m mod C` (largest remainder apportionment). Ties go to the member owning the
-//! most valid partitions (it then has to give up fewer), then to member order. Every
+//! most valid partitions beyond its rounded-down share (it then has to give up fewer,
+//! and a member given one more keeps it on the next run), then to member order. Every
 //! quota is therefore within one of the exact proportional share, and the quotas add up
 //! to `P`.
 //!
-//! With equal capacities every remainder is the same, so the choice falls to owned
-//! partitions and member order: exactly the quotas the sticky assignor chose before it
+//! With equal capacities every remainder and rounded-down share is the same, so the
+//! choice falls to owned partitions and member order: exactly the quotas the sticky assignor chose before it
 //! knew of capacities (`P / N`, plus one for the `P % N` members owning the most).
 
 use std::cmp::Reverse;
@@ -43,13 +44,10 @@ pub(super) fn quotas(total: usize, capacities: &[u64], owned: &[usize]) -> Vec<u
         let mut order: Vec<u32> = (0..n as u32)
             .filter(|&m| capacities[m as usize] > 0)
             .collect();
-        let key = |&m: &u32| {
-            (
-                Reverse(remainder[m as usize]),
-                Reverse(owned[m as usize]),
-                m,
-            )
-        };
+        // Owned beyond the lower quota: a member that kept a quota rounded up owns one
+        // more than its floor, and keeps it on the next run.
+        let beyond = |m: usize| owned[m] as i128 - quota[m] as i128;
+        let key = |&m: &u32| (Reverse(remainder[m as usize]), Reverse(beyond(m as usize)), m);
         if extra < order.len() {
             order.select_nth_unstable_by_key(extra, key);
         }

@@ -14,13 +14,13 @@
 //!    with the fewest partitions per capacity, then member order (longest processing
 //!    time first, with capacities).
 //! 3. **Improve.** Then, while the churn budget lasts, the most loaded member (per
-//!    capacity; ties by member order) hands one partition to a subscriber of its topic:
-//!    of all such moves, the one that brings the larger of the two members' new loads
-//!    per capacity lowest, made only if that is below the giver's load now. Moving a
+//!    capacity; ties by member order) that can hand one partition to a subscriber of
+//!    its topic with both ending below its load now does so: of such moves, the one
+//!    that brings the larger of the two new loads per capacity lowest. Moving a
 //!    partition away from the member that owned it costs one unit of the budget; moving
 //!    it back refunds it; partitions placed in step 2 move freely. The budget is
-//!    `⌊churn_budget_permille × partitions / 1000⌋`. Improvement stops when the most
-//!    loaded member has no improving move, or after a bounded number of moves.
+//!    `⌊churn_budget_permille × partitions / 1000⌋`. Improvement stops when no member has
+//!    such a move (or after a bounded number of moves).
 //!
 //! Guaranteed: every partition to exactly one subscriber; excluded members get nothing;
 //! at most the budget of the partitions members kept are moved away from them; the
@@ -170,59 +170,61 @@ pub(super) fn assign_by_load(
         }
     }
     let ratio = |load: &[f64], m: usize| load[m] / cap[m];
+    // Each move lowers the loads per capacity sorted in descending order (the giver's
+    // drops, the taker's stays below it), so this ends; the bound is a safeguard.
     let mut rounds = 4 * partitions + 16;
-    while rounds > 0 {
+    let mut order: Vec<usize> = (0..n).collect();
+    'improve: while rounds > 0 {
         rounds -= 1;
-        let Some(giver) = (0..n)
-            .filter(|&m| !held[m].is_empty())
-            .max_by(|&a, &b| ratio(&load, a).total_cmp(&ratio(&load, b)).then(b.cmp(&a)))
-        else {
-            break;
-        };
-        let now = ratio(&load, giver);
-        // The best move: (pair maximum after, position in the giver's list, taker).
-        let mut best: Option<(f64, usize, usize)> = None;
-        for (k, &index) in held[giver].iter().enumerate() {
-            let w = weight[index];
-            if w <= 0.0 {
+        order.sort_by(|&a, &b| ratio(&load, b).total_cmp(&ratio(&load, a)).then(a.cmp(&b)));
+        for &giver in &order {
+            let now = ratio(&load, giver);
+            // The best move: (the pair's larger load after, position in the giver's
+            // list, taker).
+            let mut best: Option<(f64, usize, usize)> = None;
+            for (k, &index) in held[giver].iter().enumerate() {
+                let w = weight[index];
+                if w <= 0.0 {
+                    continue;
+                }
+                let leaving = owner[index] == giver as u32;
+                for &taker in subscribers.members(topic_of[index] as usize) {
+                    let taker = taker as usize;
+                    if taker == giver {
+                        continue;
+                    }
+                    let back = owner[index] == taker as u32;
+                    if leaving && !back && budget == 0 {
+                        continue;
+                    }
+                    let after =
+                        ((load[giver] - w) / cap[giver]).max((load[taker] + w) / cap[taker]);
+                    if after >= now * (1.0 - 1e-9) {
+                        continue;
+                    }
+                    if best.is_none_or(|(b, _, _)| after.total_cmp(&b) == Ordering::Less) {
+                        best = Some((after, k, taker));
+                    }
+                }
+            }
+            let Some((_, k, taker)) = best else {
                 continue;
+            };
+            let index = held[giver].swap_remove(k);
+            if owner[index] == giver as u32 {
+                budget -= 1;
+            } else if owner[index] == taker as u32 {
+                budget += 1;
             }
-            let leaving = owner[index] == giver as u32;
-            for &taker in subscribers.members(topic_of[index] as usize) {
-                let taker = taker as usize;
-                if taker == giver {
-                    continue;
-                }
-                let back = owner[index] == taker as u32;
-                if leaving && !back && budget == 0 {
-                    continue;
-                }
-                let after = ((load[giver] - w) / cap[giver]).max((load[taker] + w) / cap[taker]);
-                if after >= now * (1.0 - 1e-9) {
-                    continue;
-                }
-                if best.is_none_or(|(b, _, _)| after.total_cmp(&b) == Ordering::Less) {
-                    best = Some((after, k, taker));
-                }
-            }
+            let w = weight[index];
+            load[giver] -= w;
+            load[taker] += w;
+            held[taker].push(index);
+            assigned[index] = taker as u32;
+            continue 'improve;
         }
-        let Some((_, k, taker)) = best else {
-            break;
-        };
-        let index = held[giver].swap_remove(k);
-        if owner[index] == giver as u32 {
-            budget -= 1;
-        } else if owner[index] == taker as u32 {
-            budget += 1;
-        }
-        let w = weight[index];
-        load[giver] -= w;
-        load[taker] += w;
-        held[taker].push(index);
-        assigned[index] = taker as u32;
+        break;
     }
-    // Keep the scan order of `held` from mattering beyond this point.
-    drop(held);
 
     let mut out: Vec<Vec<TopicPartition>> = vec![Vec::new(); n];
     for (index, &m) in assigned.iter().enumerate() {
