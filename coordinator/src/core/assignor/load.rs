@@ -31,8 +31,6 @@
 //! badly balanced start (a group that just grew) takes several rebalances to even out.
 //! Load balance does not consider racks.
 
-use std::cmp::Ordering;
-
 use super::capacity::capacity;
 use super::sticky::Layout;
 use super::{AssignmentInput, Subscribers, Subscriptions, TopicPartition, NONE};
@@ -173,36 +171,52 @@ pub(super) fn assign_by_load(
     // Each move lowers the loads per capacity sorted in descending order (the giver's
     // drops, the taker's stays below it), so this ends; the bound is a safeguard.
     let mut rounds = 4 * partitions + 16;
-    let mut order: Vec<usize> = (0..n).collect();
+    // Only members above the mean give; takers are tried from the least loaded up.
+    let (mut load_sum, mut cap_sum) = (0.0, 0.0);
+    for m in 0..n {
+        if !subscriptions.of(m).is_empty() {
+            load_sum += load[m];
+            cap_sum += cap[m];
+        }
+    }
+    let mean = if cap_sum > 0.0 { load_sum / cap_sum } else { 0.0 };
+    let mut order: Vec<usize> = (0..n)
+        .filter(|&m| !subscriptions.of(m).is_empty())
+        .collect();
+    let mut ascending = order.clone();
     'improve: while rounds > 0 {
         rounds -= 1;
         order.sort_by(|&a, &b| ratio(&load, b).total_cmp(&ratio(&load, a)).then(a.cmp(&b)));
+        ascending.sort_by(|&a, &b| ratio(&load, a).total_cmp(&ratio(&load, b)).then(a.cmp(&b)));
         for &giver in &order {
             let now = ratio(&load, giver);
+            if now <= mean * (1.0 + 1e-9) {
+                // Members at or below the mean have nothing to give.
+                break;
+            }
+            let below = now * (1.0 - 1e-9);
             // The best move: (the pair's larger load after, position in the giver's
             // list, taker).
             let mut best: Option<(f64, usize, usize)> = None;
             for (k, &index) in held[giver].iter().enumerate() {
                 let w = weight[index];
-                if w <= 0.0 {
+                if w <= 0.0 || (budget == 0 && owner[index] == giver as u32) {
                     continue;
                 }
-                let leaving = owner[index] == giver as u32;
-                for &taker in subscribers.members(topic_of[index] as usize) {
-                    let taker = taker as usize;
-                    if taker == giver {
+                let topic = topic_of[index];
+                let giver_after = (load[giver] - w) / cap[giver];
+                // Takers from the least loaded up: one at or above the best found so
+                // far cannot beat it.
+                for &taker in &ascending {
+                    let bar = best.map_or(below, |(b, _, _)| b.min(below));
+                    if ratio(&load, taker) >= bar {
+                        break;
+                    }
+                    if taker == giver || subscriptions.of(taker).binary_search(&topic).is_err() {
                         continue;
                     }
-                    let back = owner[index] == taker as u32;
-                    if leaving && !back && budget == 0 {
-                        continue;
-                    }
-                    let after =
-                        ((load[giver] - w) / cap[giver]).max((load[taker] + w) / cap[taker]);
-                    if after >= now * (1.0 - 1e-9) {
-                        continue;
-                    }
-                    if best.is_none_or(|(b, _, _)| after.total_cmp(&b) == Ordering::Less) {
+                    let after = giver_after.max((load[taker] + w) / cap[taker]);
+                    if after < bar {
                         best = Some((after, k, taker));
                     }
                 }
