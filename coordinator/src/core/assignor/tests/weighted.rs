@@ -455,6 +455,8 @@ proptest! {
         let old = case.run(&Sticky);
         let mut fleet = Fleet::from_case(&case);
         fleet.caps.fill(capacity);
+        // Preferred racks matter only once members have racks.
+        fleet.prefs = case.topics.iter().map(|&c| vec![0; c as usize]).collect();
         if load_policy {
             fleet.policy.balance = Balance::Load;
             fleet.loads = vec![Vec::new(); case.topics.len()];
