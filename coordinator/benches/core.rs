@@ -85,11 +85,13 @@ impl Group {
             .zip(&self.subscriptions)
             .zip(&self.owned)
             .zip(self.capacities.iter().zip(&self.racks))
-            .map(|(((id, subscription), owned), (&capacity, &rack))| AssignorMember {
-                capacity,
-                rack,
-                ..AssignorMember::new(id, subscription, owned)
-            })
+            .map(
+                |(((id, subscription), owned), (&capacity, &rack))| AssignorMember {
+                    capacity,
+                    rack,
+                    ..AssignorMember::new(id, subscription, owned)
+                },
+            )
             .collect();
         let preferred_racks: Vec<&[u32]> = self.preferred_racks.iter().map(Vec::as_slice).collect();
         let loads: Vec<&[f64]> = self.loads.iter().map(Vec::as_slice).collect();
@@ -197,7 +199,10 @@ fn assignor_benches(c: &mut Criterion) {
 /// The sticky assignor's modes beyond counts: capacities, racks, load.
 fn assignor_mode_benches(c: &mut Criterion) {
     // Capacities 1 : 2 : 4, one member leaving a settled group.
-    let capacities = Group::new(10, 1_000, 1_000).with_capacities().settle(&Sticky).remove(500);
+    let capacities = Group::new(10, 1_000, 1_000)
+        .with_capacities()
+        .settle(&Sticky)
+        .remove(500);
     bench_assign(
         c,
         "sticky_capacities_1000_members_10000_partitions_after_leave",
@@ -206,7 +211,10 @@ fn assignor_mode_benches(c: &mut Criterion) {
     );
 
     // Three racks with preferred racks, one member leaving.
-    let racks = Group::new(10, 1_000, 1_000).with_racks(3).settle(&Sticky).remove(500);
+    let racks = Group::new(10, 1_000, 1_000)
+        .with_racks(3)
+        .settle(&Sticky)
+        .remove(500);
     bench_assign(
         c,
         "sticky_racks_1000_members_10000_partitions_after_leave",
@@ -218,7 +226,12 @@ fn assignor_mode_benches(c: &mut Criterion) {
     // a leave from a settled group (its partitions move, then improvements within the
     // budget).
     let fresh = Group::new(10, 1_000, 1_000).with_zipf_loads();
-    bench_assign(c, "sticky_load_1000_members_10000_partitions_fresh", &fresh, &Sticky);
+    bench_assign(
+        c,
+        "sticky_load_1000_members_10000_partitions_fresh",
+        &fresh,
+        &Sticky,
+    );
     let load = fresh.settle(&Sticky).remove(500);
     bench_assign(
         c,

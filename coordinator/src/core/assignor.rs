@@ -153,7 +153,8 @@ pub trait Assignor: Debug + Send + Sync {
 /// The built-in assignors, by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum AssignorKind {
-    /// Balanced to within one partition per member, moving as few partitions as possible.
+    /// Balanced to within one partition per member (of its capacity share), moving as
+    /// few partitions as possible; honours racks and, by policy, balances load.
     #[default]
     Sticky,
     /// Each topic's partitions split into contiguous ranges, in member order.

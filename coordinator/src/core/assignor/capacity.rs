@@ -47,7 +47,13 @@ pub(super) fn quotas(total: usize, capacities: &[u64], owned: &[usize]) -> Vec<u
         // Owned beyond the lower quota: a member that kept a quota rounded up owns one
         // more than its floor, and keeps it on the next run.
         let beyond = |m: usize| owned[m] as i128 - quota[m] as i128;
-        let key = |&m: &u32| (Reverse(remainder[m as usize]), Reverse(beyond(m as usize)), m);
+        let key = |&m: &u32| {
+            (
+                Reverse(remainder[m as usize]),
+                Reverse(beyond(m as usize)),
+                m,
+            )
+        };
         if extra < order.len() {
             order.select_nth_unstable_by_key(extra, key);
         }

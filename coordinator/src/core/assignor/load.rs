@@ -37,7 +37,11 @@ use super::{AssignmentInput, Subscribers, Subscriptions, TopicPartition, NONE};
 
 /// Each partition's weight, by flat index (see [`Layout`]); `None` when no partition of
 /// a subscribed topic has a usable report.
-fn weights(input: &AssignmentInput<'_>, layout: &Layout<'_>, assignable: &[bool]) -> Option<Vec<f64>> {
+fn weights(
+    input: &AssignmentInput<'_>,
+    layout: &Layout<'_>,
+    assignable: &[bool],
+) -> Option<Vec<f64>> {
     let reported = |topic: usize, p: usize| {
         input
             .loads
@@ -116,7 +120,7 @@ pub(super) fn assign_by_load(
         .map(|m| capacity(m.capacity) as f64)
         .collect();
     let topic_of: Vec<u32> = (0..input.topics.len() as u32)
-        .flat_map(|t| std::iter::repeat(t).take(input.topics[t as usize] as usize))
+        .flat_map(|t| std::iter::repeat_n(t, input.topics[t as usize] as usize))
         .collect();
 
     // 1. Keep.
@@ -144,7 +148,10 @@ pub(super) fn assign_by_load(
             .min_by(|&a, &b| {
                 ((load[a] + w) / cap[a])
                     .total_cmp(&((load[b] + w) / cap[b]))
-                    .then(((count[a] + 1) as f64 / cap[a]).total_cmp(&((count[b] + 1) as f64 / cap[b])))
+                    .then(
+                        ((count[a] + 1) as f64 / cap[a])
+                            .total_cmp(&((count[b] + 1) as f64 / cap[b])),
+                    )
                     .then(a.cmp(&b))
             })
             .expect("an assignable topic has subscribers");
@@ -179,7 +186,11 @@ pub(super) fn assign_by_load(
             cap_sum += cap[m];
         }
     }
-    let mean = if cap_sum > 0.0 { load_sum / cap_sum } else { 0.0 };
+    let mean = if cap_sum > 0.0 {
+        load_sum / cap_sum
+    } else {
+        0.0
+    };
     let mut order: Vec<usize> = (0..n)
         .filter(|&m| !subscriptions.of(m).is_empty())
         .collect();

@@ -174,17 +174,16 @@ pub(super) fn assign_with_racks(
 
     // By rack: the topic's subscribers under quota, most room first.
     let mut open: Vec<BinaryHeap<(usize, Reverse<u32>)>> = vec![BinaryHeap::new(); rack_count];
-    let fill_open = |open: &mut Vec<BinaryHeap<(usize, Reverse<u32>)>>,
-                     topic: usize,
-                     count: &[usize]| {
-        open.iter_mut().for_each(BinaryHeap::clear);
-        for &m in subscribers.members(topic) {
-            let m = m as usize;
-            if count[m] < quota[m] {
-                open[rack_of[m]].push((quota[m] - count[m], Reverse(m as u32)));
+    let fill_open =
+        |open: &mut Vec<BinaryHeap<(usize, Reverse<u32>)>>, topic: usize, count: &[usize]| {
+            open.iter_mut().for_each(BinaryHeap::clear);
+            for &m in subscribers.members(topic) {
+                let m = m as usize;
+                if count[m] < quota[m] {
+                    open[rack_of[m]].push((quota[m] - count[m], Reverse(m as u32)));
+                }
             }
-        }
-    };
+        };
     let take = |open: &mut Vec<BinaryHeap<(usize, Reverse<u32>)>>,
                 rack: usize,
                 count: &mut [usize]|
@@ -258,10 +257,7 @@ pub(super) fn assign_with_racks(
                         .min_by(|&&a, &&b| {
                             let (a, b) = (a as usize, b as usize);
                             (u128::from(count[a] as u64 + 1) * u128::from(capacities[b]))
-                                .cmp(
-                                    &(u128::from(count[b] as u64 + 1)
-                                        * u128::from(capacities[a])),
-                                )
+                                .cmp(&(u128::from(count[b] as u64 + 1) * u128::from(capacities[a])))
                                 .then(a.cmp(&b))
                         })
                         .expect("an assignable topic has subscribers");

@@ -95,4 +95,3 @@ pub(in super::super) fn assign_uniform(
     }
     out
 }
-

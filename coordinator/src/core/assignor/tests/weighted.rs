@@ -31,7 +31,11 @@ impl Fleet {
         let n = case.members.len();
         Self {
             topics: case.topics.clone(),
-            subs: case.members.iter().map(|m| m.subscription.clone()).collect(),
+            subs: case
+                .members
+                .iter()
+                .map(|m| m.subscription.clone())
+                .collect(),
             owned: case.members.iter().map(|m| m.owned.clone()).collect(),
             caps: vec![1; n],
             racks: vec![NO_RACK; n],
@@ -175,7 +179,10 @@ fn lcg(seed: u64) -> impl FnMut() -> f64 {
 fn three_racks(topics: &[u32]) -> Fleet {
     let mut fleet = Fleet::uniform(topics, 12);
     fleet.racks = (0..12).map(|m| m / 4).collect();
-    fleet.prefs = topics.iter().map(|&c| (0..c).map(|p| p % 3).collect()).collect();
+    fleet.prefs = topics
+        .iter()
+        .map(|&c| (0..c).map(|p| p % 3).collect())
+        .collect();
     fleet
 }
 
@@ -186,8 +193,15 @@ fn racks_three_by_four_place_in_rack_and_even() {
         let out = fleet.run(&Sticky);
         fleet.check(&out);
         let in_rack = fleet.in_rack(&out);
-        assert!(in_rack * 100 >= 120 * 95, "{topics:?}: {in_rack} of 120 in rack");
-        assert!(super::spread(&out) <= 1, "{topics:?}: {:?}", super::loads(&out));
+        assert!(
+            in_rack * 100 >= 120 * 95,
+            "{topics:?}: {in_rack} of 120 in rack"
+        );
+        assert!(
+            super::spread(&out) <= 1,
+            "{topics:?}: {:?}",
+            super::loads(&out)
+        );
         // Stable: nothing moves on a rerun.
         assert_eq!(fleet.adopt(&out).run(&Sticky), out, "{topics:?}");
     }
@@ -204,14 +218,28 @@ fn losing_a_rack_moves_only_its_partitions_and_they_come_home() {
     assert_eq!(super::loads(&out), vec![15; 8]);
     // Each remaining member took a share of the lost rack's 40.
     for (m, got) in out.iter().enumerate() {
-        assert_eq!(got.iter().filter(|p| p.partition % 3 == 1).count(), 5, "{m}");
+        assert_eq!(
+            got.iter().filter(|p| p.partition % 3 == 1).count(),
+            5,
+            "{m}"
+        );
     }
     // The rack returns: its partitions go back to it, nothing else moves.
     let back = {
         let mut back = settled.clone();
         for m in 0..12 {
-            let from = if m < 4 { m } else if m >= 8 { m - 4 } else { usize::MAX };
-            back.owned[m] = if from == usize::MAX { Vec::new() } else { out[from].clone() };
+            let from = if m < 4 {
+                m
+            } else if m >= 8 {
+                m - 4
+            } else {
+                usize::MAX
+            };
+            back.owned[m] = if from == usize::MAX {
+                Vec::new()
+            } else {
+                out[from].clone()
+            };
         }
         back
     };
@@ -277,7 +305,11 @@ fn capacities_one_two_four_by_count() {
         let sum: u32 = fleet.caps.iter().sum();
         for (m, got) in out.iter().enumerate() {
             let exact = f64::from(partitions) * f64::from(fleet.caps[m]) / f64::from(sum);
-            assert!((got.len() as f64 - exact).abs() < 1.0, "{m}: {} vs {exact}", got.len());
+            assert!(
+                (got.len() as f64 - exact).abs() < 1.0,
+                "{m}: {} vs {exact}",
+                got.len()
+            );
             if exact >= 20.0 {
                 assert!((got.len() as f64 / exact - 1.0).abs() <= 0.05);
             }
@@ -304,10 +336,17 @@ fn capacities_one_two_four_by_load() {
     let out = fleet.run(&Sticky);
     fleet.check(&out);
     let per = fleet.per_capacity(&out);
-    let mean = per.iter().zip(&fleet.caps).map(|(l, &c)| l * f64::from(c)).sum::<f64>()
+    let mean = per
+        .iter()
+        .zip(&fleet.caps)
+        .map(|(l, &c)| l * f64::from(c))
+        .sum::<f64>()
         / f64::from(fleet.caps.iter().sum::<u32>());
     for (m, l) in per.iter().enumerate() {
-        assert!((l / mean - 1.0).abs() <= 0.05, "{m}: {l} per capacity, mean {mean}");
+        assert!(
+            (l / mean - 1.0).abs() <= 0.05,
+            "{m}: {l} per capacity, mean {mean}"
+        );
     }
     assert!(fleet.adopt(&out).imbalance() <= 0.05);
 }
@@ -355,12 +394,20 @@ fn zipf_load_is_balanced_against_the_heaviest_partition() {
     few.policy.balance = Balance::Load;
     let out = few.run(&Sticky);
     let per = few.per_capacity(&out);
-    assert!(max(&per) <= 1.10 * total / 4.0, "{per:?} against mean {}", total / 4.0);
+    assert!(
+        max(&per) <= 1.10 * total / 4.0,
+        "{per:?} against mean {}",
+        total / 4.0
+    );
     // From the count-balanced start, the budget's 100 moves improve it.
     let started = fleet.adopt(&counted);
     let improved = started.run(&Sticky);
     started.check(&improved);
-    assert!(started.moves(&improved) <= 100, "{}", started.moves(&improved));
+    assert!(
+        started.moves(&improved) <= 100,
+        "{}",
+        started.moves(&improved)
+    );
     let improved_max = max(&started.per_capacity(&improved));
     assert!(improved_max < count_max, "{improved_max} from {figures}");
 }
@@ -398,7 +445,11 @@ fn a_load_change_moves_at_most_the_churn_budget() {
         "imbalance {before} -> {after}, most loaded {max_before} -> {max_after}"
     );
     changed.policy.churn_budget_permille = 0;
-    assert_eq!(changed.run(&Sticky), changed.owned, "a zero budget moves nothing");
+    assert_eq!(
+        changed.run(&Sticky),
+        changed.owned,
+        "a zero budget moves nothing"
+    );
 }
 
 #[test]
