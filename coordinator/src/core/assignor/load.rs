@@ -31,6 +31,9 @@
 //! badly balanced start (a group that just grew) takes several rebalances to even out.
 //! Load balance does not consider racks.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
 use super::capacity::capacity;
 use super::sticky::Layout;
 use super::{AssignmentInput, Subscribers, Subscriptions, TopicPartition, NONE};
@@ -77,6 +80,27 @@ fn weights(
         }
     }
     Some(weight)
+}
+
+/// A member by its load, then partition count, then position (loads are never NaN).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Least(f64, usize, usize);
+
+impl Eq for Least {}
+
+impl PartialOrd for Least {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Least {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0
+            .total_cmp(&other.0)
+            .then(self.1.cmp(&other.1))
+            .then(self.2.cmp(&other.2))
+    }
 }
 
 /// The valid owner of each partition (first member owning it that subscribes to it).
@@ -139,25 +163,50 @@ pub(super) fn assign_by_load(
         .filter(|&i| assigned[i] == NONE && assignable[topic_of[i] as usize])
         .collect();
     must.sort_by(|&a, &b| weight[b].total_cmp(&weight[a]).then(a.cmp(&b)));
-    for index in must {
-        let w = weight[index];
-        let m = subscribers
-            .members(topic_of[index] as usize)
-            .iter()
-            .map(|&m| m as usize)
-            .min_by(|&a, &b| {
-                ((load[a] + w) / cap[a])
-                    .total_cmp(&((load[b] + w) / cap[b]))
-                    .then(
-                        ((count[a] + 1) as f64 / cap[a])
-                            .total_cmp(&((count[b] + 1) as f64 / cap[b])),
-                    )
-                    .then(a.cmp(&b))
-            })
-            .expect("an assignable topic has subscribers");
-        assigned[index] = m as u32;
-        load[m] += w;
-        count[m] += 1;
+    let better = |load: &[f64], count: &[usize], w: f64, a: usize, b: usize| {
+        ((load[a] + w) / cap[a])
+            .total_cmp(&((load[b] + w) / cap[b]))
+            .then(((count[a] + 1) as f64 / cap[a]).total_cmp(&((count[b] + 1) as f64 / cap[b])))
+            .then(a.cmp(&b))
+    };
+    if subscriptions.is_uniform() {
+        // Every member can take every partition: within a capacity the best is the one
+        // with the least load (then the fewest partitions, then member order), so one
+        // heap per capacity spares scanning every member.
+        let mut classes: Vec<f64> = cap.clone();
+        classes.sort_by(f64::total_cmp);
+        classes.dedup();
+        let mut heaps: Vec<BinaryHeap<Reverse<Least>>> = vec![BinaryHeap::new(); classes.len()];
+        for m in 0..n {
+            let class = classes.partition_point(|&c| c < cap[m]);
+            heaps[class].push(Reverse(Least(load[m], count[m], m)));
+        }
+        for index in must {
+            let w = weight[index];
+            let class = (0..heaps.len())
+                .filter_map(|k| heaps[k].peek().map(|Reverse(l)| (k, l.2)))
+                .min_by(|&(_, a), &(_, b)| better(&load, &count, w, a, b))
+                .map(|(k, _)| k)
+                .expect("members to place on");
+            let Reverse(Least(_, _, m)) = heaps[class].pop().expect("a peeked member");
+            assigned[index] = m as u32;
+            load[m] += w;
+            count[m] += 1;
+            heaps[class].push(Reverse(Least(load[m], count[m], m)));
+        }
+    } else {
+        for index in must {
+            let w = weight[index];
+            let m = subscribers
+                .members(topic_of[index] as usize)
+                .iter()
+                .map(|&m| m as usize)
+                .min_by(|&a, &b| better(&load, &count, w, a, b))
+                .expect("an assignable topic has subscribers");
+            assigned[index] = m as u32;
+            load[m] += w;
+            count[m] += 1;
+        }
     }
 
     // 3. Improve, within the budget.
