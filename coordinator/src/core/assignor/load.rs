@@ -4,7 +4,8 @@
 //! Each partition weighs its reported load; a partition without a report (or with a
 //! report that is not a finite, non-negative number) weighs the mean of the reported
 //! ones, or 1 when none is. A member's _load_ is the sum of its partitions' weights, and
-//! what is balanced is load per unit of capacity.
+//! what is balanced is load per unit of capacity. With no usable report on a topic
+//! anyone takes, load balance is count balance (the other engines run instead).
 //!
 //! 1. **Keep.** Every member keeps every valid partition it owns (as in the count
 //!    balance: the first owner that subscribes to it).
@@ -14,9 +15,10 @@
 //!    with the fewest partitions per capacity, then member order (longest processing
 //!    time first, with capacities).
 //! 3. **Improve.** Then, while the churn budget lasts, the most loaded member (per
-//!    capacity; ties by member order) that can hand one partition to a subscriber of
-//!    its topic with both ending below its load now does so: of such moves, the one
-//!    that brings the larger of the two new loads per capacity lowest. Moving a
+//!    capacity; ties by member order) above the mean that can hand one partition to a
+//!    subscriber of its topic with both ending below its load now does so: of such
+//!    moves, the one that brings the larger of the two new loads per capacity lowest.
+//!    Each move lowers the members' loads sorted in descending order, so this ends. Moving a
 //!    partition away from the member that owned it costs one unit of the budget; moving
 //!    it back refunds it; partitions placed in step 2 move freely. The budget is
 //!    `⌊churn_budget_permille × partitions / 1000⌋`. Improvement stops when no member has
