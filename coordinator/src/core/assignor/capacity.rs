@@ -76,6 +76,22 @@ mod tests {
         assert_eq!(quotas(5, &[2, 0, 2], &[0; 3]), vec![3, 0, 2]);
         assert_eq!(quotas(5, &[0, 0], &[0; 2]), vec![0, 0]);
         let caps: Vec<u64> = (1..=37).collect();
+        // Equal capacities: the old choice, P / N each and one more for the P % N
+        // members owning the most (ties by position).
+        for total in 0..40 {
+            for n in 1..8 {
+                let owned: Vec<usize> = (0..n).map(|m| (m * 7 + total) % 5).collect();
+                let mut by_owned: Vec<usize> = (0..n).collect();
+                by_owned.sort_by_key(|&m| (Reverse(owned[m]), m));
+                let mut old = vec![total / n; n];
+                for &m in &by_owned[..total % n] {
+                    old[m] += 1;
+                }
+                for c in [1, 3] {
+                    assert_eq!(quotas(total, &vec![c; n], &owned), old, "{total} over {n}");
+                }
+            }
+        }
         let q = quotas(1_000, &caps, &[0; 37]);
         assert_eq!(q.iter().sum::<usize>(), 1_000);
         let sum: u64 = caps.iter().sum();
