@@ -3,14 +3,16 @@
 //! Each area has its own `criterion_group!`, all listed in `criterion_main!` at the end;
 //! run one area with `cargo bench -p rollcall-coordinator --bench core -- <name filter>`.
 //!
-//! - `assignors`: computing a group's assignment at scale.
+//! - `assignors`: computing a group's assignment at scale, counts (the default) and the
+//!   sticky assignor's capacity, rack and load modes.
 
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use rollcall_coordinator::core::assignor::{
-    AssignmentInput, Assignor, AssignorMember, Range, RoundRobin, Sticky, TopicPartition,
+    AssignmentInput, Assignor, AssignorMember, Policy, Range, RoundRobin, Sticky, TopicPartition,
 };
+use rollcall_coordinator::core::Balance;
 
 /// A group as the assignors see it, with owned storage.
 struct Group {
@@ -18,6 +20,13 @@ struct Group {
     ids: Vec<String>,
     subscriptions: Vec<Vec<u32>>,
     owned: Vec<Vec<TopicPartition>>,
+    capacities: Vec<u32>,
+    racks: Vec<u32>,
+    /// By topic: each partition's preferred rack (empty: none).
+    preferred_racks: Vec<Vec<u32>>,
+    /// By topic: each partition's load (empty: none reported).
+    loads: Vec<Vec<f64>>,
+    policy: Policy,
 }
 
 impl Group {
@@ -29,7 +38,44 @@ impl Group {
             ids: (0..members).map(|i| format!("member-{i:06}")).collect(),
             subscriptions: vec![(0..topics).collect(); members],
             owned: vec![Vec::new(); members],
+            capacities: vec![1; members],
+            racks: vec![u32::MAX; members],
+            preferred_racks: Vec::new(),
+            loads: Vec::new(),
+            policy: Policy::default(),
         }
+    }
+
+    /// Members in `racks` racks (by position), each partition preferring one in turn.
+    fn with_racks(mut self, racks: u32) -> Self {
+        self.racks = (0..self.ids.len() as u32).map(|m| m % racks).collect();
+        self.preferred_racks = self
+            .topics
+            .iter()
+            .map(|&count| (0..count).map(|p| p % racks).collect())
+            .collect();
+        self
+    }
+
+    /// Capacities 1, 2 and 4 in turn.
+    fn with_capacities(mut self) -> Self {
+        self.capacities = (0..self.ids.len()).map(|m| [1, 2, 4][m % 3]).collect();
+        self
+    }
+
+    /// Zipf-distributed loads (s = 1.1) over each topic's partitions, load balance with
+    /// a budget of a tenth of the partitions.
+    fn with_zipf_loads(mut self) -> Self {
+        self.loads = self
+            .topics
+            .iter()
+            .map(|&count| (1..=count).map(|k| 1.0 / f64::from(k).powf(1.1)).collect())
+            .collect();
+        self.policy = Policy {
+            balance: Balance::Load,
+            churn_budget_permille: 100,
+        };
+        self
     }
 
     fn run<R>(&self, f: impl FnOnce(&AssignmentInput<'_>) -> R) -> R {
@@ -38,9 +84,23 @@ impl Group {
             .iter()
             .zip(&self.subscriptions)
             .zip(&self.owned)
-            .map(|((id, subscription), owned)| AssignorMember::new(id, subscription, owned))
+            .zip(self.capacities.iter().zip(&self.racks))
+            .map(
+                |(((id, subscription), owned), (&capacity, &rack))| AssignorMember {
+                    capacity,
+                    rack,
+                    ..AssignorMember::new(id, subscription, owned)
+                },
+            )
             .collect();
-        f(&AssignmentInput::new(&self.topics, &members))
+        let preferred_racks: Vec<&[u32]> = self.preferred_racks.iter().map(Vec::as_slice).collect();
+        let loads: Vec<&[f64]> = self.loads.iter().map(Vec::as_slice).collect();
+        f(&AssignmentInput {
+            preferred_racks: &preferred_racks,
+            loads: &loads,
+            policy: self.policy,
+            ..AssignmentInput::new(&self.topics, &members)
+        })
     }
 
     /// Every member takes what `assignor` gives it.
@@ -53,6 +113,8 @@ impl Group {
         self.ids.remove(index);
         self.subscriptions.remove(index);
         self.owned.remove(index);
+        self.capacities.remove(index);
+        self.racks.remove(index);
         self
     }
 
@@ -61,6 +123,8 @@ impl Group {
         self.subscriptions
             .insert(index, (0..self.topics.len() as u32).collect());
         self.owned.insert(index, Vec::new());
+        self.capacities.insert(index, 1);
+        self.racks.insert(index, u32::MAX);
         self
     }
 }
@@ -132,5 +196,50 @@ fn assignor_benches(c: &mut Criterion) {
     );
 }
 
-criterion_group!(assignors, assignor_benches);
+/// The sticky assignor's modes beyond counts: capacities, racks, load.
+fn assignor_mode_benches(c: &mut Criterion) {
+    // Capacities 1 : 2 : 4, one member leaving a settled group.
+    let capacities = Group::new(10, 1_000, 1_000)
+        .with_capacities()
+        .settle(&Sticky)
+        .remove(500);
+    bench_assign(
+        c,
+        "sticky_capacities_1000_members_10000_partitions_after_leave",
+        &capacities,
+        &Sticky,
+    );
+
+    // Three racks with preferred racks, one member leaving.
+    let racks = Group::new(10, 1_000, 1_000)
+        .with_racks(3)
+        .settle(&Sticky)
+        .remove(500);
+    bench_assign(
+        c,
+        "sticky_racks_1000_members_10000_partitions_after_leave",
+        &racks,
+        &Sticky,
+    );
+
+    // Load balance of Zipf loads: from nothing (every partition must move), and after
+    // a leave from a settled group (its partitions move, then improvements within the
+    // budget).
+    let fresh = Group::new(10, 1_000, 1_000).with_zipf_loads();
+    bench_assign(
+        c,
+        "sticky_load_1000_members_10000_partitions_fresh",
+        &fresh,
+        &Sticky,
+    );
+    let load = fresh.settle(&Sticky).remove(500);
+    bench_assign(
+        c,
+        "sticky_load_1000_members_10000_partitions_after_leave",
+        &load,
+        &Sticky,
+    );
+}
+
+criterion_group!(assignors, assignor_benches, assignor_mode_benches);
 criterion_main!(assignors);

@@ -7,16 +7,39 @@
 //! - [`Sticky`] (the default) balances the load to within one partition per member when
 //!   every member subscribes to the same topics, and as evenly as the subscriptions
 //!   allow otherwise, while moving as few partitions as possible away from their current
-//!   owners.
+//!   owners. It also honours what members and operators declare:
+//!   - **capacity**: each member's share is in proportion to its capacity (quotas by
+//!     largest remainder, each within one partition of the exact share; see
+//!     `capacity.rs`). Equal capacities give exactly the assignment without them.
+//!   - **racks**: when members declare racks, a partition goes to a member in its
+//!     preferred rack whenever the quotas leave room there, and partitions without a
+//!     place in their rack are spread over racks in proportion to capacity, topic by
+//!     topic (see `racks.rs`).
+//!   - **load** ([`Balance::Load`] with reported loads): load per unit of capacity is
+//!     balanced instead of counts, moving at most the churn budget beyond the
+//!     partitions that must move (see `load.rs`); [`imbalance`] tells how far the
+//!     current ownership is from balanced.
+//!
+//!   With none of these declared (capacities all equal, no member rack, count balance
+//!   or no load reported), the output is the one the sticky assignor always gave.
 //! - [`Range`] splits each topic into contiguous ranges, one per subscriber.
 //! - [`RoundRobin`] deals every partition in turn to the members subscribing to its
 //!   topic.
 //!
+//! Range and round-robin ignore capacities, racks and loads. Every assignor honours
+//! [`AssignorMember::excluded`]: an excluded member gets nothing, and what it owned
+//! moves to the others.
+//!
 //! None of them iterates a hash map, draws a random number or reads a clock.
 
+mod capacity;
+mod load;
+mod racks;
 mod sticky;
 #[cfg(test)]
 mod tests;
+
+pub use load::imbalance;
 
 use std::fmt::{self, Debug};
 use std::str::FromStr;
@@ -130,7 +153,8 @@ pub trait Assignor: Debug + Send + Sync {
 /// The built-in assignors, by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum AssignorKind {
-    /// Balanced to within one partition per member, moving as few partitions as possible.
+    /// Balanced to within one partition per member (of its capacity share), moving as
+    /// few partitions as possible; honours racks and, by policy, balances load.
     #[default]
     Sticky,
     /// Each topic's partitions split into contiguous ranges, in member order.
@@ -207,6 +231,19 @@ impl Assignor for Sticky {
         let Some(first) = input.members.first() else {
             return Vec::new();
         };
+        let with_racks = input.members.iter().any(|m| m.rack != NO_RACK);
+        if input.policy.balance == Balance::Load && !input.loads.is_empty() {
+            let subscriptions = Subscriptions::new(input);
+            if let Some(out) =
+                load::assign_by_load(input, &subscriptions, &subscriptions.by_topic())
+            {
+                return out;
+            }
+        }
+        if with_racks {
+            let subscriptions = Subscriptions::new(input);
+            return racks::assign_with_racks(input, &subscriptions, &subscriptions.by_topic());
+        }
         // Identical subscriptions are the common case; spare indexing them.
         if input
             .members
@@ -220,6 +257,14 @@ impl Assignor for Sticky {
         let subscriptions = Subscriptions::new(input);
         if subscriptions.is_uniform() {
             sticky::assign_uniform(input, subscriptions.of(0))
+        } else if input
+            .members
+            .iter()
+            .any(|m| capacity::capacity(m.capacity) != capacity::capacity(first.capacity))
+        {
+            // Chains balance counts, not weights: capacities with different
+            // subscriptions take the greedy placement, here with a single rack.
+            racks::assign_with_racks(input, &subscriptions, &subscriptions.by_topic())
         } else {
             sticky::assign_mixed(input, &subscriptions, &subscriptions.by_topic())
         }

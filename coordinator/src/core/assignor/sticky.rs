@@ -14,7 +14,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
-use super::{AssignmentInput, Subscribers, Subscriptions, TopicPartition, NONE};
+use super::{capacity, AssignmentInput, Subscribers, Subscriptions, TopicPartition, NONE};
 
 /// When the partitions members own above an even share, times (members +
 /// subscriptions), exceed this (about the cost of balancing them one round each),
@@ -22,13 +22,13 @@ use super::{AssignmentInput, Subscribers, Subscriptions, TopicPartition, NONE};
 const ROUNDS_BUDGET: usize = 1 << 20;
 
 /// Where each topic's partitions start in a flat array of all the group's partitions.
-struct Layout<'a> {
+pub(super) struct Layout<'a> {
     counts: &'a [u32],
-    start: Vec<usize>,
+    pub(super) start: Vec<usize>,
 }
 
 impl<'a> Layout<'a> {
-    fn new(counts: &'a [u32]) -> Self {
+    pub(super) fn new(counts: &'a [u32]) -> Self {
         let mut start = Vec::with_capacity(counts.len() + 1);
         let mut total = 0;
         start.push(0);
@@ -39,12 +39,12 @@ impl<'a> Layout<'a> {
         Self { counts, start }
     }
 
-    fn total(&self) -> usize {
+    pub(super) fn total(&self) -> usize {
         self.start[self.counts.len()]
     }
 
     /// The flat index of `tp`, if it exists.
-    fn index(&self, tp: TopicPartition) -> Option<usize> {
+    pub(super) fn index(&self, tp: TopicPartition) -> Option<usize> {
         let count = *self.counts.get(tp.topic as usize)?;
         (tp.partition < count).then(|| self.start[tp.topic as usize] + tp.partition as usize)
     }
@@ -53,9 +53,11 @@ impl<'a> Layout<'a> {
 /// Every member subscribes to the same topics: `topics`, cleaned (existing, with
 /// partitions, ascending, no duplicates).
 ///
-/// With `P` partitions over `N` members, every member's quota is `P / N`, and the
-/// `P % N` members owning the most valid partitions (ties by member order) get one more,
-/// which is the quota choice that moves the fewest partitions. Each member keeps its
+/// With `P` partitions over `N` members of equal capacity, every member's quota is
+/// `P / N`, and the `P % N` members owning the most valid partitions (ties by member
+/// order) get one more, which is the quota choice that moves the fewest partitions.
+/// With unequal capacities the quotas are proportional to them (see
+/// [`capacity::quotas`], which reduces to the same choice for equal ones). Each member keeps its
 /// lowest owned partitions up to its quota; every other partition goes to a member
 /// under quota, the least loaded first (ties by member order).
 pub(super) fn assign_uniform(
@@ -63,9 +65,9 @@ pub(super) fn assign_uniform(
     topics: &[u32],
 ) -> Vec<Vec<TopicPartition>> {
     let n = input.members.len();
-    if n == 0 {
+    let Some(first_capacity) = input.members.first().map(|m| m.capacity) else {
         return Vec::new();
-    }
+    };
     let layout = Layout::new(input.topics);
     let mut subscribed = vec![false; input.topics.len()];
     for &topic in topics {
@@ -91,18 +93,28 @@ pub(super) fn assign_uniform(
         .iter()
         .map(|&topic| input.topics[topic as usize] as usize)
         .sum();
-    let (base, extra) = (total / n, total % n);
-    let mut quota = vec![base; n];
-    if extra > 0 {
-        let mut by_owned: Vec<u32> = (0..n as u32).collect();
-        let key = |&m: &u32| (Reverse(owned[m as usize]), m);
-        if extra < n {
-            by_owned.select_nth_unstable_by_key(extra, key);
+    let quota = if input.members.iter().all(|m| m.capacity == first_capacity) {
+        let (base, extra) = (total / n, total % n);
+        let mut quota = vec![base; n];
+        if extra > 0 {
+            let mut by_owned: Vec<u32> = (0..n as u32).collect();
+            let key = |&m: &u32| (Reverse(owned[m as usize]), m);
+            if extra < n {
+                by_owned.select_nth_unstable_by_key(extra, key);
+            }
+            for &m in &by_owned[..extra] {
+                quota[m as usize] += 1;
+            }
         }
-        for &m in &by_owned[..extra] {
-            quota[m as usize] += 1;
-        }
-    }
+        quota
+    } else {
+        let capacities: Vec<u64> = input
+            .members
+            .iter()
+            .map(|m| capacity::capacity(m.capacity))
+            .collect();
+        capacity::quotas(total, &capacities, &owned)
+    };
 
     // `owned` becomes the number of owned partitions each member still keeps.
     let mut out = Vec::with_capacity(n);

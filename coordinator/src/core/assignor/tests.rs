@@ -7,6 +7,9 @@ use proptest::prelude::*;
 
 use super::*;
 
+mod legacy;
+mod weighted;
+
 fn tp(topic: u32, partition: u32) -> TopicPartition {
     TopicPartition { topic, partition }
 }
