@@ -153,7 +153,8 @@ impl Group {
             for tp in extra {
                 let subscribes = |t: &usize| subscriptions[*t].binary_search(&tp.topic).is_ok();
                 // Fewest partitions per unit of capacity after taking this one.
-                let fewest = |targets: &[Vec<TopicPartition>], it: &mut dyn Iterator<Item = usize>| {
+                let fewest = |targets: &[Vec<TopicPartition>],
+                              it: &mut dyn Iterator<Item = usize>| {
                     it.min_by(|&a, &b| {
                         let after = |t: usize| targets[t].len() as u64 + 1;
                         (after(a) * capacities[b]).cmp(&(after(b) * capacities[a]))

@@ -83,8 +83,7 @@ impl Group {
             let mut names: Vec<&str> = self.members.values().filter_map(|m| rack_name(m)).collect();
             names.sort_unstable();
             names.dedup();
-            let number =
-                |name: &str| names.binary_search(&name).map_or(NO_RACK, |i| i as u32);
+            let number = |name: &str| names.binary_search(&name).map_or(NO_RACK, |i| i as u32);
             s.member_racks = self
                 .members
                 .values()
