@@ -157,8 +157,9 @@ impl Group {
         self.load_check = LoadCheck::default();
     }
 
-    /// After a load report: with load balance, and no rebalance pending or in
-    /// progress, at most once per [`LOAD_CHECK_INTERVAL`], asks for a rebalance if the
+    /// After a load report: with load balance, no rebalance pending or in progress and
+    /// no partition reserved for a departed instance (its return, or the end of its
+    /// delay, decides first), at most once per [`LOAD_CHECK_INTERVAL`], asks for a rebalance if the
     /// most loaded member (per unit of capacity) is more than the group's threshold
     /// above the balanced figure and the assignor would move something for it.
     pub(crate) fn consider_loads(&mut self, ctx: &mut Ctx<'_>) {
@@ -167,6 +168,7 @@ impl Group {
             || self.reconciling.is_some()
             || self.members.is_empty()
             || self.loads.is_empty()
+            || self.partitions_reserved() > 0
         {
             return;
         }
