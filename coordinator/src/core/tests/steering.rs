@@ -573,7 +573,7 @@ fn a_suspects_share_never_goes_to_a_drained_member() {
     let d = members.pop().expect("d");
     let c = members.remove(1);
     let c_owned = count(&t.owned(&c));
-    let mut beating = vec![members.pop().expect("a"), d];
+    let mut beating = [members.pop().expect("a"), d];
     for _ in 0..6 {
         t.advance(Duration::from_secs(1));
         for m in beating.iter_mut() {
