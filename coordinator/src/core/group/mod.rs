@@ -165,7 +165,7 @@ pub(crate) struct Group {
     /// run out, so that it stood down before anyone else gets them.
     pub(crate) held: Vec<Held>,
     /// Revocations in progress and waiting, when the config caps them.
-    throttle: throttle::Throttle,
+    throttle: Option<Box<throttle::Throttle>>,
     /// While partitions are reserved, when the group is next snapshotted so that a
     /// restart (which counts a reservation's remaining time from the last snapshot)
     /// extends it by at most this interval.
@@ -237,7 +237,7 @@ impl Group {
             owners: HashMap::new(),
             target_owner: HashMap::new(),
             held: Vec::new(),
-            throttle: throttle::Throttle::default(),
+            throttle: None,
             reservation_checkpoint: None,
             removed: HashMap::new(),
             removed_order: VecDeque::new(),
