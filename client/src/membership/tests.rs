@@ -719,6 +719,8 @@ fn the_join_carries_the_lease_timeout_unless_the_coordinator_is_too_old_for_it()
         join_detector: false,
         heartbeats: false,
         paged_fetch: false,
+        join_placement: false,
+        loads: false,
     });
     let (id, j) = h.pop_join();
     assert_eq!(j.lease_timeout_ms, 0);
@@ -1480,6 +1482,8 @@ fn a_coordinator_without_relinquish_is_not_sent_one() {
         join_detector: true,
         heartbeats: true,
         paged_fetch: true,
+        join_placement: true,
+        loads: true,
     });
     let (id, _) = h.pop_join();
     h.respond(id, join_ok("m"));
@@ -1584,6 +1588,8 @@ fn the_detector_asked_for_is_sent_to_a_coordinator_that_knows_join_version_2() {
         join_detector: false,
         heartbeats: false,
         paged_fetch: false,
+        join_placement: false,
+        loads: false,
     });
     let (_, j) = h.pop_join();
     assert_eq!(j.detector, "");
