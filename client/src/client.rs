@@ -544,11 +544,7 @@ impl Member {
     /// partition before then replaces this one. The coordinator ignores reports for
     /// partitions the member does not own, and a coordinator too old to take loads
     /// gets none. A load that is negative or not finite is refused here.
-    pub fn report_load(
-        &self,
-        partition: TopicPartition,
-        load: f64,
-    ) -> Result<(), RequestError> {
+    pub fn report_load(&self, partition: TopicPartition, load: f64) -> Result<(), RequestError> {
         self.report_loads([(partition, load)])
     }
 
