@@ -220,7 +220,10 @@ impl Client {
         }
     }
 
-    /// Sends an operator's request about `group` and returns its answer.
+    /// Sends an operator's request about `group` and returns its answer: on the
+    /// connection of a member of the group, if this client has one, else to the first
+    /// coordinator (in a cluster, one that does not serve the group refuses it with
+    /// `not_coordinator`).
     async fn admin(&self, group: String, request: Request) -> Result<Response, RequestError> {
         let (reply, result) = oneshot::channel();
         self.shared

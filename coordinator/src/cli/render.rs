@@ -510,7 +510,7 @@ fn balance_name(balance: u8) -> &'static str {
 
 /// Per mille as a percentage: `10%`, `12.5%`.
 fn format_permille(p: u16) -> String {
-    if p % 10 == 0 {
+    if p.is_multiple_of(10) {
         format!("{}%", p / 10)
     } else {
         format!("{}.{}%", p / 10, p % 10)
