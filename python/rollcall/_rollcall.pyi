@@ -13,6 +13,7 @@ from typing import (
     FrozenSet,
     Iterable,
     Iterator,
+    List,
     Literal,
     Mapping,
     Optional,
@@ -264,6 +265,22 @@ class Client:
         capacity: Optional[int] = None,
         topic_racks: Optional[Mapping[str, Sequence[Optional[str]]]] = None,
     ) -> Awaitable[Member]: ...
+    def drain(
+        self,
+        group: str,
+        member_id: Optional[str] = None,
+        *,
+        label: Optional[str] = None,
+        timeout: Optional[float] = None,
+    ) -> List[str]: ...
+    def undrain(
+        self,
+        group: str,
+        member_id: Optional[str] = None,
+        *,
+        label: Optional[str] = None,
+        timeout: Optional[float] = None,
+    ) -> List[str]: ...
     def fetch_offsets(
         self, group: str, topics: Optional[Union[str, Iterable[str]]] = None
     ) -> Dict[TopicPartition, Committed]: ...

@@ -373,6 +373,39 @@ pub(crate) fn topics_arg(topics: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<Stri
     }
 }
 
+impl Client {
+    fn drain_request(
+        &self,
+        py: Python<'_>,
+        group: String,
+        member_id: Option<String>,
+        label: Option<String>,
+        drained: bool,
+        timeout: Option<f64>,
+    ) -> PyResult<Vec<String>> {
+        let timeout = timeout
+            .map(|t| seconds("timeout", t))
+            .transpose()
+            .map_err(|e| e.into_py(py))?;
+        let client = self.inner.clone();
+        let drain = async move {
+            match (member_id, label) {
+                (Some(m), None) if drained => client.drain(group, m).await,
+                (Some(m), None) => client.undrain(group, m).await,
+                (None, Some(l)) if drained => client.drain_label(group, l).await,
+                (None, Some(l)) => client.undrain_label(group, l).await,
+                _ => Err(rollcall_client::RequestError::Refused {
+                    code: rollcall_client::ErrorCode::InvalidRequest,
+                    message: "give either a member id or a label".to_owned(),
+                }),
+            }
+        };
+        block_on(py, drain, timeout)
+            .map_err(|e| e.into_py(py))?
+            .map_err(|e| Failure::from(e).into_py(py))
+    }
+}
+
 #[pymethods]
 impl Client {
     /// Connects (blocking) to the first coordinator address that answers.
@@ -472,6 +505,34 @@ impl Client {
             let member = client.join(config).await.map_err(to_py)?;
             Ok(Member::new(client, Arc::new(member)))
         })
+    }
+
+    /// Drains a member of `group` (`member_id`), or every member with `label` now and
+    /// later: they stay in the group, are given nothing new, and their partitions move
+    /// to the others. Blocking; returns the member ids whose state changed.
+    #[pyo3(signature = (group, member_id = None, *, label = None, timeout = None))]
+    fn drain(
+        &self,
+        py: Python<'_>,
+        group: String,
+        member_id: Option<String>,
+        label: Option<String>,
+        timeout: Option<f64>,
+    ) -> PyResult<Vec<String>> {
+        self.drain_request(py, group, member_id, label, true, timeout)
+    }
+
+    /// Undoes `drain` (the same arguments).
+    #[pyo3(signature = (group, member_id = None, *, label = None, timeout = None))]
+    fn undrain(
+        &self,
+        py: Python<'_>,
+        group: String,
+        member_id: Option<String>,
+        label: Option<String>,
+        timeout: Option<f64>,
+    ) -> PyResult<Vec<String>> {
+        self.drain_request(py, group, member_id, label, false, timeout)
     }
 
     /// The offsets committed in `group` for `topics` (every topic if none), blocking.

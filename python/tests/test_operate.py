@@ -126,3 +126,23 @@ def test_drain_async(coordinator: Coordinator) -> None:
         await a.leave_async()
 
     asyncio.run(main())
+
+
+def test_an_operator_drains_by_label(coordinator: Coordinator) -> None:
+    client = rollcall.connect(coordinator.addr)
+    a = client.join("ops-label", {"t": 4}, session_timeout=2.0, label="host-a")
+    b = client.join("ops-label", {"t": 4}, session_timeout=2.0, label="host-b")
+    wait_for("2 and 2", lambda: (owned(a), owned(b)) == (2, 2))
+    assert client.drain("ops-label", label="host-a") == [a.member_id]
+    wait_for("a drained", lambda: (owned(a), owned(b)) == (0, 4))
+    assert client.undrain("ops-label", label="host-a") == [a.member_id]
+    wait_for("a back", lambda: (owned(a), owned(b)) == (2, 2))
+    assert b.member_id is not None
+    assert client.drain("ops-label", b.member_id) == [b.member_id]
+    wait_for("b drained", lambda: (owned(a), owned(b)) == (4, 0))
+    with pytest.raises(rollcall.UnknownMemberError):
+        client.undrain("ops-label", "nobody")
+    with pytest.raises(rollcall.InvalidRequestError, match="either a member id or a label"):
+        client.drain("ops-label", "x", label="y")
+    a.leave()
+    b.leave()
