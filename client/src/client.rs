@@ -18,6 +18,9 @@ use crate::error::{CommitError, ConnectError, JoinError, LeaveError, RequestErro
 use crate::handed::Handed;
 use crate::membership::Ticket;
 use crate::types::{Assignment, Committed, Event, Offset, TopicPartition};
+use rollcall_protocol::{
+    AlterGroupConfigRequest, DrainRequest, ErrorCode, GroupSettings, Request, Response,
+};
 
 struct Shared {
     commands: mpsc::UnboundedSender<Command>,
@@ -126,6 +129,114 @@ impl Client {
         }
     }
 
+    /// Drains `member_id` in `group`: it stays a member and keeps heartbeating, is
+    /// given nothing new, and its partitions move to the others (revoke, acknowledge,
+    /// grant). Durable until undrained. Returns the members whose state changed. Needs
+    /// an identity allowed to administer the group; refusals come as
+    /// [`RequestError::Refused`] (`unknown_member_id`, `group_authorization_failed`,
+    /// ...).
+    pub async fn drain(
+        &self,
+        group: impl Into<String>,
+        member_id: impl Into<String>,
+    ) -> Result<Vec<String>, RequestError> {
+        self.drain_request(group.into(), member_id.into(), String::new(), true)
+            .await
+    }
+
+    /// Undoes [`Client::drain`].
+    pub async fn undrain(
+        &self,
+        group: impl Into<String>,
+        member_id: impl Into<String>,
+    ) -> Result<Vec<String>, RequestError> {
+        self.drain_request(group.into(), member_id.into(), String::new(), false)
+            .await
+    }
+
+    /// Drains every member of `group` that declared `label` at join
+    /// ([`MemberConfig::label`]), now and later (a member joining with it is drained at
+    /// once), until [`Client::undrain_label`].
+    pub async fn drain_label(
+        &self,
+        group: impl Into<String>,
+        label: impl Into<String>,
+    ) -> Result<Vec<String>, RequestError> {
+        self.drain_request(group.into(), String::new(), label.into(), true)
+            .await
+    }
+
+    /// Undoes [`Client::drain_label`].
+    pub async fn undrain_label(
+        &self,
+        group: impl Into<String>,
+        label: impl Into<String>,
+    ) -> Result<Vec<String>, RequestError> {
+        self.drain_request(group.into(), String::new(), label.into(), false)
+            .await
+    }
+
+    async fn drain_request(
+        &self,
+        group: String,
+        member_id: String,
+        label: String,
+        drained: bool,
+    ) -> Result<Vec<String>, RequestError> {
+        let request = Request::Drain(DrainRequest {
+            group: group.clone(),
+            member_id,
+            label,
+            drained,
+        });
+        drained_members(self.admin(group, request).await?)
+    }
+
+    /// `group`'s operator settings (departure delay, revocation caps, balance, churn
+    /// budget, imbalance threshold).
+    pub async fn group_config(
+        &self,
+        group: impl Into<String>,
+    ) -> Result<GroupSettings, RequestError> {
+        self.alter_group_config(AlterGroupConfigRequest {
+            group: group.into(),
+            ..AlterGroupConfigRequest::default()
+        })
+        .await
+    }
+
+    /// Changes the settings of `change.group` that `change` sets (the others stay as
+    /// they are) and returns them all. The coordinator checks them (per mille at most
+    /// 1000, a departure delay of at most an hour, a known balance) and refuses others
+    /// with `invalid_request`. Configuring a group that does not exist yet creates it.
+    pub async fn alter_group_config(
+        &self,
+        change: AlterGroupConfigRequest,
+    ) -> Result<GroupSettings, RequestError> {
+        let group = change.group.clone();
+        match self.admin(group, Request::AlterGroupConfig(change)).await? {
+            Response::AlterGroupConfig(r) => Ok(r.config),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Sends an operator's request about `group` and returns its answer: on the
+    /// connection of a member of the group, if this client has one, else to the first
+    /// coordinator (in a cluster, one that does not serve the group refuses it with
+    /// `not_coordinator`).
+    async fn admin(&self, group: String, request: Request) -> Result<Response, RequestError> {
+        let (reply, result) = oneshot::channel();
+        self.shared
+            .commands
+            .send(Command::Admin {
+                group,
+                request,
+                reply,
+            })
+            .map_err(|_| RequestError::Closed)?;
+        refused(result.await.map_err(|_| RequestError::Closed)??)
+    }
+
     /// The offsets committed in `group` for `topics` (every topic if empty).
     ///
     /// Where coordinators share the groups, the fetch follows its group: a coordinator
@@ -143,6 +254,34 @@ impl Client {
             topics.into_iter().map(Into::into).collect(),
         )
         .await
+    }
+}
+
+/// An error answer as [`RequestError::Refused`].
+fn refused(response: Response) -> Result<Response, RequestError> {
+    match response {
+        Response::Error(e) => Err(RequestError::Refused {
+            code: e.code,
+            message: e.message,
+        }),
+        other => Ok(other),
+    }
+}
+
+fn unexpected(response: Response) -> RequestError {
+    RequestError::Unavailable {
+        reason: format!(
+            "unexpected answer from the coordinator (api key {})",
+            response.api_key()
+        ),
+    }
+}
+
+/// The members a Drain answer names.
+fn drained_members(response: Response) -> Result<Vec<String>, RequestError> {
+    match response {
+        Response::Drain(r) => Ok(r.members),
+        other => Err(unexpected(other)),
     }
 }
 
@@ -400,6 +539,64 @@ impl Member {
     /// The group.
     pub fn group(&self) -> &str {
         &self.group
+    }
+
+    /// Reports the load of a partition the member owns (an opaque number the group's
+    /// load-balanced assignment weighs: messages a second, CPU). Sent with the next
+    /// heartbeat, once (report again when it changes); a later report for the same
+    /// partition before then replaces this one. The coordinator ignores reports for
+    /// partitions the member does not own, and a coordinator too old to take loads
+    /// gets none. A load that is negative or not finite is refused here.
+    pub fn report_load(&self, partition: TopicPartition, load: f64) -> Result<(), RequestError> {
+        self.report_loads([(partition, load)])
+    }
+
+    /// [`Member::report_load`] for several partitions at once.
+    pub fn report_loads(
+        &self,
+        loads: impl IntoIterator<Item = (TopicPartition, f64)>,
+    ) -> Result<(), RequestError> {
+        let loads: Vec<(TopicPartition, f64)> = loads.into_iter().collect();
+        if let Some((tp, load)) = loads.iter().find(|(_, l)| !l.is_finite() || *l < 0.0) {
+            return Err(RequestError::Refused {
+                code: ErrorCode::InvalidRequest,
+                message: format!("the load of {tp} must be finite and not negative, not {load}"),
+            });
+        }
+        self.commands
+            .send(Command::Load {
+                key: self.key,
+                loads,
+            })
+            .map_err(|_| RequestError::Closed)
+    }
+
+    /// Drains this member (a graceful scale-in): it stays in the group and keeps
+    /// heartbeating, is given nothing new, and its partitions are revoked
+    /// ([`Event::RevokeRequested`]) and move to the others as the application
+    /// acknowledges them. Sent on the member's own connection, with its own member id,
+    /// which the coordinator allows without admin rights. Resolves once the coordinator
+    /// has recorded it. Fails with [`RequestError::Unavailable`] while not a member or
+    /// not connected.
+    pub async fn drain_self(&self) -> Result<(), RequestError> {
+        self.drain_as(true).await
+    }
+
+    /// Undoes [`Member::drain_self`]: the member may be given partitions again.
+    pub async fn undrain_self(&self) -> Result<(), RequestError> {
+        self.drain_as(false).await
+    }
+
+    async fn drain_as(&self, drained: bool) -> Result<(), RequestError> {
+        let (reply, result) = oneshot::channel();
+        self.commands
+            .send(Command::DrainSelf {
+                key: self.key,
+                drained,
+                reply,
+            })
+            .map_err(|_| RequestError::Closed)?;
+        drained_members(refused(result.await.map_err(|_| RequestError::Closed)??)?).map(drop)
     }
 
     /// Leaves the group gracefully. Every partition still owned is revoked locally: an

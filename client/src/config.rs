@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use rollcall_protocol::DEFAULT_MAX_FRAME_SIZE;
+use rollcall_protocol::{JoinPlacement, TopicRacks, DEFAULT_MAX_FRAME_SIZE};
 
 use crate::error::ConfigError;
 use crate::tls::TlsConfig;
@@ -248,6 +248,19 @@ pub struct MemberConfig {
     /// chooses; a later join naming another detector is refused. Ignored by a
     /// coordinator without Join version 2.
     pub detector: Option<String>,
+    /// An operator's name for where the member runs (a host name): `rollcall drain
+    /// GROUP --label L` drains every member with label `L`. Empty (the default): none.
+    pub label: String,
+    /// The member's rack (zone); the assignor prefers owners in a partition's preferred
+    /// rack. Empty (the default): none.
+    pub rack: String,
+    /// The member's weight against the others' (a machine twice as big: 2). `None`
+    /// (the default): undeclared, counted as 1. Must not be 0.
+    pub capacity: Option<u32>,
+    /// Preferred racks of subscribed topics' partitions: `(topic, racks)` where
+    /// `racks[i]` is partition `i`'s rack ("" for none), as many as the topic has
+    /// partitions in [`MemberConfig::topics`].
+    pub topic_racks: Vec<(String, Vec<String>)>,
 }
 
 impl MemberConfig {
@@ -269,6 +282,10 @@ impl MemberConfig {
             lease_timeout: None,
             lease_margin: None,
             detector: None,
+            label: String::new(),
+            rack: String::new(),
+            capacity: None,
+            topic_racks: Vec::new(),
         }
     }
 
@@ -325,6 +342,84 @@ impl MemberConfig {
     pub fn with_detector(mut self, detector: impl Into<String>) -> Self {
         self.detector = Some(detector.into());
         self
+    }
+
+    /// Sets the label (an operator's name for where the member runs, by which it can
+    /// be drained).
+    pub fn with_label(mut self, label: impl Into<String>) -> Self {
+        self.label = label.into();
+        self
+    }
+
+    /// Sets the member's rack (zone).
+    pub fn with_rack(mut self, rack: impl Into<String>) -> Self {
+        self.rack = rack.into();
+        self
+    }
+
+    /// Sets the member's capacity (weight against the others'; at least 1).
+    pub fn with_capacity(mut self, capacity: u32) -> Self {
+        self.capacity = Some(capacity);
+        self
+    }
+
+    /// Declares the preferred rack of each partition of `topic` (`racks[i]` for
+    /// partition `i`, "" for none).
+    pub fn with_topic_racks<S: Into<String>>(
+        mut self,
+        topic: impl Into<String>,
+        racks: impl IntoIterator<Item = S>,
+    ) -> Self {
+        self.topic_racks
+            .push((topic.into(), racks.into_iter().map(Into::into).collect()));
+        self
+    }
+
+    /// What the member declares in a Join version 3, if anything.
+    fn placement(&self) -> Result<Option<JoinPlacement>, ConfigError> {
+        if self.capacity == Some(0) {
+            return Err(ConfigError::ZeroCapacity);
+        }
+        let mut seen = BTreeSet::new();
+        for (topic, racks) in &self.topic_racks {
+            let Some(t) = self.topics.iter().find(|t| &t.topic == topic) else {
+                return Err(ConfigError::RacksForUnsubscribedTopic {
+                    topic: topic.clone(),
+                });
+            };
+            if racks.len() != t.partitions as usize {
+                return Err(ConfigError::RacksCount {
+                    topic: topic.clone(),
+                    racks: racks.len(),
+                    partitions: t.partitions,
+                });
+            }
+            if !seen.insert(topic.as_str()) {
+                return Err(ConfigError::DuplicateTopic {
+                    topic: topic.clone(),
+                });
+            }
+        }
+        if self.label.is_empty()
+            && self.rack.is_empty()
+            && self.capacity.is_none()
+            && self.topic_racks.is_empty()
+        {
+            return Ok(None);
+        }
+        Ok(Some(JoinPlacement {
+            label: self.label.clone(),
+            rack: self.rack.clone(),
+            capacity: self.capacity.unwrap_or(0),
+            topic_racks: self
+                .topic_racks
+                .iter()
+                .map(|(topic, racks)| TopicRacks {
+                    topic: topic.clone(),
+                    racks: racks.clone(),
+                })
+                .collect(),
+        }))
     }
 
     /// The heartbeat interval in effect before the coordinator suggests one.
@@ -433,7 +528,9 @@ impl MemberConfig {
                 interval: heartbeat_interval,
             });
         }
+        let placement = self.placement()?.map(Box::new);
         Ok(Settings {
+            placement,
             group: self.group.clone(),
             subscription: self
                 .topics
@@ -480,6 +577,8 @@ pub(crate) struct Settings {
     pub(crate) lease_margin: Duration,
     /// The detector to ask for; empty for the coordinator's choice.
     pub(crate) detector: String,
+    /// What the member declares at join (Join version 3), if anything.
+    pub(crate) placement: Option<Box<JoinPlacement>>,
 }
 
 #[cfg(test)]

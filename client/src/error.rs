@@ -11,6 +11,25 @@ use crate::types::TopicPartition;
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum ConfigError {
+    /// A capacity of 0 was declared (leave it undeclared for the default of 1).
+    #[error("the capacity must be at least 1")]
+    ZeroCapacity,
+    /// Preferred racks were given for a topic the member does not subscribe to.
+    #[error("preferred racks for topic '{topic}', which is not subscribed")]
+    RacksForUnsubscribedTopic {
+        /// The topic.
+        topic: String,
+    },
+    /// Preferred racks were given for another number of partitions than subscribed.
+    #[error("topic '{topic}': {racks} preferred racks for {partitions} partitions")]
+    RacksCount {
+        /// The topic.
+        topic: String,
+        /// Racks given.
+        racks: usize,
+        /// Partitions subscribed.
+        partitions: u32,
+    },
     /// The group name is empty.
     #[error("the group name is empty")]
     EmptyGroup,

@@ -171,6 +171,9 @@ pub use rollcall_protocol::ErrorCode;
 /// The protocol's expulsion reasons, re-exported on purpose: see
 /// [Protocol types](crate#protocol-types).
 pub use rollcall_protocol::ExpelReason;
+/// A group's operator settings, and a change to them ([`Client::alter_group_config`]),
+/// re-exported from the protocol.
+pub use rollcall_protocol::{AlterGroupConfigRequest, GroupSettings};
 pub use tls::TlsConfig;
 pub use types::{
     Assignment, Committed, Event, LostReason, Offset, PartitionSet, TopicPartition,

@@ -13,6 +13,7 @@ from typing import (
     FrozenSet,
     Iterable,
     Iterator,
+    List,
     Literal,
     Mapping,
     Optional,
@@ -187,6 +188,14 @@ class Member:
     def committed_async(
         self, topics: Optional[Union[str, Iterable[str]]] = None
     ) -> Awaitable[Dict[TopicPartition, Committed]]: ...
+    def report_load(self, partition: PartitionLike, load: float) -> None: ...
+    def report_loads(
+        self, loads: Union[Mapping[TopicPartition, float], Mapping[Tuple[str, int], float]]
+    ) -> None: ...
+    def drain(self, *, timeout: Optional[float] = None) -> None: ...
+    def undrain(self, *, timeout: Optional[float] = None) -> None: ...
+    def drain_async(self) -> Awaitable[None]: ...
+    def undrain_async(self) -> Awaitable[None]: ...
     def lease_deadline(self) -> Optional[float]: ...
     def assignment(self) -> Assignment: ...
     def leave(
@@ -231,6 +240,10 @@ class Client:
         lease_timeout: Optional[float] = None,
         lease_margin: Optional[float] = None,
         detector: Optional[str] = None,
+        label: Optional[str] = None,
+        rack: Optional[str] = None,
+        capacity: Optional[int] = None,
+        topic_racks: Optional[Mapping[str, Sequence[Optional[str]]]] = None,
         timeout: Optional[float] = None,
     ) -> Member: ...
     def join_async(
@@ -247,7 +260,27 @@ class Client:
         lease_timeout: Optional[float] = None,
         lease_margin: Optional[float] = None,
         detector: Optional[str] = None,
+        label: Optional[str] = None,
+        rack: Optional[str] = None,
+        capacity: Optional[int] = None,
+        topic_racks: Optional[Mapping[str, Sequence[Optional[str]]]] = None,
     ) -> Awaitable[Member]: ...
+    def drain(
+        self,
+        group: str,
+        member_id: Optional[str] = None,
+        *,
+        label: Optional[str] = None,
+        timeout: Optional[float] = None,
+    ) -> List[str]: ...
+    def undrain(
+        self,
+        group: str,
+        member_id: Optional[str] = None,
+        *,
+        label: Optional[str] = None,
+        timeout: Optional[float] = None,
+    ) -> List[str]: ...
     def fetch_offsets(
         self, group: str, topics: Optional[Union[str, Iterable[str]]] = None
     ) -> Dict[TopicPartition, Committed]: ...

@@ -69,6 +69,39 @@ enum LeaveStep {
     Event(Option<Event>),
 }
 
+impl Member {
+    fn drain_blocking(&self, py: Python<'_>, drained: bool, timeout: Option<f64>) -> PyResult<()> {
+        let timeout = optional_timeout(py, timeout)?;
+        let member = self.inner.member.clone();
+        block_on(
+            py,
+            async move {
+                if drained {
+                    member.drain_self().await
+                } else {
+                    member.undrain_self().await
+                }
+            },
+            timeout,
+        )
+        .map_err(|e| e.into_py(py))?
+        .map_err(|e| Failure::from(e).into_py(py))
+    }
+
+    fn drain_awaitable<'py>(&self, py: Python<'py>, drained: bool) -> PyResult<Bound<'py, PyAny>> {
+        init_asyncio_runtime();
+        let member = self.inner.member.clone();
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            if drained {
+                member.drain_self().await
+            } else {
+                member.undrain_self().await
+            }
+            .map_err(to_py)
+        })
+    }
+}
+
 fn optional_timeout(py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Duration>> {
     timeout
         .map(|t| seconds("timeout", t))
@@ -132,6 +165,63 @@ impl Member {
             .member
             .ack_revocation(partitions)
             .map_err(|e| Failure::from(e).into_py(py))
+    }
+
+    /// Reports the load of a partition the member owns (`TopicPartition` or `(topic,
+    /// partition)`; an opaque number such as messages a second): sent with the next
+    /// heartbeat, once. A negative or non-finite load is refused.
+    fn report_load(&self, py: Python<'_>, partition: &Bound<'_, PyAny>, load: f64) -> PyResult<()> {
+        let partition = extract_partition(partition)?;
+        self.inner
+            .member
+            .report_load(partition, load)
+            .map_err(|e| Failure::from(e).into_py(py))
+    }
+
+    /// Reports several loads at once: a mapping of partitions to loads.
+    fn report_loads(&self, py: Python<'_>, loads: &Bound<'_, PyAny>) -> PyResult<()> {
+        let mapping = loads.cast::<pyo3::types::PyMapping>().map_err(|_| {
+            pyo3::exceptions::PyTypeError::new_err(
+                "report_loads: expected a mapping of partitions to loads",
+            )
+        })?;
+        let loads = mapping
+            .items()?
+            .iter()
+            .map(|item| {
+                let (p, load): (Bound<'_, PyAny>, f64) = item.extract()?;
+                Ok((extract_partition(&p)?, load))
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        self.inner
+            .member
+            .report_loads(loads)
+            .map_err(|e| Failure::from(e).into_py(py))
+    }
+
+    /// Drains this member (a graceful scale-in), blocking until the coordinator has
+    /// recorded it: the member stays in the group and keeps heartbeating, is given
+    /// nothing new, and its partitions are revoked (`RevokeRequested`) and move to the
+    /// others as they are acknowledged.
+    #[pyo3(signature = (*, timeout = None))]
+    fn drain(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
+        self.drain_blocking(py, true, timeout)
+    }
+
+    /// Undoes `drain`: the member may be given partitions again.
+    #[pyo3(signature = (*, timeout = None))]
+    fn undrain(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
+        self.drain_blocking(py, false, timeout)
+    }
+
+    /// Drains this member; an awaitable.
+    fn drain_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.drain_awaitable(py, true)
+    }
+
+    /// Undrains this member; an awaitable.
+    fn undrain_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.drain_awaitable(py, false)
     }
 
     /// Commits offsets (a mapping of partitions to offsets, or `Offset`s), blocking until

@@ -290,6 +290,12 @@ struct Tap {
 
 impl Tap {
     async fn start(upstream: SocketAddr) -> Self {
+        Self::rewriting(upstream, |_| {}).await
+    }
+
+    /// A tap that passes the coordinator's frames on after `rewrite` (to play an older
+    /// coordinator, say).
+    async fn rewriting(upstream: SocketAddr, rewrite: fn(&mut Frame)) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("tap binds");
         let addr = listener.local_addr().expect("tap address");
         let frames = Arc::new(shared::Mutex::new(Vec::new()));
@@ -300,7 +306,7 @@ impl Tap {
                     let Ok(server) = TcpStream::connect(upstream).await else {
                         continue;
                     };
-                    tokio::spawn(Self::relay(client, server, frames.clone()));
+                    tokio::spawn(Self::relay(client, server, frames.clone(), rewrite));
                 }
             }
         });
@@ -311,6 +317,7 @@ impl Tap {
         client: TcpStream,
         server: TcpStream,
         frames: Arc<shared::Mutex<Vec<(Instant, Frame)>>>,
+        rewrite: fn(&mut Frame),
     ) {
         let (mut to_client, mut from_client) = Framed::new(client, Codec::default()).split();
         let (mut to_server, mut from_server) = Framed::new(server, Codec::default()).split();
@@ -323,7 +330,8 @@ impl Tap {
             }
         };
         let down = async {
-            while let Some(Ok(frame)) = from_server.next().await {
+            while let Some(Ok(mut frame)) = from_server.next().await {
+                rewrite(&mut frame);
                 frames.lock().push((Instant::now(), frame.clone()));
                 if to_client.send(frame).await.is_err() {
                     return;
@@ -1026,4 +1034,320 @@ async fn one_client_renews_members_of_two_groups_with_heartbeats_frames() {
         lone * 4 <= batches,
         "{lone} lone Heartbeat frames beside {batches} Heartbeats frames"
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// Operator controls: self-drain, placement, load reports
+// ---------------------------------------------------------------------------------------
+
+/// The group as DescribeGroup version 4 shows it.
+async fn describe_v4(addr: SocketAddr, group: &str) -> rollcall_protocol::DescribeGroupResponse {
+    let mut admin = rollcall_tests::RawClient::connected(addr).await;
+    let described = admin
+        .request(Request::DescribeGroup(
+            rollcall_protocol::DescribeGroupRequest {
+                operator: true,
+                group: group.into(),
+                detection: true,
+                page: Some(rollcall_protocol::Page {
+                    after: None,
+                    limit: 0,
+                }),
+                summary: true,
+            },
+        ))
+        .await;
+    match described {
+        Response::DescribeGroup(d) => d,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A worker drains itself (a graceful scale-in): its partitions move to the others
+/// through the normal revoke, acknowledge, grant, while it stays a member, heartbeats
+/// and loses nothing; undrained, it is given its share again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_drains_itself_hands_its_partitions_over_and_stays_a_member() {
+    let server = start_server(StoreConfig::Memory).await;
+    let addr = server.local_addr();
+    let mut a = Worker::start(addr, member_config("g-drain-self", 6)).await;
+    let mut b = Worker::start(addr, member_config("g-drain-self", 6)).await;
+    let mut c = Worker::start(addr, member_config("g-drain-self", 6)).await;
+    wait_balanced(&mut [&mut a, &mut b, &mut c], 6, &[2]).await;
+    let a_id = a.member().member_id().expect("a member");
+    let before_b = b.owned();
+    let before_c = c.owned();
+
+    bounded("drain self", a.member().drain_self())
+        .await
+        .expect("the coordinator drains the member");
+    a.wait_for("a drained", PartitionSet::is_empty).await;
+    wait_balanced(&mut [&mut b, &mut c], 6, &[3]).await;
+    // Only a's partitions moved: b and c kept theirs.
+    assert!(b.owned().is_superset(&before_b) && c.owned().is_superset(&before_c));
+    // Still a member, renewing its lease, having lost nothing.
+    tokio::time::sleep(SESSION * 2).await;
+    assert_eq!(a.member().member_id(), Some(a_id.clone()));
+    assert!(!a.member().is_suspended());
+    assert!(a.owned().is_empty());
+    assert_eq!(a.ledger.lock().lost_events(), Vec::new());
+    let d = describe_v4(addr, "g-drain-self").await;
+    let described = d
+        .members
+        .iter()
+        .find(|m| m.member_id == a_id)
+        .expect("listed");
+    assert!(
+        described.operator.as_ref().is_some_and(|o| o.drained),
+        "{d:?}"
+    );
+
+    bounded("undrain self", a.member().undrain_self())
+        .await
+        .expect("the coordinator undrains the member");
+    wait_balanced(&mut [&mut a, &mut b, &mut c], 6, &[2]).await;
+    for w in [&a, &b, &c] {
+        w.assert_consistent();
+    }
+}
+
+/// An operator drains a member by id and by label through the client's admin calls,
+/// and reads and changes the group's settings; bad requests come back typed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_drains_by_member_and_label_and_alters_settings_through_the_client() {
+    let server = start_server(StoreConfig::Memory).await;
+    let addr = server.local_addr();
+    let group = "g-drain-admin";
+    let mut a = Worker::start(addr, member_config(group, 4).with_label("host-a")).await;
+    let mut b = Worker::start(addr, member_config(group, 4).with_label("host-b")).await;
+    wait_balanced(&mut [&mut a, &mut b], 4, &[2]).await;
+    let admin = connect(addr).await;
+
+    let drained = bounded("drain by label", admin.drain_label(group, "host-a"))
+        .await
+        .expect("drained");
+    assert_eq!(drained, vec![a.member().member_id().unwrap()]);
+    a.wait_for("a drained", PartitionSet::is_empty).await;
+    b.wait_for("b has everything", |s| s == &all(4)).await;
+    bounded("undrain by label", admin.undrain_label(group, "host-a"))
+        .await
+        .expect("undrained");
+    wait_balanced(&mut [&mut a, &mut b], 4, &[2]).await;
+
+    let b_id = b.member().member_id().unwrap();
+    bounded("drain by id", admin.drain(group, b_id.clone()))
+        .await
+        .expect("drained");
+    b.wait_for("b drained", PartitionSet::is_empty).await;
+    bounded("undrain by id", admin.undrain(group, b_id))
+        .await
+        .expect("undrained");
+    wait_balanced(&mut [&mut a, &mut b], 4, &[2]).await;
+
+    let unknown = bounded("drain an unknown member", admin.drain(group, "nobody")).await;
+    assert!(
+        matches!(
+            &unknown,
+            Err(RequestError::Refused {
+                code: ErrorCode::UnknownMember,
+                ..
+            })
+        ),
+        "{unknown:?}"
+    );
+
+    let settings = bounded("read settings", admin.group_config(group))
+        .await
+        .expect("read");
+    assert_eq!(settings.max_revoking, 0);
+    let settings = bounded(
+        "alter settings",
+        admin.alter_group_config(rollcall_client::AlterGroupConfigRequest {
+            group: group.into(),
+            max_revoking: Some(1),
+            departure_delay_ms: Some(30_000),
+            ..Default::default()
+        }),
+    )
+    .await
+    .expect("altered");
+    assert_eq!(
+        (settings.max_revoking, settings.departure_delay_ms),
+        (1, 30_000)
+    );
+    let refused = bounded(
+        "a churn budget over 100 %",
+        admin.alter_group_config(rollcall_client::AlterGroupConfigRequest {
+            group: group.into(),
+            churn_budget_permille: Some(1001),
+            ..Default::default()
+        }),
+    )
+    .await;
+    assert!(
+        matches!(
+            &refused,
+            Err(RequestError::Refused {
+                code: ErrorCode::InvalidRequest,
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    a.assert_consistent();
+    b.assert_consistent();
+}
+
+/// Hides Join versions above 2 and Heartbeat(s) versions above 0 from the client, as a
+/// coordinator from before placements and loads would.
+fn as_an_older_coordinator(frame: &mut Frame) {
+    if let Body::Response(Response::ApiVersions(v)) = &mut frame.body {
+        for r in &mut v.versions {
+            let cap = match ApiKey::from_u16(r.api_key) {
+                Some(ApiKey::Join) => 2,
+                Some(ApiKey::Heartbeat | ApiKey::Heartbeats) => 0,
+                _ => continue,
+            };
+            r.max_version = r.max_version.min(cap);
+        }
+    }
+}
+
+/// A member declaring a label, rack, capacity and preferred racks joins a group of
+/// plain members and is weighed by its capacity; through a coordinator that does not
+/// know Join version 3 the same member joins with a plain join and works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_placed_member_joins_plain_members_and_an_older_coordinator_alike() {
+    let server = start_server(StoreConfig::Memory).await;
+    let addr = server.local_addr();
+    let placed = |group: &str| {
+        member_config(group, 8)
+            .with_label("big-host")
+            .with_rack("eu-1a")
+            .with_capacity(3)
+            .with_topic_racks("t", ["eu-1a"; 8])
+    };
+    let mut plain = Worker::start(addr, member_config("g-placed", 8)).await;
+    plain.wait_for("plain has all", |s| s == &all(8)).await;
+    let mut big = Worker::start(addr, placed("g-placed")).await;
+    // Capacities 1 : 3 over 8 partitions: 2 and 6.
+    wait_balanced(&mut [&mut plain, &mut big], 8, &[2, 6]).await;
+    assert_eq!(big.owned().len(), 6);
+    let d = describe_v4(addr, "g-placed").await;
+    let big_id = big.member().member_id().unwrap();
+    let o = d
+        .members
+        .iter()
+        .find(|m| m.member_id == big_id)
+        .and_then(|m| m.operator.clone())
+        .expect("described at version 4");
+    assert_eq!(
+        (o.label.as_str(), o.rack.as_str(), o.capacity),
+        ("big-host", "eu-1a", 3)
+    );
+
+    // The older coordinator: a plain join goes out, and is accepted.
+    let tap = Tap::rewriting(addr, as_an_older_coordinator).await;
+    let client = connect(tap.addr).await;
+    let member = bounded("join", client.join(placed("g-placed-old")))
+        .await
+        .expect("joins");
+    let mut old = Worker::drive(client, member);
+    old.wait_for("assigned", |s| s == &all(8)).await;
+    old.member()
+        .report_load(tp(0), 5.0)
+        .expect("a load is taken and dropped");
+    tokio::time::sleep(SESSION).await;
+    let frames = tap.frames.lock();
+    let joins: Vec<&rollcall_protocol::JoinRequest> = frames
+        .iter()
+        .filter_map(|(_, f)| match &f.body {
+            Body::Request(Request::Join(j)) => Some(j),
+            _ => None,
+        })
+        .collect();
+    assert!(!joins.is_empty());
+    assert!(joins.iter().all(|j| j.placement.is_none()), "{joins:?}");
+    assert!(frames.iter().all(|(_, f)| match &f.body {
+        Body::Request(Request::Heartbeat(h)) => h.loads.is_empty(),
+        Body::Request(Request::Heartbeats(h)) => h.beats.iter().all(|b| b.loads.is_empty()),
+        _ => true,
+    }));
+    drop(frames);
+    old.assert_consistent();
+    plain.assert_consistent();
+    big.assert_consistent();
+}
+
+/// Loads two members of one client report ride on their next heartbeats (lone or in a
+/// Heartbeats frame), each once, and reach describe as each member's total.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn load_reports_ride_on_heartbeats_once_and_reach_describe() {
+    let server = start_server(StoreConfig::Memory).await;
+    let tap = Tap::start(server.local_addr()).await;
+    let client = connect(tap.addr).await;
+    let mut workers = Vec::new();
+    for _ in 0..2 {
+        let member = bounded("join", client.join(member_config("g-load", 4)))
+            .await
+            .expect("joins");
+        workers.push(Worker::drive(client.clone(), member));
+    }
+    {
+        let mut ws: Vec<&mut Worker> = workers.iter_mut().collect();
+        wait_balanced(&mut ws, 4, &[2]).await;
+    }
+    let mut expected = HashMap::new();
+    for (i, w) in workers.iter().enumerate() {
+        let loads: Vec<(TopicPartition, f64)> =
+            w.owned().into_iter().map(|p| (p, 1.5 + i as f64)).collect();
+        expected.insert(w.member().member_id().unwrap(), 3.0 + 2.0 * i as f64);
+        w.member().report_loads(loads).expect("reported");
+    }
+    assert!(matches!(
+        workers[0].member().report_load(tp(0), f64::NAN),
+        Err(RequestError::Refused {
+            code: ErrorCode::InvalidRequest,
+            ..
+        })
+    ));
+    bounded("loads described", async {
+        loop {
+            let d = describe_v4(server.local_addr(), "g-load").await;
+            let got: HashMap<String, f64> = d
+                .members
+                .iter()
+                .filter_map(|m| Some((m.member_id.clone(), m.operator.as_ref()?.load)))
+                .collect();
+            if got == expected {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    // Several beats later, each report went out exactly once.
+    tokio::time::sleep(SESSION * 2).await;
+    let frames = tap.frames.lock();
+    let mut sent: HashMap<(String, u32), usize> = HashMap::new();
+    for (_, f) in frames.iter() {
+        let beats: Vec<&rollcall_protocol::HeartbeatRequest> = match &f.body {
+            Body::Request(Request::Heartbeat(h)) => vec![h],
+            Body::Request(Request::Heartbeats(h)) => h.beats.iter().collect(),
+            _ => continue,
+        };
+        for b in beats {
+            for l in &b.loads {
+                *sent
+                    .entry((b.member_id.to_string(), l.partition))
+                    .or_default() += 1;
+            }
+        }
+    }
+    assert_eq!(sent.len(), 4, "{sent:?}");
+    assert!(sent.values().all(|n| *n == 1), "{sent:?}");
+    drop(frames);
+    for w in &workers {
+        w.assert_consistent();
+    }
 }

@@ -38,6 +38,24 @@ pub(crate) enum Command {
     Drop {
         key: u64,
     },
+    /// Loads for the member's next heartbeat.
+    Load {
+        key: u64,
+        loads: Vec<(TopicPartition, f64)>,
+    },
+    /// A Drain (`drained`) or undrain of the member itself, on its own connection.
+    DrainSelf {
+        key: u64,
+        drained: bool,
+        reply: oneshot::Sender<Result<Response, RequestError>>,
+    },
+    /// An operator's request about `group`: sent where a member of the group lives,
+    /// or else on the bootstrap connection; the answer as it comes.
+    Admin {
+        group: String,
+        request: Request,
+        reply: oneshot::Sender<Result<Response, RequestError>>,
+    },
     Fetch {
         group: String,
         topics: Vec<String>,
@@ -154,6 +172,54 @@ impl Driver {
                         self.send(link, Pending::Commit { key, id }, request);
                     }
                 }
+            }
+            Command::Load { key, loads } => {
+                if let Some(slot) = self.slots.get_mut(&key) {
+                    slot.m.report_load(loads);
+                }
+            }
+            Command::DrainSelf {
+                key,
+                drained,
+                reply,
+            } => {
+                let Some(slot) = self.slots.get_mut(&key) else {
+                    let _ = reply.send(Err(RequestError::Closed));
+                    return;
+                };
+                match (slot.m.drain_request(drained), slot.link) {
+                    (Err(e), _) => {
+                        let _ = reply.send(Err(e));
+                    }
+                    (Ok(_), None) => {
+                        let _ = reply.send(Err(RequestError::Unavailable {
+                            reason: "looking for the group's coordinator".to_owned(),
+                        }));
+                    }
+                    (Ok(request), Some(link)) => {
+                        self.send(link, Pending::Ask(reply), request);
+                    }
+                }
+            }
+            Command::Admin {
+                group,
+                request,
+                reply,
+            } => {
+                let link = self
+                    .slots
+                    .values()
+                    .filter(|s| s.m.group() == group)
+                    .find_map(|s| s.link)
+                    .unwrap_or(BOOTSTRAP);
+                let connected = self.links.get(&link).is_some_and(|l| l.conn.is_some());
+                if !connected {
+                    let _ = reply.send(Err(RequestError::Unavailable {
+                        reason: "not connected to the coordinator".to_owned(),
+                    }));
+                    return;
+                }
+                self.send(link, Pending::Ask(reply), request);
             }
             Command::Taken { key, ticket } => {
                 // Handled before the `Drop` the same handle may send next (one channel,

@@ -79,6 +79,10 @@ pub(crate) async fn open(addr: &str, config: &ClientConfig) -> Result<Opened, Co
         join_detector: supports(ApiKey::Join, 2),
         heartbeats: supports(ApiKey::Heartbeats, CURRENT_VERSION),
         paged_fetch: supports(ApiKey::FetchOffsets, 1),
+        join_placement: supports(ApiKey::Join, 3),
+        // Loads ride on lone and batched beats alike.
+        loads: supports(ApiKey::Heartbeat, 1)
+            && (!supports(ApiKey::Heartbeats, CURRENT_VERSION) || supports(ApiKey::Heartbeats, 1)),
     };
     let max_frame_size = match usize::try_from(versions.max_frame_size) {
         Ok(0) | Err(_) => config.max_frame_size,

@@ -70,6 +70,9 @@ impl Driver {
                     }
                 }
             }
+            Pending::Ask(reply) => {
+                let _ = reply.send(Ok(response));
+            }
             Pending::Fetch(mut pages) => {
                 let more = match &response {
                     Response::FetchOffsets(r) => r.more == Some(true),
@@ -196,10 +199,18 @@ impl Driver {
         warn!(addr = %l.addr(), reason, "connection lost");
         let pending: Vec<Pending> = l.pending.drain().map(|(_, (p, _))| p).collect();
         for pending in pending {
-            if let Pending::Fetch(pages) = pending {
-                let _ = pages.reply.send(Err(RequestError::Unavailable {
-                    reason: format!("connection lost: {reason}"),
-                }));
+            match pending {
+                Pending::Fetch(pages) => {
+                    let _ = pages.reply.send(Err(RequestError::Unavailable {
+                        reason: format!("connection lost: {reason}"),
+                    }));
+                }
+                Pending::Ask(reply) => {
+                    let _ = reply.send(Err(RequestError::Unavailable {
+                        reason: format!("connection lost: {reason}"),
+                    }));
+                }
+                _ => {}
             }
         }
         let std_now = now.into_std();

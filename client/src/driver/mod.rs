@@ -134,6 +134,8 @@ enum Pending {
         id: RequestId,
     },
     Fetch(Box<FetchPages>),
+    /// A request whose answer goes back as it is (a drain, a group's settings).
+    Ask(oneshot::Sender<Result<Response, RequestError>>),
     /// A Heartbeats request: these memberships' heartbeats, in order.
     Beats(Vec<Beat>),
     /// A FindCoordinator for this membership's or fetch's group.

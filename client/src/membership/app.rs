@@ -206,6 +206,37 @@ impl Membership {
         Ok((id, request))
     }
 
+    /// Loads the application reports for partitions (it should own them: the
+    /// coordinator ignores others): sent with the next heartbeat, once. A later report
+    /// for the same partition before that replaces the earlier one.
+    pub fn report_load(&mut self, loads: impl IntoIterator<Item = (TopicPartition, f64)>) {
+        self.loads_unsent.extend(loads);
+    }
+
+    /// A Drain (or undrain) of this member, by its own member id, to send on its own
+    /// connection (a graceful scale-in: the member stays, its partitions move).
+    pub fn drain_request(&self, drained: bool) -> Result<Request, RequestError> {
+        let member_id = match (&self.phase, &self.member_id) {
+            (Phase::Active, Some(id)) => id.clone(),
+            _ => {
+                return Err(RequestError::Unavailable {
+                    reason: "not a member of the group right now".to_owned(),
+                })
+            }
+        };
+        if !self.connected {
+            return Err(RequestError::Unavailable {
+                reason: "not connected to the coordinator".to_owned(),
+            });
+        }
+        Ok(Request::Drain(DrainRequest {
+            group: self.settings.group.clone(),
+            member_id,
+            label: String::new(),
+            drained,
+        }))
+    }
+
     /// Forgets a request that will not be sent after all.
     pub(crate) fn forget(&mut self, id: RequestId) {
         self.in_flight.remove(&id);

@@ -55,14 +55,15 @@ use std::time::{Duration, Instant};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rollcall_protocol::{
-    ClientAction, CommitOffsetsRequest, ErrorCode, ExpelReason, HeartbeatRequest, JoinRequest,
-    LeaveMode, LeaveRequest, OffsetCommit, Push, RelinquishRequest, Request, Response,
+    ClientAction, CommitOffsetsRequest, DrainRequest, ErrorCode, ExpelReason, HeartbeatRequest,
+    JoinRequest, LeaveMode, LeaveRequest, OffsetCommit, PartitionLoad, Push, RelinquishRequest,
+    Request, Response,
 };
 use tracing::debug;
 
 use crate::backoff::{heartbeat_delay, Backoff};
 use crate::config::Settings;
-use crate::error::{CommitError, FatalError, LeaveError};
+use crate::error::{CommitError, FatalError, LeaveError, RequestError};
 use crate::types::{
     from_wire, to_wire, Assignment, Event, LostReason, Offset, PartitionSet, TopicPartition,
 };
@@ -92,6 +93,10 @@ pub struct Features {
     /// FetchOffsets version 1: offsets read a page at a time, so any number of them
     /// can be fetched.
     pub paged_fetch: bool,
+    /// Join version 3: the member's label, rack, capacity and preferred racks.
+    pub join_placement: bool,
+    /// Heartbeat (and Heartbeats) version 1: partition loads ride on heartbeats.
+    pub loads: bool,
 }
 
 impl Features {
@@ -103,6 +108,8 @@ impl Features {
         join_detector: true,
         heartbeats: true,
         paged_fetch: true,
+        join_placement: true,
+        loads: true,
     };
 }
 
@@ -222,6 +229,9 @@ pub struct Membership {
     /// The coordinator's latest revoke set.
     revoke_requested: PartitionSet,
     acks_unsent: PartitionSet,
+    /// Loads the application reported since the last heartbeat: sent with the next
+    /// one, once.
+    loads_unsent: BTreeMap<TopicPartition, f64>,
     progress: u64,
     sequence: u64,
     interval: Duration,
@@ -274,6 +284,8 @@ impl Membership {
                 join_detector: false,
                 heartbeats: false,
                 paged_fetch: false,
+                join_placement: false,
+                loads: false,
             },
             member_id: None,
             incarnation: 0,
@@ -281,6 +293,7 @@ impl Membership {
             holdings: BTreeMap::new(),
             revoke_requested: PartitionSet::new(),
             acks_unsent: PartitionSet::new(),
+            loads_unsent: BTreeMap::new(),
             progress: 0,
             sequence: 0,
             lease: None,

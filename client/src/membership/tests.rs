@@ -719,6 +719,8 @@ fn the_join_carries_the_lease_timeout_unless_the_coordinator_is_too_old_for_it()
         join_detector: false,
         heartbeats: false,
         paged_fetch: false,
+        join_placement: false,
+        loads: false,
     });
     let (id, j) = h.pop_join();
     assert_eq!(j.lease_timeout_ms, 0);
@@ -1480,6 +1482,8 @@ fn a_coordinator_without_relinquish_is_not_sent_one() {
         join_detector: true,
         heartbeats: true,
         paged_fetch: true,
+        join_placement: true,
+        loads: true,
     });
     let (id, _) = h.pop_join();
     h.respond(id, join_ok("m"));
@@ -1584,6 +1588,8 @@ fn the_detector_asked_for_is_sent_to_a_coordinator_that_knows_join_version_2() {
         join_detector: false,
         heartbeats: false,
         paged_fetch: false,
+        join_placement: false,
+        loads: false,
     });
     let (_, j) = h.pop_join();
     assert_eq!(j.detector, "");
@@ -1775,4 +1781,114 @@ fn a_lost_connection_still_suspends_at_once() {
             partitions: set(&[0])
         }]
     );
+}
+
+#[test]
+fn placement_goes_out_at_join_only_to_a_coordinator_that_knows_join_version_3() {
+    let placed = || {
+        config()
+            .with_label("host-1")
+            .with_rack("a")
+            .with_capacity(2)
+            .with_topic_racks("t", ["a", "b", "", "a", "b", "", "a", "b"])
+    };
+    let mut h = Harness::with_config(placed(), 1);
+    h.connect_to(Features::ALL);
+    let (_, j) = h.pop_join();
+    let p = j.placement.expect("the placement is declared");
+    assert_eq!(
+        (p.label.as_str(), p.rack.as_str(), p.capacity),
+        ("host-1", "a", 2)
+    );
+    assert_eq!(p.topic_racks[0].racks.len(), 8);
+
+    // An older coordinator gets a plain join, which it accepts.
+    let mut h = Harness::with_config(placed(), 1);
+    h.connect_to(Features {
+        join_placement: false,
+        ..Features::ALL
+    });
+    assert_eq!(h.pop_join().1.placement, None);
+
+    // Nothing declared: nothing sent, at whatever version.
+    let mut h = Harness::new();
+    h.connect_to(Features::ALL);
+    assert_eq!(h.pop_join().1.placement, None);
+}
+
+#[test]
+fn a_placement_that_does_not_fit_the_subscription_is_refused() {
+    use crate::error::ConfigError;
+    let e = config().with_capacity(0).validate().unwrap_err();
+    assert!(matches!(e, ConfigError::ZeroCapacity), "{e:?}");
+    let e = config()
+        .with_topic_racks("u", ["a"])
+        .validate()
+        .unwrap_err();
+    assert!(
+        matches!(e, ConfigError::RacksForUnsubscribedTopic { .. }),
+        "{e:?}"
+    );
+    let e = config()
+        .with_topic_racks("t", ["a"])
+        .validate()
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ConfigError::RacksCount {
+                racks: 1,
+                partitions: 8,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn a_load_report_rides_on_the_next_heartbeat_once() {
+    let mut h = Harness::joined("m", &[0, 1]);
+    h.m.report_load([(tp(0), 1.5), (tp(1), 2.0)]);
+    h.m.report_load([(tp(0), 3.0)]);
+    h.advance(INTERVAL);
+    let (id, beat, _) = h.pop_heartbeat();
+    let loads: Vec<(u32, f64)> = beat.loads.iter().map(|l| (l.partition, l.load)).collect();
+    assert_eq!(loads, vec![(0, 3.0), (1, 2.0)]);
+    h.ack_heartbeat(id);
+    h.advance(INTERVAL);
+    let (_, beat, _) = h.pop_heartbeat();
+    assert!(beat.loads.is_empty(), "sent once: {beat:?}");
+
+    // A coordinator without Heartbeat version 1 gets none.
+    let mut h = Harness::new();
+    h.connect_to(Features {
+        loads: false,
+        ..Features::ALL
+    });
+    let (id, _) = h.pop_join();
+    h.respond(id, join_ok("m"));
+    h.assign("m", 1, &[0]);
+    h.m.report_load([(tp(0), 1.0)]);
+    h.advance(INTERVAL);
+    assert!(h.pop_heartbeat().1.loads.is_empty());
+}
+
+#[test]
+fn a_self_drain_names_the_member_itself_and_needs_a_membership() {
+    let mut h = Harness::new();
+    h.connect();
+    assert!(h.m.drain_request(true).is_err());
+    let (id, _) = h.pop_join();
+    h.respond(id, join_ok("m"));
+    match h.m.drain_request(true).unwrap() {
+        Request::Drain(d) => {
+            assert_eq!(
+                (d.group.as_str(), d.member_id.as_str(), d.label.as_str()),
+                ("g", "m", "")
+            );
+            assert!(d.drained);
+        }
+        other => panic!("expected a drain, got {other:?}"),
+    }
 }

@@ -91,7 +91,12 @@ impl Membership {
                     0
                 };
                 let request = Request::Join(JoinRequest {
-                    placement: None,
+                    // A coordinator without Join version 3 gets a plain join.
+                    placement: if self.features.join_placement {
+                        s.placement.clone()
+                    } else {
+                        None
+                    },
                     group: s.group.clone(),
                     member_id: j.member_id.clone(),
                     instance_id: s.instance_id.clone(),
@@ -155,9 +160,22 @@ impl Membership {
                     return None;
                 }
                 let acks = mem::take(&mut self.acks_unsent);
+                let loads = mem::take(&mut self.loads_unsent);
                 self.sequence += 1;
                 let request = Request::Heartbeat(HeartbeatRequest {
-                    loads: Vec::new(),
+                    // Sent once; a coordinator without Heartbeat version 1 gets none.
+                    loads: if self.features.loads {
+                        loads
+                            .into_iter()
+                            .map(|(tp, load)| PartitionLoad {
+                                topic: tp.topic,
+                                partition: tp.partition,
+                                load,
+                            })
+                            .collect()
+                    } else {
+                        Vec::new()
+                    },
                     group: self.settings.group.as_str().into(),
                     member_id: member_id.into(),
                     generation: self.generation,

@@ -28,6 +28,32 @@ pub(super) enum AdminCommand {
         #[command(flatten)]
         admin: AdminArgs,
     },
+    /// Drain a member, or every member with a label (now and later): it stays in the
+    /// group and keeps heartbeating, is given nothing new, and its partitions move to
+    /// the others (revoke, acknowledge, grant). Durable until `undrain`.
+    Drain {
+        #[command(flatten)]
+        target: DrainTarget,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Undo `drain`: the member (or the label's members) may be given partitions again.
+    Undrain {
+        #[command(flatten)]
+        target: DrainTarget,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Show a group's operator settings, or change those given (the others stay as
+    /// they are). Configuring a group that does not exist yet creates it, empty.
+    Config {
+        /// The group.
+        group: String,
+        #[command(flatten)]
+        change: ConfigChange,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
     /// Show a group's committed offsets.
     Offsets {
         /// The group.
@@ -38,6 +64,120 @@ pub(super) enum AdminCommand {
         #[command(flatten)]
         admin: AdminArgs,
     },
+}
+
+/// Whom `drain` and `undrain` name.
+#[derive(Debug, Args)]
+pub(super) struct DrainTarget {
+    /// The group.
+    group: String,
+    /// The member id (as `describe` shows it).
+    #[arg(required_unless_present = "label", conflicts_with = "label")]
+    member: Option<String>,
+    /// Every member that declared this label at join (a host name, say), instead of
+    /// one member.
+    #[arg(long, value_name = "LABEL", value_parser = non_empty)]
+    label: Option<String>,
+}
+
+/// The settings `config` changes; none given: it only shows them.
+#[derive(Debug, Args)]
+pub(super) struct ConfigChange {
+    /// How long a departed static member's partitions stay reserved, unowned, for its
+    /// instance to come back to (0: off; at most 1h). Its work waits meanwhile.
+    #[arg(long, value_name = "DURATION", value_parser = departure_delay)]
+    departure_delay: Option<u32>,
+    /// At most this many partitions in revocation at once in the group (0: no cap).
+    #[arg(long, value_name = "N")]
+    max_revoking: Option<u32>,
+    /// At most this many partitions in revocation at once per member (0: no cap).
+    #[arg(long, value_name = "N")]
+    max_revoking_per_member: Option<u32>,
+    /// What the assignor balances: `count` (partitions per capacity) or `load`
+    /// (reported load per capacity).
+    #[arg(long, value_name = "count|load", value_parser = balance)]
+    balance: Option<u8>,
+    /// Load balance: the share of partitions a rebalance may move beyond those that
+    /// must, e.g. 10% (0% to 100%, to a tenth of a percent).
+    #[arg(long, value_name = "PERCENT", value_parser = permille)]
+    churn_budget: Option<u16>,
+    /// Load balance: how far above the mean the most loaded member must be before a
+    /// load report rebalances, e.g. 10%.
+    #[arg(long, value_name = "PERCENT", value_parser = permille)]
+    imbalance: Option<u16>,
+}
+
+impl ConfigChange {
+    fn request(&self, group: &str) -> AlterGroupConfigRequest {
+        AlterGroupConfigRequest {
+            group: group.to_owned(),
+            departure_delay_ms: self.departure_delay,
+            max_revoking: self.max_revoking,
+            max_revoking_per_member: self.max_revoking_per_member,
+            balance: self.balance,
+            churn_budget_permille: self.churn_budget,
+            imbalance_permille: self.imbalance,
+        }
+    }
+}
+
+/// The longest departure delay a group may have.
+const MAX_DEPARTURE_DELAY: Duration = Duration::from_secs(3600);
+
+fn non_empty(text: &str) -> Result<String, String> {
+    if text.is_empty() {
+        Err("must not be empty".into())
+    } else {
+        Ok(text.to_owned())
+    }
+}
+
+/// A departure delay, milliseconds: a duration of at most an hour.
+fn departure_delay(text: &str) -> Result<u32, String> {
+    let d = parse_duration(text).map_err(|e| e.to_string())?;
+    if d > MAX_DEPARTURE_DELAY {
+        return Err(format!(
+            "{} is longer than the longest departure delay, 1h",
+            format_duration(d)
+        ));
+    }
+    u32::try_from(d.as_millis()).map_err(|_| "too long".into())
+}
+
+fn balance(text: &str) -> Result<u8, String> {
+    match text.parse::<Balance>().map_err(|e| e.to_string())? {
+        Balance::Count => Ok(0),
+        Balance::Load => Ok(1),
+    }
+}
+
+/// A percentage (`10%`, `12.5%`, or without the sign) as per mille, 0 to 1000.
+pub(super) fn permille(text: &str) -> Result<u16, String> {
+    let bad = || format!("invalid percentage '{text}': expected a share such as 10% or 12.5%");
+    let number = text.trim().trim_end_matches('%').trim();
+    let (whole, tenths) = match number.split_once('.') {
+        Some((w, t)) if t.len() == 1 => (w, t),
+        Some(_) => {
+            return Err(format!(
+                "invalid percentage '{text}': at most one decimal (a tenth of a percent)"
+            ))
+        }
+        None => (number, "0"),
+    };
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(whole) || !digits(tenths) {
+        return Err(bad());
+    }
+    let value = whole
+        .parse::<u32>()
+        .ok()
+        .and_then(|w| w.checked_mul(10))
+        .and_then(|w| w.checked_add(tenths.parse::<u32>().ok()?))
+        .ok_or_else(bad)?;
+    if value > 1000 {
+        return Err(format!("invalid percentage '{text}': at most 100%"));
+    }
+    Ok(value as u16)
 }
 
 /// A rate above zero.
@@ -152,9 +292,12 @@ impl AdminArgs {
 impl AdminCommand {
     pub(super) fn args(&self) -> &AdminArgs {
         match self {
-            Self::Groups { admin } | Self::Describe { admin, .. } | Self::Offsets { admin, .. } => {
-                admin
-            }
+            Self::Groups { admin }
+            | Self::Describe { admin, .. }
+            | Self::Offsets { admin, .. }
+            | Self::Drain { admin, .. }
+            | Self::Undrain { admin, .. }
+            | Self::Config { admin, .. } => admin,
         }
     }
 
@@ -162,7 +305,10 @@ impl AdminCommand {
     fn group(&self) -> Option<&str> {
         match self {
             Self::Groups { .. } => None,
-            Self::Describe { group, .. } | Self::Offsets { group, .. } => Some(group),
+            Self::Describe { group, .. }
+            | Self::Offsets { group, .. }
+            | Self::Config { group, .. } => Some(group),
+            Self::Drain { target, .. } | Self::Undrain { target, .. } => Some(&target.group),
         }
     }
 
@@ -220,6 +366,7 @@ impl AdminCommand {
                 // Version 3 adds the group's detection summary and each member's expel
                 // basis (every page repeats the summary; the first page's is kept).
                 let summary = supports(ApiKey::DescribeGroup, 3);
+                let operator = supports(ApiKey::DescribeGroup, 4);
                 let mut all: Option<DescribeGroupResponse> = None;
                 loop {
                     let after = all
@@ -227,7 +374,9 @@ impl AdminCommand {
                         .and_then(|a| a.members.last())
                         .map(|m| m.member_id.clone());
                     let request = Request::DescribeGroup(DescribeGroupRequest {
-                        operator: false,
+                        // Version 4 adds the group's settings, drains, reservations and
+                        // each member's placement and load.
+                        operator,
                         group: group.clone(),
                         detection: true,
                         page: Some(Page { after, limit: 0 }),
@@ -254,6 +403,27 @@ impl AdminCommand {
                         other => return Ok(other),
                     }
                 }
+            }
+            Self::Drain { target, .. } | Self::Undrain { target, .. } => {
+                let key = ApiKey::Drain;
+                if !supports(key, 0) {
+                    return Err(ConnectError::Unsupported { api: key.as_str() });
+                }
+                conn.request(Request::Drain(DrainRequest {
+                    group: target.group.clone(),
+                    member_id: target.member.clone().unwrap_or_default(),
+                    label: target.label.clone().unwrap_or_default(),
+                    drained: matches!(self, Self::Drain { .. }),
+                }))
+                .await
+            }
+            Self::Config { group, change, .. } => {
+                let key = ApiKey::AlterGroupConfig;
+                if !supports(key, 0) {
+                    return Err(ConnectError::Unsupported { api: key.as_str() });
+                }
+                conn.request(Request::AlterGroupConfig(change.request(group)))
+                    .await
             }
             Self::Offsets { group, topics, .. } => {
                 let request = |page| {
@@ -321,6 +491,19 @@ impl AdminCommand {
             )),
             (Self::Offsets { group, .. }, Response::FetchOffsets(r)) => {
                 Ok(render_offsets(group, &r, json))
+            }
+            (Self::Drain { target, .. } | Self::Undrain { target, .. }, Response::Drain(r)) => {
+                Ok(render_drain(
+                    &target.group,
+                    target.member.as_deref(),
+                    target.label.as_deref(),
+                    matches!(self, Self::Drain { .. }),
+                    &r,
+                    json,
+                ))
+            }
+            (Self::Config { group, .. }, Response::AlterGroupConfig(r)) => {
+                Ok(render_config(group, &r.config, json))
             }
             (_, other) => Err(AdminError::Unexpected(format!("{other:?}"))),
         }

@@ -65,8 +65,19 @@ impl ConfigError {
 /// Clap's first line, which names the option and what is wrong with it.
 pub(super) fn first_line(e: &clap::Error) -> String {
     let rendered = e.render().to_string();
-    let line = rendered.lines().next().unwrap_or("invalid arguments");
-    line.trim_start_matches("error: ").to_owned()
+    let mut lines = rendered.lines();
+    let line = lines.next().unwrap_or("invalid arguments");
+    let mut text = line.trim_start_matches("error: ").to_owned();
+    // "the following required arguments were not provided:" names them on the lines
+    // that follow.
+    if text.ends_with(':') {
+        let named: Vec<&str> = lines.map(str::trim).take_while(|l| !l.is_empty()).collect();
+        if !named.is_empty() {
+            text.push(' ');
+            text.push_str(&named.join(" "));
+        }
+    }
+    text
 }
 
 /// A duration option, shown and parsed like `10s`.

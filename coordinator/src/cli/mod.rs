@@ -1,5 +1,5 @@
-//! The `rollcall` command line: `serve` runs the coordinator; `groups`, `describe` and
-//! `offsets` ask a running one.
+//! The `rollcall` command line: `serve` runs the coordinator; `groups`, `describe`,
+//! `offsets`, `drain`, `undrain` and `config` ask a running one.
 //!
 //! Exit codes:
 //!
@@ -24,14 +24,15 @@ use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand}
 use rollcall_client::raw::{ConnectOptions, Connection};
 use rollcall_client::{ConnectError, TlsConfig};
 use rollcall_protocol::{
-    ApiKey, DescribeGroupRequest, DescribeGroupResponse, ErrorCode, FetchOffsetsRequest,
-    FetchOffsetsResponse, FindCoordinatorRequest, ListGroupsRequest, ListGroupsResponse,
-    MemberDetection, OffsetCursor, Page, Request, Response, TopicPartitions, TraceGroupRequest,
+    AlterGroupConfigRequest, ApiKey, DescribeGroupRequest, DescribeGroupResponse, DrainRequest,
+    DrainResponse, ErrorCode, FetchOffsetsRequest, FetchOffsetsResponse, FindCoordinatorRequest,
+    GroupOperator, GroupSettings, ListGroupsRequest, ListGroupsResponse, MemberDetection,
+    OffsetCursor, Page, Request, Response, TopicPartitions, TraceGroupRequest,
 };
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::core::{AssignorKind, CoreConfig, DetectorKind, DetectorSettings};
+use crate::core::{AssignorKind, Balance, CoreConfig, DetectorKind, DetectorSettings};
 use crate::server::{
     format_duration, parse_duration, parse_size, ClientAuth, ClusterSettings, InvalidConfig,
     ParseValueError, Server, ServerConfig, ServerError, StoreConfig, TlsSettings,

@@ -48,9 +48,77 @@ pub(super) struct DescribeJson {
     shadow_detector: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     summary: Option<SummaryJson>,
+    /// The group's settings (DescribeGroup version 4).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    config: Option<SettingsJson>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    drained_labels: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    reservations: Vec<ReservationJson>,
     members: Vec<MemberJson>,
     #[serde(skip_serializing_if = "Option::is_none")]
     advice: Option<AdviceJson>,
+}
+
+/// A group's operator settings.
+#[derive(Debug, Serialize)]
+pub(super) struct SettingsJson {
+    departure_delay_ms: u32,
+    max_revoking: u32,
+    max_revoking_per_member: u32,
+    balance: &'static str,
+    churn_budget_permille: u16,
+    imbalance_permille: u16,
+}
+
+impl From<&GroupSettings> for SettingsJson {
+    fn from(c: &GroupSettings) -> Self {
+        Self {
+            departure_delay_ms: c.departure_delay_ms,
+            max_revoking: c.max_revoking,
+            max_revoking_per_member: c.max_revoking_per_member,
+            balance: balance_name(c.balance),
+            churn_budget_permille: c.churn_budget_permille,
+            imbalance_permille: c.imbalance_permille,
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct ReservationJson {
+    instance_id: String,
+    member_id: String,
+    partitions: u32,
+    remaining_ms: u32,
+}
+
+/// A member's placement, drained state and load (DescribeGroup version 4).
+#[derive(Debug, Serialize)]
+pub(super) struct MemberOperatorJson {
+    label: String,
+    rack: String,
+    capacity: u32,
+    drained: bool,
+    load: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct ConfigJson {
+    group: String,
+    #[serde(flatten)]
+    config: SettingsJson,
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct DrainJson {
+    group: String,
+    drained: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    member: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    label: Option<String>,
+    /// The members whose drained state changed.
+    members: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -66,6 +134,8 @@ pub(super) struct MemberJson {
     pending_grant: Vec<TopicJson>,
     #[serde(skip_serializing_if = "Option::is_none")]
     detection: Option<DetectionJson>,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    operator: Option<MemberOperatorJson>,
 }
 
 #[derive(Debug, Serialize)]
@@ -203,6 +273,22 @@ pub(super) fn render_describe(
             detector: r.detection.as_ref().map(|d| d.detector.clone()),
             shadow_detector: r.detection.as_ref().and_then(|d| d.shadow.clone()),
             summary: summary.map(SummaryJson::from),
+            config: r.operator.as_ref().map(|o| SettingsJson::from(&o.config)),
+            drained_labels: r
+                .operator
+                .as_ref()
+                .map_or_else(Vec::new, |o| o.drained_labels.clone()),
+            reservations: r.operator.as_ref().map_or_else(Vec::new, |o| {
+                o.reservations
+                    .iter()
+                    .map(|v| ReservationJson {
+                        instance_id: v.instance_id.clone(),
+                        member_id: v.member_id.clone(),
+                        partitions: v.partitions,
+                        remaining_ms: v.remaining_ms,
+                    })
+                    .collect()
+            }),
             members: r
                 .members
                 .iter()
@@ -217,6 +303,13 @@ pub(super) fn render_describe(
                     pending_revoke: topics_json(&m.pending_revoke),
                     pending_grant: topics_json(&m.pending_grant),
                     detection: m.detection.as_ref().map(DetectionJson::from),
+                    operator: m.operator.as_ref().map(|o| MemberOperatorJson {
+                        label: o.label.clone(),
+                        rack: o.rack.clone(),
+                        capacity: o.capacity.max(1),
+                        drained: o.drained,
+                        load: o.load,
+                    }),
                 })
                 .collect(),
             advice: advice.map(|(json, _)| json),
@@ -241,6 +334,9 @@ pub(super) fn render_describe(
     }
     if let Some(s) = summary {
         out.push_str(&summary_text(s));
+    }
+    if let Some(o) = &r.operator {
+        out.push_str(&operator_text(o));
     }
     if r.members.is_empty() {
         return out;
@@ -281,6 +377,42 @@ pub(super) fn render_describe(
         ],
         &rows,
     ));
+    // Where members run, what they weigh and carry: shown once any member declared
+    // something, is drained or reported a load.
+    let placed = r.members.iter().any(|m| {
+        m.operator.as_ref().is_some_and(|o| {
+            !o.label.is_empty() || !o.rack.is_empty() || o.capacity > 1 || o.drained || o.load > 0.0
+        })
+    });
+    if placed {
+        let rows: Vec<Vec<String>> = r
+            .members
+            .iter()
+            .filter_map(|m| {
+                let o = m.operator.as_ref()?;
+                let dash = |s: &str| {
+                    if s.is_empty() {
+                        "-".to_owned()
+                    } else {
+                        s.to_owned()
+                    }
+                };
+                Some(vec![
+                    m.member_id.clone(),
+                    dash(&o.label),
+                    dash(&o.rack),
+                    o.capacity.max(1).to_string(),
+                    if o.drained { "yes" } else { "no" }.to_owned(),
+                    format_load(o.load),
+                ])
+            })
+            .collect();
+        out.push('\n');
+        out.push_str(&table(
+            &["MEMBER", "LABEL", "RACK", "CAPACITY", "DRAINED", "LOAD"],
+            &rows,
+        ));
+    }
     let detection: Vec<Vec<String>> = r
         .members
         .iter()
@@ -327,6 +459,159 @@ pub(super) fn render_describe(
         }
     }
     out
+}
+
+/// The settings that differ from a default group's, drained labels and reservations:
+/// nothing for a group nobody steered.
+fn operator_text(o: &GroupOperator) -> String {
+    let mut out = String::new();
+    if o.config != default_settings() {
+        out.push_str(&format!("settings:   {}\n", settings_line(&o.config)));
+    }
+    if !o.drained_labels.is_empty() {
+        out.push_str(&format!(
+            "drained:    label {}\n",
+            o.drained_labels.join(", ")
+        ));
+    }
+    for v in &o.reservations {
+        out.push_str(&format!(
+            "reserved:   {} partition{} for instance {} (was {}), {} left\n",
+            v.partitions,
+            if v.partitions == 1 { "" } else { "s" },
+            v.instance_id,
+            v.member_id,
+            format_ms(u64::from(v.remaining_ms)),
+        ));
+    }
+    out
+}
+
+/// A group nobody configured.
+fn default_settings() -> GroupSettings {
+    let d = crate::core::GroupConfig::default();
+    GroupSettings {
+        departure_delay_ms: d.departure_delay_ms,
+        max_revoking: d.max_revoking,
+        max_revoking_per_member: d.max_revoking_per_member,
+        balance: 0,
+        churn_budget_permille: d.churn_budget_permille,
+        imbalance_permille: d.imbalance_permille,
+    }
+}
+
+fn balance_name(balance: u8) -> &'static str {
+    match balance {
+        0 => "count",
+        1 => "load",
+        _ => "unknown",
+    }
+}
+
+/// Per mille as a percentage: `10%`, `12.5%`.
+fn format_permille(p: u16) -> String {
+    if p.is_multiple_of(10) {
+        format!("{}%", p / 10)
+    } else {
+        format!("{}.{}%", p / 10, p % 10)
+    }
+}
+
+fn format_cap(n: u32) -> String {
+    if n == 0 {
+        "no cap".into()
+    } else {
+        n.to_string()
+    }
+}
+
+fn format_load(load: f64) -> String {
+    if load == 0.0 {
+        "-".into()
+    } else {
+        format!("{load:.2}")
+    }
+}
+
+/// The settings on one line, as `config` takes them.
+fn settings_line(c: &GroupSettings) -> String {
+    format!(
+        "departure delay {}, max revoking {}, per member {}, balance {}, churn budget {}, imbalance {}",
+        format_duration(Duration::from_millis(c.departure_delay_ms.into())),
+        format_cap(c.max_revoking),
+        format_cap(c.max_revoking_per_member),
+        balance_name(c.balance),
+        format_permille(c.churn_budget_permille),
+        format_permille(c.imbalance_permille),
+    )
+}
+
+/// `rollcall config`: the group's settings after the request.
+pub(super) fn render_config(group: &str, c: &GroupSettings, json: bool) -> String {
+    if json {
+        return to_json(&ConfigJson {
+            group: group.to_owned(),
+            config: SettingsJson::from(c),
+        });
+    }
+    let delay = if c.departure_delay_ms == 0 {
+        "off".to_owned()
+    } else {
+        format_duration(Duration::from_millis(c.departure_delay_ms.into()))
+    };
+    let rows = vec![
+        vec!["group".to_owned(), group.to_owned()],
+        vec!["departure delay".to_owned(), delay],
+        vec!["max revoking".to_owned(), format_cap(c.max_revoking)],
+        vec![
+            "max revoking per member".to_owned(),
+            format_cap(c.max_revoking_per_member),
+        ],
+        vec!["balance".to_owned(), balance_name(c.balance).to_owned()],
+        vec![
+            "churn budget".to_owned(),
+            format_permille(c.churn_budget_permille),
+        ],
+        vec![
+            "imbalance".to_owned(),
+            format_permille(c.imbalance_permille),
+        ],
+    ];
+    table(&["SETTING", "VALUE"], &rows)
+}
+
+/// `rollcall drain` and `undrain`: what changed.
+pub(super) fn render_drain(
+    group: &str,
+    member: Option<&str>,
+    label: Option<&str>,
+    drained: bool,
+    r: &DrainResponse,
+    json: bool,
+) -> String {
+    if json {
+        return to_json(&DrainJson {
+            group: group.to_owned(),
+            drained,
+            member: member.map(str::to_owned),
+            label: label.map(str::to_owned),
+            members: r.members.clone(),
+        });
+    }
+    let verb = if drained { "drained" } else { "undrained" };
+    let whom = match (member, label) {
+        (_, Some(l)) => format!("label '{l}'"),
+        (Some(m), None) => format!("member {m}"),
+        (None, None) => "nothing".to_owned(),
+    };
+    if r.members.is_empty() {
+        format!("{whom} in group '{group}': no member changed (already {verb}, or none has the label)\n")
+    } else {
+        format!(
+            "{verb} {whom} in group '{group}': {}\n",
+            r.members.join(", ")
+        )
+    }
 }
 
 /// A duration in milliseconds, shortly: `850ms`, `2.31s`, `4m05s`.

@@ -157,3 +157,105 @@ fn a_coordinator_without_the_summary_gets_no_advice_and_says_why() {
     let json = render_describe(&old, true, 1.0, DEFAULT_PAUSE_FLOOR);
     assert!(!json.contains("advice"), "{json}");
 }
+
+#[test]
+fn describe_shows_what_an_operator_steered_and_nothing_for_a_group_nobody_did() {
+    use rollcall_protocol::{GroupOperator, MemberOperator, Reservation};
+    // Version 4 with everything at its default: the output is version 3's.
+    let plain = described(vec![member("a", 100, 110, 120, 130)]);
+    let mut v4 = plain.clone();
+    v4.operator = Some(Box::new(GroupOperator {
+        config: default_settings(),
+        ..GroupOperator::default()
+    }));
+    for m in &mut v4.members {
+        m.operator = Some(MemberOperator::default());
+    }
+    let text = |r: &DescribeGroupResponse| render_describe(r, false, 1.0, DEFAULT_PAUSE_FLOOR);
+    assert_eq!(text(&plain), text(&v4));
+
+    let mut steered = v4.clone();
+    let op = steered.operator.as_mut().unwrap();
+    op.config.departure_delay_ms = 30_000;
+    op.config.max_revoking = 200;
+    op.config.balance = 1;
+    op.drained_labels = vec!["host-1".into()];
+    op.reservations = vec![Reservation {
+        instance_id: "w-3".into(),
+        member_id: "m3".into(),
+        partitions: 12,
+        remaining_ms: 4_500,
+    }];
+    steered.members[0].operator = Some(MemberOperator {
+        label: "host-1".into(),
+        rack: "eu-1a".into(),
+        capacity: 4,
+        drained: true,
+        load: 12.5,
+    });
+    let out = text(&steered);
+    for said in [
+        "settings:   departure delay 30s, max revoking 200, per member no cap, balance load, \
+         churn budget 10%, imbalance 10%",
+        "drained:    label host-1",
+        "reserved:   12 partitions for instance w-3 (was m3), 4.50s left",
+        "MEMBER  LABEL   RACK   CAPACITY  DRAINED  LOAD",
+        "a       host-1  eu-1a  4         yes      12.50",
+    ] {
+        assert!(out.contains(said), "{said:?} not in\n{out}");
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&render_describe(&steered, true, 1.0, DEFAULT_PAUSE_FLOOR)).unwrap();
+    assert_eq!(json["config"]["departure_delay_ms"], 30_000);
+    assert_eq!(json["config"]["balance"], "load");
+    assert_eq!(json["drained_labels"][0], "host-1");
+    assert_eq!(json["reservations"][0]["remaining_ms"], 4_500);
+    assert_eq!(json["members"][0]["rack"], "eu-1a");
+    assert_eq!(json["members"][0]["drained"], true);
+    assert_eq!(json["members"][0]["load"], 12.5);
+}
+
+#[test]
+fn config_renders_every_setting_as_it_is_given() {
+    let c = GroupSettings {
+        departure_delay_ms: 90_000,
+        max_revoking: 0,
+        max_revoking_per_member: 3,
+        balance: 0,
+        churn_budget_permille: 125,
+        imbalance_permille: 100,
+    };
+    let out = render_config("g", &c, false);
+    for said in [
+        "departure delay          90s",
+        "max revoking             no cap",
+        "max revoking per member  3",
+        "balance                  count",
+        "churn budget             12.5%",
+        "imbalance                10%",
+    ] {
+        assert!(out.contains(said), "{said:?} not in\n{out}");
+    }
+    let off = render_config("g", &default_settings(), false);
+    assert!(off.contains("departure delay          off"), "{off}");
+}
+
+#[test]
+fn percentages_parse_to_per_mille_with_clear_errors() {
+    use super::super::admin::permille;
+    assert_eq!(permille("10%"), Ok(100));
+    assert_eq!(permille("12.5%"), Ok(125));
+    assert_eq!(permille("0"), Ok(0));
+    assert_eq!(permille("100%"), Ok(1000));
+    for (bad, says) in [
+        ("101%", "at most 100%"),
+        ("12.25%", "at most one decimal"),
+        ("ten", "expected a share such as 10%"),
+        ("-5%", "expected a share"),
+        ("%", "expected a share"),
+        ("99999999999%", "expected a share"),
+    ] {
+        let e = permille(bad).unwrap_err();
+        assert!(e.contains(says), "{bad}: {e}");
+    }
+}
