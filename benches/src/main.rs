@@ -95,6 +95,10 @@ enum Command {
     /// results, like `steady --batch-heartbeats`). Gives heartbeats per second of
     /// server CPU, the ceiling of steady's figure. Starts no coordinator.
     Floor(scenarios::floor::FloorArgs),
+    /// One member of a settled group drained (Drain, API key 14): its partitions moved
+    /// to the others and no other, time to the last grant in milliseconds and in
+    /// revocation round trips.
+    Drain(scenarios::drain::DrainArgs),
     /// The echo server of `floor`, run by it in a process of its own: prints its
     /// address on stdout and serves until its stdin closes.
     #[command(hide = true)]
@@ -118,6 +122,7 @@ impl Command {
             Self::Connections(a) => a.hard_cap(),
             Self::Detector(a) => a.hard_cap(),
             Self::Floor(a) => a.hard_cap(),
+            Self::Drain(a) => a.hard_cap(),
             Self::FloorServer(a) => a.hard_cap(),
         }
     }
@@ -137,6 +142,7 @@ impl Command {
             Self::Connections(a) => harness::run(a).await,
             Self::Detector(a) => scenarios::detector::run(a).await,
             Self::Floor(a) => harness::run(a).await,
+            Self::Drain(a) => harness::run(a).await,
             // Served on a runtime of its own, before this one is built (see `main`).
             Self::FloorServer(_) => {
                 Err("floor-server does not run on the generator's runtime".into())

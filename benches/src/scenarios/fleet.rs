@@ -1,0 +1,250 @@
+//! What the operator-control scenarios (`drain`, `racks`, `capacity`, `throttle`)
+//! share: the administrative requests they send, a log of what the members saw beside
+//! the [`Tracker`], and waiting until a group is quiet.
+
+use std::time::{Duration, Instant};
+
+use rollcall_protocol::{
+    AlterGroupConfigRequest, DrainRequest, GroupSettings, JoinPlacement, Request, Response,
+    TopicRacks,
+};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use crate::driver::{Obs, TOPIC};
+use crate::probe::Admin;
+use crate::target::Endpoint;
+use crate::tracker::Tracker;
+
+/// Changes (or reads) a group's operator settings; returns them as they are after.
+pub(crate) async fn alter_config(
+    endpoint: &Endpoint,
+    request: AlterGroupConfigRequest,
+) -> Result<GroupSettings, String> {
+    let mut admin = Admin::connect(endpoint).await?;
+    match admin.request(Request::AlterGroupConfig(request)).await? {
+        Response::AlterGroupConfig(r) => Ok(r.config),
+        Response::Error(e) => Err(format!(
+            "AlterGroupConfig refused: {}: {}",
+            e.code, e.message
+        )),
+        other => Err(format!("unexpected AlterGroupConfig answer {other:?}")),
+    }
+}
+
+/// Drains (or undrains) one member by id; returns the members it changed.
+pub(crate) async fn drain(
+    endpoint: &Endpoint,
+    group: &str,
+    member_id: &str,
+    drained: bool,
+) -> Result<Vec<String>, String> {
+    let mut admin = Admin::connect(endpoint).await?;
+    let request = Request::Drain(DrainRequest {
+        group: group.to_owned(),
+        member_id: member_id.to_owned(),
+        label: String::new(),
+        drained,
+    });
+    match admin.request(request).await? {
+        Response::Drain(r) => Ok(r.members),
+        Response::Error(e) => Err(format!("Drain refused: {}: {}", e.code, e.message)),
+        other => Err(format!("unexpected Drain answer {other:?}")),
+    }
+}
+
+/// A Join v3 placement: a rack, a capacity and the preferred rack of every partition
+/// of the one topic (empty: none).
+pub(crate) fn placement(
+    label: String,
+    rack: String,
+    capacity: u32,
+    topic_racks: &[String],
+) -> Box<JoinPlacement> {
+    Box::new(JoinPlacement {
+        label,
+        rack,
+        capacity,
+        topic_racks: if topic_racks.is_empty() {
+            Vec::new()
+        } else {
+            vec![TopicRacks {
+                topic: TOPIC.to_owned(),
+                racks: topic_racks.to_vec(),
+            }]
+        },
+    })
+}
+
+/// One revoke push a member saw.
+#[derive(Debug, Clone)]
+pub(crate) struct Revocation {
+    pub(crate) member: usize,
+    pub(crate) at: Instant,
+    pub(crate) generation: u32,
+    pub(crate) partitions: Vec<u32>,
+}
+
+/// One answered acknowledgement of a revocation.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ack {
+    pub(crate) member: usize,
+    /// When the revoke push arrived.
+    pub(crate) pushed: Instant,
+    /// When the acknowledgement was sent.
+    pub(crate) sent: Instant,
+    /// When its answer came.
+    pub(crate) at: Instant,
+    pub(crate) partitions: usize,
+}
+
+impl Ack {
+    /// Revoke push to the acknowledgement's answer, as the member saw it.
+    pub(crate) fn round_trip(&self) -> Duration {
+        self.at.saturating_duration_since(self.pushed)
+    }
+}
+
+/// What the members saw besides ownership: their ids, revocations, acknowledgements,
+/// and when ownership last changed.
+#[derive(Debug, Default)]
+pub(crate) struct Log {
+    pub(crate) member_ids: Vec<Option<String>>,
+    pub(crate) revocations: Vec<Revocation>,
+    pub(crate) acks: Vec<Ack>,
+    /// The last assignment push, and the last push of any kind.
+    pub(crate) last_assigned: Option<Instant>,
+    pub(crate) last_change: Option<Instant>,
+}
+
+impl Log {
+    pub(crate) fn new(members: usize) -> Self {
+        Self {
+            member_ids: vec![None; members],
+            ..Self::default()
+        }
+    }
+
+    /// Forgets the revocations and acknowledgements seen so far.
+    pub(crate) fn clear_moves(&mut self) {
+        self.revocations.clear();
+        self.acks.clear();
+    }
+
+    fn record(&mut self, obs: &Obs) {
+        match obs {
+            Obs::Joined {
+                member, member_id, ..
+            } => {
+                if let Some(slot) = self.member_ids.get_mut(*member) {
+                    *slot = Some(member_id.clone());
+                }
+            }
+            Obs::Assigned { at, .. } => {
+                self.last_assigned = Some(*at);
+                self.last_change = Some(*at);
+            }
+            Obs::Revoked {
+                member,
+                at,
+                generation,
+                partitions,
+            } => {
+                self.last_change = Some(*at);
+                self.revocations.push(Revocation {
+                    member: *member,
+                    at: *at,
+                    generation: *generation,
+                    partitions: partitions.clone(),
+                });
+            }
+            Obs::Acked {
+                member,
+                pushed,
+                sent,
+                at,
+                partitions,
+            } => self.acks.push(Ack {
+                member: *member,
+                pushed: *pushed,
+                sent: *sent,
+                at: *at,
+                partitions: *partitions,
+            }),
+            _ => {}
+        }
+    }
+
+    /// Applies observations to `tracker` (recording them here) until `until`, or
+    /// sooner once `done` holds.
+    pub(crate) async fn absorb(
+        &mut self,
+        tracker: &mut Tracker,
+        observations: &mut UnboundedReceiver<Obs>,
+        until: Instant,
+        mut done: impl FnMut(&Tracker, &Self) -> bool,
+    ) {
+        let mut batch = Vec::with_capacity(256);
+        while Instant::now() < until && !done(tracker, self) {
+            tokio::select! {
+                n = observations.recv_many(&mut batch, 256) => {
+                    if n == 0 {
+                        return;
+                    }
+                    for obs in batch.drain(..) {
+                        self.record(&obs);
+                        tracker.apply(&obs);
+                    }
+                }
+                () = tokio::time::sleep(Duration::from_millis(10)) => {}
+            }
+        }
+    }
+
+    /// Waits (at most until `until`) for group 0 to be owned exactly once with nothing
+    /// being revoked and no push for `quiet`. Returns whether it was.
+    pub(crate) async fn quiet(
+        &mut self,
+        tracker: &mut Tracker,
+        observations: &mut UnboundedReceiver<Obs>,
+        quiet: Duration,
+        until: Instant,
+    ) -> bool {
+        let done = |t: &Tracker, log: &Self| {
+            t.owned_once(0) && log.last_change.is_some_and(|c| c.elapsed() >= quiet)
+        };
+        self.absorb(tracker, observations, until, done).await;
+        done(tracker, self)
+    }
+}
+
+/// The owner of every partition of group 0 (`None`: nobody).
+pub(crate) fn owners(tracker: &Tracker, partitions: u32) -> Vec<Option<usize>> {
+    let mut out = vec![None; partitions as usize];
+    for (m, owned) in tracker.owned.iter().enumerate() {
+        if tracker.group_of(m) != 0 {
+            continue;
+        }
+        for &p in owned {
+            if let Some(slot) = out.get_mut(p as usize) {
+                *slot = Some(m);
+            }
+        }
+    }
+    out
+}
+
+/// Partitions whose owner differs between `before` and `after`.
+pub(crate) fn changed(before: &[Option<usize>], after: &[Option<usize>]) -> Vec<u32> {
+    before
+        .iter()
+        .zip(after)
+        .enumerate()
+        .filter(|(_, (a, b))| a != b)
+        .map(|(p, _)| p as u32)
+        .collect()
+}
+
+/// Milliseconds of a duration, for figures.
+pub(crate) fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
