@@ -158,10 +158,9 @@ impl Scenario for DrainArgs {
         for r in log.revocations.iter().filter(|r| r.member != victim) {
             others.extend(r.partitions.iter().copied());
         }
-        let slowest_rt = log.acks.iter().map(|a| a.round_trip()).max();
-        let slowest_answer = log
-            .acks
-            .iter()
+        let victim_acks = || log.acks.iter().filter(|a| a.member == victim);
+        let slowest_rt = victim_acks().map(|a| a.round_trip()).max();
+        let slowest_answer = victim_acks()
             .map(|a| a.at.saturating_duration_since(a.sent))
             .max();
         let generations: BTreeSet<u32> = log.revocations.iter().map(|r| r.generation).collect();
