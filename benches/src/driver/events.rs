@@ -314,7 +314,17 @@ impl ConnTask {
         pushed: Instant,
     ) {
         let now = Instant::now();
-        let count = partitions.iter().map(|tp| tp.partitions.len()).sum();
+        let acked: Vec<u32> = if self.shared.observations.is_some() {
+            let mut v: Vec<u32> = partitions
+                .iter()
+                .filter(|tp| tp.topic == TOPIC)
+                .flat_map(|tp| tp.partitions.iter().copied())
+                .collect();
+            v.sort_unstable();
+            v
+        } else {
+            Vec::new()
+        };
         let m = &mut self.members[local];
         let Some(member_id) = m.member_id.clone() else {
             return;
@@ -341,7 +351,7 @@ impl ConnTask {
                 local,
                 sent: now,
                 pushed,
-                partitions: count,
+                partitions: acked,
             },
         );
         inc(&self.shared.counters.acks_sent);

@@ -291,7 +291,8 @@ enum Pending {
         sent: Instant,
         /// When the revoke push it answers arrived.
         pushed: Instant,
-        partitions: usize,
+        /// The partitions acknowledged, when observed (sorted).
+        partitions: Vec<u32>,
     },
     Commit {
         local: usize,

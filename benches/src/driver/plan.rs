@@ -136,15 +136,15 @@ pub(crate) enum Obs {
         /// coordinator counted it: the lease it promised runs from no earlier).
         last_answered: Option<Instant>,
     },
-    /// A revocation's acknowledgement was answered: the revoke push for `partitions`
-    /// partitions arrived `pushed`, the acknowledgement went out `sent` and its answer
-    /// came `at`.
+    /// A revocation's acknowledgement was answered: the revoke push it answers (which
+    /// lists every partition the member is asked for at the time) arrived `pushed`,
+    /// the acknowledgement of `partitions` went out `sent` and its answer came `at`.
     Acked {
         member: usize,
         pushed: Instant,
         sent: Instant,
         at: Instant,
-        partitions: usize,
+        partitions: Vec<u32>,
     },
     /// The member confirmed its stand-down: a Relinquish for it was sent `at`.
     Relinquished { member: usize, at: Instant },

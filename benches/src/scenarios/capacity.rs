@@ -12,7 +12,7 @@
 //!    heaviest), is checked beside it). Then every load changes (a new draw) and the
 //!    partitions moved by each rebalance are held against the churn budget.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -124,15 +124,17 @@ fn load_view(tracker: &Tracker, loads: &[f64]) -> LoadView {
 
 /// Partitions moved per generation, from the revocations the members saw.
 fn rebalances(log: &Log) -> Vec<Rebalance> {
-    let mut by_generation: BTreeMap<u32, usize> = BTreeMap::new();
+    // A revoke push lists all the member is asked for: count each partition once.
+    let mut by_generation: BTreeMap<u32, BTreeSet<(usize, u32)>> = BTreeMap::new();
     for r in &log.revocations {
-        *by_generation.entry(r.generation).or_default() += r.partitions.len();
+        let set = by_generation.entry(r.generation).or_default();
+        set.extend(r.partitions.iter().map(|p| (r.member, *p)));
     }
     by_generation
         .into_iter()
-        .map(|(generation, partitions_moved)| Rebalance {
+        .map(|(generation, moved)| Rebalance {
             generation,
-            partitions_moved,
+            partitions_moved: moved.len(),
         })
         .collect()
 }

@@ -2,6 +2,7 @@
 //! share: the administrative requests they send, a log of what the members saw beside
 //! the [`Tracker`], and waiting until a group is quiet.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use rollcall_protocol::{
@@ -85,7 +86,7 @@ pub(crate) struct Revocation {
 }
 
 /// One answered acknowledgement of a revocation.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Ack {
     pub(crate) member: usize,
     /// When the revoke push arrived.
@@ -94,7 +95,7 @@ pub(crate) struct Ack {
     pub(crate) sent: Instant,
     /// When its answer came.
     pub(crate) at: Instant,
-    pub(crate) partitions: usize,
+    pub(crate) partitions: Vec<u32>,
 }
 
 impl Ack {
@@ -114,6 +115,8 @@ pub(crate) struct Log {
     /// The last assignment push, and the last push of any kind.
     pub(crate) last_assigned: Option<Instant>,
     pub(crate) last_change: Option<Instant>,
+    /// Every assignment push: (arrival, member, generation, partitions).
+    pub(crate) assignments: Vec<(Instant, usize, u32, Vec<u32>)>,
 }
 
 impl Log {
@@ -124,10 +127,82 @@ impl Log {
         }
     }
 
-    /// Forgets the revocations and acknowledgements seen so far.
+    /// Forgets the revocations, acknowledgements and assignments seen so far.
     pub(crate) fn clear_moves(&mut self) {
         self.revocations.clear();
         self.acks.clear();
+        self.assignments.clear();
+    }
+
+    /// The partitions in revocation as the members saw them, replayed in time order:
+    /// a revoke push lists every partition its member is asked for at the time (less
+    /// those it has acknowledged already, whose release is under way), an
+    /// acknowledgement sent takes its partitions off, an assignment of a later
+    /// generation that gives a partition back makes it revocable again (one of the
+    /// same generation may still list a partition being released: an owner keeps a
+    /// partition until the coordinator has its acknowledgement). Returns the most in revocation at
+    /// once, over every member, and how many (member, partition) revocations there
+    /// were.
+    pub(crate) fn in_revocation(&self) -> (usize, usize) {
+        enum Ev<'a> {
+            Ack(&'a [u32]),
+            Assigned(u32, &'a [u32]),
+            Revoke(u32, &'a [u32]),
+        }
+        let mut events: Vec<(Instant, u8, usize, Ev<'_>)> = Vec::new();
+        for a in &self.acks {
+            events.push((a.sent, 0, a.member, Ev::Ack(&a.partitions)));
+        }
+        for (at, m, generation, p) in &self.assignments {
+            events.push((*at, 1, *m, Ev::Assigned(*generation, p)));
+        }
+        for r in &self.revocations {
+            events.push((r.at, 2, r.member, Ev::Revoke(r.generation, &r.partitions)));
+        }
+        events.sort_by_key(|(at, order, m, _)| (*at, *order, *m));
+        let members = self.member_ids.len();
+        let mut asked: Vec<BTreeSet<u32>> = vec![BTreeSet::new(); members];
+        // Released partitions, with the generation of the push that asked for them.
+        let mut released: Vec<BTreeMap<u32, u32>> = vec![BTreeMap::new(); members];
+        let mut generation = vec![0u32; members];
+        let (mut now, mut max, mut total) = (0usize, 0usize, 0usize);
+        for (_, _, m, ev) in events {
+            let (Some(asked), Some(released), Some(generation)) =
+                (asked.get_mut(m), released.get_mut(m), generation.get_mut(m))
+            else {
+                continue;
+            };
+            match ev {
+                Ev::Ack(ps) => {
+                    for p in ps {
+                        if asked.remove(p) {
+                            now -= 1;
+                        }
+                        released.insert(*p, *generation);
+                    }
+                }
+                Ev::Assigned(g, ps) => {
+                    for p in ps {
+                        if released.get(p).is_some_and(|r| *r < g) {
+                            released.remove(p);
+                        }
+                    }
+                }
+                Ev::Revoke(g, ps) => {
+                    *generation = g;
+                    let new: BTreeSet<u32> = ps
+                        .iter()
+                        .copied()
+                        .filter(|p| !released.contains_key(p))
+                        .collect();
+                    total += new.difference(asked).count();
+                    now = now - asked.len() + new.len();
+                    *asked = new;
+                }
+            }
+            max = max.max(now);
+        }
+        (max, total)
     }
 
     fn record(&mut self, obs: &Obs) {
@@ -139,9 +214,16 @@ impl Log {
                     *slot = Some(member_id.clone());
                 }
             }
-            Obs::Assigned { at, .. } => {
+            Obs::Assigned {
+                member,
+                at,
+                generation,
+                partitions,
+            } => {
                 self.last_assigned = Some(*at);
                 self.last_change = Some(*at);
+                self.assignments
+                    .push((*at, *member, *generation, partitions.clone()));
             }
             Obs::Revoked {
                 member,
@@ -168,7 +250,7 @@ impl Log {
                 pushed: *pushed,
                 sent: *sent,
                 at: *at,
-                partitions: *partitions,
+                partitions: partitions.clone(),
             }),
             _ => {}
         }

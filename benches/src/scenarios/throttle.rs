@@ -59,26 +59,6 @@ pub(crate) struct ThrottleFigures {
     pub(crate) uncapped: Option<Burst>,
 }
 
-/// The most partitions in revocation at once: +n at each revoke push, −n at each
-/// acknowledgement sent, in time order.
-fn max_in_revocation(log: &Log) -> usize {
-    let mut events: Vec<(Instant, i64)> = log
-        .revocations
-        .iter()
-        .map(|r| (r.at, r.partitions.len() as i64))
-        .chain(log.acks.iter().map(|a| (a.sent, -(a.partitions as i64))))
-        .collect();
-    // At the same instant, acknowledgements first.
-    events.sort_by_key(|(at, n)| (*at, *n));
-    let mut now = 0i64;
-    let mut max = 0i64;
-    for (_, n) in events {
-        now += n;
-        max = max.max(now);
-    }
-    usize::try_from(max).unwrap_or(0)
-}
-
 impl ThrottleArgs {
     async fn burst(&self, cap: u32) -> Result<(Burst, Finished), String> {
         let common = &self.common;
@@ -164,10 +144,11 @@ impl ThrottleArgs {
                 |_, _| false,
             )
             .await;
+            let (max_in_revocation, partitions_revoked) = log.in_revocation();
             Ok::<_, String>(Burst {
                 max_revoking: cap,
-                max_in_revocation: max_in_revocation(&log),
-                partitions_revoked: log.revocations.iter().map(|r| r.partitions.len()).sum(),
+                max_in_revocation,
+                partitions_revoked,
                 revoke_pushes: log.revocations.len(),
                 final_assignment_ms: settled
                     .then(|| last.map(|l| ms(l.saturating_duration_since(released))))
