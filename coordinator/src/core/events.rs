@@ -25,11 +25,14 @@ pub enum RebalanceCause {
     DepartureDelayEnded,
     /// An operator drained or undrained members, or changed the group's settings.
     Operator,
+    /// With load balance, the reported loads put a member further above the balanced
+    /// load than the group's imbalance threshold.
+    LoadImbalance,
 }
 
 impl RebalanceCause {
     /// Every cause.
-    pub const ALL: [Self; 7] = [
+    pub const ALL: [Self; 8] = [
         Self::Join,
         Self::Leave,
         Self::Expulsion,
@@ -37,6 +40,7 @@ impl RebalanceCause {
         Self::Recovery,
         Self::DepartureDelayEnded,
         Self::Operator,
+        Self::LoadImbalance,
     ];
 
     /// Snake-case name, for logs and metric labels.
@@ -49,6 +53,7 @@ impl RebalanceCause {
             Self::Recovery => "recovery",
             Self::DepartureDelayEnded => "departure_delay_ended",
             Self::Operator => "operator",
+            Self::LoadImbalance => "load_imbalance",
         }
     }
 

@@ -379,10 +379,19 @@ impl Coordinator {
             ctx.event(Event::GroupConfigChanged {
                 group: r.group.clone(),
             });
-            // What the assignor balances changes the target; caps and delays act as
-            // revocations and departures come.
-            if old.balance != config.balance && !g.members.is_empty() {
-                g.trigger_rebalance(&mut ctx, RebalanceCause::Operator);
+            // What the assignor balances changes the target. Caps that changed ask
+            // the revocations they now leave room for (or, lifted, all that wait) at
+            // once; a delay acts as departures come. Load reports are weighed afresh.
+            g.reset_load_check();
+            if !g.members.is_empty() {
+                if old.balance != config.balance {
+                    g.trigger_rebalance(&mut ctx, RebalanceCause::Operator);
+                }
+                if (old.max_revoking, old.max_revoking_per_member)
+                    != (config.max_revoking, config.max_revoking_per_member)
+                {
+                    g.reconcile(&mut ctx);
+                }
             }
         }
         let response = Response::AlterGroupConfig(AlterGroupConfigResponse {

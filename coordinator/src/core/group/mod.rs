@@ -3,8 +3,9 @@
 //! This file holds the group's state; `member.rs` one member and its clocks,
 //! `members.rs` adds, removes and replaces members and runs their timers, `topics.rs`
 //! the topic table, `instances.rs` the static instances and their fencing,
-//! `rebalance.rs` computes targets and reconciles ownership toward them, `persist.rs`
-//! describes and snapshots the group.
+//! `rebalance.rs` computes targets and reconciles ownership toward them, `steering.rs`
+//! gives the assignor the racks and loads and weighs load reports, `throttle.rs` caps
+//! revocations, `persist.rs` describes and snapshots the group.
 
 mod config;
 mod instances;
@@ -14,6 +15,7 @@ mod partition_set;
 mod persist;
 mod rebalance;
 mod roster;
+mod steering;
 mod throttle;
 mod topics;
 
@@ -166,6 +168,8 @@ pub(crate) struct Group {
     pub(crate) held: Vec<Held>,
     /// Revocations in progress and waiting, when the config caps them.
     throttle: throttle::Throttle,
+    /// When a load report may next be weighed against the balance.
+    load_check: steering::LoadCheck,
     /// While partitions are reserved, when the group is next snapshotted so that a
     /// restart (which counts a reservation's remaining time from the last snapshot)
     /// extends it by at most this interval.
@@ -238,6 +242,7 @@ impl Group {
             target_owner: HashMap::new(),
             held: Vec::new(),
             throttle: throttle::Throttle::default(),
+            load_check: steering::LoadCheck::default(),
             reservation_checkpoint: None,
             removed: HashMap::new(),
             removed_order: VecDeque::new(),

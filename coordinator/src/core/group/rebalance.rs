@@ -7,10 +7,11 @@ use std::sync::Arc;
 
 use rollcall_protocol::{AssignmentPush, Push, RevokePush};
 
-use super::super::assignor::{AssignmentInput, AssignorMember, Policy};
+use super::super::assignor::AssignmentInput;
 use super::super::liveness::Transition;
 use super::super::timers::TimerKey;
 use super::super::{Event, RebalanceCause, TopicPartition};
+use super::steering::{capacity_of, Steering};
 use super::{Ctx, Group, PartitionSet, PendingRebalance};
 
 impl Group {
@@ -43,29 +44,21 @@ impl Group {
         };
         self.generation += 1;
         let generation = self.generation;
-        let topics: Vec<u32> = self
-            .topics
-            .iter()
-            .map(|t| if t.subscribers > 0 { t.partitions } else { 0 })
-            .collect();
-        let inputs: Vec<AssignorMember<'_>> = self
-            .members
-            .values()
-            .map(|m| AssignorMember {
-                capacity: m.about.placement.as_ref().map_or(1, |p| p.capacity.max(1)),
-                excluded: self.is_drained(m),
-                ..AssignorMember::new(&m.id, &m.subscription, m.owned.as_slice())
-            })
-            .collect();
+        // Racks numbered and loads laid out for the assignor: nothing when nothing is
+        // declared.
+        let steering = self.steering();
+        let topics = self.topic_counts();
+        let inputs = self.assignor_members(&steering);
+        let preferred: Vec<&[u32]> = steering.preferred_racks.iter().map(Vec::as_slice).collect();
+        let loads: Vec<&[f64]> = steering.loads.iter().map(Vec::as_slice).collect();
         let targets = ctx.assignor.assign(&AssignmentInput {
-            policy: Policy {
-                balance: self.config.balance,
-                churn_budget_permille: self.config.churn_budget_permille,
-            },
+            preferred_racks: &preferred,
+            loads: &loads,
+            policy: self.policy(),
             ..AssignmentInput::new(&topics, &inputs)
         });
-        drop(inputs);
-        let mut targets = self.spare_suspects(ctx, targets);
+        drop((inputs, preferred, loads));
+        let mut targets = self.spare_suspects(ctx, targets, &steering);
         // Partitions reserved for a departed instance stay out of every target until
         // it comes back or its delay ends.
         let reserved = self.reserved();
@@ -102,15 +95,17 @@ impl Group {
     }
 
     /// A suspect member keeps what it owns but is given nothing new: partitions the
-    /// assignor gave it beyond what it owns go to the member subscribing to their topic
-    /// with the fewest partitions that is not suspect (and takes grants). If there is
-    /// none, they stay with the suspect and wait for it to recover. `targets` are in
-    /// member order; members whose target was cut are marked for a rebalance when they
-    /// recover.
+    /// assignor gave it beyond what it owns go to another member subscribing to their
+    /// topic that is not suspect (and takes grants): one in the partition's preferred
+    /// rack if there is one, and of those the one with the fewest partitions per unit
+    /// of capacity after taking it (ties by member order). If there is none, they stay
+    /// with the suspect and wait for it to recover. `targets` are in member order;
+    /// members whose target was cut are marked for a rebalance when they recover.
     fn spare_suspects(
         &mut self,
         ctx: &mut Ctx<'_>,
         mut targets: Vec<Vec<TopicPartition>>,
+        steering: &Steering,
     ) -> Vec<Vec<TopicPartition>> {
         let now = ctx.now;
         let mut suspect = Vec::with_capacity(self.members.len());
@@ -142,6 +137,11 @@ impl Group {
             .map(|(i, _)| i)
             .collect();
         let subscriptions: Vec<&[u32]> = self.members.values().map(|m| &*m.subscription).collect();
+        let capacities: Vec<u64> = self
+            .members
+            .values()
+            .map(|m| u64::from(capacity_of(m)))
+            .collect();
         let mut cut = vec![false; targets.len()];
         for (i, m) in self.members.values().enumerate() {
             if !suspect[i] {
@@ -151,11 +151,28 @@ impl Group {
                 targets[i].iter().partition(|tp| m.owned.contains(tp));
             let mut kept_back = Vec::new();
             for tp in extra {
-                let taker = takers
-                    .iter()
-                    .copied()
-                    .filter(|&t| subscriptions[t].binary_search(&tp.topic).is_ok())
-                    .min_by_key(|&t| targets[t].len());
+                let subscribes = |t: &usize| subscriptions[*t].binary_search(&tp.topic).is_ok();
+                // Fewest partitions per unit of capacity after taking this one.
+                let fewest = |targets: &[Vec<TopicPartition>],
+                              it: &mut dyn Iterator<Item = usize>| {
+                    it.min_by(|&a, &b| {
+                        let after = |t: usize| targets[t].len() as u64 + 1;
+                        (after(a) * capacities[b]).cmp(&(after(b) * capacities[a]))
+                    })
+                };
+                let home = steering.preferred(tp.topic, tp.partition);
+                let taker = home
+                    .and_then(|rack| {
+                        fewest(
+                            &targets,
+                            &mut takers
+                                .iter()
+                                .copied()
+                                .filter(subscribes)
+                                .filter(|&t| steering.rack_of(t) == rack),
+                        )
+                    })
+                    .or_else(|| fewest(&targets, &mut takers.iter().copied().filter(subscribes)));
                 match taker {
                     Some(t) => {
                         targets[t].push(tp);

@@ -119,6 +119,8 @@ impl Coordinator {
         *slot = at as u32;
         if !r.loads.is_empty() {
             group.record_loads(at, &r.loads);
+            // Rate-limited, and only with load balance: usually a comparison.
+            group.consider_loads(&mut ctx);
         }
         let m = group.members.at_mut(at);
         if r.generation > group_generation {

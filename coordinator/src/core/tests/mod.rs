@@ -16,6 +16,7 @@ mod reservations;
 mod scenarios;
 mod shards;
 mod simulation;
+mod steering;
 mod stops;
 mod throttle;
 
