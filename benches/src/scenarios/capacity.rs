@@ -25,7 +25,7 @@ use serde::Serialize;
 use crate::common::{group_name, Check, CommonArgs};
 use crate::driver::{Load, PartitionLoads};
 use crate::harness::{Outcome, Rig, RunOptions, Scenario, Setup};
-use crate::scenarios::fleet::{alter_config, placement, Log};
+use crate::scenarios::fleet::{alter_config, member_loads, placement, Log};
 use crate::stats::kv;
 use crate::tracker::Tracker;
 
@@ -49,8 +49,10 @@ pub(crate) struct CapacityArgs {
     /// Seed of the loads' placement over the partitions (the change uses the next).
     #[arg(long, default_value_t = 1)]
     pub(crate) seed: u64,
-    /// Time the group must show no push before it counts as settled.
-    #[arg(long, value_parser = crate::common::duration, default_value = "2s")]
+    /// Time the group must show no push before it counts as settled: longer than the
+    /// coordinator's interval between load checks (5 s), so that a check found nothing
+    /// more to move.
+    #[arg(long, value_parser = crate::common::duration, default_value = "6s")]
     pub(crate) quiet_for: Duration,
 }
 
@@ -64,6 +66,10 @@ pub(crate) struct LoadView {
     pub(crate) max_over_mean: f64,
     /// Most loaded member / max(mean, heaviest partition).
     pub(crate) max_over_bound: f64,
+    /// The coordinator's view (DescribeGroup): the largest and the total of the
+    /// loads it holds for the members.
+    pub(crate) coordinator_max_load: f64,
+    pub(crate) coordinator_total_load: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -119,7 +125,18 @@ fn load_view(tracker: &Tracker, loads: &[f64]) -> LoadView {
         heaviest_partition: heaviest,
         max_over_mean: max / mean,
         max_over_bound: max / mean.max(heaviest),
+        coordinator_max_load: f64::NAN,
+        coordinator_total_load: f64::NAN,
     }
+}
+
+/// Adds the coordinator's view of the members' loads.
+async fn with_coordinator(mut v: LoadView, endpoint: &crate::target::Endpoint) -> LoadView {
+    if let Ok(loads) = member_loads(endpoint, &group_name(0)).await {
+        v.coordinator_max_load = loads.iter().copied().fold(0.0, f64::max);
+        v.coordinator_total_load = loads.iter().sum();
+    }
+    v
 }
 
 /// Partitions moved per generation, from the revocations the members saw.
@@ -141,8 +158,9 @@ fn rebalances(log: &Log) -> Vec<Rebalance> {
 
 fn describe(v: &LoadView) -> String {
     format!(
-        "most loaded member {:.3} = {:.2} × the mean {:.3}, {:.2} × max(mean, heaviest partition {:.3})",
-        v.max_member_load, v.max_over_mean, v.mean_member_load, v.max_over_bound, v.heaviest_partition
+        "most loaded member {:.3} = {:.2} × the mean {:.3}, {:.2} × max(mean, heaviest partition {:.3}); the coordinator holds loads {:.3} at most, {:.3} in all",
+        v.max_member_load, v.max_over_mean, v.mean_member_load, v.max_over_bound, v.heaviest_partition,
+        v.coordinator_max_load, v.coordinator_total_load
     )
 }
 
@@ -274,7 +292,7 @@ impl Scenario for CapacityArgs {
                 return Err("the group did not settle".to_owned());
             }
             // Every member has reported its loads by now (heartbeats every interval).
-            let count_balanced = load_view(&tracker, &first);
+            let count_balanced = with_coordinator(load_view(&tracker, &first), &endpoint).await;
             log.clear_moves();
             rig.phase("zipf: balance = load");
             alter_config(
@@ -300,7 +318,7 @@ impl Scenario for CapacityArgs {
             {
                 return Err("the group did not settle under balance = load".to_owned());
             }
-            let load_balanced = load_view(&tracker, &first);
+            let load_balanced = with_coordinator(load_view(&tracker, &first), &endpoint).await;
             let switch = rebalances(&log);
             log.clear_moves();
             rig.phase("zipf: loads changed");
@@ -317,7 +335,7 @@ impl Scenario for CapacityArgs {
             {
                 return Err("the group did not settle after the loads changed".to_owned());
             }
-            let after_change = load_view(&tracker, &second);
+            let after_change = with_coordinator(load_view(&tracker, &second), &endpoint).await;
             let change = rebalances(&log);
             Ok::<_, String>((count_balanced, load_balanced, switch, after_change, change))
         }

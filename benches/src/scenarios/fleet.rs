@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use rollcall_protocol::{
-    AlterGroupConfigRequest, DrainRequest, GroupSettings, JoinPlacement, Request, Response,
-    TopicRacks,
+    AlterGroupConfigRequest, DescribeGroupRequest, DrainRequest, GroupSettings, JoinPlacement,
+    Page, Request, Response, TopicRacks,
 };
 use tokio::sync::mpsc::UnboundedReceiver;
 
@@ -283,7 +283,7 @@ impl Log {
     }
 
     /// Waits (at most until `until`) for group 0 to be owned exactly once with nothing
-    /// being revoked and no push for `quiet`. Returns whether it was.
+    /// being revoked and no push for `quiet` (counted from the call at the earliest). Returns whether it was.
     pub(crate) async fn quiet(
         &mut self,
         tracker: &mut Tracker,
@@ -291,8 +291,10 @@ impl Log {
         quiet: Duration,
         until: Instant,
     ) -> bool {
+        // Quiet counts from the call at the earliest.
+        let start = Instant::now();
         let done = |t: &Tracker, log: &Self| {
-            t.owned_once(0) && log.last_change.is_some_and(|c| c.elapsed() >= quiet)
+            t.owned_once(0) && log.last_change.map_or(start, |c| c.max(start)).elapsed() >= quiet
         };
         self.absorb(tracker, observations, until, done).await;
         done(tracker, self)
@@ -329,4 +331,27 @@ pub(crate) fn changed(before: &[Option<usize>], after: &[Option<usize>]) -> Vec<
 /// Milliseconds of a duration, for figures.
 pub(crate) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
+}
+
+/// The loads the coordinator holds for each member of `group` (DescribeGroup version
+/// 4: the sum of the loads it last reported for the partitions it owns).
+pub(crate) async fn member_loads(endpoint: &Endpoint, group: &str) -> Result<Vec<f64>, String> {
+    let mut admin = Admin::connect(endpoint).await?;
+    let request = Request::DescribeGroup(DescribeGroupRequest {
+        group: group.to_owned(),
+        detection: false,
+        // Version 4 (the operator's view) is paged.
+        page: Some(Page::default()),
+        summary: false,
+        operator: true,
+    });
+    match admin.request(request).await? {
+        Response::DescribeGroup(r) => Ok(r
+            .members
+            .iter()
+            .map(|m| m.operator.as_ref().map_or(0.0, |o| o.load))
+            .collect()),
+        Response::Error(e) => Err(format!("DescribeGroup refused: {}: {}", e.code, e.message)),
+        other => Err(format!("unexpected DescribeGroup answer {other:?}")),
+    }
 }
