@@ -81,7 +81,7 @@ impl ThrottleArgs {
                 Load::Periodic { period: interval },
             )
         };
-        if initial % setup.per_conn != 0 {
+        if !initial.is_multiple_of(setup.per_conn) {
             return Err(format!(
                 "the first {initial} members must fill whole connections ({} per connection)",
                 setup.per_conn
