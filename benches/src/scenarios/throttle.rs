@@ -1,8 +1,8 @@
 //! `throttle`: a burst of members joins a settled group whose revocations are capped
 //! (AlterGroupConfig `max_revoking`), and the same burst on a fresh coordinator
 //! without the cap. Members take `--ack-delay` to acknowledge each revocation; the
-//! partitions in revocation, as the members see them (revoked by a push and not yet
-//! acknowledged), are counted at every push and acknowledgement, and the largest
+//! partitions in revocation, as the members see them (listed by a revoke push and not
+//! yet acknowledged), are counted at every push and acknowledgement, and the largest
 //! count is held against the cap. Beside it: the time from the burst to the final
 //! assignment, capped and uncapped.
 
@@ -241,7 +241,7 @@ impl Scenario for ThrottleArgs {
             ),
         ];
         let notes = vec![
-            "partitions in revocation are counted from the members' side: a revoke push adds its partitions, the acknowledgement sent --ack-delay later takes them off; the coordinator's own count also includes the time each push and acknowledgement travel".to_owned(),
+            "partitions in revocation are counted from the members' side: a revoke push lists every partition its member is asked for (less those it has acknowledged already), the acknowledgement sent --ack-delay later takes them off; the coordinator's own count also includes the time each push and acknowledgement travel".to_owned(),
             "the uncapped run is a fresh coordinator with the same members and burst".to_owned(),
         ];
         let load = format!(
