@@ -167,9 +167,10 @@ pub(crate) struct Group {
     /// run out, so that it stood down before anyone else gets them.
     pub(crate) held: Vec<Held>,
     /// Revocations in progress and waiting, when the config caps them.
-    throttle: throttle::Throttle,
-    /// When a load report may next be weighed against the balance.
-    load_check: steering::LoadCheck,
+    throttle: Option<Box<throttle::Throttle>>,
+    /// When a load report may next be weighed against the balance (made when load
+    /// balance first weighs one).
+    load_check: Option<Box<steering::LoadCheck>>,
     /// While partitions are reserved, when the group is next snapshotted so that a
     /// restart (which counts a reservation's remaining time from the last snapshot)
     /// extends it by at most this interval.
@@ -241,8 +242,8 @@ impl Group {
             owners: HashMap::new(),
             target_owner: HashMap::new(),
             held: Vec::new(),
-            throttle: throttle::Throttle::default(),
-            load_check: steering::LoadCheck::default(),
+            throttle: None,
+            load_check: None,
             reservation_checkpoint: None,
             removed: HashMap::new(),
             removed_order: VecDeque::new(),

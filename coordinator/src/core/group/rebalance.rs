@@ -96,7 +96,7 @@ impl Group {
 
     /// A suspect member keeps what it owns but is given nothing new: partitions the
     /// assignor gave it beyond what it owns go to another member subscribing to their
-    /// topic that is not suspect (and takes grants): one in the partition's preferred
+    /// topic that is not suspect, takes grants and is not drained: one in the partition's preferred
     /// rack if there is one, and of those the one with the fewest partitions per unit
     /// of capacity after taking it (ties by member order). If there is none, they stay
     /// with the suspect and wait for it to recover. `targets` are in member order;
@@ -133,7 +133,7 @@ impl Group {
             .members
             .values()
             .enumerate()
-            .filter(|(i, m)| !suspect[*i] && m.takes_grants(now))
+            .filter(|(i, m)| !suspect[*i] && m.takes_grants(now) && !self.is_drained(m))
             .map(|(i, _)| i)
             .collect();
         let subscriptions: Vec<&[u32]> = self.members.values().map(|m| &*m.subscription).collect();

@@ -154,11 +154,12 @@ impl Group {
 
     /// The settings changed: the next load report is weighed at once.
     pub(crate) fn reset_load_check(&mut self) {
-        self.load_check = LoadCheck::default();
+        self.load_check = None;
     }
 
-    /// After a load report: with load balance, and no rebalance pending or in
-    /// progress, at most once per [`LOAD_CHECK_INTERVAL`], asks for a rebalance if the
+    /// After a load report: with load balance, no rebalance pending or in progress and
+    /// no partition reserved for a departed instance (its return, or the end of its
+    /// delay, decides first), at most once per [`LOAD_CHECK_INTERVAL`], asks for a rebalance if the
     /// most loaded member (per unit of capacity) is more than the group's threshold
     /// above the balanced figure and the assignor would move something for it.
     pub(crate) fn consider_loads(&mut self, ctx: &mut Ctx<'_>) {
@@ -167,14 +168,16 @@ impl Group {
             || self.reconciling.is_some()
             || self.members.is_empty()
             || self.loads.is_empty()
+            || self.partitions_reserved() > 0
         {
             return;
         }
         let now = ctx.now;
-        if self.load_check.next_at.is_some_and(|at| now < at) {
+        let check = self.load_check.get_or_insert_with(Box::default);
+        if check.next_at.is_some_and(|at| now < at) {
             return;
         }
-        self.load_check.next_at = Some(now + LOAD_CHECK_INTERVAL);
+        check.next_at = Some(now + LOAD_CHECK_INTERVAL);
         let threshold = f64::from(self.config.imbalance_permille) / 1000.0;
         let s = self.steering();
         let topics = self.topic_counts();
@@ -188,7 +191,9 @@ impl Group {
             ..AssignmentInput::new(&topics, &members)
         };
         if assignor::imbalance(&input) <= threshold {
-            self.load_check.futile = 0;
+            if let Some(check) = &mut self.load_check {
+                check.futile = 0;
+            }
             return;
         }
         // Out of balance: worth a generation only if the assignor would move something
@@ -199,13 +204,15 @@ impl Group {
             .zip(&targets)
             .any(|(m, target)| target.iter().any(|tp| m.owned.binary_search(tp).is_err()));
         drop(members);
+        let Some(check) = &mut self.load_check else {
+            return;
+        };
         if !moves {
-            self.load_check.futile = (self.load_check.futile + 1).min(LOAD_CHECK_MAX_BACKOFF);
-            self.load_check.next_at =
-                Some(now + LOAD_CHECK_INTERVAL * (1 << self.load_check.futile));
+            check.futile = (check.futile + 1).min(LOAD_CHECK_MAX_BACKOFF);
+            check.next_at = Some(now + LOAD_CHECK_INTERVAL * (1 << check.futile));
             return;
         }
-        self.load_check.futile = 0;
+        check.futile = 0;
         self.trigger_rebalance(ctx, RebalanceCause::LoadImbalance);
     }
 }

@@ -54,14 +54,12 @@ impl Group {
 
     /// Revocations a cap keeps waiting, over the group.
     pub(crate) fn revocations_waiting(&self) -> usize {
-        self.throttle.waiting()
+        self.throttle.as_ref().map_or(0, |t| t.waiting())
     }
 
     /// Caps are off: nothing waits for room.
     pub(crate) fn forget_waiting(&mut self) {
-        if !self.throttle.waiting.is_empty() || !self.throttle.queue.is_empty() {
-            self.throttle = Throttle::default();
-        }
+        self.throttle = None;
     }
 
     /// A full reconciliation with caps: every member's revocations brought up to its
@@ -69,7 +67,7 @@ impl Group {
     /// caps leave shared among the members with revocations waiting, in id order.
     /// Returns nothing: the caller pushes each member's revoke set if it changed.
     pub(crate) fn plan_revocations(&mut self, now: Instant, caps: (usize, usize)) {
-        let t = &mut self.throttle;
+        let t = self.throttle.get_or_insert_with(Box::default);
         t.asked = 0;
         t.waiting.clear();
         t.queue.clear();
@@ -99,7 +97,7 @@ impl Group {
         };
         let dropped = m.prune_revocations();
         let count = m.revocations_waiting();
-        let t = &mut self.throttle;
+        let t = self.throttle.get_or_insert_with(Box::default);
         t.asked = t.asked.saturating_sub(dropped);
         match (t.waiting.get_mut(id), count) {
             (Some(_), 0) => {
@@ -136,7 +134,7 @@ impl Group {
         let (group_cap, member_cap) = caps;
         let mut asked_of: Vec<Arc<str>> = Vec::new();
         loop {
-            let t = &mut self.throttle;
+            let t = self.throttle.get_or_insert_with(Box::default);
             let room = group_cap.saturating_sub(t.asked);
             if room == 0 {
                 break;

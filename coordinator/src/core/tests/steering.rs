@@ -546,3 +546,57 @@ fn a_suspects_share_goes_by_capacity() {
     assert_eq!(shares, [12, 38]);
     t.assert_exclusive("g");
 }
+
+/// What the assignor gave a suspect member never goes to a drained one, though the
+/// drained member has the fewest partitions of all.
+#[test]
+fn a_suspects_share_never_goes_to_a_drained_member() {
+    let mut t = TestContext::new();
+    // a, c (falls silent), d (drained), x (leaves); 24 partitions.
+    let mut members: Vec<M> = (0..4)
+        .map(|i| join_placed(&mut t, i + 1, 24, "", 0, None))
+        .collect();
+    settle(&mut t, &mut members);
+    let r = t.request(
+        9,
+        Request::Drain(DrainRequest {
+            group: "g".into(),
+            member_id: members[2].id.clone(),
+            label: String::new(),
+            drained: true,
+        }),
+    );
+    assert!(matches!(r, Response::Drain(_)), "{r:?}");
+    settle(&mut t, &mut members);
+    assert_eq!(count(&t.owned(&members[2])), 0);
+    let x = members.pop().expect("x");
+    let d = members.pop().expect("d");
+    let c = members.remove(1);
+    let c_owned = count(&t.owned(&c));
+    let mut beating = [members.pop().expect("a"), d];
+    for _ in 0..6 {
+        t.advance(Duration::from_secs(1));
+        for m in beating.iter_mut() {
+            t.expect_beat_ok(m);
+        }
+    }
+    t.leave(&x);
+    for _ in 0..3 {
+        t.advance(Duration::from_millis(500));
+        for m in beating.iter_mut() {
+            t.expect_beat_ok(m);
+        }
+    }
+    assert_eq!(
+        count(&t.owned(&beating[1])),
+        0,
+        "the drained member was given work"
+    );
+    assert_eq!(
+        count(&t.owned(&c)),
+        c_owned,
+        "the suspect keeps what it had"
+    );
+    assert_eq!(count(&t.owned(&beating[0])) + c_owned, 24);
+    t.assert_exclusive("g");
+}
