@@ -355,3 +355,70 @@ pub(crate) async fn member_loads(endpoint: &Endpoint, group: &str) -> Result<Vec
         other => Err(format!("unexpected DescribeGroup answer {other:?}")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn revoke(log: &mut Log, member: usize, at: Instant, generation: u32, partitions: &[u32]) {
+        log.record(&Obs::Revoked {
+            member,
+            at,
+            generation,
+            partitions: partitions.to_vec(),
+        });
+    }
+
+    fn ack(log: &mut Log, member: usize, sent: Instant, partitions: &[u32]) {
+        log.record(&Obs::Acked {
+            member,
+            pushed: sent,
+            sent,
+            at: sent,
+            partitions: partitions.to_vec(),
+        });
+    }
+
+    #[test]
+    fn revoke_pushes_list_every_partition_asked_and_acknowledged_ones_are_not_counted_again() {
+        let t = Instant::now();
+        let ms = |n: u64| t + Duration::from_millis(n);
+        let mut log = Log::new(2);
+        revoke(&mut log, 0, ms(1), 2, &[1, 2]);
+        revoke(&mut log, 1, ms(2), 2, &[7]);
+        // A later push repeats what is still asked and adds one.
+        revoke(&mut log, 0, ms(3), 2, &[1, 2, 3]);
+        assert_eq!(log.in_revocation(), (4, 4));
+        ack(&mut log, 0, ms(4), &[1, 2]);
+        // A push sent before the acknowledgement arrived still lists 1 and 2.
+        revoke(&mut log, 0, ms(5), 2, &[1, 2, 3]);
+        ack(&mut log, 0, ms(6), &[3]);
+        ack(&mut log, 1, ms(6), &[7]);
+        assert_eq!(log.in_revocation(), (4, 4));
+        // An assignment of the same generation listing a released partition does not
+        // make it revocable again; one of a later generation does.
+        log.record(&Obs::Assigned {
+            member: 0,
+            at: ms(7),
+            generation: 2,
+            partitions: vec![1],
+        });
+        revoke(&mut log, 0, ms(8), 2, &[1]);
+        assert_eq!(log.in_revocation(), (4, 4));
+        log.record(&Obs::Assigned {
+            member: 0,
+            at: ms(9),
+            generation: 3,
+            partitions: vec![1],
+        });
+        revoke(&mut log, 0, ms(10), 3, &[1]);
+        assert_eq!(log.in_revocation(), (4, 5));
+    }
+
+    #[test]
+    fn owners_and_changes() {
+        let before = vec![Some(0), Some(1), None];
+        let after = vec![Some(0), Some(2), Some(1)];
+        assert_eq!(changed(&before, &after), vec![1, 2]);
+    }
+}
