@@ -245,6 +245,8 @@ pub(crate) fn member_specs(
             rebalance_timeout: Duration::from_secs(60),
             lease_timeout,
             detector: None,
+            placement: None,
+            late: false,
         })
         .collect()
 }

@@ -15,9 +15,10 @@ use crate::common::{
     command_line, member_specs, sleep_or, Check, CommonArgs, GeneratorInfo, Machine, Progress,
     Report,
 };
-use crate::driver::{Driver, Load, Obs, Plan, Shared};
+use crate::driver::{Driver, Load, Obs, PartitionLoads, Plan, Shared};
 use crate::target::{Target, TargetInfo};
 use crate::tracker::Tracker;
+use rollcall_protocol::JoinPlacement;
 
 /// Time every run is allowed beyond its setup timeout, duration and own extra time.
 pub(crate) const MARGIN: Duration = Duration::from_secs(90);
@@ -144,6 +145,15 @@ pub(crate) struct Setup {
     pub(crate) relinquish: bool,
     /// One Heartbeats request per connection per round (`--batch-heartbeats`).
     pub(crate) batch_heartbeats: bool,
+    /// How long members take to acknowledge a revocation (zero: at once).
+    pub(crate) ack_delay: Duration,
+    /// Loads the members report with their heartbeats.
+    pub(crate) loads: Option<Arc<PartitionLoads>>,
+    /// Member `i`'s placement (Join version 3) is `placements[i]`; empty: none.
+    pub(crate) placements: Vec<Option<Box<JoinPlacement>>>,
+    /// Members from this index on join only when [`Driver::release_late_joins`] says
+    /// so (they must start a connection of their own).
+    pub(crate) late_from: usize,
 }
 
 impl Setup {
@@ -176,6 +186,10 @@ impl Setup {
             observe: false,
             relinquish: false,
             batch_heartbeats: common.batch_heartbeats,
+            ack_delay: Duration::ZERO,
+            loads: None,
+            placements: Vec::new(),
+            late_from: usize::MAX,
         }
     }
 
@@ -189,8 +203,10 @@ impl Setup {
             self.lease_timeout,
             self.static_ids,
         );
-        for m in &mut members {
+        for (i, m) in members.iter_mut().enumerate() {
             m.detector.clone_from(&self.detector);
+            m.placement = self.placements.get(i).cloned().flatten();
+            m.late = i >= self.late_from;
         }
         Plan {
             members,
@@ -202,6 +218,8 @@ impl Setup {
             observe: self.observe,
             relinquish: self.relinquish,
             batch_heartbeats: self.batch_heartbeats,
+            ack_delay: self.ack_delay,
+            loads: self.loads.clone(),
         }
     }
 }

@@ -95,6 +95,23 @@ enum Command {
     /// results, like `steady --batch-heartbeats`). Gives heartbeats per second of
     /// server CPU, the ceiling of steady's figure. Starts no coordinator.
     Floor(scenarios::floor::FloorArgs),
+    /// One member of a settled group drained (Drain, API key 14): its partitions moved
+    /// to the others and no other, time to the last grant in milliseconds and in
+    /// revocation round trips.
+    Drain(scenarios::drain::DrainArgs),
+    /// Members in racks and partitions preferring racks (Join version 3): the share
+    /// owned in their rack, counts per member and per rack against even; then one
+    /// rack's members killed: partitions of the other racks moved.
+    Racks(scenarios::racks::RacksArgs),
+    /// Capacity-weighted members (1 : 2 : 4) against their shares; Zipf loads
+    /// reported with heartbeats under count and then load balance (AlterGroupConfig):
+    /// the most loaded member against the mean and the heaviest partition; a change
+    /// of loads: partitions moved per rebalance against the churn budget.
+    Capacity(scenarios::capacity::CapacityArgs),
+    /// A burst of members joining a group whose revocations are capped
+    /// (AlterGroupConfig max_revoking): most partitions in revocation at once, time to
+    /// the final assignment, beside the same burst uncapped.
+    Throttle(scenarios::throttle::ThrottleArgs),
     /// The echo server of `floor`, run by it in a process of its own: prints its
     /// address on stdout and serves until its stdin closes.
     #[command(hide = true)]
@@ -118,6 +135,10 @@ impl Command {
             Self::Connections(a) => a.hard_cap(),
             Self::Detector(a) => a.hard_cap(),
             Self::Floor(a) => a.hard_cap(),
+            Self::Drain(a) => a.hard_cap(),
+            Self::Racks(a) => a.hard_cap(),
+            Self::Capacity(a) => a.hard_cap(),
+            Self::Throttle(a) => a.hard_cap(),
             Self::FloorServer(a) => a.hard_cap(),
         }
     }
@@ -137,6 +158,10 @@ impl Command {
             Self::Connections(a) => harness::run(a).await,
             Self::Detector(a) => scenarios::detector::run(a).await,
             Self::Floor(a) => harness::run(a).await,
+            Self::Drain(a) => harness::run(a).await,
+            Self::Racks(a) => harness::run(a).await,
+            Self::Capacity(a) => harness::run(a).await,
+            Self::Throttle(a) => harness::run(a).await,
             // Served on a runtime of its own, before this one is built (see `main`).
             Self::FloorServer(_) => {
                 Err("floor-server does not run on the generator's runtime".into())

@@ -232,7 +232,7 @@ impl Tracker {
     /// Applies an observation; returns the member's group.
     pub(crate) fn apply(&mut self, obs: &Obs) -> Option<usize> {
         match obs {
-            Obs::Joined { member, at } => {
+            Obs::Joined { member, at, .. } => {
                 self.joined[*member] = true;
                 self.last_joined = Some(self.last_joined.map_or(*at, |t| t.max(*at)));
                 Some(self.member_group[*member])
@@ -296,7 +296,7 @@ impl Tracker {
                 self.heartbeat_errors.push((*member, *at, *code));
                 None
             }
-            Obs::Relinquished { .. } => None,
+            Obs::Relinquished { .. } | Obs::Acked { .. } => None,
             Obs::Restarting { member } => {
                 // The coordinator keeps a static member's partitions while it restarts;
                 // its next assignment push tells whether any moved.
@@ -344,6 +344,18 @@ impl Tracker {
         min == usize::MAX || max - min <= 1
     }
 
+    /// Every partition of `g` owned exactly once, nothing awaiting a revocation's
+    /// confirmation, every live member joined and assigned; counts may differ (a
+    /// weighted or rack-aware assignment).
+    pub(crate) fn owned_once(&self, g: usize) -> bool {
+        self.unowned[g] == 0
+            && self.doubled[g] == 0
+            && self.awaiting_count[g] == 0
+            && self.group_members[g]
+                .iter()
+                .all(|&m| !self.live[m] || (self.joined[m] && self.assigned_once[m]))
+    }
+
     pub(crate) fn all_settled(&self) -> bool {
         (0..self.groups()).all(|g| self.settled(g))
     }
@@ -359,7 +371,11 @@ mod tests {
         let t0 = Instant::now();
         let mut t = Tracker::new(2, 1, 4);
         for m in 0..2 {
-            t.apply(&Obs::Joined { member: m, at: t0 });
+            t.apply(&Obs::Joined {
+                member: m,
+                at: t0,
+                member_id: String::new(),
+            });
         }
         t.apply(&Obs::Assigned {
             member: 0,

@@ -107,7 +107,7 @@ impl ConnTask {
         m.phase = Phase::Joining;
         let ms = |d: Duration| u32::try_from(d.as_millis()).unwrap_or(u32::MAX);
         let request = Request::Join(JoinRequest {
-            placement: None,
+            placement: m.spec.placement.clone(),
             group: m.spec.group.clone(),
             member_id: None,
             instance_id: m.spec.instance_id.clone(),
@@ -263,8 +263,22 @@ impl ConnTask {
             m.last_progress_sent = Some(now);
         }
         m.last_sent = Some(now);
+        let loads = match &self.shared.loads {
+            Some(table) => m
+                .owned
+                .iter()
+                .filter_map(|&partition| {
+                    Some(PartitionLoad {
+                        topic: TOPIC.to_owned(),
+                        partition,
+                        load: table.get(partition)?,
+                    })
+                })
+                .collect(),
+            None => Vec::new(),
+        };
         let beat = HeartbeatRequest {
-            loads: Vec::new(),
+            loads,
             group: m.spec.group.clone().into(),
             member_id: member_id.into(),
             generation: m.generation,
@@ -283,8 +297,34 @@ impl ConnTask {
         Some(beat)
     }
 
-    pub(super) fn send_ack(&mut self, local: usize, partitions: Vec<TopicPartitions>) {
+    /// Acknowledges the revocations whose delay is over.
+    pub(super) fn send_due_acks(&mut self, now: Instant) {
+        while self.delayed_acks.front().is_some_and(|a| a.0 <= now) {
+            let (_, local, partitions, pushed) = self.delayed_acks.pop_front().expect("front");
+            if self.members[local].phase == Phase::Active {
+                self.send_ack(local, partitions, pushed);
+            }
+        }
+    }
+
+    pub(super) fn send_ack(
+        &mut self,
+        local: usize,
+        partitions: Vec<TopicPartitions>,
+        pushed: Instant,
+    ) {
         let now = Instant::now();
+        let acked: Vec<u32> = if self.shared.observations.is_some() {
+            let mut v: Vec<u32> = partitions
+                .iter()
+                .filter(|tp| tp.topic == TOPIC)
+                .flat_map(|tp| tp.partitions.iter().copied())
+                .collect();
+            v.sort_unstable();
+            v
+        } else {
+            Vec::new()
+        };
         let m = &mut self.members[local];
         let Some(member_id) = m.member_id.clone() else {
             return;
@@ -305,7 +345,15 @@ impl ConnTask {
             acked_revocations: partitions,
         });
         let id = self.correlation();
-        self.pending.insert(id, Pending::Ack { local, sent: now });
+        self.pending.insert(
+            id,
+            Pending::Ack {
+                local,
+                sent: now,
+                pushed,
+                partitions: acked,
+            },
+        );
         inc(&self.shared.counters.acks_sent);
         self.outbox.push(Frame::request(id, request));
     }
@@ -473,6 +521,7 @@ impl ConnTask {
                         self.shared.observe(Obs::Joined {
                             member: m.index,
                             at: now,
+                            member_id: r.member_id,
                         });
                         match self.shared.load {
                             Load::ClosedLoop if self.shared.batch => self.send_round(now),
@@ -522,10 +571,22 @@ impl ConnTask {
                     self.send_round(now);
                 }
             }
-            Pending::Ack { local, sent } => {
+            Pending::Ack {
+                local,
+                sent,
+                pushed,
+                partitions,
+            } => {
                 if matches!(response, Response::Heartbeat(_)) {
                     let m = &mut self.members[local];
                     m.last_answered = m.last_answered.max(Some(sent));
+                    self.shared.observe(Obs::Acked {
+                        member: m.index,
+                        pushed,
+                        sent,
+                        at: now,
+                        partitions,
+                    });
                 }
             }
             Pending::Relinquish => match response {
@@ -629,7 +690,12 @@ impl ConnTask {
                     generation: p.generation,
                     partitions: revoked,
                 });
-                self.send_ack(local, p.partitions);
+                if self.shared.ack_delay.is_zero() {
+                    self.send_ack(local, p.partitions, now);
+                } else {
+                    let due = now + self.shared.ack_delay;
+                    self.delayed_acks.push_back((due, local, p.partitions, now));
+                }
             }
             Push::Expelled(p) => {
                 let counter = match p.reason {

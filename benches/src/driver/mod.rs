@@ -33,7 +33,7 @@ mod task;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -42,8 +42,9 @@ use futures_util::{FutureExt, SinkExt, StreamExt};
 use rollcall_client::raw::Transport;
 use rollcall_protocol::{
     ApiKey, Body, CommitOffsetsRequest, ErrorCode, ExpelReason, Frame, HeartbeatRequest,
-    HeartbeatResult, HeartbeatsRequest, JoinRequest, OffsetCommit, Push, RelinquishRequest,
-    Request, Response, TopicPartitions, TopicSubscription, CURRENT_VERSION, DEFAULT_MAX_FRAME_SIZE,
+    HeartbeatResult, HeartbeatsRequest, JoinRequest, OffsetCommit, PartitionLoad, Push,
+    RelinquishRequest, Request, Response, TopicPartitions, TopicSubscription, CURRENT_VERSION,
+    DEFAULT_MAX_FRAME_SIZE,
 };
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tokio::task::JoinHandle;
@@ -62,7 +63,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 /// Connect attempts per connection before giving up.
 const CONNECT_ATTEMPTS: u32 = 5;
 
-pub(crate) use self::plan::{default_members_per_conn, Cmd, Load, MemberSpec, Obs, Plan};
+pub(crate) use self::plan::{
+    default_members_per_conn, Cmd, Load, MemberSpec, Obs, PartitionLoads, Plan,
+};
 use self::shared::inc;
 pub(crate) use self::shared::{Counters, Shared};
 
@@ -116,6 +119,7 @@ impl Driver {
                 joins_waiting: 0,
                 max_frame_size: DEFAULT_MAX_FRAME_SIZE,
                 rounds_outstanding: 0,
+                delayed_acks: VecDeque::new(),
             };
             tasks.push(tokio::spawn(task.run()));
         }
@@ -133,6 +137,11 @@ impl Driver {
     /// Lets every connection send its joins (when the plan did not join at once).
     pub(crate) fn release_joins(&self) {
         self.shared.join_go.cancel();
+    }
+
+    /// Lets the late members (those whose spec says `late`) join.
+    pub(crate) fn release_late_joins(&self) {
+        self.shared.late_go.cancel();
     }
 
     /// Sends a command to the member's connection.
@@ -280,6 +289,10 @@ enum Pending {
     Ack {
         local: usize,
         sent: Instant,
+        /// When the revoke push it answers arrived.
+        pushed: Instant,
+        /// The partitions acknowledged, when observed (sorted).
+        partitions: Vec<u32>,
     },
     Commit {
         local: usize,
@@ -322,6 +335,9 @@ struct ConnTask {
     /// Closed loop with batching: Heartbeats frames of the current round not answered
     /// yet; the next round goes out when none is.
     rounds_outstanding: usize,
+    /// Revocations to acknowledge once the plan's acknowledgement delay has passed:
+    /// (due, member, partitions, when the revoke push arrived), in order of due time.
+    delayed_acks: VecDeque<(Instant, usize, Vec<TopicPartitions>, Instant)>,
 }
 
 fn micros(d: Duration) -> u64 {

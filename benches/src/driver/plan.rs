@@ -3,7 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use rollcall_protocol::{ErrorCode, ExpelReason};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rollcall_protocol::{ErrorCode, ExpelReason, JoinPlacement};
 use tokio::sync::oneshot;
 
 /// What each member does once joined.
@@ -37,6 +39,41 @@ pub(crate) struct MemberSpec {
     /// The failure detector the member asks its group to use; `None`: the
     /// coordinator's.
     pub(crate) detector: Option<String>,
+    /// Where the member runs and what it can take (Join version 3); `None`: nothing
+    /// declared.
+    pub(crate) placement: Option<Box<JoinPlacement>>,
+    /// The member joins only when [`Driver::release_late_joins`] says so (a second
+    /// wave). Every member of a connection must agree.
+    pub(crate) late: bool,
+}
+
+/// The load of every partition of the topic, which members report with their
+/// heartbeats (Heartbeat version 1) for the partitions they own. A scenario may change
+/// it while the members run.
+#[derive(Debug)]
+pub(crate) struct PartitionLoads {
+    values: Vec<AtomicU64>,
+}
+
+impl PartitionLoads {
+    pub(crate) fn new(loads: &[f64]) -> Self {
+        Self {
+            values: loads.iter().map(|l| AtomicU64::new(l.to_bits())).collect(),
+        }
+    }
+
+    pub(crate) fn get(&self, partition: u32) -> Option<f64> {
+        self.values
+            .get(partition as usize)
+            .map(|v| f64::from_bits(v.load(Ordering::Relaxed)))
+    }
+
+    /// Replaces every load (as many as given).
+    pub(crate) fn set_all(&self, loads: &[f64]) {
+        for (v, l) in self.values.iter().zip(loads) {
+            v.store(l.to_bits(), Ordering::Relaxed);
+        }
+    }
 }
 
 /// Everything the driver needs to start.
@@ -58,6 +95,11 @@ pub(crate) struct Plan {
     /// One Heartbeats request per connection per round instead of one Heartbeat per
     /// member (see the module documentation).
     pub(crate) batch_heartbeats: bool,
+    /// How long a member takes to acknowledge a revocation (an application finishing
+    /// its work on the partitions); zero: at once.
+    pub(crate) ack_delay: Duration,
+    /// Loads the members report with their heartbeats; `None`: none.
+    pub(crate) loads: Option<std::sync::Arc<PartitionLoads>>,
 }
 
 /// Something a member saw, for scenarios that follow semantics.
@@ -66,6 +108,8 @@ pub(crate) enum Obs {
     Joined {
         member: usize,
         at: Instant,
+        /// The member id the coordinator gave it.
+        member_id: String,
     },
     JoinFailed {
         member: usize,
@@ -92,20 +136,25 @@ pub(crate) enum Obs {
         /// coordinator counted it: the lease it promised runs from no earlier).
         last_answered: Option<Instant>,
     },
-    /// The member confirmed its stand-down: a Relinquish for it was sent `at`.
-    Relinquished {
+    /// A revocation's acknowledgement was answered: the revoke push it answers (which
+    /// lists every partition the member is asked for at the time) arrived `pushed`,
+    /// the acknowledgement of `partitions` went out `sent` and its answer came `at`.
+    Acked {
         member: usize,
+        pushed: Instant,
+        sent: Instant,
         at: Instant,
+        partitions: Vec<u32>,
     },
+    /// The member confirmed its stand-down: a Relinquish for it was sent `at`.
+    Relinquished { member: usize, at: Instant },
     HeartbeatError {
         member: usize,
         at: Instant,
         code: ErrorCode,
     },
     /// The member's connection closed and its membership is being rejoined.
-    Restarting {
-        member: usize,
-    },
+    Restarting { member: usize },
 }
 
 /// A command to one member.

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use super::{Load, Obs, Plan};
+use super::{Load, Obs, PartitionLoads, Plan};
 use crate::stats::SharedHistogram;
 
 /// Counters shared by every connection.
@@ -86,6 +86,10 @@ pub(crate) struct Shared {
     pub(super) window_until: AtomicU64,
     pub(crate) stop: CancellationToken,
     pub(super) join_go: CancellationToken,
+    /// Lets the late members (a second wave) join.
+    pub(super) late_go: CancellationToken,
+    pub(super) ack_delay: Duration,
+    pub(super) loads: Option<Arc<PartitionLoads>>,
     pub(super) connect_permits: Arc<Semaphore>,
     pub(super) join_permits: Arc<Semaphore>,
     pub(super) observations: Option<mpsc::UnboundedSender<Obs>>,
@@ -113,6 +117,9 @@ impl Shared {
             window_until: AtomicU64::new(u64::MAX),
             stop: CancellationToken::new(),
             join_go,
+            late_go: CancellationToken::new(),
+            ack_delay: plan.ack_delay,
+            loads: plan.loads.clone(),
             connect_permits: Arc::new(Semaphore::new(plan.connect_concurrency.max(1))),
             join_permits: Arc::new(Semaphore::new(plan.join_concurrency.max(1))),
             observations,
@@ -137,6 +144,8 @@ impl Shared {
             observe: false,
             relinquish: false,
             batch_heartbeats,
+            ack_delay: Duration::ZERO,
+            loads: None,
         };
         Self::new(&plan, None)
     }

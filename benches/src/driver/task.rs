@@ -75,14 +75,26 @@ impl ConnTask {
         tokio::pin!(sleep);
         let mut armed_for: Option<Instant> = None;
         loop {
-            let next_timer = self.timers.peek().map(|t| t.0 .0);
+            let next_timer = match (
+                self.timers.peek().map(|t| t.0 .0),
+                self.delayed_acks.front().map(|a| a.0),
+            ) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             if next_timer != armed_for {
                 if let Some(at) = next_timer {
                     sleep.as_mut().reset(tokio::time::Instant::from_std(at));
                 }
                 armed_for = next_timer;
             }
-            let may_join = self.joins_waiting > 0 && self.shared.join_go.is_cancelled();
+            // A connection of late members waits for the second wave.
+            let go = if self.members.first().is_some_and(|m| m.spec.late) {
+                &self.shared.late_go
+            } else {
+                &self.shared.join_go
+            };
+            let may_join = self.joins_waiting > 0 && go.is_cancelled();
             let permits = self.shared.join_permits.clone();
             // Biased so that a flood of answers (closed loop) cannot starve the joins
             // still to send; timers fire after every wake whichever branch woke it.
@@ -96,7 +108,7 @@ impl ConnTask {
                         }
                     }
                 }
-                () = self.shared.join_go.cancelled(), if self.joins_waiting > 0 && !may_join => {}
+                () = go.cancelled(), if self.joins_waiting > 0 && !may_join => {}
                 permit = permits.acquire_owned(), if may_join => {
                     if let Ok(permit) = permit {
                         self.send_join(permit);
@@ -126,7 +138,9 @@ impl ConnTask {
                     armed_for = None;
                 }
             }
-            self.fire_timers(Instant::now());
+            let now = Instant::now();
+            self.fire_timers(now);
+            self.send_due_acks(now);
             if !self.outbox.is_empty() {
                 let mut failed = false;
                 for frame in self.outbox.drain(..) {
