@@ -16,9 +16,15 @@ use super::{Ctx, Group, PartitionSet, PendingRebalance};
 
 impl Group {
     /// Asks for a rebalance. Triggers within the coalescing window share one generation.
+    /// An operator's change is one deliberate act, with nothing to coalesce it with: it
+    /// runs at the next timer, and takes any rebalance already waiting along with it.
     pub(crate) fn trigger_rebalance(&mut self, ctx: &mut Ctx<'_>, cause: RebalanceCause) {
         let now = ctx.now;
-        let window = ctx.config.rebalance_coalesce;
+        let window = if cause == RebalanceCause::Operator {
+            std::time::Duration::ZERO
+        } else {
+            ctx.config.rebalance_coalesce
+        };
         match &mut self.pending {
             Some(p) => {
                 p.due = (now + window).min(p.first + ctx.config.rebalance_coalesce_max);

@@ -678,3 +678,30 @@ fn setting_the_defaults_on_a_group_that_does_not_exist_creates_nothing() {
     assert!(t.core.groups.is_empty());
     assert!(t.records.is_empty(), "nothing written: {:?}", t.records);
 }
+
+/// A drain is one deliberate act: its rebalance starts at the next timer, not after the
+/// coalescing window that joins and departures wait (with acknowledgements sent at once,
+/// that window would be most of the drain's time).
+#[test]
+fn a_drain_rebalances_without_waiting_for_the_coalescing_window() {
+    let mut t = TestContext::new();
+    let mut a = t.join(1, "g", &[("orders", 12)]);
+    let mut b = t.join(2, "g", &[("orders", 12)]);
+    settle(&mut t, &mut [&mut a, &mut b]);
+    let window = t.core.config().rebalance_coalesce;
+    assert!(window > Duration::ZERO);
+    let generation = |t: &TestContext| {
+        t.events
+            .iter()
+            .filter_map(|e| match e {
+                Event::RebalanceStarted { generation, .. } => Some(*generation),
+                _ => None,
+            })
+            .max()
+    };
+    let before = generation(&t);
+    drained(t.request(9, drain_req(&b.id, "", true)));
+    t.advance(Duration::ZERO);
+    assert!(generation(&t) > before, "the drain's rebalance waited");
+    assert_eq!(partitions(&t.revoking(&b)).len(), 6);
+}
