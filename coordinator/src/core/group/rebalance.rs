@@ -138,7 +138,8 @@ impl Group {
             .members
             .values()
             .enumerate()
-            .filter(|(i, m)| !suspect[*i] && m.takes_grants(now))
+            // A drained member is given nothing, not even what a suspect cannot take.
+            .filter(|(i, m)| !suspect[*i] && m.takes_grants(now) && !self.is_drained(m))
             .map(|(i, _)| i)
             .collect();
         let subscriptions: Vec<&[u32]> = self.members.values().map(|m| &*m.subscription).collect();

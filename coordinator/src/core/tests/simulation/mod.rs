@@ -257,6 +257,7 @@
 //! with the checks it broke instead of stopping at the first.
 
 mod faults;
+mod operator;
 mod oracle;
 mod process;
 mod world;

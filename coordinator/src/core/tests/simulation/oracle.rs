@@ -15,6 +15,7 @@ use rollcall_protocol::{
     TopicPartitions,
 };
 
+use super::operator::Operated;
 use super::process::Process;
 use crate::core::{ConnId, Event};
 
@@ -51,6 +52,9 @@ pub(super) enum Check {
     DeservedExpulsion,
     BoundedHold,
     ActsWithinLease,
+    RevocationCap,
+    Reserved,
+    Drained,
 }
 
 impl Check {
@@ -66,6 +70,9 @@ impl Check {
             Self::DeservedExpulsion => "check 7 (no member expelled before its deadline)",
             Self::BoundedHold => "check 8 (no wait held past its bound)",
             Self::ActsWithinLease => "check 9 (the client acts only within its lease)",
+            Self::RevocationCap => "check 10 (revocations within the caps)",
+            Self::Reserved => "check 11 (reserved partitions stay unowned)",
+            Self::Drained => "check 12 (drained members are granted nothing)",
         }
     }
 }
@@ -237,6 +244,8 @@ struct Obligation {
     after_generation: u32,
     since: Instant,
     what: String,
+    /// The member that joined or was removed.
+    member: String,
 }
 
 /// See the module documentation.
@@ -250,7 +259,7 @@ pub(super) struct Oracle {
     pub(super) members: HashMap<String, MemberInfo>,
     tokens: HashMap<u64, String>,
     /// Owners per group as the last `DescribeGroup` showed them.
-    owners: HashMap<String, BTreeMap<Tp, String>>,
+    pub(super) owners: HashMap<String, BTreeMap<Tp, String>>,
     /// The member each partition was last granted to, and whether it released it.
     holders: HashMap<String, BTreeMap<Tp, Holder>>,
     max_generation: HashMap<String, u32>,
@@ -269,6 +278,8 @@ pub(super) struct Oracle {
     trace: VecDeque<String>,
     /// Print every trace line as it happens (`ROLLCALL_SIM_TRACE`).
     pub(super) verbose: bool,
+    /// The operator's controls: drains, settings, reservations (checks 10 to 12).
+    pub(super) op: Operated,
 }
 
 impl Oracle {
@@ -292,6 +303,7 @@ impl Oracle {
             seen: HashSet::new(),
             trace: VecDeque::new(),
             verbose: std::env::var_os("ROLLCALL_SIM_TRACE").is_some(),
+            op: Operated::default(),
         }
     }
 
@@ -698,6 +710,7 @@ impl Oracle {
     }
 
     pub(super) fn on_push(&mut self, push: &Push) {
+        self.on_push_operated(push);
         if let Push::Assignment(a) = push {
             self.note_generation(&a.group, a.generation);
             if let Some(info) = self.members.get_mut(&a.member_id) {
@@ -711,18 +724,30 @@ impl Oracle {
     }
 
     pub(super) fn on_event(&mut self, now: Instant, event: &Event, procs: &[Process]) {
+        self.on_operated_event(now, event, procs);
         match event {
+            // A static member removed with a departure delay leaves its partitions
+            // reserved, and one that returns to them takes them back: neither
+            // rebalances the others (check 11 watches the reservation instead).
+            Event::PartitionsReserved { member_id, .. }
+            | Event::ReservationReturned { member_id, .. } => {
+                self.obligations.retain(|o| o.member != *member_id);
+            }
             Event::MemberJoined {
                 group, member_id, ..
             } => {
                 self.last_change = now;
                 self.log(now, format!("joined {}", self.who(member_id, procs)));
+                if self.op.returned.remove(member_id) {
+                    return;
+                }
                 let after_generation = self.max_generation.get(group).copied().unwrap_or(0);
                 self.obligations.push(Obligation {
                     group: group.clone(),
                     after_generation,
                     since: now,
                     what: format!("{} joined", self.who(member_id, procs)),
+                    member: member_id.clone(),
                 });
             }
             Event::MemberReplaced {
@@ -777,7 +802,9 @@ impl Oracle {
                 if let Some(info) = self.members.get_mut(member_id) {
                     info.removed = Some((now, *reason));
                 }
-                if self.group_has_members(group) {
+                if self.op.returned.remove(member_id) {
+                    // Its partitions are reserved for its instance: no rebalance.
+                } else if self.group_has_members(group) {
                     let after_generation = self.max_generation.get(group).copied().unwrap_or(0);
                     self.obligations.push(Obligation {
                         group: group.clone(),
@@ -788,6 +815,7 @@ impl Oracle {
                             self.who(member_id, procs),
                             reason.as_str()
                         ),
+                        member: member_id.clone(),
                     });
                 } else {
                     // A group left without members owes no rebalance: the removals
@@ -1158,6 +1186,7 @@ impl Oracle {
                 self.log(now, format!("{id} {line}"));
             }
         }
+        self.on_describe_operated(now, group, described, procs);
     }
 
     fn proc_state(&self, member: &str, procs: &[Process]) -> String {
