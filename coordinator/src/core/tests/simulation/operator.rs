@@ -49,6 +49,9 @@ pub(super) struct Operated {
     /// What each member was last asked to release (its last revoke push, less what
     /// it no longer owns by its assignment pushes), per group.
     asked: HashMap<String, BTreeMap<String, BTreeSet<Tp>>>,
+    /// What each member owns and its target does not keep (asked, or waiting for room
+    /// under the caps), as the last `DescribeGroup` showed it, per group.
+    leaving: HashMap<String, BTreeMap<String, BTreeSet<Tp>>>,
     /// Members asked something new since the group was last described, per group.
     newly: HashMap<String, BTreeMap<String, BTreeSet<Tp>>>,
     /// Members whose partitions were reserved for their instance (their removal owes
@@ -77,6 +80,22 @@ impl Operated {
     /// Whether partitions are reserved anywhere.
     pub(super) fn reserving(&self) -> bool {
         self.reservations.values().any(|r| !r.is_empty())
+    }
+
+    /// What `member` was last pushed to release, if its group caps revocations
+    /// (otherwise everything it must release is asked at once).
+    pub(super) fn pushed_if_capped(&self, group: &str, member: &str) -> Option<BTreeSet<Tp>> {
+        let s = self.settings.get(group)?;
+        if s.max_revoking == 0 && s.max_revoking_per_member == 0 {
+            return None;
+        }
+        Some(
+            self.asked
+                .get(group)
+                .and_then(|a| a.get(member))
+                .cloned()
+                .unwrap_or_default(),
+        )
     }
 
     pub(super) fn is_drained(&self, group: &str, member: &str) -> bool {
@@ -240,7 +259,7 @@ impl Oracle {
             } => {
                 let asked = self
                     .op
-                    .asked
+                    .leaving
                     .get(group)
                     .and_then(|a| a.get(member_id))
                     .cloned()
@@ -330,13 +349,27 @@ impl Oracle {
     ) {
         let Some(d) = described else {
             self.op.asked.remove(group);
+            self.op.leaving.remove(group);
             self.op.reservations.remove(group);
             return;
         };
         // Check 10: caps on revocations, as pushed to the members.
         let present: BTreeSet<&str> = d.members.iter().map(|m| m.member_id.as_str()).collect();
+        let leaving: BTreeMap<String, BTreeSet<Tp>> = d
+            .members
+            .iter()
+            .map(|m| (m.member_id.clone(), from_wire(&m.pending_revoke)))
+            .collect();
+        // What a member was asked and no longer is (a restart forgets what was pushed;
+        // a newer target gives partitions back) is no longer in revocation.
         let mut asked = self.op.asked.remove(group).unwrap_or_default();
-        asked.retain(|m, a| present.contains(m.as_str()) && !a.is_empty());
+        asked.retain(|m, a| {
+            if let Some(l) = leaving.get(m) {
+                a.retain(|tp| l.contains(tp));
+            }
+            present.contains(m.as_str()) && !a.is_empty()
+        });
+        self.op.leaving.insert(group.to_owned(), leaving);
         let newly = self.op.newly.remove(group).unwrap_or_default();
         let settings = self.op.settings.get(group).copied().unwrap_or_default();
         let total: usize = asked.values().map(BTreeSet::len).sum();

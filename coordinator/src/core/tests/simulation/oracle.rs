@@ -1088,7 +1088,13 @@ impl Oracle {
                         self.violate(now, Check::Exclusive, "two owners", msg);
                     }
                 }
-                revoking.push((m.member_id.clone(), from_wire(&m.pending_revoke)));
+                // Under caps, a revocation waiting for room is not asked yet: its wait
+                // starts when it is pushed.
+                let mut asked = from_wire(&m.pending_revoke);
+                if let Some(pushed) = self.op.pushed_if_capped(group, &m.member_id) {
+                    asked.retain(|tp| pushed.contains(tp));
+                }
+                revoking.push((m.member_id.clone(), asked));
             }
         }
         let prev = self.owners.remove(group).unwrap_or_default();
