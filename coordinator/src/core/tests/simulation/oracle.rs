@@ -162,6 +162,12 @@ pub(super) struct MemberInfo {
     /// `DescribeGroup`; a revocation withdrawn and asked again starts over, as in the
     /// core).
     revoking: BTreeMap<Tp, Instant>,
+    /// The part of `revoking` seen pushed to it, since when: under caps on
+    /// revocations, a partition waiting for room is owned and not kept by the target
+    /// but not asked yet (its wait starts when asked). A revocation asked while the
+    /// member had no connection is not seen; check 8 judges only the others, check 7
+    /// counts every revocation from when it showed (the earlier start).
+    asked: BTreeMap<Tp, Instant>,
     /// For partitions in `revoking`: when an acknowledgement of that revocation (sent
     /// while it was being asked, in a heartbeat of this holding's generation or later,
     /// or in a leave after releasing everything) first reached the coordinator, read at
@@ -643,6 +649,7 @@ impl Oracle {
                                 progress_since: now,
                                 revoking_since: None,
                                 revoking: BTreeMap::new(),
+                                asked: BTreeMap::new(),
                                 acked_arrival: BTreeMap::new(),
                                 granted_in: BTreeMap::new(),
                                 removed: None,
@@ -1070,7 +1077,7 @@ impl Oracle {
         procs: &[Process],
     ) {
         let mut owners: BTreeMap<Tp, String> = BTreeMap::new();
-        let mut revoking: Vec<(String, BTreeSet<Tp>)> = Vec::new();
+        let mut revoking: Vec<(String, BTreeSet<Tp>, BTreeSet<Tp>)> = Vec::new();
         if described.is_none() {
             self.forgotten.insert(group.to_owned(), now);
         }
@@ -1090,11 +1097,12 @@ impl Oracle {
                 }
                 // Under caps, a revocation waiting for room is not asked yet: its wait
                 // starts when it is pushed.
-                let mut asked = from_wire(&m.pending_revoke);
+                let leaving = from_wire(&m.pending_revoke);
+                let mut asked = leaving.clone();
                 if let Some(pushed) = self.op.pushed_if_capped(group, &m.member_id) {
                     asked.retain(|tp| pushed.contains(tp));
                 }
-                revoking.push((m.member_id.clone(), asked));
+                revoking.push((m.member_id.clone(), leaving, asked));
             }
         }
         let prev = self.owners.remove(group).unwrap_or_default();
@@ -1166,10 +1174,14 @@ impl Oracle {
             }
         }
         self.owners.insert(group.to_owned(), owners);
-        for (id, asked) in revoking {
+        for (id, asked, pushed) in revoking {
             let Some(info) = self.members.get_mut(&id) else {
                 continue;
             };
+            info.asked.retain(|tp, _| pushed.contains(tp));
+            for tp in pushed {
+                info.asked.entry(tp).or_insert(now);
+            }
             let pending = !asked.is_empty();
             info.revoking.retain(|tp, _| asked.contains(tp));
             info.acked_arrival.retain(|tp, _| asked.contains(tp));
@@ -1309,7 +1321,7 @@ impl Oracle {
             };
             let rebalance = longest(info.rebalance, 2);
             let progress = longest(info.progress, 1);
-            if let Some((tp, since)) = info.revoking.iter().min_by_key(|(_, since)| **since) {
+            if let Some((tp, since)) = info.asked.iter().min_by_key(|(_, since)| **since) {
                 let due = self.wait_bound(*since, rebalance, threshold);
                 if now > due {
                     let kind = if info.acked_arrival.contains_key(tp) {
