@@ -27,7 +27,7 @@ use rollcall_protocol::{
 
 use super::oracle::{from_wire, Check, Oracle, Tp};
 use super::process::Process;
-use crate::core::Event;
+use crate::core::{Balance, Event, GroupConfig};
 
 /// A reservation as the oracle saw it made.
 #[derive(Debug, Clone)]
@@ -348,6 +348,14 @@ impl Oracle {
         procs: &[Process],
     ) {
         let Some(d) = described else {
+            if let Some(settings) = self.op.settings.remove(group) {
+                if settings != default_settings() {
+                    let msg = format!(
+                        "{group}, configured {settings:?}, was forgotten by the coordinator"
+                    );
+                    self.report_violation(now, Check::RevocationCap, "settings forgotten", msg);
+                }
+            }
             self.op.asked.remove(group);
             self.op.leaving.remove(group);
             self.op.reservations.remove(group);
@@ -371,7 +379,12 @@ impl Oracle {
         });
         self.op.leaving.insert(group.to_owned(), leaving);
         let newly = self.op.newly.remove(group).unwrap_or_default();
-        let settings = self.op.settings.get(group).copied().unwrap_or_default();
+        let settings = self
+            .op
+            .settings
+            .get(group)
+            .copied()
+            .unwrap_or_else(default_settings);
         let total: usize = asked.values().map(BTreeSet::len).sum();
         let mut problems = Vec::new();
         for (m, new) in &newly {
@@ -403,6 +416,16 @@ impl Oracle {
             self.report_violation(now, Check::RevocationCap, kind, msg);
         }
         self.op.asked.insert(group.to_owned(), asked);
+        // The settings answered are the settings in force, across restarts.
+        if let Some(described) = d.operator.as_ref().map(|o| o.config) {
+            if described != settings {
+                let msg = format!(
+                    "{group} was last configured {settings:?}, but the coordinator describes \
+                     {described:?}"
+                );
+                self.report_violation(now, Check::RevocationCap, "settings forgotten", msg);
+            }
+        }
         // Check 11: reserved partitions are owned by nobody else.
         let owners = self.owners.get(group).cloned().unwrap_or_default();
         let reservations = self.op.reservations.get(group).cloned().unwrap_or_default();
@@ -453,6 +476,19 @@ impl Oracle {
                 self.report_violation(now, Check::Drained, "drain forgotten", msg);
             }
         }
+    }
+}
+
+/// The settings of a group nobody configured.
+fn default_settings() -> GroupSettings {
+    let c = GroupConfig::default();
+    GroupSettings {
+        departure_delay_ms: c.departure_delay_ms,
+        max_revoking: c.max_revoking,
+        max_revoking_per_member: c.max_revoking_per_member,
+        balance: u8::from(c.balance == Balance::Load),
+        churn_budget_permille: c.churn_budget_permille,
+        imbalance_permille: c.imbalance_permille,
     }
 }
 

@@ -15,7 +15,7 @@ use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rollcall_protocol::{
-    DescribeGroupRequest, JoinPlacement, LeaveMode, Push, Request, Response,
+    DescribeGroupRequest, JoinPlacement, LeaveMode, Page, Push, Request, Response,
 };
 
 use super::oracle::{from_wire, Check, Crash, Oracle, Tp, Violation};
@@ -537,6 +537,9 @@ impl World {
                     if let Some(group) = push.group() {
                         touched.insert(group.to_owned());
                     }
+                    if self.oracle.verbose {
+                        self.log(format!("push on conn {conn}: {push:?}"));
+                    }
                     self.oracle.on_push(&push);
                     if let Some(&p) = self.open_conns.get(&conn) {
                         self.send_to_client(p, conn, ToClient::Push(push));
@@ -577,11 +580,12 @@ impl World {
             touched.insert(group.clone());
         }
         for group in touched {
+            // Version 4 (a page, as large as fits): the operator's view too.
             let request = Request::DescribeGroup(DescribeGroupRequest {
                 operator: true,
                 group: group.clone(),
                 detection: true,
-                page: None,
+                page: Some(Page::default()),
                 summary: false,
             });
             let described = match self.core.handle_request(now, 0, request).response {
