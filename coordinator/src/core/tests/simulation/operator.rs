@@ -250,6 +250,24 @@ impl Oracle {
     /// Reservations made, returned and ended.
     pub(super) fn on_operated_event(&mut self, now: Instant, event: &Event, procs: &[Process]) {
         match event {
+            // A static replacement takes over what the old process owned: not a grant
+            // (it is asked to release it at once if drained).
+            Event::MemberReplaced {
+                group,
+                old_member_id,
+                new_member_id,
+                ..
+            } => {
+                let inherited = self.owned_by(group, old_member_id);
+                if let Some(allowed) = self
+                    .op
+                    .drained
+                    .get_mut(group)
+                    .and_then(|d| d.get_mut(new_member_id))
+                {
+                    allowed.extend(inherited);
+                }
+            }
             Event::PartitionsReserved {
                 group,
                 instance_id,
