@@ -1053,6 +1053,21 @@ impl World {
                 .iter()
                 .flat_map(|d| d.members.iter().map(|m| m.member_id.clone()))
                 .collect();
+            // Check 13: every move finished (a revocation waiting for room under the
+            // caps, or one asked and never answered, is not settled).
+            for m in described.iter().flat_map(|d| d.members.iter()) {
+                let leaving = from_wire(&m.pending_revoke);
+                if !leaving.is_empty() {
+                    problems.push((
+                        "moves never finished",
+                        format!(
+                            "{} of {name} still owns {leaving:?}, which its target no longer \
+                             has",
+                            self.oracle.who(&m.member_id, &self.procs)
+                        ),
+                    ));
+                }
+            }
             let mut owner: BTreeMap<Tp, String> = BTreeMap::new();
             for m in described.iter().flat_map(|d| d.members.iter()) {
                 for tp in from_wire(&m.owned) {
