@@ -705,7 +705,11 @@ fn a_suspects_share_is_not_handed_to_a_drained_member() {
         t.beat(&mut a);
     }
     t.assert_exclusive("g");
-    assert_eq!(count(&t.owned(&a)), 0, "the drained member was given the suspect's share");
+    assert_eq!(
+        count(&t.owned(&a)),
+        0,
+        "the drained member was given the suspect's share"
+    );
     assert!(t.expelled(&c).is_none(), "c is still a member");
 }
 
@@ -736,8 +740,15 @@ fn offsets_retention_keeps_a_configured_group() {
     let mut store = MemoryStore::new();
     store.write(&t.records).expect("memory store");
     let state = store.load().expect("memory store");
-    assert!(state.offsets.iter().all(|o| o.group != "g"), "offsets expired");
-    let g = state.groups.iter().find(|g| g.group == "g").expect("group kept");
+    assert!(
+        state.offsets.iter().all(|o| o.group != "g"),
+        "offsets expired"
+    );
+    let g = state
+        .groups
+        .iter()
+        .find(|g| g.group == "g")
+        .expect("group kept");
     let op = g.operator.as_ref().expect("operator state recorded");
     assert_eq!(op.drained_labels, ["host-1"]);
 }

@@ -462,7 +462,9 @@ impl World {
         request: Request,
     ) -> Option<Response> {
         if !self.running() {
-            self.log(format!("operator: coordinator not running, {request:?} not sent"));
+            self.log(format!(
+                "operator: coordinator not running, {request:?} not sent"
+            ));
             return None;
         }
         let now = self.now;
@@ -470,13 +472,15 @@ impl World {
             .core
             .handle_request_as(now, conn, request.clone(), authority)
             .response;
-        self.log(format!("operator ({authority:?}): {request:?} -> {response:?}"));
+        self.log(format!(
+            "operator ({authority:?}): {request:?} -> {response:?}"
+        ));
         self.oracle
             .on_operated(now, &request, &response, &self.procs);
         if let Response::AlterGroupConfig(a) = &response {
-            self.longest_delay = self
-                .longest_delay
-                .max(Duration::from_millis(u64::from(a.config.departure_delay_ms)));
+            self.longest_delay = self.longest_delay.max(Duration::from_millis(u64::from(
+                a.config.departure_delay_ms,
+            )));
         }
         let group = request.group().map(str::to_owned);
         self.after_core(group.into_iter().collect());
@@ -960,7 +964,10 @@ impl World {
             .max()
             .unwrap_or_default();
         self.tail_cap = Some(
-            now + max_session * 4 + max_rebalance * 2 + Duration::from_secs(30) + self.longest_delay,
+            now + max_session * 4
+                + max_rebalance * 2
+                + Duration::from_secs(30)
+                + self.longest_delay,
         );
         self.push(now + TAIL_CHECK, Ev::TailCheck);
     }
