@@ -737,7 +737,7 @@ fn offsets_retention_keeps_a_configured_group() {
     assert_eq!(op.config.max_revoking, 2);
     assert_eq!(op.drained_labels, ["host-1"]);
     // Durably: the records rebuild it, with no offsets.
-    let mut store = MemoryStore::new();
+    let store = MemoryStore::new();
     store.write(&t.records).expect("memory store");
     let state = store.load().expect("memory store");
     assert!(

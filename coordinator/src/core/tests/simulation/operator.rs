@@ -134,7 +134,7 @@ impl Oracle {
         match (request, response) {
             (Request::AlterGroupConfig(r), Response::AlterGroupConfig(a)) => {
                 self.log(now, format!("{} settings now {:?}", r.group, a.config));
-                self.op.settings.insert(r.group.clone(), a.config.clone());
+                self.op.settings.insert(r.group.clone(), a.config);
             }
             (Request::Drain(r), Response::Drain(a)) => {
                 let group = r.group.clone();
