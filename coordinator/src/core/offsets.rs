@@ -269,7 +269,9 @@ impl Coordinator {
     /// on a later pass if it stays empty. Otherwise the group is forgotten, offsets and all, and a
     /// [`Record::GroupDeleted`] asks the store to do the same, in order with every other
     /// record. A group the core does not know is deleted too: the store may hold
-    /// something the core does not.
+    /// something the core does not. A group with operator settings that are not the
+    /// default, or drained labels, loses its offsets but is kept, recorded again after
+    /// the deletion (the returned `true` then means its offsets are gone).
     #[must_use = "false means the group was not removed (a member joined since)"]
     pub fn remove_offsets(&mut self, now: Instant, group: &str, retention: Duration) -> bool {
         if let Some(g) = self.groups.get(group) {
@@ -278,6 +280,21 @@ impl Coordinator {
                 .is_some_and(|at| now.saturating_duration_since(at) < retention);
             if !g.members.is_empty() || !g.held.is_empty() || committed {
                 return false;
+            }
+            if !g.config.is_default() || !g.drained_labels.is_empty() {
+                // The operator's settings and drained labels outlive the offsets (a
+                // configured group is kept while its settings are not the default): the
+                // offsets go, the group stays, recorded again without them.
+                let g = self.groups.get_mut(group).expect("looked up above");
+                g.offsets.clear();
+                g.committed_at = None;
+                let snapshot = g.snapshot(now);
+                self.records.push(Record::GroupDeleted {
+                    group: group.to_owned(),
+                });
+                self.records.push(Record::Group(snapshot));
+                self.account(group);
+                return true;
             }
             self.generation_floor = self.generation_floor.max(g.generation);
             // Out of the table, so no dirty snapshot of it follows the deletion. Its

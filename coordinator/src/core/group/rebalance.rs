@@ -139,6 +139,7 @@ impl Group {
             .members
             .values()
             .enumerate()
+            // A drained member is given nothing, not even what a suspect cannot take.
             .filter(|(i, m)| !suspect[*i] && m.takes_grants(now) && !self.is_drained(m))
             .map(|(i, _)| i)
             .collect();

@@ -679,6 +679,80 @@ fn setting_the_defaults_on_a_group_that_does_not_exist_creates_nothing() {
     assert!(t.records.is_empty(), "nothing written: {:?}", t.records);
 }
 
+/// A suspect member's new share goes to the members that take grants instead: never to
+/// a drained member, which is given nothing (the suspect keeps it until it recovers).
+#[test]
+fn a_suspects_share_is_not_handed_to_a_drained_member() {
+    let mut t = TestContext::new();
+    let mut a = t.join(1, "g", &[("orders", 12)]);
+    let mut b = t.join(2, "g", &[("orders", 12)]);
+    settle(&mut t, &mut [&mut a, &mut b]);
+    drained(t.request(9, drain_req(&a.id, "", true)));
+    settle(&mut t, &mut [&mut a, &mut b]);
+    assert_eq!((count(&t.owned(&a)), count(&t.owned(&b))), (0, 12));
+    // c joins and falls silent past its suspicion threshold; a and b beat on.
+    let c = t.join(3, "g", &[("orders", 12)]);
+    let until = t.now + SESSION.mul_f64(0.7);
+    while t.now < until {
+        t.advance(Duration::from_millis(200));
+        t.beat(&mut a);
+        t.beat(&mut b);
+    }
+    // b leaves: its partitions are c's target, and c is suspect.
+    t.leave(&b);
+    for _ in 0..3 {
+        t.advance(Duration::from_millis(100));
+        t.beat(&mut a);
+    }
+    t.assert_exclusive("g");
+    assert_eq!(
+        count(&t.owned(&a)),
+        0,
+        "the drained member was given the suspect's share"
+    );
+    assert!(t.expelled(&c).is_none(), "c is still a member");
+}
+
+/// Offsets retention expires an empty group's offsets, but not its operator's settings
+/// or drained labels: the group stays, without offsets, durably.
+#[test]
+fn offsets_retention_keeps_a_configured_group() {
+    let mut t = TestContext::new();
+    let a = t.join(1, "g", &[("orders", 4)]);
+    t.commit(&a, "orders", 0, 7);
+    let set = AlterGroupConfigRequest {
+        group: "g".into(),
+        max_revoking: Some(2),
+        ..Default::default()
+    };
+    assert!(error_code(&t.request(9, Request::AlterGroupConfig(set))).is_none());
+    drained(t.request(9, drain_req("", "host-1", true)));
+    t.leave(&a);
+    t.advance(SETTLE);
+    let now = t.now;
+    assert!(t.core.remove_offsets(now, "g", Duration::ZERO));
+    t.drain();
+    let d = describe_v4(&mut t);
+    let op = d.operator.expect("v4");
+    assert_eq!(op.config.max_revoking, 2);
+    assert_eq!(op.drained_labels, ["host-1"]);
+    // Durably: the records rebuild it, with no offsets.
+    let store = MemoryStore::new();
+    store.write(&t.records).expect("memory store");
+    let state = store.load().expect("memory store");
+    assert!(
+        state.offsets.iter().all(|o| o.group != "g"),
+        "offsets expired"
+    );
+    let g = state
+        .groups
+        .iter()
+        .find(|g| g.group == "g")
+        .expect("group kept");
+    let op = g.operator.as_ref().expect("operator state recorded");
+    assert_eq!(op.drained_labels, ["host-1"]);
+}
+
 /// A drain is one deliberate act: its rebalance starts at the next timer, not after the
 /// coalescing window that joins and departures wait (with acknowledgements sent at once,
 /// that window would be most of the drain's time).

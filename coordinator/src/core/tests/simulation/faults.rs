@@ -5,12 +5,12 @@ use std::time::{Duration, Instant};
 
 use rand::Rng;
 use rollcall_client::MemberConfig;
-use rollcall_protocol::ExpelReason;
+use rollcall_protocol::{AlterGroupConfigRequest, DrainRequest, ExpelReason, Request};
 
 use super::oracle::Tp;
 use super::process::{membership, AckPolicy};
 use super::world::{Action, Ev, GroupSpec, World};
-use crate::core::Event;
+use crate::core::{Authority, Event};
 
 /// Session timeouts (ms) and how often members pick them. The longest is only used in
 /// some seeds: it makes the quiet tail long.
@@ -39,9 +39,10 @@ enum Fault {
     AimedStall,
     Isolate,
     Takeovers,
+    Operator,
 }
 
-const FAULTS: [(Fault, f64); 17] = [
+const FAULTS: [(Fault, f64); 18] = [
     (Fault::Cut, 10.0),
     (Fault::Stuck, 3.0),
     (Fault::Crash, 4.0),
@@ -59,7 +60,12 @@ const FAULTS: [(Fault, f64); 17] = [
     (Fault::AimedStall, 1.0),
     (Fault::Isolate, 0.8),
     (Fault::Takeovers, 0.8),
+    (Fault::Operator, 3.0),
 ];
+
+/// Labels (hosts) and racks members declare.
+const LABELS: usize = 3;
+const RACKS: usize = 3;
 
 fn ms(ms: u64) -> Duration {
     Duration::from_millis(ms)
@@ -92,6 +98,12 @@ impl World {
                 let instance = self.rng.gen_bool(0.4).then(|| self.new_instance(g));
                 let delay = self.rng.gen_range(Duration::ZERO..ms(500));
                 self.schedule_spawn(g, instance, delay);
+            }
+        }
+        // Some groups are set up by the operator before anyone joins.
+        for g in 0..groups {
+            if self.rng.gen_bool(0.4) {
+                self.alter_config(g);
             }
         }
         let faulty = self
@@ -212,6 +224,26 @@ impl World {
         self.log(line);
         let m = membership(&config, seed, self.now);
         let ack = self.ack_policy();
+        let p = self.procs.len();
+        if self.rng.gen_bool(0.7) {
+            // A static instance is a host: it comes back with the same label.
+            let label = match &instance {
+                Some(i) => i.bytes().map(usize::from).sum::<usize>() % LABELS,
+                None => self.rng.gen_range(0..LABELS),
+            };
+            let rack = self.rng.gen_range(0..RACKS);
+            let capacity = self.rng.gen_range(0..=4);
+            let topics = self.rng.gen_bool(0.3).then_some(config.topics.as_slice());
+            let topics: Option<Vec<(String, u32)>> =
+                topics.map(|t| t.iter().map(|t| (t.topic.clone(), t.partitions)).collect());
+            self.placements.insert(
+                p,
+                super::operator::placement(label, rack, capacity, topics.as_deref()),
+            );
+        }
+        if self.rng.gen_bool(0.5) {
+            self.reports_load.insert(p);
+        }
         self.add_process(group, config, m, epoch, ack);
     }
 
@@ -379,7 +411,9 @@ impl World {
                     // A static process comes back under its instance id, before or after
                     // its old member is expelled.
                     Some(instance) if self.rng.gen_bool(0.8) => {
-                        let d = self.rng.gen_range(Duration::ZERO..session * 2);
+                        // With a departure delay, within it or after it.
+                        let delay = self.departure_delay(group);
+                        let d = self.rng.gen_range(Duration::ZERO..session * 2 + delay * 2);
                         self.schedule_spawn(group, Some(instance), d);
                     }
                     None if self.rng.gen_bool(0.8) => {
@@ -498,6 +532,7 @@ impl World {
                 let downtime = self.restart_downtime();
                 self.restart_begin(downtime, "at random");
             }
+            Fault::Operator => self.operator(),
             Fault::Drain => {
                 let g = self.rng.gen_range(0..self.groups.len());
                 self.log(format!("every process of g{g} leaves"));
@@ -899,6 +934,160 @@ impl World {
         for _ in 0..dynamic {
             let jitter = self.rng.gen_range(Duration::ZERO..ms(500));
             self.schedule_spawn(g, None, d + jitter);
+        }
+    }
+
+    /// The departure delay the operator last set on group `g`.
+    fn departure_delay(&self, g: usize) -> Duration {
+        self.oracle
+            .op
+            .settings
+            .get(&self.groups[g].name)
+            .map_or(Duration::ZERO, |s| {
+                Duration::from_millis(u64::from(s.departure_delay_ms))
+            })
+    }
+
+    /// The operator changes some of group `g`'s settings: the departure delay on (0.5
+    /// to 8 s) or off, the caps on revocations set, lowered, raised or lifted, the
+    /// balance switched between counts and load.
+    fn alter_config(&mut self, g: usize) {
+        let mut request = AlterGroupConfigRequest {
+            group: self.groups[g].name.clone(),
+            ..AlterGroupConfigRequest::default()
+        };
+        if self.rng.gen_bool(0.5) {
+            request.departure_delay_ms = Some(if self.rng.gen_bool(0.3) {
+                0
+            } else {
+                self.rng.gen_range(500..8_000)
+            });
+        }
+        if self.rng.gen_bool(0.5) {
+            request.max_revoking = Some(match self.rng.gen_range(0..4) {
+                0 => 0,
+                1 => 1,
+                _ => self.rng.gen_range(2..8),
+            });
+        }
+        if self.rng.gen_bool(0.4) {
+            request.max_revoking_per_member = Some(match self.rng.gen_range(0..3) {
+                0 => 0,
+                1 => 1,
+                _ => self.rng.gen_range(2..4),
+            });
+        }
+        if self.rng.gen_bool(0.3) {
+            request.balance = Some(self.rng.gen_range(0..=1));
+            request.churn_budget_permille = Some(self.rng.gen_range(0..=1000));
+            request.imbalance_permille = Some(self.rng.gen_range(0..=1000));
+        }
+        self.operate(0, Authority::Operator, Request::AlterGroupConfig(request));
+    }
+
+    /// The operator (or a member, for itself) drains or undrains members, by id or by
+    /// label, or changes a group's settings.
+    fn operator(&mut self) {
+        let g = self.rng.gen_range(0..self.groups.len());
+        let group = self.groups[g].name.clone();
+        let drain = |member_id: String, label: String, drained: bool| {
+            Request::Drain(DrainRequest {
+                group: group.clone(),
+                member_id,
+                label,
+                drained,
+            })
+        };
+        let member_of = |w: &Self, p: usize| w.procs[p].m.member_id().map(str::to_owned);
+        match self.rng.gen_range(0..10) {
+            0..=1 => {
+                let Some(p) = self.pick(|w, p| w.procs[p].group == g && w.procs[p].is_active())
+                else {
+                    return;
+                };
+                let Some(id) = member_of(self, p) else { return };
+                self.log(format!("operator drains process {p} ({id})"));
+                self.operate(0, Authority::Operator, drain(id, String::new(), true));
+            }
+            2 => {
+                // A member drains itself on its own connection (a graceful scale-in).
+                let Some(p) = self.pick(|w, p| {
+                    w.procs[p].group == g && w.procs[p].is_active() && w.procs[p].conn.is_some()
+                }) else {
+                    return;
+                };
+                let (Some(id), Some(conn)) = (member_of(self, p), self.procs[p].conn) else {
+                    return;
+                };
+                self.log(format!("process {p} ({id}) drains itself"));
+                self.operate(conn, Authority::Member, drain(id, String::new(), true));
+            }
+            3..=4 => {
+                let drained: Vec<String> = self
+                    .oracle
+                    .op
+                    .drained
+                    .get(&group)
+                    .map(|d| d.keys().cloned().collect())
+                    .unwrap_or_default();
+                if drained.is_empty() {
+                    return;
+                }
+                let id = drained[self.rng.gen_range(0..drained.len())].clone();
+                self.log(format!("operator undrains {id}"));
+                self.operate(0, Authority::Operator, drain(id, String::new(), false));
+            }
+            5 => {
+                let label = format!("h{}", self.rng.gen_range(0..LABELS));
+                self.log(format!("operator drains label {label} of {group}"));
+                self.operate(0, Authority::Operator, drain(String::new(), label, true));
+            }
+            6 => {
+                let label = format!("h{}", self.rng.gen_range(0..LABELS));
+                self.log(format!("operator undrains label {label} of {group}"));
+                self.operate(0, Authority::Operator, drain(String::new(), label, false));
+            }
+            _ => self.alter_config(g),
+        }
+    }
+
+    /// At the start of the quiet tail, the operator undrains everything in some runs
+    /// (in the others, drained members stay drained through the tail).
+    pub(super) fn undrain_all(&mut self) {
+        for g in 0..self.groups.len() {
+            let group = self.groups[g].name.clone();
+            let labels: Vec<String> = self
+                .oracle
+                .op
+                .drained_labels
+                .get(&group)
+                .map(|l| l.iter().cloned().collect())
+                .unwrap_or_default();
+            for label in labels {
+                let request = Request::Drain(DrainRequest {
+                    group: group.clone(),
+                    member_id: String::new(),
+                    label,
+                    drained: false,
+                });
+                self.operate(0, Authority::Operator, request);
+            }
+            let members: Vec<String> = self
+                .oracle
+                .op
+                .drained
+                .get(&group)
+                .map(|d| d.keys().cloned().collect())
+                .unwrap_or_default();
+            for member_id in members {
+                let request = Request::Drain(DrainRequest {
+                    group: group.clone(),
+                    member_id,
+                    label: String::new(),
+                    drained: false,
+                });
+                self.operate(0, Authority::Operator, request);
+            }
         }
     }
 }

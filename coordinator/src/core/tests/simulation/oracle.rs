@@ -15,6 +15,7 @@ use rollcall_protocol::{
     TopicPartitions,
 };
 
+use super::operator::Operated;
 use super::process::Process;
 use crate::core::{ConnId, Event};
 
@@ -51,6 +52,9 @@ pub(super) enum Check {
     DeservedExpulsion,
     BoundedHold,
     ActsWithinLease,
+    RevocationCap,
+    Reserved,
+    Drained,
 }
 
 impl Check {
@@ -66,6 +70,9 @@ impl Check {
             Self::DeservedExpulsion => "check 7 (no member expelled before its deadline)",
             Self::BoundedHold => "check 8 (no wait held past its bound)",
             Self::ActsWithinLease => "check 9 (the client acts only within its lease)",
+            Self::RevocationCap => "check 10 (revocations within the caps)",
+            Self::Reserved => "check 11 (reserved partitions stay unowned)",
+            Self::Drained => "check 12 (drained members are granted nothing)",
         }
     }
 }
@@ -155,6 +162,12 @@ pub(super) struct MemberInfo {
     /// `DescribeGroup`; a revocation withdrawn and asked again starts over, as in the
     /// core).
     revoking: BTreeMap<Tp, Instant>,
+    /// The part of `revoking` seen pushed to it, since when: under caps on
+    /// revocations, a partition waiting for room is owned and not kept by the target
+    /// but not asked yet (its wait starts when asked). A revocation asked while the
+    /// member had no connection is not seen; check 8 judges only the others, check 7
+    /// counts every revocation from when it showed (the earlier start).
+    asked: BTreeMap<Tp, Instant>,
     /// For partitions in `revoking`: when an acknowledgement of that revocation (sent
     /// while it was being asked, in a heartbeat of this holding's generation or later,
     /// or in a leave after releasing everything) first reached the coordinator, read at
@@ -237,6 +250,8 @@ struct Obligation {
     after_generation: u32,
     since: Instant,
     what: String,
+    /// The member that joined or was removed.
+    member: String,
 }
 
 /// See the module documentation.
@@ -250,7 +265,7 @@ pub(super) struct Oracle {
     pub(super) members: HashMap<String, MemberInfo>,
     tokens: HashMap<u64, String>,
     /// Owners per group as the last `DescribeGroup` showed them.
-    owners: HashMap<String, BTreeMap<Tp, String>>,
+    pub(super) owners: HashMap<String, BTreeMap<Tp, String>>,
     /// The member each partition was last granted to, and whether it released it.
     holders: HashMap<String, BTreeMap<Tp, Holder>>,
     max_generation: HashMap<String, u32>,
@@ -269,6 +284,8 @@ pub(super) struct Oracle {
     trace: VecDeque<String>,
     /// Print every trace line as it happens (`ROLLCALL_SIM_TRACE`).
     pub(super) verbose: bool,
+    /// The operator's controls: drains, settings, reservations (checks 10 to 12).
+    pub(super) op: Operated,
 }
 
 impl Oracle {
@@ -292,6 +309,7 @@ impl Oracle {
             seen: HashSet::new(),
             trace: VecDeque::new(),
             verbose: std::env::var_os("ROLLCALL_SIM_TRACE").is_some(),
+            op: Operated::default(),
         }
     }
 
@@ -631,6 +649,7 @@ impl Oracle {
                                 progress_since: now,
                                 revoking_since: None,
                                 revoking: BTreeMap::new(),
+                                asked: BTreeMap::new(),
                                 acked_arrival: BTreeMap::new(),
                                 granted_in: BTreeMap::new(),
                                 removed: None,
@@ -698,6 +717,7 @@ impl Oracle {
     }
 
     pub(super) fn on_push(&mut self, push: &Push) {
+        self.on_push_operated(push);
         if let Push::Assignment(a) = push {
             self.note_generation(&a.group, a.generation);
             if let Some(info) = self.members.get_mut(&a.member_id) {
@@ -711,18 +731,30 @@ impl Oracle {
     }
 
     pub(super) fn on_event(&mut self, now: Instant, event: &Event, procs: &[Process]) {
+        self.on_operated_event(now, event, procs);
         match event {
+            // A static member removed with a departure delay leaves its partitions
+            // reserved, and one that returns to them takes them back: neither
+            // rebalances the others (check 11 watches the reservation instead).
+            Event::PartitionsReserved { member_id, .. }
+            | Event::ReservationReturned { member_id, .. } => {
+                self.obligations.retain(|o| o.member != *member_id);
+            }
             Event::MemberJoined {
                 group, member_id, ..
             } => {
                 self.last_change = now;
                 self.log(now, format!("joined {}", self.who(member_id, procs)));
+                if self.op.returned.remove(member_id) {
+                    return;
+                }
                 let after_generation = self.max_generation.get(group).copied().unwrap_or(0);
                 self.obligations.push(Obligation {
                     group: group.clone(),
                     after_generation,
                     since: now,
                     what: format!("{} joined", self.who(member_id, procs)),
+                    member: member_id.clone(),
                 });
             }
             Event::MemberReplaced {
@@ -777,7 +809,9 @@ impl Oracle {
                 if let Some(info) = self.members.get_mut(member_id) {
                     info.removed = Some((now, *reason));
                 }
-                if self.group_has_members(group) {
+                if self.op.returned.remove(member_id) {
+                    // Its partitions are reserved for its instance: no rebalance.
+                } else if self.group_has_members(group) {
                     let after_generation = self.max_generation.get(group).copied().unwrap_or(0);
                     self.obligations.push(Obligation {
                         group: group.clone(),
@@ -788,6 +822,7 @@ impl Oracle {
                             self.who(member_id, procs),
                             reason.as_str()
                         ),
+                        member: member_id.clone(),
                     });
                 } else {
                     // A group left without members owes no rebalance: the removals
@@ -1042,7 +1077,7 @@ impl Oracle {
         procs: &[Process],
     ) {
         let mut owners: BTreeMap<Tp, String> = BTreeMap::new();
-        let mut revoking: Vec<(String, BTreeSet<Tp>)> = Vec::new();
+        let mut revoking: Vec<(String, BTreeSet<Tp>, BTreeSet<Tp>)> = Vec::new();
         if described.is_none() {
             self.forgotten.insert(group.to_owned(), now);
         }
@@ -1060,7 +1095,14 @@ impl Oracle {
                         self.violate(now, Check::Exclusive, "two owners", msg);
                     }
                 }
-                revoking.push((m.member_id.clone(), from_wire(&m.pending_revoke)));
+                // Under caps, a revocation waiting for room is not asked yet: its wait
+                // starts when it is pushed.
+                let leaving = from_wire(&m.pending_revoke);
+                let mut asked = leaving.clone();
+                if let Some(pushed) = self.op.pushed_if_capped(group, &m.member_id) {
+                    asked.retain(|tp| pushed.contains(tp));
+                }
+                revoking.push((m.member_id.clone(), leaving, asked));
             }
         }
         let prev = self.owners.remove(group).unwrap_or_default();
@@ -1132,10 +1174,14 @@ impl Oracle {
             }
         }
         self.owners.insert(group.to_owned(), owners);
-        for (id, asked) in revoking {
+        for (id, asked, pushed) in revoking {
             let Some(info) = self.members.get_mut(&id) else {
                 continue;
             };
+            info.asked.retain(|tp, _| pushed.contains(tp));
+            for tp in pushed {
+                info.asked.entry(tp).or_insert(now);
+            }
             let pending = !asked.is_empty();
             info.revoking.retain(|tp, _| asked.contains(tp));
             info.acked_arrival.retain(|tp, _| asked.contains(tp));
@@ -1158,6 +1204,7 @@ impl Oracle {
                 self.log(now, format!("{id} {line}"));
             }
         }
+        self.on_describe_operated(now, group, described, procs);
     }
 
     fn proc_state(&self, member: &str, procs: &[Process]) -> String {
@@ -1274,7 +1321,7 @@ impl Oracle {
             };
             let rebalance = longest(info.rebalance, 2);
             let progress = longest(info.progress, 1);
-            if let Some((tp, since)) = info.revoking.iter().min_by_key(|(_, since)| **since) {
+            if let Some((tp, since)) = info.asked.iter().min_by_key(|(_, since)| **since) {
                 let due = self.wait_bound(*since, rebalance, threshold);
                 if now > due {
                     let kind = if info.acked_arrival.contains_key(tp) {

@@ -14,11 +14,13 @@ use std::time::{Duration, Instant};
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
-use rollcall_protocol::{DescribeGroupRequest, LeaveMode, Push, Request, Response};
+use rollcall_protocol::{
+    DescribeGroupRequest, JoinPlacement, LeaveMode, Page, Push, Request, Response,
+};
 
 use super::oracle::{from_wire, Check, Crash, Oracle, Tp, Violation};
 use super::process::{AckPolicy, Process, ReqId};
-use crate::core::{ConnId, Coordinator, CoreConfig, DetectorKind, Output, Record};
+use crate::core::{Authority, ConnId, Coordinator, CoreConfig, DetectorKind, Output, Record};
 use crate::store::{MemoryStore, Store};
 
 /// Hard bound on the events of one run.
@@ -215,6 +217,13 @@ pub(super) struct World {
     /// While isolations aimed at a revocation recur: no other fault until then, so
     /// that nothing else (a rejoin, a restart, a prompt application) ends the wait.
     pub(super) calm_until: Option<Instant>,
+    /// What each process declares at join (label, rack, capacity, topic racks), sent
+    /// in its Join requests as a client of Join version 3 would.
+    pub(super) placements: HashMap<usize, Box<JoinPlacement>>,
+    /// Processes whose heartbeats report the load of what they own.
+    pub(super) reports_load: HashSet<usize>,
+    /// The longest departure delay any group had: the tail waits for it.
+    pub(super) longest_delay: Duration,
 }
 
 impl World {
@@ -271,6 +280,9 @@ impl World {
             counts: Counts::default(),
             aim_next_revocation: false,
             calm_until: None,
+            placements: HashMap::new(),
+            reports_load: HashSet::new(),
+            longest_delay: Duration::ZERO,
         }
     }
 
@@ -439,6 +451,42 @@ impl World {
         self.after_core(BTreeSet::new());
     }
 
+    /// An operator's request (`Authority::Operator`, on a connection of its own), or a
+    /// member's own drain on its connection (`Authority::Member`), handled now. Nothing
+    /// happens while the coordinator is down or paused (the operator tries again later,
+    /// which is another fault).
+    pub(super) fn operate(
+        &mut self,
+        conn: ConnId,
+        authority: Authority,
+        request: Request,
+    ) -> Option<Response> {
+        if !self.running() {
+            self.log(format!(
+                "operator: coordinator not running, {request:?} not sent"
+            ));
+            return None;
+        }
+        let now = self.now;
+        let response = self
+            .core
+            .handle_request_as(now, conn, request.clone(), authority)
+            .response;
+        self.log(format!(
+            "operator ({authority:?}): {request:?} -> {response:?}"
+        ));
+        self.oracle
+            .on_operated(now, &request, &response, &self.procs);
+        if let Response::AlterGroupConfig(a) = &response {
+            self.longest_delay = self.longest_delay.max(Duration::from_millis(u64::from(
+                a.config.departure_delay_ms,
+            )));
+        }
+        let group = request.group().map(str::to_owned);
+        self.after_core(group.into_iter().collect());
+        Some(response)
+    }
+
     fn core_in(&mut self, conn: ConnId, msg: ToCore) {
         match msg {
             ToCore::Request {
@@ -469,6 +517,8 @@ impl World {
                     released_all,
                     &self.procs,
                 );
+                let label = self.placements.get(&proc).map(|pl| pl.label.as_str());
+                self.oracle.on_join_answered(&request, &response, label);
                 self.send_to_client(proc, conn, ToClient::Response { id, response });
                 self.after_core(BTreeSet::new());
             }
@@ -490,6 +540,9 @@ impl World {
                 Output::Push { conn, push } => {
                     if let Some(group) = push.group() {
                         touched.insert(group.to_owned());
+                    }
+                    if self.oracle.verbose {
+                        self.log(format!("push on conn {conn}: {push:?}"));
                     }
                     self.oracle.on_push(&push);
                     if let Some(&p) = self.open_conns.get(&conn) {
@@ -531,11 +584,12 @@ impl World {
             touched.insert(group.clone());
         }
         for group in touched {
+            // Version 4 (a page, as large as fits): the operator's view too.
             let request = Request::DescribeGroup(DescribeGroupRequest {
-                operator: false,
+                operator: true,
                 group: group.clone(),
                 detection: true,
-                page: None,
+                page: Some(Page::default()),
                 summary: false,
             });
             let described = match self.core.handle_request(now, 0, request).response {
@@ -769,8 +823,22 @@ impl World {
         *last
     }
 
-    pub(super) fn send_request(&mut self, p: usize, id: ReqId, request: Request) {
+    pub(super) fn send_request(&mut self, p: usize, id: ReqId, mut request: Request) {
         let now = self.now;
+        match &mut request {
+            Request::Join(join) => join.placement = self.placements.get(&p).cloned(),
+            Request::Heartbeat(beat) if self.reports_load.contains(&p) => {
+                let elapsed = now - self.start;
+                beat.loads = self.procs[p]
+                    .m
+                    .assignment()
+                    .partitions
+                    .iter()
+                    .map(|tp| super::operator::load(&tp.topic, tp.partition, elapsed))
+                    .collect();
+            }
+            _ => {}
+        }
         let proc = &mut self.procs[p];
         let Some(conn) = proc.conn else {
             return;
@@ -861,6 +929,9 @@ impl World {
         self.quiet = true;
         let now = self.now;
         self.log("faults stop: quiet tail");
+        if self.rng.gen_bool(0.5) {
+            self.undrain_all();
+        }
         for p in 0..self.procs.len() {
             if !self.procs[p].alive {
                 continue;
@@ -892,7 +963,12 @@ impl World {
             .map(|p| p.config.rebalance_timeout)
             .max()
             .unwrap_or_default();
-        self.tail_cap = Some(now + max_session * 4 + max_rebalance * 2 + Duration::from_secs(30));
+        self.tail_cap = Some(
+            now + max_session * 4
+                + max_rebalance * 2
+                + Duration::from_secs(30)
+                + self.longest_delay,
+        );
         self.push(now + TAIL_CHECK, Ev::TailCheck);
     }
 
@@ -923,6 +999,13 @@ impl World {
             && now >= self.oracle.last_downtime_end() + self.settle_time()
             && now >= self.oracle.lingering_end(&self.procs) + self.settle_time()
             && self.oracle.crashed_resolved(now, &self.crashes)
+            && !self.oracle.op.reserving()
+            && !self.oracle.op.revoking()
+            && self
+                .oracle
+                .op
+                .last_reservation
+                .is_none_or(|t| now >= t + self.settle_time())
             && self
                 .procs
                 .iter()
@@ -977,6 +1060,21 @@ impl World {
                 .iter()
                 .flat_map(|d| d.members.iter().map(|m| m.member_id.clone()))
                 .collect();
+            // Check 13: every move finished (a revocation waiting for room under the
+            // caps, or one asked and never answered, is not settled).
+            for m in described.iter().flat_map(|d| d.members.iter()) {
+                let leaving = from_wire(&m.pending_revoke);
+                if !leaving.is_empty() {
+                    problems.push((
+                        "moves never finished",
+                        format!(
+                            "{} of {name} still owns {leaving:?}, which its target no longer \
+                             has",
+                            self.oracle.who(&m.member_id, &self.procs)
+                        ),
+                    ));
+                }
+            }
             let mut owner: BTreeMap<Tp, String> = BTreeMap::new();
             for m in described.iter().flat_map(|d| d.members.iter()) {
                 for tp in from_wire(&m.owned) {
@@ -985,14 +1083,25 @@ impl World {
             }
             let mut live_members: BTreeSet<String> = BTreeSet::new();
             let mut topics: BTreeSet<(String, u32)> = BTreeSet::new();
+            // Check 13: a topic only drained members subscribe to is owned by nobody
+            // (drained members are given nothing); every other is owned by live
+            // undrained members.
             for &p in &live {
                 let proc = &self.procs[p];
-                for t in &proc.config.topics {
-                    topics.insert((t.topic.clone(), t.partitions));
+                let drained = proc
+                    .m
+                    .member_id()
+                    .is_some_and(|id| self.oracle.op.is_drained(&name, id));
+                if !drained {
+                    for t in &proc.config.topics {
+                        topics.insert((t.topic.clone(), t.partitions));
+                    }
                 }
                 match proc.m.member_id() {
                     Some(id) if proc.is_active() && members.contains(id) => {
-                        live_members.insert(id.to_owned());
+                        if !drained {
+                            live_members.insert(id.to_owned());
+                        }
                     }
                     Some(id) if proc.is_active() => problems.push((
                         "process not a member",
@@ -1014,6 +1123,13 @@ impl World {
                 for partition in 0..count {
                     match owner.get(&(topic.clone(), partition)) {
                         Some(m) if live_members.contains(m) => {}
+                        Some(m) if self.oracle.op.is_drained(&name, m) => problems.push((
+                            "partition owned by a drained member",
+                            format!(
+                                "partition {topic}/{partition} of {name} is owned by drained {}",
+                                self.oracle.who(m, &self.procs)
+                            ),
+                        )),
                         Some(m) => problems.push((
                             "partition owned by a dead member",
                             format!(
