@@ -6,7 +6,9 @@
 //!   revocations (asked, not yet acknowledged or ended) number at most `max_revoking`
 //!   with it, and the member's at most `max_revoking_per_member`. (Revocations asked
 //!   before a cap was lowered may exceed it; nothing new is asked until they drop
-//!   below.)
+//!   below. Without caps everything a member must release is asked at once, also of a
+//!   member with no connection to hear it: it hears it when it comes back, and that is
+//!   no new revocation, even if a cap was set meanwhile.)
 //! - *11.* Reservations: a partition reserved for a departed static instance is owned by
 //!   no member of another instance until the instance returns or the reservation ends,
 //!   and it does not end as expired before its delay.
@@ -386,9 +388,26 @@ impl Oracle {
             .iter()
             .map(|m| (m.member_id.clone(), from_wire(&m.pending_revoke)))
             .collect();
+        let settings = self
+            .op
+            .settings
+            .get(group)
+            .copied()
+            .unwrap_or_else(default_settings);
         // What a member was asked and no longer is (a restart forgets what was pushed;
         // a newer target gives partitions back) is no longer in revocation.
         let mut asked = self.op.asked.remove(group).unwrap_or_default();
+        if settings.max_revoking == 0 && settings.max_revoking_per_member == 0 {
+            // Uncapped, the core asks everything a member must release at once, whether
+            // or not it has a connection to push the set on: a member away when it was
+            // asked hears it only when it comes back (its rebalance timeout running all
+            // along), and a cap set meanwhile must count it as asked before, not new.
+            for (m, l) in &leaving {
+                if !l.is_empty() {
+                    asked.insert(m.clone(), l.clone());
+                }
+            }
+        }
         asked.retain(|m, a| {
             if let Some(l) = leaving.get(m) {
                 a.retain(|tp| l.contains(tp));
@@ -397,12 +416,6 @@ impl Oracle {
         });
         self.op.leaving.insert(group.to_owned(), leaving);
         let newly = self.op.newly.remove(group).unwrap_or_default();
-        let settings = self
-            .op
-            .settings
-            .get(group)
-            .copied()
-            .unwrap_or_else(default_settings);
         let total: usize = asked.values().map(BTreeSet::len).sum();
         let mut problems = Vec::new();
         for (m, new) in &newly {
