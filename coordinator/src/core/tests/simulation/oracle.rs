@@ -1576,7 +1576,18 @@ impl Oracle {
     /// Offsets retention deleted `group`, and with it what its static instances were:
     /// fencing is promised for as long as the group exists (documented), so replaced
     /// members of it are no longer checked.
-    pub(super) fn group_deleted(&mut self, group: &str) {
+    ///
+    /// A drained static instance is one of them: the drain names the instance, and the
+    /// core keeps it with the instance. The oracle used to keep it past the deletion
+    /// and then held a later process of the instance, joining a group created afresh,
+    /// to a drain the deleted group took with it: check 12 \[drain forgotten\].
+    /// Unless the core `kept` the group (one with settings or drained
+    /// labels loses only its offsets), the drained instances go with it; drained
+    /// labels are the group's own settings and kept in the core either way.
+    pub(super) fn group_deleted(&mut self, group: &str, kept: bool) {
+        if !kept {
+            self.op.forget_drained_instances(group);
+        }
         for info in self.members.values_mut() {
             if info.group == group {
                 info.replaced_by = None;
