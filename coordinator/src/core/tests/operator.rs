@@ -833,3 +833,47 @@ fn a_replacement_under_a_drained_label_is_granted_nothing_new() {
     let m = d.members.iter().find(|m| m.member_id == a2.id).expect("a2");
     assert!(m.operator.as_ref().expect("v4").drained);
 }
+
+/// A static instance whose process went away keeps its partitions reserved (departure
+/// delay); a new process of it that declares a drained label takes none of them back:
+/// the reservation ends and the others are given them.
+#[test]
+fn an_instance_back_under_a_drained_label_takes_no_reservation_back() {
+    let mut t = TestContext::new();
+    let mut req = t.join_request("g", &[("orders", 6)]);
+    req.instance_id = Some("host-a".into());
+    let mut a = t.join_with(1, req).expect("join");
+    let mut b = t.join(2, "g", &[("orders", 6)]);
+    settle(&mut t, &mut [&mut a, &mut b]);
+    assert_eq!(count(&t.owned(&a)), 3);
+    t.core.groups.get_mut("g").expect("group").config = GroupConfig {
+        departure_delay_ms: 60_000,
+        ..GroupConfig::default()
+    };
+    assert!(drained(t.request(9, drain_req("", "h1", true))).is_empty());
+    // a falls silent: its session runs out, and its partitions are reserved.
+    let until = t.now + SESSION + Duration::from_secs(1);
+    while t.now < until {
+        t.advance(Duration::from_millis(500));
+        t.ack_all(&mut b);
+    }
+    assert!(t.expelled(&a).is_some());
+    assert_eq!(t.core.groups["g"].partitions_reserved(), 3);
+    // A new process of host-a, labelled h1, comes back within the delay.
+    let mut req = t.join_request("g", &[("orders", 6)]);
+    req.instance_id = Some("host-a".into());
+    req.placement = Some(Box::new(JoinPlacement {
+        label: "h1".into(),
+        ..Default::default()
+    }));
+    let mut a2 = t.join_with(3, req).expect("back");
+    assert_eq!(
+        count(&t.owned(&a2)),
+        0,
+        "the drained process took its reservation back"
+    );
+    settle(&mut t, &mut [&mut a2, &mut b]);
+    t.assert_exclusive("g");
+    assert_eq!(t.core.groups["g"].partitions_reserved(), 0);
+    assert_eq!((count(&t.owned(&a2)), count(&t.owned(&b))), (0, 6));
+}
