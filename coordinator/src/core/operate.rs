@@ -240,6 +240,11 @@ impl Coordinator {
             .map(|m| m.id.to_string())
             .collect();
         let changed: Vec<String> = before.symmetric_difference(&after).cloned().collect();
+        if r.drained {
+            for id in &changed {
+                g.hold_back_drained(id);
+            }
+        }
         if !changed.is_empty() {
             g.trigger_rebalance(&mut ctx, RebalanceCause::Operator);
             ctx.event(Event::MembersDrained {

@@ -146,8 +146,8 @@ impl Group {
     }
 
     /// New member `member` of a static instance joins while partitions are reserved for
-    /// the instance: if its subscription covers them and brings no topic only it
-    /// subscribes to beyond them, it is given exactly them, in the group's current
+    /// the instance: if it is not drained, and its subscription covers them and brings
+    /// no topic only it subscribes to beyond them, it is given exactly them, in the group's current
     /// generation, and nobody else's partitions move (no rebalance); returns true. (The
     /// departed member's lease, if it still runs, still holds what it owned.) Otherwise
     /// the reservation ends and the member joins as any other; returns false.
@@ -184,7 +184,10 @@ impl Group {
                     .count()
                     < topic.partitions as usize
         });
-        if !covered || alone {
+        // A process of the instance that comes back drained (a drained label it
+        // declares) takes nothing back: the reservation ends, and the rebalance its join
+        // starts gives the partitions to the others.
+        if !covered || alone || self.is_drained(member) {
             ctx.event(Event::ReservationEnded {
                 group: self.name.to_string(),
                 instance_id: instance.to_owned(),

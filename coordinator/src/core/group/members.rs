@@ -195,6 +195,27 @@ impl Group {
         self.trigger_rebalance(ctx, cause);
     }
 
+    /// Member `id` was just drained: its target keeps only what it owns (those move off
+    /// it with the rebalance that follows), so that nothing new is granted to it before
+    /// that rebalance, by a reconcile or by an acknowledgement that frees a partition its
+    /// old target gave it. The partitions dropped wait, unowned, for that rebalance.
+    pub(crate) fn hold_back_drained(&mut self, id: &str) {
+        let Some(m) = self.members.get_mut(id) else {
+            return;
+        };
+        let dropped: Vec<TopicPartition> = m.target.difference(&m.owned).copied().collect();
+        if dropped.is_empty() {
+            return;
+        }
+        m.target.remove_sorted(&dropped);
+        for tp in &dropped {
+            if self.target_owner.get(tp).is_some_and(|o| &**o == id) {
+                self.target_owner.remove(tp);
+            }
+        }
+        self.snapshot_dirty = true;
+    }
+
     /// Replaces a static member by a new process under a new member id: it takes over
     /// the old member's target and generation without a rebalance; the old id is fenced.
     ///

@@ -67,7 +67,11 @@ impl Coordinator {
                     let drained = |g: &Group| g.members.get(&id).is_some_and(|m| g.is_drained(m));
                     let before = drained(group);
                     group.apply_placement(&id, p);
-                    if drained(group) != before {
+                    let after = drained(group);
+                    if after != before {
+                        if after {
+                            group.hold_back_drained(&id);
+                        }
                         group.trigger_rebalance(&mut ctx, RebalanceCause::Operator);
                     }
                 }
@@ -167,7 +171,19 @@ impl Coordinator {
         }
         match replacing {
             Some(old) => {
+                // A replacement drained where the old process was not (a drained
+                // label it declares) takes over only what the old one owned; one
+                // undrained where the old one was drained gets a share. Either way
+                // the group rebalances.
+                let old_drained = group.members.get(&old).is_some_and(|m| group.is_drained(m));
+                let new_drained = group.is_drained(&member);
+                if new_drained && !old_drained {
+                    group.hold_back_drained(&old);
+                }
                 group.replace_member(&mut ctx, &old, member, subscription_changed);
+                if new_drained != old_drained {
+                    group.trigger_rebalance(&mut ctx, RebalanceCause::Operator);
+                }
             }
             None => {
                 // An instance back within its departure delay takes its reserved

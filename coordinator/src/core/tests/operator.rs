@@ -779,3 +779,101 @@ fn a_drain_rebalances_without_waiting_for_the_coalescing_window() {
     assert!(generation(&t) > before, "the drain's rebalance waited");
     assert_eq!(partitions(&t.revoking(&b)).len(), 6);
 }
+
+/// A static instance's new process that declares a drained label is drained from its
+/// join: it takes over what the old process owned, and nothing of the old process's
+/// target that was still on its way (here, partitions a drained member releases later).
+#[test]
+fn a_replacement_under_a_drained_label_is_granted_nothing_new() {
+    let mut t = TestContext::new();
+    let mut req = t.join_request("g", &[("orders", 12)]);
+    req.instance_id = Some("host-a".into());
+    let mut a = t.join_with(1, req).expect("join");
+    let mut b = t.join(2, "g", &[("orders", 12)]);
+    let mut c = t.join(3, "g", &[("orders", 12)]);
+    settle(&mut t, &mut [&mut a, &mut b, &mut c]);
+    let a0 = partitions(&t.owned(&a));
+    assert_eq!(a0.len(), 4);
+    assert!(drained(t.request(9, drain_req("", "h1", true))).is_empty());
+    // c is drained: its partitions are a's and b's target, asked of c, not yet released.
+    drained(t.request(9, drain_req(&c.id, "", true)));
+    t.advance(SETTLE);
+    assert_eq!(partitions(&t.revoking(&c)).len(), 4);
+    // A new process of host-a, labelled h1, replaces a; then c releases.
+    let mut req = t.join_request("g", &[("orders", 12)]);
+    req.instance_id = Some("host-a".into());
+    req.placement = Some(Box::new(JoinPlacement {
+        label: "h1".into(),
+        ..Default::default()
+    }));
+    let mut a2 = t.join_with(4, req).expect("replacement");
+    assert_ne!(a2.id, a.id);
+    t.ack_all(&mut c);
+    t.advance(Duration::ZERO);
+    t.assert_exclusive("g");
+    let owned = partitions(&t.owned(&a2));
+    assert!(
+        owned.iter().all(|p| a0.contains(p)),
+        "the drained replacement was granted {owned:?}, beyond the old process's {a0:?}"
+    );
+    // The old process's partitions are held for its lease (a session), then move on.
+    for _ in 0..8 {
+        settle(&mut t, &mut [&mut a2, &mut b, &mut c]);
+    }
+    t.assert_exclusive("g");
+    assert_eq!(
+        (
+            count(&t.owned(&a2)),
+            count(&t.owned(&b)),
+            count(&t.owned(&c))
+        ),
+        (0, 12, 0)
+    );
+    let d = describe_v4(&mut t);
+    let m = d.members.iter().find(|m| m.member_id == a2.id).expect("a2");
+    assert!(m.operator.as_ref().expect("v4").drained);
+}
+
+/// A static instance whose process went away keeps its partitions reserved (departure
+/// delay); a new process of it that declares a drained label takes none of them back:
+/// the reservation ends and the others are given them.
+#[test]
+fn an_instance_back_under_a_drained_label_takes_no_reservation_back() {
+    let mut t = TestContext::new();
+    let mut req = t.join_request("g", &[("orders", 6)]);
+    req.instance_id = Some("host-a".into());
+    let mut a = t.join_with(1, req).expect("join");
+    let mut b = t.join(2, "g", &[("orders", 6)]);
+    settle(&mut t, &mut [&mut a, &mut b]);
+    assert_eq!(count(&t.owned(&a)), 3);
+    t.core.groups.get_mut("g").expect("group").config = GroupConfig {
+        departure_delay_ms: 60_000,
+        ..GroupConfig::default()
+    };
+    assert!(drained(t.request(9, drain_req("", "h1", true))).is_empty());
+    // a falls silent: its session runs out, and its partitions are reserved.
+    let until = t.now + SESSION + Duration::from_secs(1);
+    while t.now < until {
+        t.advance(Duration::from_millis(500));
+        t.ack_all(&mut b);
+    }
+    assert!(t.expelled(&a).is_some());
+    assert_eq!(t.core.groups["g"].partitions_reserved(), 3);
+    // A new process of host-a, labelled h1, comes back within the delay.
+    let mut req = t.join_request("g", &[("orders", 6)]);
+    req.instance_id = Some("host-a".into());
+    req.placement = Some(Box::new(JoinPlacement {
+        label: "h1".into(),
+        ..Default::default()
+    }));
+    let mut a2 = t.join_with(3, req).expect("back");
+    assert_eq!(
+        count(&t.owned(&a2)),
+        0,
+        "the drained process took its reservation back"
+    );
+    settle(&mut t, &mut [&mut a2, &mut b]);
+    t.assert_exclusive("g");
+    assert_eq!(t.core.groups["g"].partitions_reserved(), 0);
+    assert_eq!((count(&t.owned(&a2)), count(&t.owned(&b))), (0, 6));
+}

@@ -273,7 +273,7 @@
 //!     fresh range; defect 24). The grace now holds only members last heard no later
 //!     than the wake.
 //!
-//! Once the operator's controls were simulated, two more, each fixed with a focused
+//! Once the operator's controls were simulated, four more, each fixed with a focused
 //! test in `tests/operator.rs`:
 //!
 //! 14. A suspect member's new share was handed to the members taking grants, drained
@@ -282,6 +282,16 @@
 //! 15. Offsets retention deleted an empty group whose operator settings were not the
 //!     default (or which had drained labels), losing them, where the protocol keeps a
 //!     configured group: check 10 \[settings forgotten\] (then \[group cap\]).
+//! 16. A static instance's new process declaring a drained label took over the old
+//!     process's whole target, partitions still on their way included, and no
+//!     rebalance followed: it was granted them as they were released. A member just
+//!     drained (by a drain, a rejoin's label or a replacement's) now keeps only what it
+//!     owns of its target until the rebalance that follows: check 12 \[drained member
+//!     granted\] (seed 1289).
+//! 17. A static instance's new process declaring a drained label, back within the
+//!     departure delay, was given the partitions reserved for the instance. It now
+//!     takes none: the reservation ends and its join rebalances. Check 12 \[drained
+//!     member granted\].
 //!
 //! And one that was known before the simulation looked for it:
 //!

@@ -72,6 +72,11 @@ pub(super) struct Operated {
 }
 
 impl Operated {
+    /// Offsets retention deleted `group` outright, its static instances with it.
+    pub(super) fn forget_drained_instances(&mut self, group: &str) {
+        self.drained_instances.remove(group);
+    }
+
     /// Whether any member is asked to release something now.
     pub(super) fn revoking(&self) -> bool {
         self.asked

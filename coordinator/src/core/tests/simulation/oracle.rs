@@ -156,6 +156,10 @@ pub(super) struct MemberInfo {
     stood_down: bool,
     max_progress: u64,
     progress_since: Instant,
+    /// The progress credited before a heartbeat that advanced it arrived and has not
+    /// been read yet (`max_progress`, `progress_since`, `progress_min`): restored if a
+    /// restart loses that frame unread.
+    progress_unread: Option<(u64, Instant, Duration)>,
     /// Since when the core has had partitions to take from it (from `DescribeGroup`).
     revoking_since: Option<Instant>,
     /// Each partition the core is asking it to release, since when (from
@@ -514,6 +518,10 @@ impl Oracle {
         info.promised = info.promised.max(now + info.lease);
         if let Request::Heartbeat(h) = request {
             if h.progress > info.max_progress {
+                if info.progress_unread.is_none() {
+                    info.progress_unread =
+                        Some((info.max_progress, info.progress_since, info.progress_min));
+                }
                 info.max_progress = h.progress;
                 info.progress_since = now;
                 info.progress_min = info.progress;
@@ -540,6 +548,9 @@ impl Oracle {
         {
             info.promised = info.promised.max(now + info.lease);
             info.last_read_conn = Some(conn);
+            if matches!(request, Request::Heartbeat(_)) {
+                info.progress_unread = None;
+            }
         }
         // Check 3: a replaced member is told it was fenced, whatever it sends.
         let named = match request {
@@ -647,6 +658,7 @@ impl Oracle {
                                 stood_down: false,
                                 max_progress: 0,
                                 progress_since: now,
+                                progress_unread: None,
                                 revoking_since: None,
                                 revoking: BTreeMap::new(),
                                 asked: BTreeMap::new(),
@@ -1241,6 +1253,15 @@ impl Oracle {
             info.conn_closed_at = None;
             // Frames queued at the old process were lost with it.
             info.acked_arrival.clear();
+            // So was the progress they carried. (Once credited from the arrival alone:
+            // a heartbeat queued at a paused coordinator that then restarted was held
+            // to have moved the member's progress, which the core never read, and its
+            // progress expiry was judged early: check 7 [progress expiry].)
+            if let Some((max, since, min)) = info.progress_unread.take() {
+                info.max_progress = max;
+                info.progress_since = since;
+                info.progress_min = min;
+            }
         }
         for id in restored {
             if let Some(info) = self.members.get_mut(id) {
@@ -1576,7 +1597,18 @@ impl Oracle {
     /// Offsets retention deleted `group`, and with it what its static instances were:
     /// fencing is promised for as long as the group exists (documented), so replaced
     /// members of it are no longer checked.
-    pub(super) fn group_deleted(&mut self, group: &str) {
+    ///
+    /// A drained static instance is one of them: the drain names the instance, and the
+    /// core keeps it with the instance. The oracle used to keep it past the deletion
+    /// and then held a later process of the instance, joining a group created afresh,
+    /// to a drain the deleted group took with it: check 12 \[drain forgotten\].
+    /// Unless the core `kept` the group (one with settings or drained
+    /// labels loses only its offsets), the drained instances go with it; drained
+    /// labels are the group's own settings and kept in the core either way.
+    pub(super) fn group_deleted(&mut self, group: &str, kept: bool) {
+        if !kept {
+            self.op.forget_drained_instances(group);
+        }
         for info in self.members.values_mut() {
             if info.group == group {
                 info.replaced_by = None;

@@ -421,7 +421,10 @@ impl World {
                     let deleted = self.core.remove_offsets(self.now, &group, Duration::ZERO);
                     self.log(format!("retention: remove_offsets({group}) = {deleted}"));
                     if deleted {
-                        self.oracle.group_deleted(&group);
+                        // A configured group (settings or drained labels) loses only
+                        // its offsets: the core keeps it, static instances included.
+                        let kept = self.core.groups.contains_key(group.as_str());
+                        self.oracle.group_deleted(&group, kept);
                     }
                     self.after_core(BTreeSet::from([group]));
                 }
